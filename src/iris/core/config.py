@@ -1,0 +1,217 @@
+"""The cluster config: one YAML file per cluster, validated into frozen models.
+
+Every key is declared here with its type and default, so a typo or a bad value fails at load time
+with a message that names the key (`backends.0.capacity.memory: size '8X' is not understood …`)
+instead of surfacing later as odd behaviour.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from iris.core.errors import InvalidArgument
+from iris.core.units import parse_duration, parse_size
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _size(value: Any) -> int:
+    try:
+        return parse_size(value)
+    except InvalidArgument as exc:
+        raise ValueError(exc.message) from None
+
+
+def _duration(value: Any) -> float:
+    try:
+        return parse_duration(value)
+    except InvalidArgument as exc:
+        raise ValueError(exc.message) from None
+
+
+class CapacityConfig(_Model):
+    cpu: float = Field(default=float(os.cpu_count() or 1), gt=0)
+    memory: int = 8 * 1024**3
+    disk: int = 100 * 1024**3
+
+    _sizes = field_validator("memory", "disk", mode="before")(lambda cls, v: _size(v))
+
+
+class DevicesConfig(_Model):
+    gpu: str | None = None
+    tpu: str | None = None
+    count: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "DevicesConfig":
+        if bool(self.gpu) == bool(self.tpu):
+            raise ValueError("set exactly one of gpu or tpu (e.g. {gpu: h100, count: 8})")
+        return self
+
+
+class BackendConfig(_Model):
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    kind: Literal["local"] = "local"
+    workers: int = Field(default=1, ge=1, le=100_000)
+    capacity: CapacityConfig = CapacityConfig()
+    devices: DevicesConfig | None = None
+    attributes: dict[str, str | int | float | bool] = {}
+
+
+class PeerConfig(_Model):
+    address: str = Field(pattern=r"^https?://")
+
+
+class AuthConfig(_Model):
+    trusted_cidrs: list[str] = ["127.0.0.0/8", "::1/128"]
+    signing_key: str | None = None
+    federation_peers: dict[str, str] = {}
+    allowed_submitters: list[str] = ["*"]
+
+
+class ControllerSettings(_Model):
+    tick_interval: float = 1.0
+    federation_heartbeat_interval: float = 30.0
+    federation_sync_interval: float = 3.0
+    max_federation_handoffs_per_cycle: int = Field(default=8, ge=1)
+    worker_grace_period: float = 30.0
+    client_max_age_days: int = Field(default=14, ge=0)
+
+    _durations = field_validator(
+        "tick_interval", "federation_heartbeat_interval", "federation_sync_interval", "worker_grace_period",
+        mode="before",
+    )(lambda cls, v: _duration(v))
+
+    @field_validator("tick_interval")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError("must be greater than zero")
+        return v
+
+
+class DefaultsConfig(_Model):
+    task_env: dict[str, str] = {}
+
+
+class ClusterConfig(_Model):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    listen: str = "127.0.0.1:10000"
+    public_url: str | None = None
+    state_dir: str = "./state"
+    backends: list[BackendConfig] = Field(min_length=1)
+    peers: dict[str, PeerConfig] = {}
+    auth: AuthConfig = AuthConfig()
+    controller: ControllerSettings = ControllerSettings()
+    defaults: DefaultsConfig = DefaultsConfig()
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        host, _, port = v.rpartition(":")
+        if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError(f"{v!r} must be HOST:PORT, e.g. 127.0.0.1:10000")
+        return v
+
+    @model_validator(mode="after")
+    def _unique_backends(self) -> "ClusterConfig":
+        ids = [b.id for b in self.backends]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"backend ids must be unique; repeated: {', '.join(dupes)}")
+        if self.name in self.peers:
+            raise ValueError(f"peers: a cluster cannot peer with itself ({self.name})")
+        return self
+
+    @property
+    def host(self) -> str:
+        return self.listen.rpartition(":")[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+    @property
+    def url(self) -> str:
+        return self.public_url or f"http://{self.listen}"
+
+    @property
+    def state_path(self) -> Path:
+        return Path(self.state_dir).expanduser()
+
+
+def _format_error(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+        if err["type"] == "extra_forbidden":
+            msg = "is not a known key"
+        lines.append(f"{where}: {msg}")
+    return "; ".join(lines)
+
+
+def parse_config(data: Any, base_dir: Path | None = None, source: str = "config") -> ClusterConfig:
+    """Validates a config mapping; relative `state_dir` is resolved against `base_dir`."""
+    if not isinstance(data, dict):
+        raise InvalidArgument(f"{source}: the top level must be a mapping of keys (name, backends, …)")
+    try:
+        config = ClusterConfig.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidArgument(f"{source}: {_format_error(exc)}") from None
+    if base_dir is not None and not Path(config.state_dir).expanduser().is_absolute():
+        config = config.model_copy(update={"state_dir": str((base_dir / config.state_dir).resolve())})
+    return config
+
+
+def load_config(path: str | os.PathLike) -> ClusterConfig:
+    """Reads and validates a cluster YAML file."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise InvalidArgument(f"cannot read config {p}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InvalidArgument(f"{p}: not valid YAML: {exc}") from None
+    return parse_config(data, base_dir=p.parent.resolve(), source=str(p))
+
+
+def iris_home() -> Path:
+    return Path(os.environ.get("IRIS_HOME", "~/.iris/local")).expanduser()
+
+
+def local_config(port: int = 10000) -> ClusterConfig:
+    """The embedded default for `iris cluster start --local`: one local backend sized to this host."""
+    try:
+        import psutil
+
+        memory = int(psutil.virtual_memory().total)
+        disk = int(psutil.disk_usage(str(iris_home().parent if iris_home().parent.exists() else Path.home())).free)
+    except Exception:  # psutil unavailable or the path unreadable: fall back to modest sizes
+        memory, disk = 8 * 1024**3, 100 * 1024**3
+    return parse_config(
+        {
+            "name": "local",
+            "listen": f"127.0.0.1:{port}",
+            "state_dir": str(iris_home()),
+            "backends": [
+                {
+                    "id": "local",
+                    "kind": "local",
+                    "workers": 1,
+                    "capacity": {"cpu": float(os.cpu_count() or 1), "memory": memory, "disk": disk},
+                }
+            ],
+        }
+    )

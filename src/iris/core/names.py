@@ -1,0 +1,93 @@
+"""Parses and builds job, task and attempt names.
+
+A root job is `/<user>/<name>`, a child nests under its parent (`/<user>/<parent>/<child>`), a task
+is `<job>/<index>` and an attempt `<task>:<n>`. Names are cluster-invariant: a peer runs a handed-off
+job under the very same id, so every cluster must parse them identically.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from iris.core.errors import InvalidArgument
+
+_COMPONENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+MAX_DEPTH = 16
+
+
+def validate_component(kind: str, value: str) -> str:
+    """Checks one path component (a user or a job name)."""
+    if not _COMPONENT_RE.match(value or ""):
+        raise InvalidArgument(
+            f"{kind} {value!r} is not valid: use letters, digits, '.', '_' or '-', starting with a letter or digit (at most 128 characters)"
+        )
+    if value.isdigit():
+        raise InvalidArgument(f"{kind} {value!r} is not valid: an all-digit name would read as a task index")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class JobName:
+    """A job id split into its user and the chain of names from the root job down."""
+
+    user: str
+    parts: tuple[str, ...]
+
+    @staticmethod
+    def parse(job_id: str) -> "JobName":
+        if not job_id or not job_id.startswith("/"):
+            raise InvalidArgument(f"job id {job_id!r} must start with '/': /<user>/<name>[/<child>…]")
+        pieces = job_id.strip("/").split("/")
+        if len(pieces) < 2:
+            raise InvalidArgument(f"job id {job_id!r} must name a user and a job: /<user>/<name>")
+        if len(pieces) - 1 > MAX_DEPTH:
+            raise InvalidArgument(f"job id {job_id!r} nests deeper than {MAX_DEPTH} levels")
+        validate_component("user", pieces[0])
+        for piece in pieces[1:]:
+            validate_component("job name", piece)
+        return JobName(pieces[0], tuple(pieces[1:]))
+
+    @staticmethod
+    def root(user: str, name: str) -> "JobName":
+        return JobName(validate_component("user", user), (validate_component("job name", name),))
+
+    def child(self, name: str) -> "JobName":
+        if len(self.parts) >= MAX_DEPTH:
+            raise InvalidArgument(f"job {self} is already {MAX_DEPTH} levels deep; it cannot have children")
+        return JobName(self.user, self.parts + (validate_component("job name", name),))
+
+    @property
+    def is_root(self) -> bool:
+        return len(self.parts) == 1
+
+    @property
+    def depth(self) -> int:
+        return len(self.parts) - 1
+
+    @property
+    def parent(self) -> "JobName | None":
+        return None if self.is_root else JobName(self.user, self.parts[:-1])
+
+    @property
+    def root_job(self) -> "JobName":
+        return JobName(self.user, self.parts[:1])
+
+    def __str__(self) -> str:
+        return "/" + "/".join((self.user, *self.parts))
+
+
+def task_id(job_id: str, index: int) -> str:
+    return f"{job_id}/{index}"
+
+
+def attempt_id(job_id: str, index: int, attempt: int) -> str:
+    return f"{job_id}/{index}:{attempt}"
+
+
+def split_task_id(value: str) -> tuple[str, int]:
+    """Returns (job id, task index) for `<job>/<index>`."""
+    job_id, _, index = value.rpartition("/")
+    if not index.isdigit() or not job_id:
+        raise InvalidArgument(f"task id {value!r} must be <job>/<index>")
+    return job_id, int(index)

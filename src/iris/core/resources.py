@@ -1,0 +1,119 @@
+"""Resource requests and worker capacities: cpu, memory, disk and one device kind.
+
+`--gpu H100x8` is variant h100 × 8, `--gpu 8` any variant × 8, `--gpu H100` one h100;
+`--tpu v5p-8` is variant v5p with topology v5p-8 (8 chips). A device's *token* (its lower-cased
+variant, e.g. `h100`) is the unit in which backends advertise availability.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from iris.core.errors import InvalidArgument
+from iris.core.units import format_size, parse_size
+
+DEVICE_KINDS = ("cpu", "gpu", "tpu")
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """A device request (or a worker's devices): kind, variant (lower-case, '' = any), count."""
+
+    kind: str = "cpu"
+    variant: str = ""
+    count: int = 0
+    topology: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in DEVICE_KINDS:
+            raise InvalidArgument(f"device kind {self.kind!r} is not one of {', '.join(DEVICE_KINDS)}")
+        if self.count < 0:
+            raise InvalidArgument(f"device count {self.count} is negative")
+
+    @property
+    def is_accelerator(self) -> bool:
+        return self.kind != "cpu" and self.count > 0
+
+    @property
+    def token(self) -> str:
+        """The availability token this request draws from ('' when any variant will do)."""
+        return self.variant.lower()
+
+    def describe(self) -> str:
+        if not self.is_accelerator:
+            return "cpu"
+        name = self.topology or (self.variant or f"any {self.kind}")
+        return f"{name}x{self.count}" if not self.topology else name
+
+
+_GPU_RE = re.compile(r"^(?:([A-Za-z][A-Za-z0-9_.-]*?)(?:x([0-9]+))?|([0-9]+))$")
+_TPU_RE = re.compile(r"^([A-Za-z][A-Za-z0-9]*?)-([0-9]+)$")
+
+
+def parse_gpu(value: str) -> Device:
+    """Parses `H100x8`, `8` (any variant) or `H100` (one)."""
+    text = value.strip()
+    match = _GPU_RE.match(text)
+    if not match:
+        raise InvalidArgument(f"--gpu {value!r} is not understood; use VARIANTxCOUNT (H100x8), COUNT (8) or VARIANT (H100)")
+    variant, count, bare_count = match.groups()
+    if bare_count is not None:
+        n = int(bare_count)
+        variant = ""
+    else:
+        n = int(count) if count is not None else 1
+    if n <= 0:
+        raise InvalidArgument(f"--gpu {value!r} asks for {n} devices; ask for at least one")
+    return Device(kind="gpu", variant=(variant or "").lower(), count=n)
+
+
+def parse_tpu(value: str) -> Device:
+    """Parses a TPU slice name such as `v5p-8` into variant v5p, topology v5p-8, 8 chips."""
+    match = _TPU_RE.match(value.strip())
+    if not match or int(match.group(2)) <= 0:
+        raise InvalidArgument(f"--tpu {value!r} is not understood; use a slice name such as v5p-8 or v6e-16")
+    return Device(kind="tpu", variant=match.group(1).lower(), count=int(match.group(2)), topology=value.strip().lower())
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """What one task needs (or one worker offers): cores, bytes of memory and disk, devices."""
+
+    cpu: float = 1.0
+    memory: int = 1024**3
+    disk: int = 0
+    device: Device = field(default_factory=Device)
+
+    def __post_init__(self) -> None:
+        if self.cpu < 0:
+            raise InvalidArgument(f"cpu {self.cpu} is negative")
+        if self.memory < 0 or self.disk < 0:
+            raise InvalidArgument("memory and disk must not be negative")
+
+    def describe(self) -> str:
+        parts = [f"cpu={self.cpu:g}", f"memory={format_size(self.memory)}"]
+        if self.disk:
+            parts.append(f"disk={format_size(self.disk)}")
+        if self.device.is_accelerator:
+            parts.append(f"{self.device.kind}={self.device.describe()}")
+        return " ".join(parts)
+
+
+def build_resources(
+    cpu: float | None = None,
+    memory: str | int | None = None,
+    disk: str | int | None = None,
+    gpu: str | None = None,
+    tpu: str | None = None,
+) -> Resources:
+    """Builds a request from CLI-style values, applying defaults (1 core, 1G memory, no disk)."""
+    if gpu and tpu:
+        raise InvalidArgument("ask for --gpu or --tpu, not both")
+    device = parse_gpu(gpu) if gpu else parse_tpu(tpu) if tpu else Device()
+    return Resources(
+        cpu=1.0 if cpu is None else float(cpu),
+        memory=1024**3 if memory is None else parse_size(memory),
+        disk=0 if disk is None else parse_size(disk),
+        device=device,
+    )

@@ -1,0 +1,633 @@
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Device(_message.Message):
+    __slots__ = ("kind", "variant", "count", "topology")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    VARIANT_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    variant: str
+    count: int
+    topology: str
+    def __init__(self, kind: _Optional[str] = ..., variant: _Optional[str] = ..., count: _Optional[int] = ..., topology: _Optional[str] = ...) -> None: ...
+
+class Resources(_message.Message):
+    __slots__ = ("cpu", "memory_bytes", "disk_bytes", "device")
+    CPU_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DISK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    cpu: float
+    memory_bytes: int
+    disk_bytes: int
+    device: Device
+    def __init__(self, cpu: _Optional[float] = ..., memory_bytes: _Optional[int] = ..., disk_bytes: _Optional[int] = ..., device: _Optional[_Union[Device, _Mapping]] = ...) -> None: ...
+
+class Constraint(_message.Message):
+    __slots__ = ("key", "op", "values", "preferred")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    PREFERRED_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    op: str
+    values: _containers.RepeatedScalarFieldContainer[str]
+    preferred: bool
+    def __init__(self, key: _Optional[str] = ..., op: _Optional[str] = ..., values: _Optional[_Iterable[str]] = ..., preferred: _Optional[bool] = ...) -> None: ...
+
+class HandoffRecord(_message.Message):
+    __slots__ = ("requester_cluster", "owner_principal", "submitting_user", "nonce")
+    REQUESTER_CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    OWNER_PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTING_USER_FIELD_NUMBER: _ClassVar[int]
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    requester_cluster: str
+    owner_principal: str
+    submitting_user: str
+    nonce: str
+    def __init__(self, requester_cluster: _Optional[str] = ..., owner_principal: _Optional[str] = ..., submitting_user: _Optional[str] = ..., nonce: _Optional[str] = ...) -> None: ...
+
+class LaunchJobRequest(_message.Message):
+    __slots__ = ("name", "user", "command", "resources", "replicas", "priority", "constraints", "env", "max_retries_failure", "max_retries_preemption", "timeout_s", "scheduling_timeout_s", "coschedule", "existing_job_policy", "parent_job_id", "client_revision_date", "workspace_bundle", "workdir_files", "handoff", "workdir")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class WorkdirFilesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    CONSTRAINTS_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    MAX_RETRIES_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    MAX_RETRIES_PREEMPTION_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULING_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    COSCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    EXISTING_JOB_POLICY_FIELD_NUMBER: _ClassVar[int]
+    PARENT_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_REVISION_DATE_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_BUNDLE_FIELD_NUMBER: _ClassVar[int]
+    WORKDIR_FILES_FIELD_NUMBER: _ClassVar[int]
+    HANDOFF_FIELD_NUMBER: _ClassVar[int]
+    WORKDIR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    user: str
+    command: _containers.RepeatedScalarFieldContainer[str]
+    resources: Resources
+    replicas: int
+    priority: str
+    constraints: _containers.RepeatedCompositeFieldContainer[Constraint]
+    env: _containers.ScalarMap[str, str]
+    max_retries_failure: int
+    max_retries_preemption: int
+    timeout_s: float
+    scheduling_timeout_s: float
+    coschedule: bool
+    existing_job_policy: str
+    parent_job_id: str
+    client_revision_date: str
+    workspace_bundle: bytes
+    workdir_files: _containers.ScalarMap[str, bytes]
+    handoff: HandoffRecord
+    workdir: str
+    def __init__(self, name: _Optional[str] = ..., user: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., replicas: _Optional[int] = ..., priority: _Optional[str] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., max_retries_failure: _Optional[int] = ..., max_retries_preemption: _Optional[int] = ..., timeout_s: _Optional[float] = ..., scheduling_timeout_s: _Optional[float] = ..., coschedule: _Optional[bool] = ..., existing_job_policy: _Optional[str] = ..., parent_job_id: _Optional[str] = ..., client_revision_date: _Optional[str] = ..., workspace_bundle: _Optional[bytes] = ..., workdir_files: _Optional[_Mapping[str, bytes]] = ..., handoff: _Optional[_Union[HandoffRecord, _Mapping]] = ..., workdir: _Optional[str] = ...) -> None: ...
+
+class LaunchJobResponse(_message.Message):
+    __slots__ = ("job_id", "state", "disposition", "peer_id", "message")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    DISPOSITION_FIELD_NUMBER: _ClassVar[int]
+    PEER_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    state: str
+    disposition: str
+    peer_id: str
+    message: str
+    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[str] = ..., disposition: _Optional[str] = ..., peer_id: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class AttemptStatus(_message.Message):
+    __slots__ = ("attempt_id", "attempt", "state", "backend_id", "worker_id", "exit_code", "has_exit_code", "started_ms", "finished_ms", "error", "pid")
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    HAS_EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    attempt_id: str
+    attempt: int
+    state: str
+    backend_id: str
+    worker_id: str
+    exit_code: int
+    has_exit_code: bool
+    started_ms: int
+    finished_ms: int
+    error: str
+    pid: int
+    def __init__(self, attempt_id: _Optional[str] = ..., attempt: _Optional[int] = ..., state: _Optional[str] = ..., backend_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., exit_code: _Optional[int] = ..., has_exit_code: _Optional[bool] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., error: _Optional[str] = ..., pid: _Optional[int] = ...) -> None: ...
+
+class TaskStatus(_message.Message):
+    __slots__ = ("task_id", "job_id", "index", "state", "attempt", "backend_id", "worker_id", "exit_code", "has_exit_code", "started_ms", "finished_ms", "error", "failure_count", "preemption_count", "attempts", "cluster")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    HAS_EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTION_COUNT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    job_id: str
+    index: int
+    state: str
+    attempt: int
+    backend_id: str
+    worker_id: str
+    exit_code: int
+    has_exit_code: bool
+    started_ms: int
+    finished_ms: int
+    error: str
+    failure_count: int
+    preemption_count: int
+    attempts: _containers.RepeatedCompositeFieldContainer[AttemptStatus]
+    cluster: str
+    def __init__(self, task_id: _Optional[str] = ..., job_id: _Optional[str] = ..., index: _Optional[int] = ..., state: _Optional[str] = ..., attempt: _Optional[int] = ..., backend_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., exit_code: _Optional[int] = ..., has_exit_code: _Optional[bool] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., error: _Optional[str] = ..., failure_count: _Optional[int] = ..., preemption_count: _Optional[int] = ..., attempts: _Optional[_Iterable[_Union[AttemptStatus, _Mapping]]] = ..., cluster: _Optional[str] = ...) -> None: ...
+
+class JobStatus(_message.Message):
+    __slots__ = ("job_id", "state", "user", "priority", "cluster", "replicas", "task_counts", "submitted_ms", "started_ms", "finished_ms", "pending_reason", "error", "parent_job_id", "resources", "command", "constraints", "handoff_state", "peer_id", "stale", "exit_code", "has_exit_code", "owner")
+    class TaskCountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    TASK_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_MS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_REASON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    PARENT_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    CONSTRAINTS_FIELD_NUMBER: _ClassVar[int]
+    HANDOFF_STATE_FIELD_NUMBER: _ClassVar[int]
+    PEER_ID_FIELD_NUMBER: _ClassVar[int]
+    STALE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    HAS_EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    state: str
+    user: str
+    priority: str
+    cluster: str
+    replicas: int
+    task_counts: _containers.ScalarMap[str, int]
+    submitted_ms: int
+    started_ms: int
+    finished_ms: int
+    pending_reason: str
+    error: str
+    parent_job_id: str
+    resources: Resources
+    command: _containers.RepeatedScalarFieldContainer[str]
+    constraints: _containers.RepeatedCompositeFieldContainer[Constraint]
+    handoff_state: str
+    peer_id: str
+    stale: bool
+    exit_code: int
+    has_exit_code: bool
+    owner: str
+    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[str] = ..., user: _Optional[str] = ..., priority: _Optional[str] = ..., cluster: _Optional[str] = ..., replicas: _Optional[int] = ..., task_counts: _Optional[_Mapping[str, int]] = ..., submitted_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., pending_reason: _Optional[str] = ..., error: _Optional[str] = ..., parent_job_id: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., handoff_state: _Optional[str] = ..., peer_id: _Optional[str] = ..., stale: _Optional[bool] = ..., exit_code: _Optional[int] = ..., has_exit_code: _Optional[bool] = ..., owner: _Optional[str] = ...) -> None: ...
+
+class GetJobStatusRequest(_message.Message):
+    __slots__ = ("job_id", "include_tasks", "include_attempts")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_TASKS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    include_tasks: bool
+    include_attempts: bool
+    def __init__(self, job_id: _Optional[str] = ..., include_tasks: _Optional[bool] = ..., include_attempts: _Optional[bool] = ...) -> None: ...
+
+class GetJobStatusResponse(_message.Message):
+    __slots__ = ("job", "tasks")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    job: JobStatus
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskStatus]
+    def __init__(self, job: _Optional[_Union[JobStatus, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ...) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ("state", "prefix", "limit", "user")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    prefix: str
+    limit: int
+    user: str
+    def __init__(self, state: _Optional[str] = ..., prefix: _Optional[str] = ..., limit: _Optional[int] = ..., user: _Optional[str] = ...) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobStatus]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ...) -> None: ...
+
+class ListTasksRequest(_message.Message):
+    __slots__ = ("job_id", "include_attempts")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    include_attempts: bool
+    def __init__(self, job_id: _Optional[str] = ..., include_attempts: _Optional[bool] = ...) -> None: ...
+
+class ListTasksResponse(_message.Message):
+    __slots__ = ("tasks",)
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskStatus]
+    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ...) -> None: ...
+
+class TerminateJobRequest(_message.Message):
+    __slots__ = ("job_id", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class TerminateJobResponse(_message.Message):
+    __slots__ = ("terminated", "state")
+    TERMINATED_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    terminated: _containers.RepeatedScalarFieldContainer[str]
+    state: str
+    def __init__(self, terminated: _Optional[_Iterable[str]] = ..., state: _Optional[str] = ...) -> None: ...
+
+class LogLine(_message.Message):
+    __slots__ = ("seq", "task_index", "attempt", "stream", "ts_ms", "text")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TASK_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    TS_MS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    task_index: int
+    attempt: int
+    stream: str
+    ts_ms: int
+    text: str
+    def __init__(self, seq: _Optional[int] = ..., task_index: _Optional[int] = ..., attempt: _Optional[int] = ..., stream: _Optional[str] = ..., ts_ms: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
+
+class FetchLogsRequest(_message.Message):
+    __slots__ = ("job_id", "task_index", "after_seq", "tail", "limit")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_INDEX_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    TAIL_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    task_index: int
+    after_seq: int
+    tail: int
+    limit: int
+    def __init__(self, job_id: _Optional[str] = ..., task_index: _Optional[int] = ..., after_seq: _Optional[int] = ..., tail: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class FetchLogsResponse(_message.Message):
+    __slots__ = ("lines", "next_seq", "job_finished", "job_state")
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    JOB_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    JOB_STATE_FIELD_NUMBER: _ClassVar[int]
+    lines: _containers.RepeatedCompositeFieldContainer[LogLine]
+    next_seq: int
+    job_finished: bool
+    job_state: str
+    def __init__(self, lines: _Optional[_Iterable[_Union[LogLine, _Mapping]]] = ..., next_seq: _Optional[int] = ..., job_finished: _Optional[bool] = ..., job_state: _Optional[str] = ...) -> None: ...
+
+class BandAmounts(_message.Message):
+    __slots__ = ("band", "amounts")
+    class AmountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    BAND_FIELD_NUMBER: _ClassVar[int]
+    AMOUNTS_FIELD_NUMBER: _ClassVar[int]
+    band: str
+    amounts: _containers.ScalarMap[str, float]
+    def __init__(self, band: _Optional[str] = ..., amounts: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class Availability(_message.Message):
+    __slots__ = ("version", "observation_epoch_ms", "amounts", "total_amounts", "held_by_band")
+    class AmountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class TotalAmountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    OBSERVATION_EPOCH_MS_FIELD_NUMBER: _ClassVar[int]
+    AMOUNTS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_AMOUNTS_FIELD_NUMBER: _ClassVar[int]
+    HELD_BY_BAND_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    observation_epoch_ms: int
+    amounts: _containers.ScalarMap[str, float]
+    total_amounts: _containers.ScalarMap[str, float]
+    held_by_band: _containers.RepeatedCompositeFieldContainer[BandAmounts]
+    def __init__(self, version: _Optional[int] = ..., observation_epoch_ms: _Optional[int] = ..., amounts: _Optional[_Mapping[str, float]] = ..., total_amounts: _Optional[_Mapping[str, float]] = ..., held_by_band: _Optional[_Iterable[_Union[BandAmounts, _Mapping]]] = ...) -> None: ...
+
+class WorkerInfo(_message.Message):
+    __slots__ = ("worker_id", "backend_id", "alive", "capacity", "used", "attributes", "running_tasks")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_ID_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_TASKS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    backend_id: str
+    alive: bool
+    capacity: Resources
+    used: Resources
+    attributes: _containers.ScalarMap[str, str]
+    running_tasks: int
+    def __init__(self, worker_id: _Optional[str] = ..., backend_id: _Optional[str] = ..., alive: _Optional[bool] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., used: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., running_tasks: _Optional[int] = ...) -> None: ...
+
+class BackendInfo(_message.Message):
+    __slots__ = ("id", "kind", "attributes", "availability", "workers", "worker_capacity")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    AVAILABILITY_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    kind: str
+    attributes: _containers.ScalarMap[str, str]
+    availability: Availability
+    workers: int
+    worker_capacity: Resources
+    def __init__(self, id: _Optional[str] = ..., kind: _Optional[str] = ..., attributes: _Optional[_Mapping[str, str]] = ..., availability: _Optional[_Union[Availability, _Mapping]] = ..., workers: _Optional[int] = ..., worker_capacity: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
+
+class ListBackendsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListBackendsResponse(_message.Message):
+    __slots__ = ("cluster", "backends")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    cluster: str
+    backends: _containers.RepeatedCompositeFieldContainer[BackendInfo]
+    def __init__(self, cluster: _Optional[str] = ..., backends: _Optional[_Iterable[_Union[BackendInfo, _Mapping]]] = ...) -> None: ...
+
+class ListWorkersRequest(_message.Message):
+    __slots__ = ("backend_id",)
+    BACKEND_ID_FIELD_NUMBER: _ClassVar[int]
+    backend_id: str
+    def __init__(self, backend_id: _Optional[str] = ...) -> None: ...
+
+class ListWorkersResponse(_message.Message):
+    __slots__ = ("workers",)
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ...) -> None: ...
+
+class PeerInfo(_message.Message):
+    __slots__ = ("peer_id", "address", "reachable", "last_contact_ms", "active_federated_jobs", "backends", "last_error", "cluster")
+    PEER_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    REACHABLE_FIELD_NUMBER: _ClassVar[int]
+    LAST_CONTACT_MS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_FEDERATED_JOBS_FIELD_NUMBER: _ClassVar[int]
+    BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    peer_id: str
+    address: str
+    reachable: bool
+    last_contact_ms: int
+    active_federated_jobs: int
+    backends: _containers.RepeatedCompositeFieldContainer[BackendInfo]
+    last_error: str
+    cluster: str
+    def __init__(self, peer_id: _Optional[str] = ..., address: _Optional[str] = ..., reachable: _Optional[bool] = ..., last_contact_ms: _Optional[int] = ..., active_federated_jobs: _Optional[int] = ..., backends: _Optional[_Iterable[_Union[BackendInfo, _Mapping]]] = ..., last_error: _Optional[str] = ..., cluster: _Optional[str] = ...) -> None: ...
+
+class ListPeersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListPeersResponse(_message.Message):
+    __slots__ = ("peers",)
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    peers: _containers.RepeatedCompositeFieldContainer[PeerInfo]
+    def __init__(self, peers: _Optional[_Iterable[_Union[PeerInfo, _Mapping]]] = ...) -> None: ...
+
+class ExecuteRawQueryRequest(_message.Message):
+    __slots__ = ("sql", "limit")
+    SQL_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    sql: str
+    limit: int
+    def __init__(self, sql: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ExecuteRawQueryResponse(_message.Message):
+    __slots__ = ("columns", "rows", "truncated")
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    columns: _containers.RepeatedScalarFieldContainer[str]
+    rows: _containers.RepeatedCompositeFieldContainer[_struct_pb2.ListValue]
+    truncated: bool
+    def __init__(self, columns: _Optional[_Iterable[str]] = ..., rows: _Optional[_Iterable[_Union[_struct_pb2.ListValue, _Mapping]]] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class ExplainJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class ExplainGroup(_message.Message):
+    __slots__ = ("backend_id", "group", "workers", "verdict", "reasons")
+    BACKEND_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    backend_id: str
+    group: str
+    workers: int
+    verdict: str
+    reasons: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, backend_id: _Optional[str] = ..., group: _Optional[str] = ..., workers: _Optional[int] = ..., verdict: _Optional[str] = ..., reasons: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ExplainJobResponse(_message.Message):
+    __slots__ = ("job_id", "summary", "groups", "lines")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    summary: str
+    groups: _containers.RepeatedCompositeFieldContainer[ExplainGroup]
+    lines: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[str] = ..., summary: _Optional[str] = ..., groups: _Optional[_Iterable[_Union[ExplainGroup, _Mapping]]] = ..., lines: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetClusterInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetClusterInfoResponse(_message.Message):
+    __slots__ = ("name", "version", "revision_date", "uptime_s", "job_counts", "backends", "peers", "pid", "state_dir")
+    class JobCountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    REVISION_DATE_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_S_FIELD_NUMBER: _ClassVar[int]
+    JOB_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    STATE_DIR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: str
+    revision_date: str
+    uptime_s: float
+    job_counts: _containers.ScalarMap[str, int]
+    backends: int
+    peers: int
+    pid: int
+    state_dir: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., revision_date: _Optional[str] = ..., uptime_s: _Optional[float] = ..., job_counts: _Optional[_Mapping[str, int]] = ..., backends: _Optional[int] = ..., peers: _Optional[int] = ..., pid: _Optional[int] = ..., state_dir: _Optional[str] = ...) -> None: ...
+
+class SyncedAttempt(_message.Message):
+    __slots__ = ("task_index", "attempt", "state", "worker_id", "exit_code", "has_exit_code", "started_ms", "finished_ms", "error")
+    TASK_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    HAS_EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    task_index: int
+    attempt: int
+    state: str
+    worker_id: str
+    exit_code: int
+    has_exit_code: bool
+    started_ms: int
+    finished_ms: int
+    error: str
+    def __init__(self, task_index: _Optional[int] = ..., attempt: _Optional[int] = ..., state: _Optional[str] = ..., worker_id: _Optional[str] = ..., exit_code: _Optional[int] = ..., has_exit_code: _Optional[bool] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+
+class SyncedJob(_message.Message):
+    __slots__ = ("job", "tasks", "attempts")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    job: JobStatus
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskStatus]
+    attempts: _containers.RepeatedCompositeFieldContainer[SyncedAttempt]
+    def __init__(self, job: _Optional[_Union[JobStatus, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., attempts: _Optional[_Iterable[_Union[SyncedAttempt, _Mapping]]] = ...) -> None: ...
+
+class FederationSyncRequest(_message.Message):
+    __slots__ = ("requester", "cursor")
+    REQUESTER_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    requester: str
+    cursor: int
+    def __init__(self, requester: _Optional[str] = ..., cursor: _Optional[int] = ...) -> None: ...
+
+class FederationSyncResponse(_message.Message):
+    __slots__ = ("jobs", "tombstones", "cursor", "cursor_stale")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    TOMBSTONES_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_STALE_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[SyncedJob]
+    tombstones: _containers.RepeatedScalarFieldContainer[str]
+    cursor: int
+    cursor_stale: bool
+    def __init__(self, jobs: _Optional[_Iterable[_Union[SyncedJob, _Mapping]]] = ..., tombstones: _Optional[_Iterable[str]] = ..., cursor: _Optional[int] = ..., cursor_stale: _Optional[bool] = ...) -> None: ...

@@ -1,0 +1,102 @@
+"""The frozen inputs and outputs of one scheduling decision: the contract between the control tick
+(which loads a snapshot from the database and commits the result) and the pure kernels.
+
+Nothing here does I/O. The tick builds a `SchedulingSnapshot`, calls `iris.scheduler.schedule`,
+and applies the returned `ScheduleResult` in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from iris.core.bands import Band
+from iris.core.constraints import Constraint
+from iris.core.resources import Resources
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSnapshot:
+    """One unit of placement: its total capacity and attributes (device-type, region, pool, …)."""
+
+    worker_id: str
+    backend_id: str
+    capacity: Resources  # total; device.count is the number of devices on the host
+    attributes: Mapping[str, str]
+    alive: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RunningTask:
+    """A task holding capacity on a worker (ASSIGNED, BUILDING or RUNNING)."""
+
+    task_id: str
+    job_id: str
+    worker_id: str
+    resources: Resources
+    band: Band
+    started_ms: int  # when it was placed; the youngest victims are chosen first
+    user: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingTask:
+    """A task waiting for placement."""
+
+    task_id: str
+    job_id: str
+    index: int
+    resources: Resources
+    constraints: tuple[Constraint, ...]
+    band: Band
+    user: str
+    depth: int = 0  # 0 for root jobs; children of running jobs go first within a band
+    root_submitted_ms: int = 0
+    insertion: int = 0  # a monotonically increasing submit sequence: the final tie-break
+    replicas: int = 1
+    coschedule: bool = False  # place all replicas of the job at once or none
+    scheduling_deadline_ms: int | None = None  # fail UNSCHEDULABLE after this
+    parent_running: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingSnapshot:
+    now_ms: int
+    workers: tuple[WorkerSnapshot, ...]
+    running: tuple[RunningTask, ...]
+    pending: tuple[PendingTask, ...]
+    # user -> budget (a resource value summed over active non-batch tasks); absent = unlimited
+    user_budgets: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    task_id: str
+    worker_id: str
+    backend_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Evict `task_id` from `worker_id` so that `by_task_id` can be placed there this tick."""
+
+    task_id: str
+    worker_id: str
+    by_task_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unschedulable:
+    """A task that can never be placed (or whose scheduling deadline passed), with why."""
+
+    task_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleResult:
+    assignments: tuple[Assignment, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    unschedulable: tuple[Unschedulable, ...] = ()
+    # job_id -> one human sentence on why its still-pending tasks wait
+    pending_reasons: Mapping[str, str] = field(default_factory=dict)
