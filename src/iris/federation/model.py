@@ -1,0 +1,154 @@
+"""The frozen inputs and outputs of federation's pure decisions: what the router and the placement
+pass read about peers and jobs, and what they return.
+
+The shell (the controller's heartbeat cache, its submit handler and its control tick) builds these
+from the database and the last capability heartbeats, calls the kernels, and applies what comes
+back. Nothing here does I/O, so every federation decision can be tested with plain values.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from iris.core.availability import Availability
+from iris.core.bands import Band
+from iris.core.constraints import Constraint
+from iris.core.errors import InvalidArgument
+from iris.core.resources import Resources
+
+
+def _frozen_attributes(attributes: Mapping[str, object]) -> Mapping[str, str]:
+    return MappingProxyType({str(k).lower(): str(v) for k, v in attributes.items() if v is not None})
+
+
+class HandoffState(str, enum.Enum):
+    QUEUED_HANDOFF = "QUEUED_HANDOFF"
+    PENDING_HANDOFF = "PENDING_HANDOFF"
+    HANDED_OFF = "HANDED_OFF"
+    HANDOFF_REJECTED = "HANDOFF_REJECTED"
+
+
+class Direction(str, enum.Enum):
+    SENT = "SENT"
+    RECEIVED = "RECEIVED"
+
+
+# --- peers, as the last capability heartbeat saw them ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PeerBackend:
+    """One backend a peer advertises: its kind, routing attributes and availability (None: no metric)."""
+
+    backend_id: str
+    kind: str
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    availability: Availability | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "attributes", _frozen_attributes(self.attributes))
+
+
+@dataclass(frozen=True, slots=True)
+class PeerSnapshot:
+    """A configured peer: whether its last probe answered, and the backends it last advertised."""
+
+    peer_id: str
+    reachable: bool
+    backends: tuple[PeerBackend, ...] = ()
+    last_contact_ms: int = 0
+
+
+# --- jobs ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SubmittedJob:
+    """What the router needs of a submission: its id (root or child), shape and constraints."""
+
+    job_id: str
+    resources: Resources
+    constraints: tuple[Constraint, ...] = ()
+    replicas: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """A job waiting in QUEUED_HANDOFF for a peer to report room for it."""
+
+    job_id: str
+    band: Band
+    submitted_ms: int
+    resources: Resources
+    replicas: int = 1
+    constraints: tuple[Constraint, ...] = ()
+    pinned_peer: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise InvalidArgument(f"job {self.job_id} asks for {self.replicas} replicas; ask for at least one")
+
+
+@dataclass(frozen=True, slots=True)
+class Submitter:
+    """Who submitted a job. A `local_admin` identity (trusted network, no token) never federates."""
+
+    principal: str
+    local_admin: bool = False
+
+
+# --- decisions ----------------------------------------------------------------------------------
+
+
+class DispositionKind(str, enum.Enum):
+    LOCAL = "LOCAL"
+    QUEUE = "QUEUE"
+    REJECT = "REJECT"
+
+
+@dataclass(frozen=True, slots=True)
+class Disposition:
+    """Where a submission goes: run here, queue for a peer (a pinned one, or whichever has room), or fail."""
+
+    kind: DispositionKind
+    peer_id: str | None = None
+    reason: str = ""
+    candidate_peers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Promotion:
+    """Hand queued job `job_id` to `backend_id` on `peer_id`.
+
+    `amount` of `token` is what the job draws there (0 and '' for a job without a device gate, or a
+    backend without a metric); `reclaimed` is the part of it that comes from work the peer holds at
+    lower bands, i.e. what its scheduler will preempt. `observation_epoch_ms` is the heartbeat
+    generation the decision was made against, which the ledger is charged under.
+    """
+
+    job_id: str
+    peer_id: str
+    backend_id: str
+    token: str = ""
+    amount: float = 0.0
+    reclaimed: float = 0.0
+    observation_epoch_ms: int | None = None
+
+    @property
+    def reclaims(self) -> bool:
+        return self.reclaimed > 0
+
+
+@dataclass(frozen=True, slots=True)
+class LocalBackendShape:
+    """A local backend as the router sees it: per-worker capacity and attributes."""
+
+    backend_id: str
+    worker_capacity: Resources
+    attributes: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "attributes", _frozen_attributes(self.attributes))

@@ -1,0 +1,43 @@
+"""The pending reason a federated job shows while it waits, one sentence per handoff stage.
+
+A queued job and a delivered one are both PENDING on the parent but wait on different things
+(capacity, the peer's admission, the first sync), so `job list` and `describe` say which. The
+wording is the table in DESIGN §6; it is defined once here so every surface shows the same text.
+"""
+
+from __future__ import annotations
+
+from iris.federation.model import HandoffState
+
+
+def queued_reason(peer_id: str | None = None) -> str:
+    """In the queue: no peer chosen yet, or pinned to `peer_id` (--target-cluster)."""
+    if peer_id:
+        return f"Queued for peer {peer_id} to report free capacity"
+    return "Queued for a federation peer to report free capacity"
+
+
+def awaiting_acceptance_reason(peer_id: str) -> str:
+    """Promoted and delivered; the peer has not admitted it yet."""
+    return f"Awaiting acceptance by peer {peer_id}"
+
+
+def awaiting_first_report_reason(peer_id: str) -> str:
+    """Admitted by the peer; its first status report has not landed."""
+    return f"Handed off to peer {peer_id}; awaiting first status report"
+
+
+def pending_reason(state: HandoffState | str, peer_id: str | None, first_report_landed: bool = False) -> str | None:
+    """The pending reason for a SENT handle in `state`, or None when the handoff says nothing.
+
+    Once the first status report has landed the mirrored job carries the peer's own reason, and a
+    rejected handoff is not pending at all.
+    """
+    state = HandoffState(state)
+    if state is HandoffState.QUEUED_HANDOFF:
+        return queued_reason(peer_id)
+    if state is HandoffState.PENDING_HANDOFF and peer_id:
+        return awaiting_acceptance_reason(peer_id)
+    if state is HandoffState.HANDED_OFF and peer_id and not first_report_landed:
+        return awaiting_first_report_reason(peer_id)
+    return None
