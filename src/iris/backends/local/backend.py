@@ -1,0 +1,383 @@
+"""The local backend: simulated hosts whose attempts run as real subprocesses on this machine.
+
+Each attempt runs in its own process group under a tiny `sh` wrapper that records its pid and exit
+code in the attempt's folder, with stdout and stderr going to files there rather than to pipes.
+That is what lets a restarted controller re-adopt attempts that outlived it: the process keeps
+writing its logs, the new controller resumes reading at the offsets it had committed, and the exit
+code survives even though the process is no longer its child. Exits are noticed at once through
+pidfds (one watcher thread, no polling), and a pump reads log files every 100 ms so lines carry
+timestamps close to when they were written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from iris.backends.protocol import (
+    AdoptRecord,
+    AttemptExit,
+    BackendDescription,
+    BackendEvents,
+    LaunchError,
+    LaunchSpec,
+    LogChunk,
+    Started,
+)
+from iris.core.config import BackendConfig
+from iris.core.resources import Device, Resources
+from iris.scheduler.snapshot import WorkerSnapshot
+
+# $0 is the attempt folder; the command follows as "$@".
+_WRAPPER = (
+    'echo $$ > "$0/pid.tmp" && mv "$0/pid.tmp" "$0/pid"; '
+    '"$@"; rc=$?; echo $rc > "$0/exit.tmp" && mv "$0/exit.tmp" "$0/exit"; exit $rc'
+)
+_SHELL_CHARS = re.compile(r"[\s;&|<>$`'\"*?(){}]")
+STOP_GRACE_S = 10.0
+PUMP_INTERVAL_S = 0.1
+MAX_READ = 1 << 20
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def worker_attributes(config: BackendConfig) -> dict[str, str]:
+    """The attributes every worker of this backend carries: configured ones plus device facts."""
+    attrs = {k: str(v).lower() for k, v in config.attributes.items()}
+    attrs.setdefault("pool", config.id)
+    if config.devices:
+        kind = "gpu" if config.devices.gpu else "tpu"
+        attrs["device-type"] = kind
+        attrs["device-variant"] = (config.devices.gpu or config.devices.tpu or "").lower()
+        if kind == "gpu":
+            attrs["gpu-count"] = str(config.devices.count)
+        else:
+            attrs["tpu-topology"] = f"{attrs['device-variant']}-{config.devices.count}"
+    else:
+        attrs["device-type"] = "cpu"
+    return attrs
+
+
+def worker_capacity(config: BackendConfig) -> Resources:
+    device = Device()
+    if config.devices:
+        kind = "gpu" if config.devices.gpu else "tpu"
+        device = Device(kind, (config.devices.gpu or config.devices.tpu or "").lower(), config.devices.count)
+    return Resources(cpu=config.capacity.cpu, memory=config.capacity.memory, disk=config.capacity.disk, device=device)
+
+
+def attempt_dirname(attempt_id: str) -> str:
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", attempt_id.strip("/"))[:80]
+    digest = hashlib.sha1(attempt_id.encode()).hexdigest()[:10]
+    return f"{readable}-{digest}"
+
+
+def shell_argv(command: tuple[str, ...]) -> list[str]:
+    """A single argument with shell syntax (`'echo a; echo b'`) runs through sh -c."""
+    if len(command) == 1 and _SHELL_CHARS.search(command[0]):
+        return ["/bin/sh", "-c", command[0]]
+    return list(command)
+
+
+def _process_alive(pid: int, attempt_id: str) -> bool:
+    """True when `pid` is a live (non-zombie) process started for `attempt_id`."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        if state in (b"Z", b"X"):
+            return False
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f"IRIS_ATTEMPT_ID={attempt_id}".encode() in f.read().split(b"\0")
+    except (OSError, IndexError):
+        return False
+
+
+@dataclass
+class _Attempt:
+    attempt_id: str
+    worker_id: str
+    pid: int
+    folder: Path
+    devices: list[int]
+    popen: subprocess.Popen | None = None
+    pidfd: int | None = None
+    offsets: dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
+    exited: AttemptExit | None = None
+    stop_deadline: float | None = None
+
+
+class LocalBackend:
+    kind = "local"
+
+    def __init__(self, config: BackendConfig, state_dir: Path, wake: Callable[[], None] = lambda: None):
+        self.id = config.id
+        self.config = config
+        self.root = state_dir / "attempts"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._wake = wake
+        self._capacity = worker_capacity(config)
+        attrs = worker_attributes(config)
+        self._workers = tuple(
+            WorkerSnapshot(f"{config.id}-{i}", config.id, self._capacity, dict(attrs, worker=f"{config.id}-{i}"))
+            for i in range(config.workers)
+        )
+        self._attributes = attrs
+        self._free_devices = {w.worker_id: set(range(self._capacity.device.count)) for w in self._workers}
+        self._attempts: dict[str, _Attempt] = {}
+        self._logs: list[LogChunk] = []
+        self._exits: list[AttemptExit] = []
+        self._lock = threading.Lock()
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._closing = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._watch_exits, name=f"exits-{self.id}", daemon=True),
+            threading.Thread(target=self._pump_logs, name=f"logs-{self.id}", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    # -- description ---------------------------------------------------------------------------
+
+    def describe(self) -> BackendDescription:
+        return BackendDescription(self.id, self.kind, dict(self._attributes), self._capacity)
+
+    def workers(self) -> tuple[WorkerSnapshot, ...]:
+        return self._workers
+
+    def running(self) -> frozenset[str]:
+        """Attempts this backend holds, including exits not yet handed out by `poll`."""
+        with self._lock:
+            return frozenset(self._attempts)
+
+    # -- start / stop --------------------------------------------------------------------------
+
+    def start(self, spec: LaunchSpec) -> Started:
+        folder = self.root / attempt_dirname(spec.attempt_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in ("pid", "exit", "stdout", "stderr"):
+            (folder / name).unlink(missing_ok=True)
+        devices = self._take_devices(spec.worker_id, spec.resources.device.count if spec.resources.device.kind == "gpu" else 0)
+        env = dict(spec.env)
+        env["IRIS_ATTEMPT_ID"] = spec.attempt_id
+        if devices or (spec.resources.device.kind == "gpu"):
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
+        workdir = spec.workdir or str(folder)
+        try:
+            with open(folder / "stdout", "ab") as out, open(folder / "stderr", "ab") as err:
+                popen = subprocess.Popen(
+                    ["/bin/sh", "-c", _WRAPPER, str(folder), *shell_argv(spec.command)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    cwd=workdir,
+                    env=env,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+        except OSError as exc:
+            self._release_devices(spec.worker_id, devices)
+            raise LaunchError(f"cannot start the attempt in {workdir}: {exc.strerror or exc}") from None
+        record = _Attempt(spec.attempt_id, spec.worker_id, popen.pid, folder, devices, popen=popen)
+        self._register(record)
+        return Started(spec.attempt_id, popen.pid, ",".join(map(str, devices)))
+
+    def stop(self, attempt_id: str) -> None:
+        with self._lock:
+            record = self._attempts.get(attempt_id)
+            if record is None or record.exited is not None:
+                return
+            first = record.stop_deadline is None
+            if first:
+                record.stop_deadline = time.monotonic() + STOP_GRACE_S
+        if first:
+            self._signal(record, signal.SIGTERM)
+
+    def _live(self) -> list[str]:
+        with self._lock:
+            return sorted(a for a, rec in self._attempts.items() if rec.exited is None)
+
+    def shutdown(self) -> list[str]:
+        ids = self._live()
+        for attempt_id in ids:
+            self.stop(attempt_id)
+        deadline = time.monotonic() + 5
+        while self._live() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with self._lock:
+            left = [r for r in self._attempts.values() if r.exited is None]
+        for record in left:
+            self._signal(record, signal.SIGKILL)
+        self._closing.set()
+        os.write(self._wake_w, b"x")
+        for t in self._threads:
+            t.join(timeout=2)
+        return ids
+
+    def _signal(self, record: _Attempt, sig: int) -> None:
+        try:
+            os.killpg(record.pid, sig)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            try:
+                os.kill(record.pid, sig)
+            except OSError:
+                pass
+
+    # -- devices -------------------------------------------------------------------------------
+
+    def _take_devices(self, worker_id: str, count: int) -> list[int]:
+        if count <= 0:
+            return []
+        with self._lock:
+            free = sorted(self._free_devices.get(worker_id, set()))
+            if len(free) < count:
+                raise LaunchError(f"worker {worker_id} has {len(free)} free devices; the attempt needs {count}")
+            taken = free[:count]
+            self._free_devices[worker_id].difference_update(taken)
+            return taken
+
+    def _release_devices(self, worker_id: str, devices: list[int]) -> None:
+        if devices:
+            with self._lock:
+                self._free_devices.setdefault(worker_id, set()).update(devices)
+
+    # -- watching --------------------------------------------------------------------------------
+
+    def _register(self, record: _Attempt) -> None:
+        try:
+            record.pidfd = os.pidfd_open(record.pid)
+        except ProcessLookupError:
+            record.pidfd = None
+        with self._lock:
+            self._attempts[record.attempt_id] = record
+            if record.pidfd is not None:
+                self._selector.register(record.pidfd, selectors.EVENT_READ, record.attempt_id)
+        if record.pidfd is None:
+            self._finish(record)
+        else:
+            os.write(self._wake_w, b"x")
+
+    def _watch_exits(self) -> None:
+        while not self._closing.is_set():
+            for key, _ in self._selector.select(timeout=1.0):
+                if key.data is None:
+                    try:
+                        os.read(self._wake_r, 4096)
+                    except BlockingIOError:
+                        pass
+                    continue
+                with self._lock:
+                    record = self._attempts.get(key.data)
+                    self._selector.unregister(key.fd)
+                if record is not None:
+                    self._finish(record)
+            self._escalate_stops()
+
+    def _escalate_stops(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            late = [r for r in self._attempts.values() if r.exited is None and r.stop_deadline and r.stop_deadline < now]
+        for record in late:
+            self._signal(record, signal.SIGKILL)
+
+    def _finish(self, record: _Attempt) -> None:
+        """Records the exit of an attempt whose process is gone."""
+        code: int | None = None
+        if record.popen is not None:
+            code = record.popen.wait()
+            if code < 0:
+                code = 128 - code  # killed by a signal: report it the way a shell does
+        exit_file = record.folder / "exit"
+        if exit_file.exists():
+            try:
+                code = int(exit_file.read_text().strip())
+            except ValueError:
+                pass
+        error = "" if code is not None else "the attempt's process vanished while the controller was down"
+        if record.pidfd is not None:
+            os.close(record.pidfd)
+            record.pidfd = None
+        with self._lock:
+            self._read_logs(record, final=True)
+            record.exited = AttemptExit(record.attempt_id, code, error)
+            self._exits.append(record.exited)
+        self._release_devices(record.worker_id, record.devices)
+        self._wake()
+
+    def _pump_logs(self) -> None:
+        while not self._closing.wait(PUMP_INTERVAL_S):
+            with self._lock:
+                for record in list(self._attempts.values()):
+                    if record.exited is None:
+                        self._read_logs(record, final=False)
+
+    def _read_logs(self, record: _Attempt, final: bool) -> None:
+        """Reads new complete lines of both streams (and, at exit, any unterminated last line)."""
+        ts = now_ms()
+        for stream in ("stdout", "stderr"):
+            path = record.folder / stream
+            try:
+                with open(path, "rb") as f:
+                    f.seek(record.offsets[stream])
+                    data = f.read(MAX_READ)
+            except OSError:
+                continue
+            if not data:
+                continue
+            cut = len(data) if final else data.rfind(b"\n") + 1
+            if cut <= 0:
+                continue
+            chunk = data[:cut]
+            record.offsets[stream] += cut
+            lines = tuple((ts, line) for line in chunk.decode("utf-8", "replace").splitlines())
+            if lines:
+                self._logs.append(LogChunk(record.attempt_id, stream, lines, record.offsets[stream]))
+            if final and len(data) == MAX_READ:
+                self._read_logs(record, final)  # a large tail: keep reading to the end
+                return
+
+    # -- reporting -----------------------------------------------------------------------------
+
+    def poll(self) -> BackendEvents:
+        with self._lock:
+            logs, self._logs = self._logs, []
+            exits, self._exits = self._exits, []
+            for e in exits:
+                self._attempts.pop(e.attempt_id, None)
+        return BackendEvents(tuple(exits), tuple(logs))
+
+    def adopt(self, records: list[AdoptRecord]) -> None:
+        for rec in records:
+            folder = self.root / attempt_dirname(rec.attempt_id)
+            pid = rec.pid
+            if pid is None and (folder / "pid").exists():
+                try:
+                    pid = int((folder / "pid").read_text().strip())
+                except ValueError:
+                    pid = None
+            devices = [int(d) for d in rec.devices.split(",") if d.strip().isdigit()]
+            attempt = _Attempt(rec.attempt_id, rec.worker_id, pid or -1, folder, devices)
+            attempt.offsets = {"stdout": rec.stdout_offset, "stderr": rec.stderr_offset}
+            with self._lock:
+                self._free_devices.setdefault(rec.worker_id, set()).difference_update(devices)
+            if pid is not None and _process_alive(pid, rec.attempt_id):
+                self._register(attempt)
+            else:
+                with self._lock:
+                    self._attempts[rec.attempt_id] = attempt
+                self._finish(attempt)

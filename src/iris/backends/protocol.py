@@ -1,0 +1,108 @@
+"""The contract every backend meets: its workers, starting and stopping attempts, and the events
+(attempt exits, log lines) it reports back to the control tick.
+
+Backends never write the database. The tick is the only caller: it asks a backend to start what
+the scheduler placed, stops what the database says must not run, and commits what `poll` returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from iris.core.resources import Resources
+from iris.scheduler.snapshot import WorkerSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    attempt_id: str
+    job_id: str
+    task_index: int
+    attempt: int
+    worker_id: str
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    resources: Resources
+    workdir: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    attempt_id: str
+    pid: int
+    devices: str = ""  # e.g. "0,1" — the device indices given to the attempt
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptExit:
+    """An attempt that ended. `exit_code` None means it was lost (the host or process vanished)."""
+
+    attempt_id: str
+    exit_code: int | None
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    attempt_id: str
+    stream: str  # stdout | stderr
+    lines: tuple[tuple[int, str], ...]  # (ts_ms, text)
+    end_offset: int  # byte offset after these lines: stored with them, resumed from after a restart
+
+
+@dataclass(frozen=True, slots=True)
+class AdoptRecord:
+    """An attempt the database believes is live on this backend, handed over after a restart."""
+
+    attempt_id: str
+    worker_id: str
+    pid: int | None
+    devices: str
+    stdout_offset: int
+    stderr_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class BackendEvents:
+    exits: tuple[AttemptExit, ...] = ()
+    logs: tuple[LogChunk, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BackendDescription:
+    id: str
+    kind: str
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    worker_capacity: Resources | None = None
+
+
+class Backend(Protocol):
+    id: str
+    kind: str
+
+    def describe(self) -> BackendDescription: ...
+
+    def workers(self) -> tuple[WorkerSnapshot, ...]: ...
+
+    def start(self, spec: LaunchSpec) -> Started:
+        """Starts an attempt; raises `LaunchError` when it cannot be started at all."""
+
+    def stop(self, attempt_id: str) -> None: ...
+
+    def running(self) -> frozenset[str]:
+        """Every attempt the backend holds, including exits not yet reported by `poll`."""
+
+    def poll(self) -> BackendEvents: ...
+
+    def adopt(self, records: list[AdoptRecord]) -> None:
+        """Takes over attempts that were live before a restart; those already gone are reported
+        by the next `poll` as exits (with their exit code when it was recorded)."""
+
+    def shutdown(self) -> list[str]:
+        """Stops every attempt (the controller is stopping); returns their ids."""
+
+
+class LaunchError(Exception):
+    """An attempt could not be started (bad workdir, missing executable, …)."""

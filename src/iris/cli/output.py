@@ -1,0 +1,275 @@
+"""Formats what the CLI prints: aligned tables, ages and durations, log lines, and JSON documents.
+
+These are pure functions of the API's messages so the table layout and the JSON shape can be tested
+without a controller. JSON uses the proto field names (`job_id`, not `jobId`) and prints every field,
+so `jq .exit_code` works on a job that exited 0.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from iris.core.units import format_size
+
+
+def message_to_dict(message: Any) -> dict[str, Any]:
+    from google.protobuf import json_format
+
+    return json_format.MessageToDict(
+        message,
+        always_print_fields_with_no_presence=True,
+        preserving_proto_field_name=True,
+        unquote_int64_if_possible=True,
+    )
+
+
+def dump_json(doc: Any) -> str:
+    return json.dumps(doc, indent=2, sort_keys=False, default=str)
+
+
+def render_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """Left-aligned columns separated by two spaces; the last column is not padded."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for row in cells:
+        parts = [c.ljust(widths[i]) if i < len(row) - 1 else c for i, c in enumerate(row)]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def format_duration(seconds: float) -> str:
+    """`45s`, `3m12s`, `2h05m`, `3d4h`: compact and exact enough to compare jobs."""
+    if seconds < 0:
+        seconds = 0
+    if seconds < 10:
+        return f"{seconds:.1f}s" if seconds < 1 or seconds != int(seconds) else f"{int(seconds)}s"
+    total = int(round(seconds))
+    if total < 60:
+        return f"{total}s"
+    minutes, secs = divmod(total, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours}h"
+
+
+def format_age(ms: int, now_ms: int | None = None) -> str:
+    """How long ago an epoch-milliseconds time was, in whole units (`3s`, `5m`, `2h`, `4d`)."""
+    if not ms:
+        return "-"
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    seconds = max(0, (now - ms) // 1000)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def format_time(ms: int) -> str:
+    if not ms:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+
+
+def format_resources(resources: Any) -> str:
+    parts = [f"cpu={resources.cpu:g}", f"memory={format_size(resources.memory_bytes)}"]
+    if resources.disk_bytes:
+        parts.append(f"disk={format_size(resources.disk_bytes)}")
+    device = resources.device
+    if device.kind in ("gpu", "tpu") and device.count:
+        name = device.topology or f"{device.variant or 'any'}x{device.count}"
+        parts.append(f"{device.kind}={name}")
+    return " ".join(parts)
+
+
+def format_constraint(c: Any) -> str:
+    soft = " (preferred)" if c.preferred else ""
+    if c.op in ("EXISTS", "NOT_EXISTS"):
+        return f"{c.key} {c.op}{soft}"
+    return f"{c.key} {c.op} {','.join(c.values)}{soft}"
+
+
+def format_tasks(job: Any) -> str:
+    """The TASKS column: `succeeded/total`, with what the rest are doing when not all are done."""
+    counts = dict(job.task_counts)
+    total = sum(counts.values()) or job.replicas
+    done = counts.get("SUCCEEDED", 0)
+    others = [f"{n} {s.lower()}" for s, n in sorted(counts.items()) if s != "SUCCEEDED" and n]
+    text = f"{done}/{total}"
+    if others and done != total:
+        text += " (" + ", ".join(others) + ")"
+    return text
+
+
+def job_reason(job: Any) -> str:
+    """Why a job is where it is: the pending reason while it waits, else its error."""
+    if job.state == "PENDING":
+        return job.pending_reason or "waiting for the scheduler"
+    return job.error
+
+
+def jobs_table(jobs: Sequence[Any], now_ms: int | None = None) -> str:
+    rows = [
+        (j.job_id, j.state, j.cluster or "-", format_tasks(j), format_age(j.submitted_ms, now_ms), job_reason(j))
+        for j in jobs
+    ]
+    return render_table(("JOB", "STATE", "CLUSTER", "TASKS", "AGE", "REASON"), rows)
+
+
+def exit_text(message: Any) -> str:
+    return str(message.exit_code) if message.has_exit_code else "-"
+
+
+def run_time(started_ms: int, finished_ms: int, now_ms: int | None = None) -> str:
+    if not started_ms:
+        return "-"
+    end = finished_ms or (int(time.time() * 1000) if now_ms is None else now_ms)
+    return format_duration((end - started_ms) / 1000)
+
+
+def describe_job(resp: Any, now_ms: int | None = None) -> str:
+    """The `job describe` page: the job, its tasks, and each task's attempts."""
+    job = resp.job
+    fields: list[tuple[str, str]] = [
+        ("Job", job.job_id),
+        ("State", job.state),
+        ("User", job.user or "-"),
+        ("Cluster", job.cluster or "-"),
+        ("Priority", job.priority or "interactive"),
+        ("Command", " ".join(_quote(a) for a in job.command)),
+        ("Resources", format_resources(job.resources)),
+        ("Replicas", str(job.replicas)),
+        ("Tasks", format_tasks(job)),
+    ]
+    if job.constraints:
+        fields.append(("Constraints", "; ".join(format_constraint(c) for c in job.constraints)))
+    if job.parent_job_id:
+        fields.append(("Parent", job.parent_job_id))
+    if job.peer_id or job.handoff_state:
+        fields.append(("Peer", f"{job.peer_id or '-'} ({job.handoff_state or 'no handoff'})"))
+    fields += [
+        ("Submitted", format_time(job.submitted_ms)),
+        ("Started", format_time(job.started_ms)),
+        ("Finished", format_time(job.finished_ms)),
+        ("Run time", run_time(job.started_ms, job.finished_ms, now_ms)),
+    ]
+    if job.has_exit_code:
+        fields.append(("Exit code", str(job.exit_code)))
+    if job.state == "PENDING":
+        fields.append(("Pending reason", job.pending_reason or "waiting for the scheduler"))
+    if job.error:
+        fields.append(("Error", job.error))
+    if job.stale:
+        fields.append(("Note", "state mirrored from a peer that has not reported recently"))
+    width = max(len(k) for k, _ in fields) + 1
+    out = [f"{(k + ':').ljust(width)}  {v}" for k, v in fields]
+    if resp.tasks:
+        out += ["", "Tasks:"]
+        rows = [
+            (
+                t.task_id,
+                t.state,
+                t.attempt,
+                t.backend_id or "-",
+                t.worker_id or "-",
+                exit_text(t),
+                format_time(t.started_ms),
+                run_time(t.started_ms, t.finished_ms, now_ms),
+                t.error,
+            )
+            for t in resp.tasks
+        ]
+        out.append(_indent(render_table(
+            ("TASK", "STATE", "ATTEMPT", "BACKEND", "WORKER", "EXIT", "STARTED", "RUN TIME", "ERROR"), rows
+        )))
+        attempts = [(t, a) for t in resp.tasks for a in t.attempts]
+        if attempts:
+            out += ["", "Attempts:"]
+            rows = [
+                (
+                    a.attempt_id or f"{t.task_id}:{a.attempt}",
+                    a.state,
+                    a.backend_id or "-",
+                    a.worker_id or "-",
+                    a.pid or "-",
+                    exit_text(a),
+                    format_time(a.started_ms),
+                    run_time(a.started_ms, a.finished_ms, now_ms),
+                    a.error,
+                )
+                for t, a in attempts
+            ]
+            out.append(_indent(render_table(
+                ("ATTEMPT", "STATE", "BACKEND", "WORKER", "PID", "EXIT", "STARTED", "RUN TIME", "ERROR"), rows
+            )))
+    return "\n".join(out)
+
+
+def format_log_line(line: Any, *, show_task: bool, timestamps: bool) -> str:
+    prefix = ""
+    if timestamps:
+        prefix += time.strftime("%H:%M:%S", time.localtime(line.ts_ms / 1000)) + f".{line.ts_ms % 1000:03d} "
+    if show_task:
+        prefix += f"[{line.task_index}] "
+    if line.stream == "iris":
+        prefix += "iris: "
+    return prefix + line.text
+
+
+def write_log_line(line: Any, *, show_task: bool, timestamps: bool) -> None:
+    """Task stdout to stdout; task stderr and the controller's own notes to stderr."""
+    stream = sys.stdout if line.stream == "stdout" else sys.stderr
+    stream.write(format_log_line(line, show_task=show_task, timestamps=timestamps) + "\n")
+    stream.flush()
+
+
+def explain_text(resp: Any) -> str:
+    out = [f"{resp.job_id}: {resp.summary}" if resp.summary else resp.job_id]
+    if resp.groups:
+        rows = [
+            (g.backend_id, g.group, g.workers, g.verdict, "; ".join(g.reasons) or "-")
+            for g in resp.groups
+        ]
+        out += ["", render_table(("BACKEND", "WORKERS GROUP", "WORKERS", "VERDICT", "REASONS"), rows)]
+    if resp.lines:
+        out += [""] + list(resp.lines)
+    return "\n".join(out)
+
+
+def query_rows(resp: Any) -> list[list[Any]]:
+    """ExecuteRawQuery rows as plain Python lists (numbers, strings, None)."""
+    from google.protobuf import json_format
+
+    return [json_format.MessageToDict(row) for row in resp.rows]
+
+
+def query_table(resp: Any) -> str:
+    rows = [["NULL" if v is None else _cell(v) for v in row] for row in query_rows(resp)]
+    text = render_table(list(resp.columns), rows)
+    if resp.truncated:
+        text += f"\n(truncated to {len(rows)} rows)"
+    return text
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _indent(text: str, by: str = "  ") -> str:
+    return "\n".join(by + line for line in text.splitlines())
+
+
+def _quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)

@@ -1,0 +1,270 @@
+"""IrisClient: the Python SDK for one controller, and the layer the `iris` CLI is built on.
+
+Every method returns the API's protobuf messages (fields documented in `iris/rpc/controller.proto`),
+except `submit`, which returns the job id. Errors are the typed errors of `iris.core.errors`: an
+unreachable controller is `Unavailable`, an unknown job `NotFound`, bad input `InvalidArgument`.
+
+Inside a task (`IRIS_JOB_ID` set by the backend) `submit` nests new jobs under the task's job by
+default, so a driver task's sub-jobs are its children: they inherit its env and region, and stopping
+it stops them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from google.protobuf.message import Message
+
+from iris.client.launch import build_launch_request
+from iris.client.transport import ConnectTransport
+from iris.core.constraints import Constraint
+from iris.core.states import TERMINAL_JOB_STATES
+from iris.rpc import controller_pb2 as pb
+
+DEFAULT_URL = "http://127.0.0.1:10000"
+TERMINAL_STATES = frozenset(s.value for s in TERMINAL_JOB_STATES)
+# Poll fast at first (a `true` job finishes in tens of milliseconds), then back off so a long job
+# costs the controller five calls a second, not a hundred.
+POLL_FIRST_S = 0.01
+POLL_MAX_S = 0.2
+POLL_GROWTH = 1.5
+
+
+def default_url() -> str:
+    return os.environ.get("IRIS_CONTROLLER") or DEFAULT_URL
+
+
+class IrisClient:
+    """A connection to one controller. Safe to share between threads."""
+
+    def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30.0):
+        self._transport = ConnectTransport(
+            url or default_url(), token if token is not None else os.environ.get("IRIS_TOKEN"), timeout
+        )
+
+    @property
+    def url(self) -> str:
+        return self._transport.url
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def __enter__(self) -> "IrisClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"IrisClient({self.url!r})"
+
+    # -- submitting -----------------------------------------------------------------------------
+
+    def prepare(
+        self,
+        command: str | Sequence[str],
+        *,
+        name: str | None = None,
+        user: str | None = None,
+        cpu: float | None = None,
+        memory: str | int | None = None,
+        disk: str | int | None = None,
+        gpu: str | None = None,
+        tpu: str | None = None,
+        replicas: int = 1,
+        priority: str | None = None,
+        constraints: Iterable[str | Constraint] = (),
+        region: str | None = None,
+        zone: str | None = None,
+        target_cluster: str | None = None,
+        env: Mapping[str, str] | None = None,
+        max_retries: int = 0,
+        max_retries_preemption: int | None = None,
+        timeout: float | str | None = None,
+        scheduling_timeout: float | str | None = None,
+        coschedule: bool = False,
+        existing_job_policy: str = "error",
+        parent: str | None = None,
+        workdir: str | None = None,
+    ) -> pb.LaunchJobRequest:
+        """Validates a job's options and returns the LaunchJobRequest that `launch` would send.
+
+        `command` is an argv list, or a string run by `/bin/sh -c`. Sizes take `8G`, durations
+        `30s`/`5m`, `gpu` takes `H100x8`/`8`/`H100`, `tpu` a slice name (`v5p-8`), `constraints`
+        their text form (`region=us-east5`, `gpu-count>=4`). `region="any"` opts a child out of its
+        parent's region. `parent=None` means the job of the task this runs in (`IRIS_JOB_ID`), if
+        any; pass `parent=""` to submit a root job from a task. A `name` starting with '/' is a
+        full job id; without a name the controller generates one.
+        """
+        if parent is None and not (name or "").startswith("/"):
+            parent = os.environ.get("IRIS_JOB_ID") or ""
+        request = build_launch_request(
+            command,
+            name=name,
+            user=user,
+            cpu=cpu,
+            memory=memory,
+            disk=disk,
+            gpu=gpu,
+            tpu=tpu,
+            replicas=replicas,
+            priority=priority,
+            constraints=constraints,
+            region=region,
+            zone=zone,
+            target_cluster=target_cluster,
+            env=env,
+            max_retries=max_retries,
+            max_retries_preemption=max_retries_preemption,
+            timeout=timeout,
+            scheduling_timeout=scheduling_timeout,
+            coschedule=coschedule,
+            existing_job_policy=existing_job_policy,
+            parent=parent,
+            workdir=workdir,
+        )
+        return request
+
+    def launch(self, command: str | Sequence[str], **options: Any) -> pb.LaunchJobResponse:
+        """Submits a job (options as for `prepare`); returns the job id, state and disposition."""
+        return self.launch_request(self.prepare(command, **options))
+
+    def submit(self, command: str | Sequence[str], **options: Any) -> str:
+        """Submits a job (options as for `prepare`) and returns its id, e.g. `/alice/train`."""
+        return self.launch(command, **options).job_id
+
+    def launch_request(self, request: pb.LaunchJobRequest) -> pb.LaunchJobResponse:
+        """Sends a ready-made LaunchJobRequest as is."""
+        return self._transport.call("LaunchJob", request, pb.LaunchJobResponse)
+
+    # -- watching -------------------------------------------------------------------------------
+
+    def status(self, job: str) -> pb.JobStatus:
+        return self._transport.call("GetJobStatus", pb.GetJobStatusRequest(job_id=job), pb.GetJobStatusResponse).job
+
+    def describe(self, job: str) -> pb.GetJobStatusResponse:
+        """The job with its tasks and every attempt of each."""
+        return self._transport.call(
+            "GetJobStatus",
+            pb.GetJobStatusRequest(job_id=job, include_tasks=True, include_attempts=True),
+            pb.GetJobStatusResponse,
+        )
+
+    def tasks(self, job: str, include_attempts: bool = False) -> list[pb.TaskStatus]:
+        request = pb.ListTasksRequest(job_id=job, include_attempts=include_attempts)
+        return list(self._transport.call("ListTasks", request, pb.ListTasksResponse).tasks)
+
+    def wait(self, job: str, timeout: float | None = None) -> pb.JobStatus:
+        """Blocks until the job is terminal and returns its final status; TimeoutError after `timeout` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = POLL_FIRST_S
+        while True:
+            status = self.status(job)
+            if status.state in TERMINAL_STATES:
+                return status
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"job {job} is still {status.state} after {timeout:g}s")
+                delay = min(delay, remaining)
+            time.sleep(delay)
+            delay = min(delay * POLL_GROWTH, POLL_MAX_S)
+
+    def list(
+        self, state: str | None = None, prefix: str | None = None, user: str | None = None, limit: int = 0
+    ) -> list[pb.JobStatus]:
+        """Jobs, newest first as the controller orders them; `state` and `prefix` filter."""
+        request = pb.ListJobsRequest(state=(state or "").upper(), prefix=prefix or "", user=user or "", limit=limit)
+        return list(self._transport.call("ListJobs", request, pb.ListJobsResponse).jobs)
+
+    # -- logs -----------------------------------------------------------------------------------
+
+    def fetch_logs(
+        self, job: str, *, task: int | None = None, after_seq: int = 0, tail: int = 0, limit: int = 0
+    ) -> pb.FetchLogsResponse:
+        """One FetchLogs call: lines after `after_seq` (or the last `tail`), and whether the job is over."""
+        request = pb.FetchLogsRequest(
+            job_id=job, task_index=-1 if task is None else task, after_seq=after_seq, tail=tail, limit=limit
+        )
+        return self._transport.call("FetchLogs", request, pb.FetchLogsResponse)
+
+    def logs(self, job: str, *, task: int | None = None, tail: int = 0) -> list[pb.LogLine]:
+        """Every stored line of the job (or of one task), or only the last `tail` lines."""
+        if tail > 0:
+            return list(self.fetch_logs(job, task=task, tail=tail).lines)
+        lines: list[pb.LogLine] = []
+        after = 0
+        while True:
+            batch = self.fetch_logs(job, task=task, after_seq=after).lines
+            if not batch:
+                return lines
+            lines.extend(batch)
+            after = max(after, max(line.seq for line in batch))
+
+    def follow(self, job: str, *, task: int | None = None, tail: int = 0) -> Iterator[pb.LogLine]:
+        """Yields the job's lines as they are written, until the job is terminal and all are read.
+
+        With `tail`, starts from the last `tail` lines instead of the first line.
+        """
+        after = 0
+        delay = POLL_FIRST_S
+        first = True
+        while True:
+            resp = self.fetch_logs(job, task=task, after_seq=after, tail=tail if first and tail > 0 else 0)
+            first = False
+            for line in resp.lines:
+                yield line
+            if resp.lines:
+                after = max(after, max(line.seq for line in resp.lines))
+                delay = POLL_FIRST_S
+                continue
+            if resp.job_finished:
+                return
+            time.sleep(delay)
+            delay = min(delay * POLL_GROWTH, POLL_MAX_S)
+
+    # -- acting ---------------------------------------------------------------------------------
+
+    def cancel(self, job: str, reason: str = "") -> pb.TerminateJobResponse:
+        """Stops the job and every job below it; the response names each job that was stopped."""
+        return self._transport.call(
+            "TerminateJob", pb.TerminateJobRequest(job_id=job, reason=reason), pb.TerminateJobResponse
+        )
+
+    def explain(self, job: str) -> pb.ExplainJobResponse:
+        """Why the job does or does not fit, per backend and group of identical workers."""
+        return self._transport.call("ExplainJob", pb.ExplainJobRequest(job_id=job), pb.ExplainJobResponse)
+
+    # -- the cluster ----------------------------------------------------------------------------
+
+    def query(self, sql: str, limit: int = 0) -> pb.ExecuteRawQueryResponse:
+        """Runs a read-only SQL statement against the controller's database."""
+        return self._transport.call(
+            "ExecuteRawQuery", pb.ExecuteRawQueryRequest(sql=sql, limit=limit), pb.ExecuteRawQueryResponse
+        )
+
+    def backends(self) -> pb.ListBackendsResponse:
+        return self._transport.call("ListBackends", pb.ListBackendsRequest(), pb.ListBackendsResponse)
+
+    def workers(self, backend: str | None = None) -> list[pb.WorkerInfo]:
+        request = pb.ListWorkersRequest(backend_id=backend or "")
+        return list(self._transport.call("ListWorkers", request, pb.ListWorkersResponse).workers)
+
+    def peers(self) -> list[pb.PeerInfo]:
+        return list(self._transport.call("ListPeers", pb.ListPeersRequest(), pb.ListPeersResponse).peers)
+
+    def cluster_info(self) -> pb.GetClusterInfoResponse:
+        return self._transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
+
+    def call(self, method: str, request: Message) -> Message:
+        """Calls any ControllerService method by its proto name (e.g. "ListPeers")."""
+        descriptor = pb.DESCRIPTOR.services_by_name["ControllerService"].methods_by_name.get(method)
+        if descriptor is None:
+            from iris.core.errors import InvalidArgument
+
+            raise InvalidArgument(f"ControllerService has no method {method!r}")
+        response_type = getattr(pb, descriptor.output_type.name)
+        return self._transport.call(method, request, response_type)

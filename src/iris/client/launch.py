@@ -1,0 +1,142 @@
+"""Builds a LaunchJobRequest from the values a person types (`--memory 8G`, `--gpu H100x8`, …).
+
+The CLI's `job run` flags and the SDK's `submit` keywords are the same values, so one pure function
+turns both into the wire message; everything it can check without the controller (sizes, device
+spellings, constraint keys and ops, bands, names) fails here with the message to fix it, before a
+request is sent.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+import iris
+from iris.core.bands import Band
+from iris.core.constraints import Constraint, make_constraint, parse_constraint_text
+from iris.core.errors import InvalidArgument
+from iris.core.names import JobName, validate_component
+from iris.core.resources import build_resources
+from iris.core.units import parse_duration
+from iris.rpc import controller_pb2 as pb
+
+EXISTING_JOB_POLICIES = ("error", "keep", "replace")
+_SHELL_CHARS = re.compile(r"[\s|&;<>()$`]")
+
+
+def default_user() -> str:
+    """$USER (or 'user'), with characters a job name cannot hold replaced by '-'."""
+    raw = os.environ.get("USER") or os.environ.get("USERNAME") or "user"
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "-", raw).strip("-._") or "user"
+    return cleaned if not cleaned.isdigit() else f"u{cleaned}"
+
+
+def normalize_command(command: str | Sequence[str]) -> list[str]:
+    """The argv to run: a string, or a single argument that needs a shell, runs under `sh -c`."""
+    if isinstance(command, str):
+        argv = [command]
+    else:
+        argv = [str(a) for a in command]
+    if not argv or not any(a.strip() for a in argv):
+        raise InvalidArgument("the job has no command; give one after `--`, e.g. iris job run -- python train.py")
+    if len(argv) == 1 and _SHELL_CHARS.search(argv[0]):
+        return ["/bin/sh", "-c", argv[0]]
+    return argv
+
+
+def to_constraint(value: str | Constraint) -> Constraint:
+    return value if isinstance(value, Constraint) else parse_constraint_text(value)
+
+
+def constraint_message(c: Constraint) -> pb.Constraint:
+    return pb.Constraint(key=c.key, op=c.op.value, values=list(c.values), preferred=c.preferred)
+
+
+def build_launch_request(
+    command: str | Sequence[str],
+    *,
+    name: str | None = None,
+    user: str | None = None,
+    cpu: float | None = None,
+    memory: str | int | None = None,
+    disk: str | int | None = None,
+    gpu: str | None = None,
+    tpu: str | None = None,
+    replicas: int = 1,
+    priority: str | None = None,
+    constraints: Iterable[str | Constraint] = (),
+    region: str | None = None,
+    zone: str | None = None,
+    target_cluster: str | None = None,
+    env: Mapping[str, str] | None = None,
+    max_retries: int = 0,
+    max_retries_preemption: int | None = None,
+    timeout: float | str | None = None,
+    scheduling_timeout: float | str | None = None,
+    coschedule: bool = False,
+    existing_job_policy: str = "error",
+    parent: str | None = None,
+    workdir: str | None = None,
+) -> pb.LaunchJobRequest:
+    """Validates the values and returns the request; raises InvalidArgument naming what to fix."""
+    argv = normalize_command(command)
+    resources = build_resources(cpu=cpu, memory=memory, disk=disk, gpu=gpu, tpu=tpu)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise InvalidArgument(f"replicas {replicas!r} must be a whole number of at least 1")
+    band = Band.parse(priority)
+    policy = (existing_job_policy or "error").strip().lower()
+    if policy not in EXISTING_JOB_POLICIES:
+        raise InvalidArgument(f"existing-job policy {existing_job_policy!r} is not one of {', '.join(EXISTING_JOB_POLICIES)}")
+    if max_retries < 0:
+        raise InvalidArgument(f"max retries {max_retries} must not be negative")
+    if max_retries_preemption is not None and max_retries_preemption < 0:
+        raise InvalidArgument(f"max preemption retries {max_retries_preemption} must not be negative")
+
+    parsed = [to_constraint(c) for c in constraints]
+    if region:
+        parsed.append(make_constraint("region", "EQ", (region,)))
+    if zone:
+        parsed.append(make_constraint("zone", "EQ", (zone,)))
+    if target_cluster:
+        parsed.append(make_constraint("cluster", "EQ", (target_cluster,)))
+
+    parent = parent or ""
+    name = (name or "").strip()
+    if parent:
+        JobName.parse(parent)
+        if name:
+            validate_component("job name", name)
+    elif name.startswith("/"):
+        JobName.parse(name)
+    elif name:
+        validate_component("job name", name)
+    user = user if user is not None else default_user()
+    if not name.startswith("/") and not parent:
+        validate_component("user", user)
+
+    device = resources.device
+    return pb.LaunchJobRequest(
+        name=name,
+        user=user,
+        command=argv,
+        resources=pb.Resources(
+            cpu=resources.cpu,
+            memory_bytes=resources.memory,
+            disk_bytes=resources.disk,
+            device=pb.Device(kind=device.kind, variant=device.variant, count=device.count, topology=device.topology),
+        ),
+        replicas=replicas,
+        priority=band.label,
+        constraints=[constraint_message(c) for c in parsed],
+        env=dict(env or {}),
+        max_retries_failure=max_retries,
+        max_retries_preemption=-1 if max_retries_preemption is None else max_retries_preemption,
+        timeout_s=0.0 if timeout in (None, "") else parse_duration(timeout),
+        scheduling_timeout_s=0.0 if scheduling_timeout in (None, "") else parse_duration(scheduling_timeout),
+        coschedule=coschedule,
+        existing_job_policy=policy,
+        parent_job_id=parent,
+        client_revision_date=iris.REVISION_DATE,
+        workdir=workdir or "",
+    )

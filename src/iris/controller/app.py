@@ -1,0 +1,105 @@
+"""The controller: one cluster's database, backends and control tick, wired from its config.
+
+Stopping it gracefully ends the attempts its local backends run, recording them WORKER_FAILED
+first so they are retried on the next start rather than counted as failures of the job. A crash
+(SIGKILL) leaves them running instead, to be re-adopted by the next controller.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from sqlalchemy import text
+
+from iris.backends.local.backend import LocalBackend
+from iris.controller.db import attempts as attempt_db
+from iris.controller.db.database import Database
+from iris.controller.db.jobs import refresh_jobs, require_job
+from iris.controller.tick import ControlLoop
+from iris.core.config import ClusterConfig
+from iris.core.errors import FailedPrecondition
+from iris.core.states import TaskState
+from iris.rpc import controller_pb2 as pb
+
+log = logging.getLogger("iris.controller")
+
+
+class Controller:
+    def __init__(self, config: ClusterConfig, clock=time.time):
+        self.config = config
+        self.clock = clock
+        self.started_at = clock()
+        state = config.state_path
+        state.mkdir(parents=True, exist_ok=True)
+        self.db = Database(state / "controller.db")
+        self.backends = {b.id: LocalBackend(b, state, wake=self._wake) for b in config.backends}
+        self.tick = ControlLoop(
+            self.db, self.backends, self.base_env(), config.controller.tick_interval, clock=clock
+        )
+
+    def _wake(self) -> None:
+        self.tick.wake()
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def base_env(self) -> dict[str, str]:
+        """The env every task starts from: the controller's own, the cluster's task_env defaults,
+        and where to reach this controller (a job's own env is layered on top at launch)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("IRIS_")}
+        env.update(self.config.defaults.task_env)
+        env.update(PYTHONUNBUFFERED="1", IRIS_CONTROLLER=self.config.url, IRIS_CLUSTER=self.config.name)
+        return env
+
+    def start(self) -> None:
+        self.tick.recover()
+        self.tick.start()
+        self.tick.wake()
+
+    def shutdown(self) -> None:
+        self.tick.stop()
+        now = self.now_ms()
+        with self.db.write() as conn:
+            live = conn.execute(
+                text("SELECT attempt_id FROM attempts WHERE state IN ('ASSIGNED','BUILDING','RUNNING') AND cluster IS NULL")
+            ).all()
+            jobs = [attempt_db.end_attempt(conn, r[0], TaskState.WORKER_FAILED, now, "the controller stopped") for r in live]
+            refresh_jobs(conn, [j for j in jobs if j], now)
+        for backend in self.backends.values():
+            backend.shutdown()
+        with self.db.write() as conn:
+            for backend in self.backends.values():
+                attempt_db.store_logs(conn, backend.poll().logs)
+        self.db.close()
+
+    # -- federation and explain seams ----------------------------------------------------------
+
+    def list_peers(self) -> pb.ListPeersResponse:
+        return pb.ListPeersResponse()
+
+    def federation_sync(self, req: pb.FederationSyncRequest) -> pb.FederationSyncResponse:
+        raise FailedPrecondition(f"cluster {self.config.name} has not received any federated jobs from {req.requester or 'anyone'}")
+
+    def explain(self, job_id: str) -> pb.ExplainJobResponse:
+        from iris import scheduler
+
+        with self.db.read() as conn:
+            row = require_job(conn, job_id)
+        resp = pb.ExplainJobResponse(job_id=job_id)
+        if row["state"] != "PENDING":
+            resp.summary = f"job is {row['state']}" + (f": {row['error']}" if row["error"] else "")
+            return resp
+        explain = getattr(scheduler, "explain", None)
+        workers = tuple(w for b in self.backends.values() for w in b.workers())
+        snapshot = self.tick.loader.load(self.now_ms(), workers)
+        if explain is None:
+            resp.summary = row["pending_reason"]
+            return resp
+        result = explain(snapshot, job_id)
+        resp.summary = result.summary
+        for g in getattr(result, "groups", ()):
+            resp.groups.add(backend_id=g.backend_id, group=g.group, workers=g.workers, verdict=g.verdict, reasons=list(g.reasons))
+        resp.lines.extend(getattr(result, "lines", ()))
+        return resp

@@ -1,0 +1,51 @@
+"""The controller's one database handle: serialised write transactions and snapshot reads.
+
+The controller is the single writer. Writes take a process-wide lock and then `BEGIN IMMEDIATE`,
+so two threads (the API and the control tick) never interleave a transaction; reads run in a
+deferred transaction, which in WAL mode sees one consistent snapshot and never blocks the writer.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy.engine import Connection
+
+from iris.controller.db.schema import migrate, open_engine
+
+
+class Database:
+    def __init__(self, path: Path):
+        self.path = path
+        self.engine = open_engine(path)
+        self._write_lock = threading.RLock()
+        migrate(self.engine)
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """One write transaction: committed on exit, rolled back on an exception."""
+        with self._write_lock, self.engine.connect() as conn:
+            with conn.begin():
+                yield conn
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """One consistent read snapshot."""
+        with self.engine.connect().execution_options(iris_read=True) as conn:
+            with conn.begin():
+                yield conn
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def dumps(value) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def loads(value: str | None):
+    return json.loads(value) if value else None

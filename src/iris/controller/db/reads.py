@@ -1,0 +1,194 @@
+"""API reads: jobs, tasks, attempts and logs as protobuf messages.
+
+Listings come straight from the denormalised `jobs` row (kept equal to the derived state by
+`refresh_jobs`), so `job list` over a large database is one indexed query plus one grouped count.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from iris.controller.db.jobs import require_job
+from iris.core.errors import InvalidArgument
+from iris.rpc import controller_pb2 as pb
+from iris.rpc.codec import constraint_to_proto, resources_to_proto
+from iris.controller.snapshot import parse_constraints, parse_resources
+from google.protobuf import struct_pb2
+
+MAX_LOG_LINES = 5000
+MAX_QUERY_ROWS = 10_000
+
+
+def _job_message(row, counts: dict[str, int], cfg=None, fed=None, local_cluster: str = "") -> pb.JobStatus:
+    msg = pb.JobStatus(
+        job_id=row["job_id"], state=row["state"], user=row["user"], owner=row["owner"], priority=row["band"],
+        cluster=row["cluster"] or local_cluster, replicas=row["replicas"], task_counts=counts,
+        submitted_ms=row["submitted_ms"], started_ms=row["started_ms"] or 0, finished_ms=row["finished_ms"] or 0,
+        pending_reason=row["pending_reason"] if row["state"] == "PENDING" else "",
+        error=row["error"] or "", parent_job_id=row["parent_job_id"] or "",
+    )
+    if cfg is not None:
+        msg.command.extend(json.loads(cfg["command"]))
+        msg.resources.CopyFrom(resources_to_proto(parse_resources(cfg["resources"])))
+        msg.constraints.extend(constraint_to_proto(c) for c in parse_constraints(cfg["constraints"]))
+    if fed is not None:
+        msg.handoff_state = fed["handoff_state"]
+        msg.peer_id = fed["peer_id"]
+    return msg
+
+
+def _counts(conn: Connection, job_ids: list[str]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {j: {} for j in job_ids}
+    if not job_ids:
+        return out
+    for chunk in range(0, len(job_ids), 500):
+        ids = job_ids[chunk : chunk + 500]
+        marks = ",".join(f":p{i}" for i in range(len(ids)))
+        rows = conn.execute(
+            text(f"SELECT job_id, state, COUNT(*) FROM tasks WHERE job_id IN ({marks}) GROUP BY job_id, state"),
+            {f"p{i}": v for i, v in enumerate(ids)},
+        )
+        for job_id, state, n in rows:
+            out[job_id][state] = n
+    return out
+
+
+def get_job(conn: Connection, job_id: str, local_cluster: str) -> pb.JobStatus:
+    row = require_job(conn, job_id)
+    cfg = conn.execute(text("SELECT * FROM job_config WHERE job_id = :j"), {"j": job_id}).mappings().first()
+    fed = conn.execute(
+        text("SELECT * FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
+    ).mappings().first()
+    msg = _job_message(row, _counts(conn, [job_id])[job_id], cfg, fed, local_cluster)
+    if row["replicas"] == 1:
+        code = conn.execute(text("SELECT exit_code FROM tasks WHERE job_id = :j AND idx = 0"), {"j": job_id}).scalar()
+        if code is not None:
+            msg.exit_code, msg.has_exit_code = code, True
+    return msg
+
+
+def list_jobs(conn: Connection, state: str, prefix: str, user: str, limit: int, local_cluster: str) -> list[pb.JobStatus]:
+    where, params = [], {}
+    if state:
+        states = [s.strip().upper() for s in state.split(",") if s.strip()]
+        where.append("state IN (" + ",".join(f":s{i}" for i in range(len(states))) + ")")
+        params.update({f"s{i}": s for i, s in enumerate(states)})
+    if prefix:
+        where.append("substr(job_id, 1, :plen) = :prefix")
+        params.update(plen=len(prefix), prefix=prefix)
+    if user:
+        where.append("user = :user")
+        params["user"] = user
+    sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY insertion DESC LIMIT :limit"
+    params["limit"] = limit if limit > 0 else 1000
+    rows = conn.execute(text(sql), params).mappings().all()
+    counts = _counts(conn, [r["job_id"] for r in rows])
+    return [_job_message(r, counts[r["job_id"]], local_cluster=local_cluster) for r in rows]
+
+
+def list_tasks(conn: Connection, job_id: str, include_attempts: bool, local_cluster: str) -> list[pb.TaskStatus]:
+    require_job(conn, job_id)
+    tasks = conn.execute(text("SELECT * FROM tasks WHERE job_id = :j ORDER BY idx"), {"j": job_id}).mappings().all()
+    attempts: dict[int, list] = {}
+    if include_attempts:
+        for a in conn.execute(text("SELECT * FROM attempts WHERE job_id = :j ORDER BY idx, attempt"), {"j": job_id}).mappings():
+            attempts.setdefault(a["idx"], []).append(a)
+    out = []
+    for t in tasks:
+        msg = pb.TaskStatus(
+            task_id=t["task_id"], job_id=job_id, index=t["idx"], state=t["state"], attempt=t["attempt"],
+            backend_id=t["backend_id"] or "", worker_id=t["worker_id"] or "", started_ms=t["started_ms"] or 0,
+            finished_ms=t["finished_ms"] or 0, error=t["error"], failure_count=t["failure_count"],
+            preemption_count=t["preemption_count"], cluster=t["cluster"] or local_cluster,
+        )
+        if t["exit_code"] is not None:
+            msg.exit_code, msg.has_exit_code = t["exit_code"], True
+        for a in attempts.get(t["idx"], []):
+            am = msg.attempts.add(
+                attempt_id=a["attempt_id"], attempt=a["attempt"], state=a["state"], backend_id=a["backend_id"] or "",
+                worker_id=a["worker_id"] or "", started_ms=a["started_ms"] or 0, finished_ms=a["finished_ms"] or 0,
+                error=a["error"], pid=a["pid"] or 0,
+            )
+            if a["exit_code"] is not None:
+                am.exit_code, am.has_exit_code = a["exit_code"], True
+        out.append(msg)
+    return out
+
+
+def fetch_logs(conn: Connection, job_id: str, task_index: int, after_seq: int, tail: int, limit: int) -> pb.FetchLogsResponse:
+    row = require_job(conn, job_id)
+    where = "job_id = :j AND seq > :after" + (" AND task_index = :i" if task_index >= 0 else "")
+    params = {"j": job_id, "after": after_seq, "i": task_index}
+    limit = min(limit or MAX_LOG_LINES, MAX_LOG_LINES)
+    if tail > 0:
+        sql = f"SELECT * FROM (SELECT * FROM logs WHERE {where} ORDER BY seq DESC LIMIT :n) ORDER BY seq"
+        params["n"] = min(tail, limit)
+    else:
+        sql = f"SELECT * FROM logs WHERE {where} ORDER BY seq LIMIT :n"
+        params["n"] = limit
+    lines = conn.execute(text(sql), params).mappings().all()
+    resp = pb.FetchLogsResponse(job_state=row["state"], job_finished=row["state"] in ("SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE"))
+    for ln in lines:
+        resp.lines.add(seq=ln["seq"], task_index=ln["task_index"], attempt=ln["attempt"], stream=ln["stream"], ts_ms=ln["ts_ms"], text=ln["text"])
+    resp.next_seq = lines[-1]["seq"] if lines else after_seq
+    if resp.job_finished and len(lines) == params["n"] and tail <= 0:
+        resp.job_finished = False  # more lines remain: the caller should keep reading
+    return resp
+
+
+_READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
+
+
+def _authorize(action, *_args):
+    return sqlite3.SQLITE_OK if action in _READ_ACTIONS else sqlite3.SQLITE_DENY
+
+
+def raw_query(db_path: str, sql: str, limit: int) -> pb.ExecuteRawQueryResponse:
+    """Runs one read-only statement on its own read-only connection; anything else is refused."""
+    if not sql.strip():
+        raise InvalidArgument("the query is empty; e.g. iris query \"SELECT job_id, state FROM jobs\"")
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=10)
+    try:
+        conn.execute("PRAGMA query_only=ON")
+        conn.set_authorizer(_authorize)
+        try:
+            cur = conn.execute(sql)
+        except sqlite3.Warning:
+            raise InvalidArgument("run one statement at a time") from None
+        except sqlite3.DatabaseError as exc:
+            msg = str(exc)
+            if "not authorized" in msg or "readonly" in msg or "query_only" in msg:
+                raise InvalidArgument("iris query is read-only: only SELECT (and WITH … SELECT) statements may run") from None
+            raise InvalidArgument(f"query failed: {msg}") from None
+        if cur.description is None:
+            raise InvalidArgument("iris query is read-only: only SELECT (and WITH … SELECT) statements may run")
+        limit = min(limit or MAX_QUERY_ROWS, MAX_QUERY_ROWS)
+        rows = cur.fetchmany(limit + 1)
+        resp = pb.ExecuteRawQueryResponse(columns=[d[0] for d in cur.description], truncated=len(rows) > limit)
+        for row in rows[:limit]:
+            lv = struct_pb2.ListValue()
+            for v in row:
+                if isinstance(v, bytes):
+                    v = v.hex()
+                lv.values.add().CopyFrom(_value(v))
+            resp.rows.append(lv)
+        return resp
+    finally:
+        conn.close()
+
+
+def _value(v) -> struct_pb2.Value:
+    out = struct_pb2.Value()
+    if v is None:
+        out.null_value = struct_pb2.NULL_VALUE
+    elif isinstance(v, bool):
+        out.bool_value = v
+    elif isinstance(v, (int, float)):
+        out.number_value = v
+    else:
+        out.string_value = str(v)
+    return out

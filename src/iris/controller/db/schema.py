@@ -1,0 +1,223 @@
+"""The controller database: opening SQLite in WAL mode and the numbered migrations.
+
+Each migration runs in one transaction together with the row that records it, so a crash part-way
+leaves either the old schema or the new one; every statement is also written to be re-runnable
+(`IF NOT EXISTS`), so running the migrations again after any crash is always safe.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Engine
+from sqlalchemy.pool import QueuePool
+
+MIGRATIONS: list[tuple[int, str, list[str]]] = [
+    (
+        1,
+        "jobs, tasks, attempts, workers, logs, bundles, endpoints and the federation tables",
+        [
+            """CREATE TABLE IF NOT EXISTS jobs (
+                job_id TEXT PRIMARY KEY,
+                insertion INTEGER NOT NULL UNIQUE,
+                parent_job_id TEXT,
+                root_job_id TEXT NOT NULL,
+                depth INTEGER NOT NULL,
+                user TEXT NOT NULL,
+                owner TEXT NOT NULL,
+                band TEXT NOT NULL,
+                state TEXT NOT NULL,
+                replicas INTEGER NOT NULL,
+                cluster TEXT,
+                submitted_ms INTEGER NOT NULL,
+                root_submitted_ms INTEGER NOT NULL,
+                started_ms INTEGER,
+                finished_ms INTEGER,
+                error TEXT NOT NULL DEFAULT '',
+                pending_reason TEXT NOT NULL DEFAULT '',
+                scheduling_deadline_ms INTEGER,
+                cancel_requested INTEGER NOT NULL DEFAULT 0
+            )""",
+            "CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state)",
+            "CREATE INDEX IF NOT EXISTS jobs_parent ON jobs(parent_job_id)",
+            """CREATE TABLE IF NOT EXISTS job_config (
+                job_id TEXT PRIMARY KEY REFERENCES jobs(job_id) ON DELETE CASCADE,
+                command TEXT NOT NULL,
+                resources TEXT NOT NULL,
+                constraints TEXT NOT NULL,
+                env TEXT NOT NULL,
+                workdir TEXT NOT NULL DEFAULT '',
+                bundle_id TEXT NOT NULL DEFAULT '',
+                workdir_files TEXT NOT NULL DEFAULT '{}',
+                max_retries_failure INTEGER NOT NULL,
+                max_retries_preemption INTEGER NOT NULL,
+                timeout_s REAL NOT NULL DEFAULT 0,
+                coschedule INTEGER NOT NULL DEFAULT 0
+            )""",
+            """CREATE TABLE IF NOT EXISTS tasks (
+                task_id TEXT PRIMARY KEY,
+                job_id TEXT NOT NULL REFERENCES jobs(job_id) ON DELETE CASCADE,
+                idx INTEGER NOT NULL,
+                state TEXT NOT NULL,
+                attempt INTEGER NOT NULL DEFAULT -1,
+                backend_id TEXT,
+                worker_id TEXT,
+                failure_count INTEGER NOT NULL DEFAULT 0,
+                preemption_count INTEGER NOT NULL DEFAULT 0,
+                exit_code INTEGER,
+                started_ms INTEGER,
+                finished_ms INTEGER,
+                error TEXT NOT NULL DEFAULT '',
+                cluster TEXT
+            )""",
+            "CREATE INDEX IF NOT EXISTS tasks_job ON tasks(job_id, idx)",
+            "CREATE INDEX IF NOT EXISTS tasks_state ON tasks(state)",
+            """CREATE TABLE IF NOT EXISTS attempts (
+                attempt_id TEXT PRIMARY KEY,
+                task_id TEXT NOT NULL,
+                job_id TEXT NOT NULL,
+                idx INTEGER NOT NULL,
+                attempt INTEGER NOT NULL,
+                state TEXT NOT NULL,
+                backend_id TEXT,
+                worker_id TEXT,
+                devices TEXT NOT NULL DEFAULT '',
+                pid INTEGER,
+                exit_code INTEGER,
+                created_ms INTEGER NOT NULL,
+                started_ms INTEGER,
+                finished_ms INTEGER,
+                error TEXT NOT NULL DEFAULT '',
+                stdout_offset INTEGER NOT NULL DEFAULT 0,
+                stderr_offset INTEGER NOT NULL DEFAULT 0,
+                cluster TEXT
+            )""",
+            "CREATE INDEX IF NOT EXISTS attempts_task ON attempts(task_id, attempt)",
+            "CREATE INDEX IF NOT EXISTS attempts_job ON attempts(job_id)",
+            "CREATE INDEX IF NOT EXISTS attempts_state ON attempts(state)",
+            """CREATE TABLE IF NOT EXISTS workers (
+                worker_id TEXT PRIMARY KEY,
+                backend_id TEXT NOT NULL,
+                capacity TEXT NOT NULL,
+                attributes TEXT NOT NULL,
+                alive INTEGER NOT NULL DEFAULT 1,
+                last_seen_ms INTEGER NOT NULL
+            )""",
+            """CREATE TABLE IF NOT EXISTS logs (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                job_id TEXT NOT NULL,
+                task_index INTEGER NOT NULL,
+                attempt INTEGER NOT NULL,
+                stream TEXT NOT NULL,
+                ts_ms INTEGER NOT NULL,
+                text TEXT NOT NULL
+            )""",
+            "CREATE INDEX IF NOT EXISTS logs_job ON logs(job_id, seq)",
+            """CREATE TABLE IF NOT EXISTS bundles (
+                content_id TEXT PRIMARY KEY,
+                size INTEGER NOT NULL,
+                created_ms INTEGER NOT NULL
+            )""",
+            """CREATE TABLE IF NOT EXISTS endpoints (
+                name TEXT NOT NULL,
+                job_id TEXT NOT NULL,
+                address TEXT NOT NULL,
+                created_ms INTEGER NOT NULL,
+                PRIMARY KEY (job_id, name)
+            )""",
+            """CREATE TABLE IF NOT EXISTS federated_jobs (
+                job_id TEXT NOT NULL,
+                direction TEXT NOT NULL,
+                peer_id TEXT NOT NULL DEFAULT '',
+                backend_id TEXT NOT NULL DEFAULT '',
+                owner_principal TEXT NOT NULL DEFAULT '',
+                handoff_state TEXT NOT NULL,
+                cancel_intent_version INTEGER NOT NULL DEFAULT 0,
+                nonce TEXT NOT NULL DEFAULT '',
+                updated_ms INTEGER NOT NULL,
+                error TEXT NOT NULL DEFAULT '',
+                PRIMARY KEY (job_id, direction)
+            )""",
+            "CREATE INDEX IF NOT EXISTS federated_jobs_state ON federated_jobs(direction, handoff_state)",
+            """CREATE TABLE IF NOT EXISTS federation_sync_state (
+                peer_id TEXT PRIMARY KEY,
+                cursor INTEGER NOT NULL DEFAULT 0,
+                last_sync_ms INTEGER,
+                stale INTEGER NOT NULL DEFAULT 0
+            )""",
+            """CREATE TABLE IF NOT EXISTS federation_changelog (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                job_id TEXT NOT NULL,
+                requester TEXT NOT NULL,
+                task_index INTEGER,
+                tombstone INTEGER NOT NULL DEFAULT 0,
+                ts_ms INTEGER NOT NULL
+            )""",
+            "CREATE INDEX IF NOT EXISTS federation_changelog_requester ON federation_changelog(requester, seq)",
+        ],
+    ),
+]
+
+
+def _on_connect(dbapi_conn: sqlite3.Connection, _record) -> None:
+    # The driver's implicit transactions are off; Database emits BEGIN (reads) or BEGIN IMMEDIATE
+    # (writes) itself, so a writer takes the lock up front instead of upgrading mid-transaction.
+    dbapi_conn.isolation_level = None
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    # NORMAL in WAL mode survives a process crash (SIGKILL): commits are in the WAL before the
+    # call returns; only an OS crash could lose the last transactions.
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA busy_timeout=10000")
+    cur.close()
+
+
+def _on_begin(conn) -> None:
+    # Reads (execution option iris_read) take a deferred snapshot; writes lock up front.
+    conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("iris_read") else "BEGIN IMMEDIATE")
+
+
+def open_engine(path: Path) -> Engine:
+    """An engine over the database file at `path`, every connection in WAL mode."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(
+        f"sqlite:///{path}",
+        poolclass=QueuePool,
+        pool_size=8,
+        max_overflow=8,
+        connect_args={"check_same_thread": False},
+    )
+    event.listen(engine, "connect", _on_connect)
+    event.listen(engine, "begin", _on_begin)
+    return engine
+
+
+def migrate(engine: Engine) -> list[int]:
+    """Applies every migration not yet recorded; returns the versions applied now."""
+    applied_now: list[int] = []
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                "version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_ms INTEGER NOT NULL)"
+            )
+        )
+    for version, description, statements in MIGRATIONS:
+        with engine.begin() as conn:
+            done = conn.execute(
+                text("SELECT 1 FROM schema_migrations WHERE version = :v"), {"v": version}
+            ).first()
+            if done:
+                continue
+            for statement in statements:
+                conn.execute(text(statement))
+            conn.execute(
+                text("INSERT INTO schema_migrations (version, description, applied_ms) VALUES (:v, :d, :t)"),
+                {"v": version, "d": description, "t": int(time.time() * 1000)},
+            )
+            applied_now.append(version)
+    return applied_now

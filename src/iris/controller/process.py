@@ -1,0 +1,138 @@
+"""Running a controller as a process: in the foreground, detached, and stopping one.
+
+A controller holds an exclusive lock on `<state_dir>/controller.lock` for its whole life, so two
+controllers can never write one database; `controller.pid` and `controller.log` beside it let
+`iris cluster stop` and a person find it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from iris.core.config import ClusterConfig
+from iris.core.errors import FailedPrecondition, Unavailable
+
+
+def pid_path(config: ClusterConfig) -> Path:
+    return config.state_path / "controller.pid"
+
+
+def log_path(config: ClusterConfig) -> Path:
+    return config.state_path / "controller.log"
+
+
+def probe(url: str, timeout: float = 1.0) -> dict | None:
+    """GetClusterInfo over Connect JSON; None when nothing answers."""
+    req = urllib.request.Request(
+        url.rstrip("/") + "/iris.v1.ControllerService/GetClusterInfo",
+        data=b"{}",
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read() or b"{}")
+    except (OSError, urllib.error.URLError, ValueError):
+        return None
+
+
+def read_pid(config: ClusterConfig) -> int | None:
+    try:
+        pid = int(pid_path(config).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return pid
+
+
+def run_foreground(config: ClusterConfig) -> None:
+    """Serves the cluster until SIGINT/SIGTERM, then stops its tick and attempts cleanly."""
+    import uvicorn
+
+    from iris.controller.app import Controller
+    from iris.controller.server import build_app
+
+    config.state_path.mkdir(parents=True, exist_ok=True)
+    lock = open(config.state_path / "controller.lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pid = read_pid(config)
+        raise FailedPrecondition(
+            f"a controller is already running on {config.state_path}" + (f" (pid {pid})" if pid else "")
+            + "; stop it with `iris cluster stop` first"
+        ) from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    controller = Controller(config)
+    pid_path(config).write_text(f"{os.getpid()}\n")
+    try:
+        controller.start()
+        server = uvicorn.Server(
+            uvicorn.Config(build_app(controller), host=config.host, port=config.port, log_level="warning",
+                           lifespan="off", access_log=False)
+        )
+        logging.getLogger("iris.controller").info(
+            "cluster %s serving on %s (state in %s)", config.name, config.url, config.state_path
+        )
+        server.run()
+        if not server.started:
+            raise Unavailable(f"could not listen on {config.listen}: is the port already in use?")
+    finally:
+        controller.shutdown()
+        pid_path(config).unlink(missing_ok=True)
+        lock.close()
+
+
+def start_detached(config: ClusterConfig, argv: list[str], timeout: float = 30) -> int:
+    """Starts `iris cluster start <argv>` in the background; returns its pid once it answers."""
+    running = read_pid(config)
+    if running and probe(config.url):
+        raise FailedPrecondition(f"cluster {config.name} is already running (pid {running}) at {config.url}")
+    config.state_path.mkdir(parents=True, exist_ok=True)
+    log = open(log_path(config), "ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "iris.cli.main", "cluster", "start", *argv],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
+    )
+    log.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log_path(config).read_text(errors="replace").strip().splitlines()[-5:]
+            raise Unavailable(f"the controller exited with code {proc.returncode}: " + " | ".join(tail))
+        if probe(config.url, timeout=0.5):
+            return proc.pid
+        time.sleep(0.05)
+    proc.terminate()
+    raise Unavailable(f"the controller did not answer at {config.url} within {timeout:g}s; see {log_path(config)}")
+
+
+def stop(config: ClusterConfig, timeout: float = 15) -> bool:
+    """Stops the controller recorded in `controller.pid`; False when none was running."""
+    pid = read_pid(config)
+    if pid is None:
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    return True

@@ -1,0 +1,169 @@
+"""The ControllerService RPC handlers: thin translations between messages and the store.
+
+Handlers run their blocking database work on a thread, so a slow query never stalls the event
+loop; typed errors from any layer become the Connect code they declare, message unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import time
+from typing import TYPE_CHECKING
+
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+
+from iris import REVISION_DATE, __version__
+from iris.controller.db import reads
+from iris.controller.db.jobs import insert_job, terminate_job
+from iris.controller.submit import build_spec, check_client_freshness, parent_context, resolve_job_id
+from iris.core.errors import IrisError
+from iris.rpc import controller_pb2 as pb
+from iris.rpc.codec import resources_to_proto
+
+if TYPE_CHECKING:
+    from iris.controller.app import Controller
+
+
+def _connect_error(exc: IrisError) -> ConnectError:
+    return ConnectError(Code[exc.code.upper()], exc.message)
+
+
+def rpc(fn):
+    """Runs a handler body on a worker thread and maps typed errors to Connect errors."""
+
+    @functools.wraps(fn)
+    async def handler(self, request, ctx):
+        try:
+            return await asyncio.to_thread(fn, self, request)
+        except IrisError as exc:
+            raise _connect_error(exc) from None
+
+    return handler
+
+
+class ControllerServiceImpl:
+    def __init__(self, controller: "Controller"):
+        self.c = controller
+
+    @property
+    def name(self) -> str:
+        return self.c.config.name
+
+    @rpc
+    def launch_job(self, req: pb.LaunchJobRequest) -> pb.LaunchJobResponse:
+        name = resolve_job_id(req)
+        if name.is_root:
+            check_client_freshness(req.client_revision_date, self.c.config.controller.client_max_age_days)
+        now = self.c.now_ms()
+        with self.c.db.write() as conn:
+            parent, parent_constraints, parent_env = (None, (), {})
+            if name.parent is not None:
+                parent, parent_constraints, parent_env = parent_context(conn, str(name.parent))
+            spec = build_spec(req, parent, parent_constraints, parent_env, owner=req.user or name.user)
+            state, created = insert_job(conn, spec, now, req.existing_job_policy or "error")
+        if created:
+            self.c.tick.wake()
+        return pb.LaunchJobResponse(job_id=spec.job_id, state=state, disposition="local" if created else "existing")
+
+    @rpc
+    def get_job_status(self, req: pb.GetJobStatusRequest) -> pb.GetJobStatusResponse:
+        with self.c.db.read() as conn:
+            job = reads.get_job(conn, req.job_id, self.name)
+            tasks = reads.list_tasks(conn, req.job_id, req.include_attempts, self.name) if req.include_tasks else []
+        return pb.GetJobStatusResponse(job=job, tasks=tasks)
+
+    @rpc
+    def list_jobs(self, req: pb.ListJobsRequest) -> pb.ListJobsResponse:
+        with self.c.db.read() as conn:
+            return pb.ListJobsResponse(jobs=reads.list_jobs(conn, req.state, req.prefix, req.user, req.limit, self.name))
+
+    @rpc
+    def list_tasks(self, req: pb.ListTasksRequest) -> pb.ListTasksResponse:
+        with self.c.db.read() as conn:
+            return pb.ListTasksResponse(tasks=reads.list_tasks(conn, req.job_id, req.include_attempts, self.name))
+
+    @rpc
+    def terminate_job(self, req: pb.TerminateJobRequest) -> pb.TerminateJobResponse:
+        now = self.c.now_ms()
+        with self.c.db.write() as conn:
+            stopped = terminate_job(conn, req.job_id, req.reason or "stopped by request", now)
+        if stopped:
+            # Return once the tick has stopped the processes, so "stopped" means gone.
+            self.c.tick.wait_for_tick(timeout=5)
+        with self.c.db.read() as conn:
+            state = reads.get_job(conn, req.job_id, self.name).state
+        return pb.TerminateJobResponse(terminated=stopped, state=state)
+
+    @rpc
+    def fetch_logs(self, req: pb.FetchLogsRequest) -> pb.FetchLogsResponse:
+        with self.c.db.read() as conn:
+            return reads.fetch_logs(conn, req.job_id, req.task_index, req.after_seq, req.tail, req.limit)
+
+    @rpc
+    def list_backends(self, req: pb.ListBackendsRequest) -> pb.ListBackendsResponse:
+        resp = pb.ListBackendsResponse(cluster=self.name)
+        for backend in self.c.backends.values():
+            d = backend.describe()
+            info = resp.backends.add(id=d.id, kind=d.kind, attributes=dict(d.attributes), workers=len(backend.workers()))
+            if d.worker_capacity is not None:
+                info.worker_capacity.CopyFrom(resources_to_proto(d.worker_capacity))
+            avail = self.c.tick.availability.get(d.id)
+            if avail is not None:
+                a = info.availability
+                a.version, a.observation_epoch_ms = avail.version, avail.observation_epoch_ms
+                a.amounts.update(avail.amounts)
+                a.total_amounts.update(avail.total_amounts)
+                for h in avail.held_by_band:
+                    a.held_by_band.add(band=h.band.label, amounts=dict(h.amounts))
+        return resp
+
+    @rpc
+    def list_workers(self, req: pb.ListWorkersRequest) -> pb.ListWorkersResponse:
+        running = self.c.tick.loader.load_running()
+        used: dict[str, list] = {}
+        for t in running:
+            used.setdefault(t.worker_id, []).append(t.resources)
+        resp = pb.ListWorkersResponse()
+        for backend in self.c.backends.values():
+            if req.backend_id and backend.id != req.backend_id:
+                continue
+            for w in backend.workers():
+                rs = used.get(w.worker_id, [])
+                u = pb.Resources(cpu=sum(r.cpu for r in rs), memory_bytes=sum(r.memory for r in rs),
+                                 disk_bytes=sum(r.disk for r in rs))
+                u.device.count = sum(r.device.count for r in rs)
+                resp.workers.add(worker_id=w.worker_id, backend_id=w.backend_id, alive=w.alive,
+                                 capacity=resources_to_proto(w.capacity), used=u, attributes=dict(w.attributes),
+                                 running_tasks=len(rs))
+        return resp
+
+    @rpc
+    def list_peers(self, req: pb.ListPeersRequest) -> pb.ListPeersResponse:
+        return self.c.list_peers()
+
+    @rpc
+    def execute_raw_query(self, req: pb.ExecuteRawQueryRequest) -> pb.ExecuteRawQueryResponse:
+        return reads.raw_query(str(self.c.db.path), req.sql, req.limit)
+
+    @rpc
+    def explain_job(self, req: pb.ExplainJobRequest) -> pb.ExplainJobResponse:
+        return self.c.explain(req.job_id)
+
+    @rpc
+    def get_cluster_info(self, req: pb.GetClusterInfoRequest) -> pb.GetClusterInfoResponse:
+        with self.c.db.read() as conn:
+            from sqlalchemy import text
+
+            counts = {s: n for s, n in conn.execute(text("SELECT state, COUNT(*) FROM jobs GROUP BY state"))}
+        return pb.GetClusterInfoResponse(
+            name=self.name, version=__version__, revision_date=REVISION_DATE, uptime_s=time.time() - self.c.started_at,
+            job_counts=counts, backends=len(self.c.backends), peers=len(self.c.config.peers), pid=os.getpid(),
+            state_dir=str(self.c.config.state_path),
+        )
+
+    @rpc
+    def federation_sync(self, req: pb.FederationSyncRequest) -> pb.FederationSyncResponse:
+        return self.c.federation_sync(req)

@@ -1,0 +1,121 @@
+"""Loads the scheduler's frozen snapshot from the database, and the launch spec of a placed task.
+
+A job's config never changes after submit, so parsed resources and constraints are cached per job:
+a tick with ten thousand pending tasks parses each job's JSON once, not once per tick.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sqlalchemy import text
+
+from iris.backends.protocol import LaunchSpec
+from iris.controller.db.database import Database
+from iris.core.bands import Band
+from iris.core.constraints import Constraint, Op
+from iris.core.resources import Device, Resources
+from iris.scheduler.snapshot import PendingTask, RunningTask, SchedulingSnapshot, WorkerSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class JobConfig:
+    command: tuple[str, ...]
+    resources: Resources
+    constraints: tuple[Constraint, ...]
+    env: Mapping[str, str]
+    workdir: str
+    coschedule: bool
+
+
+def parse_resources(raw: str) -> Resources:
+    d = json.loads(raw)
+    dev = d.get("device") or {}
+    device = Device(dev.get("kind", "cpu"), dev.get("variant", ""), int(dev.get("count", 0)), dev.get("topology", ""))
+    return Resources(cpu=float(d["cpu"]), memory=int(d["memory"]), disk=int(d["disk"]), device=device)
+
+
+def parse_constraints(raw: str) -> tuple[Constraint, ...]:
+    return tuple(Constraint(k, Op(op), tuple(vals), bool(pref)) for k, op, vals, pref in json.loads(raw))
+
+
+class SnapshotLoader:
+    def __init__(self, db: Database):
+        self.db = db
+        self._configs: dict[str, JobConfig] = {}
+
+    def config(self, conn, job_id: str) -> JobConfig:
+        cached = self._configs.get(job_id)
+        if cached is None:
+            row = conn.execute(
+                text("SELECT command, resources, constraints, env, workdir, coschedule FROM job_config WHERE job_id = :j"),
+                {"j": job_id},
+            ).first()
+            cached = JobConfig(
+                tuple(json.loads(row[0])), parse_resources(row[1]), parse_constraints(row[2]),
+                json.loads(row[3]), row[4], bool(row[5]),
+            )
+            if len(self._configs) > 200_000:
+                self._configs.clear()
+            self._configs[job_id] = cached
+        return cached
+
+    def load(self, now_ms: int, workers: tuple[WorkerSnapshot, ...]) -> SchedulingSnapshot:
+        with self.db.read() as conn:
+            running = self._running(conn)
+            rows = conn.execute(
+                text(
+                    "SELECT t.task_id, t.job_id, t.idx, j.band, j.user, j.depth, j.root_submitted_ms, j.insertion,"
+                    " j.replicas, j.scheduling_deadline_ms, p.state FROM tasks t JOIN jobs j ON j.job_id = t.job_id"
+                    " LEFT JOIN jobs p ON p.job_id = j.parent_job_id"
+                    " WHERE t.state = 'PENDING' AND t.cluster IS NULL"
+                )
+            ).all()
+            pending = []
+            for r in rows:
+                cfg = self.config(conn, r[1])
+                pending.append(
+                    PendingTask(
+                        task_id=r[0], job_id=r[1], index=r[2], resources=cfg.resources, constraints=cfg.constraints,
+                        band=Band.parse(r[3]), user=r[4], depth=r[5], root_submitted_ms=r[6], insertion=r[7],
+                        replicas=r[8], coschedule=cfg.coschedule, scheduling_deadline_ms=r[9],
+                        parent_running=r[10] == "RUNNING",
+                    )
+                )
+        return SchedulingSnapshot(now_ms=now_ms, workers=workers, running=running, pending=tuple(pending))
+
+    def load_running(self) -> tuple[RunningTask, ...]:
+        with self.db.read() as conn:
+            return self._running(conn)
+
+    def _running(self, conn) -> tuple[RunningTask, ...]:
+        rows = conn.execute(
+            text(
+                "SELECT t.task_id, t.job_id, t.worker_id, COALESCE(t.started_ms, j.submitted_ms), j.band, j.user"
+                " FROM tasks t JOIN jobs j ON j.job_id = t.job_id"
+                " WHERE t.state IN ('ASSIGNED','BUILDING','RUNNING') AND t.cluster IS NULL"
+            )
+        ).all()
+        return tuple(
+            RunningTask(r[0], r[1], r[2], self.config(conn, r[1]).resources, Band.parse(r[4]), r[3], r[5]) for r in rows
+        )
+
+    def launch_spec(self, conn, job_id: str, index: int, attempt: int, attempt_id: str, worker_id: str,
+                    backend_id: str, base_env: Mapping[str, str]) -> LaunchSpec:
+        """What a backend needs to start one attempt; `conn` is the tick's open transaction."""
+        cfg = self.config(conn, job_id)
+        replicas = conn.execute(text("SELECT replicas FROM jobs WHERE job_id = :j"), {"j": job_id}).scalar_one()
+        env = {
+            **base_env,
+            **cfg.env,
+            "IRIS_JOB_ID": job_id,
+            "IRIS_TASK_ID": f"{job_id}/{index}",
+            "IRIS_TASK_INDEX": str(index),
+            "IRIS_ATTEMPT": str(attempt),
+            "IRIS_NUM_TASKS": str(replicas),
+            "IRIS_WORKER_ID": worker_id,
+            "IRIS_BACKEND_ID": backend_id,
+        }
+        return LaunchSpec(attempt_id, job_id, index, attempt, worker_id, cfg.command, env, cfg.resources, cfg.workdir)

@@ -1,0 +1,259 @@
+"""The control tick: the one thread that changes what runs where.
+
+Each pass: collect backend events (exits, logs) → reconcile (stop what the database says must not
+run, time out overlong attempts) → load a snapshot and call the pure scheduler → commit its
+decisions → start the placed attempts → commit their pids. It runs every `tick_interval` and at
+once when woken (a submit, a cancel, an attempt exit), so a short job does not wait for a timer.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from sqlalchemy import text
+
+from iris.backends.protocol import AdoptRecord, Backend, LaunchError, LaunchSpec
+from iris.controller.db import attempts as attempt_db
+from iris.controller.db.database import Database
+from iris.controller.db.jobs import refresh_jobs
+from iris.controller.snapshot import SnapshotLoader
+from iris.core.availability import Availability
+from iris.core.states import TaskState
+from iris.scheduler import compute_availability, schedule
+
+log = logging.getLogger("iris.tick")
+
+
+@dataclass(frozen=True, slots=True)
+class TickStats:
+    duration_ms: float
+    pending: int
+    assigned: int
+    exits: int
+
+
+class ControlLoop:
+    def __init__(
+        self,
+        db: Database,
+        backends: Mapping[str, Backend],
+        base_env: Mapping[str, str],
+        tick_interval: float = 1.0,
+        clock: Callable[[], float] = time.time,
+        after_tick: Callable[[int], None] | None = None,
+    ):
+        self.db = db
+        self.backends = dict(backends)
+        self.base_env = dict(base_env)
+        self.tick_interval = tick_interval
+        self.clock = clock
+        self.after_tick = after_tick
+        self.loader = SnapshotLoader(db)
+        self.availability: dict[str, Availability] = {}
+        self.generation = 0
+        self.last_stats: TickStats | None = None
+        self._wake = threading.Event()
+        self._done = threading.Condition()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Hands every attempt the database believes is live back to its backend (after a restart)."""
+        with self.db.read() as conn:
+            rows = conn.execute(
+                text("SELECT attempt_id, backend_id, worker_id, pid, devices, stdout_offset, stderr_offset"
+                     " FROM attempts WHERE state IN ('ASSIGNED','BUILDING','RUNNING') AND cluster IS NULL")
+            ).all()
+        by_backend: dict[str, list[AdoptRecord]] = {}
+        orphans = []
+        for r in rows:
+            if r[1] in self.backends:
+                by_backend.setdefault(r[1], []).append(AdoptRecord(r[0], r[2], r[3], r[4] or "", r[5], r[6]))
+            else:
+                orphans.append(r[0])
+        for backend_id, records in by_backend.items():
+            self.backends[backend_id].adopt(records)
+        if orphans:
+            now = self.now_ms()
+            with self.db.write() as conn:
+                jobs = [attempt_db.end_attempt(conn, a, TaskState.WORKER_FAILED, now, "its backend is no longer configured") for a in orphans]
+                refresh_jobs(conn, [j for j in jobs if j], now)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="control-tick", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def wait_for_tick(self, timeout: float = 5.0) -> bool:
+        """Wakes the loop and waits until a whole pass has run after this call."""
+        with self._done:
+            target = self.generation + 2 if self._wake.is_set() else self.generation + 1
+            self._wake.set()
+            return self._done.wait_for(lambda: self.generation >= target, timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.tick_interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            try:
+                self.last_stats = self.tick_once()
+            except Exception:
+                log.exception("control tick failed; retrying on the next pass")
+            with self._done:
+                self.generation += 1
+                self._done.notify_all()
+            if self.after_tick is not None:
+                try:
+                    self.after_tick(self.generation)
+                except Exception:
+                    log.exception("after-tick hook failed")
+
+    # -- one pass ------------------------------------------------------------------------------
+
+    def tick_once(self) -> TickStats:
+        t0 = time.perf_counter()
+        exits = self._collect_events()
+        self._reconcile()
+        pending, assigned = self._schedule_and_start()
+        return TickStats((time.perf_counter() - t0) * 1000, pending, assigned, exits)
+
+    def _collect_events(self) -> int:
+        events = [b.poll() for b in self.backends.values()]
+        if not any(e.exits or e.logs for e in events):
+            return 0
+        now = self.now_ms()
+        jobs: list[str] = []
+        with self.db.write() as conn:
+            for e in events:
+                attempt_db.store_logs(conn, e.logs)
+                for ex in e.exits:
+                    job_id = attempt_db.record_exit(conn, ex, now)
+                    if job_id:
+                        jobs.append(job_id)
+            refresh_jobs(conn, jobs, now)
+        return sum(len(e.exits) for e in events)
+
+    def _reconcile(self) -> None:
+        """Stops attempts that must not run, and ends attempts past their timeout or lost."""
+        held = {bid: b.running() for bid, b in self.backends.items()}
+        with self.db.read() as conn:
+            live = conn.execute(
+                text("SELECT a.attempt_id, a.backend_id, a.started_ms, c.timeout_s, a.state FROM attempts a"
+                     " JOIN job_config c ON c.job_id = a.job_id"
+                     " WHERE a.state IN ('ASSIGNED','BUILDING','RUNNING') AND a.cluster IS NULL")
+            ).all()
+        live_ids = {r[0] for r in live}
+        for backend_id, attempt_ids in held.items():
+            for attempt_id in attempt_ids - live_ids:
+                self.backends[backend_id].stop(attempt_id)
+        now = self.now_ms()
+        timed_out, lost = [], []
+        for attempt_id, backend_id, started_ms, timeout_s, state in live:
+            if state != "ASSIGNED" and attempt_id not in held.get(backend_id, frozenset()):
+                lost.append(attempt_id)
+            elif timeout_s and started_ms and now - started_ms > timeout_s * 1000:
+                timed_out.append((attempt_id, backend_id, timeout_s))
+        if not (timed_out or lost):
+            return
+        with self.db.write() as conn:
+            jobs = [attempt_db.end_attempt(conn, a, TaskState.FAILED, now, f"timed out after {t:g}s") for a, _, t in timed_out]
+            jobs += [attempt_db.end_attempt(conn, a, TaskState.WORKER_FAILED, now, "its backend lost the attempt") for a in lost]
+            refresh_jobs(conn, [j for j in jobs if j], now)
+        for attempt_id, backend_id, _ in timed_out:
+            self.backends[backend_id].stop(attempt_id)
+
+    def _schedule_and_start(self) -> tuple[int, int]:
+        now = self.now_ms()
+        workers = tuple(w for b in self.backends.values() for w in b.workers())
+        snapshot = self.loader.load(now, workers)
+        if snapshot.pending:
+            result = schedule(snapshot)
+        else:
+            result = None
+        launches: list[tuple[Backend, LaunchSpec]] = []
+        if result is not None and (result.assignments or result.preemptions or result.unschedulable or result.pending_reasons):
+            launches, victims = self._commit_decisions(result, now)
+            for backend_id, attempt_id in victims:
+                self.backends[backend_id].stop(attempt_id)
+        self._start(launches)
+        running = self.loader.load_running() if launches or result is not None else snapshot.running
+        self.availability = compute_availability(workers, running, now)
+        return len(snapshot.pending), len(launches)
+
+    def _commit_decisions(self, result, now: int) -> tuple[list[tuple[Backend, LaunchSpec]], list[tuple[str, str]]]:
+        """Commits one scheduling result; returns the attempts to start and the victims to stop."""
+        victims: list[tuple[str, str]] = []
+        launches: list[tuple[Backend, LaunchSpec]] = []
+        with self.db.write() as conn:
+            jobs: list[str] = []
+            for p in result.preemptions:
+                row = conn.execute(
+                    text("SELECT attempt, backend_id FROM tasks WHERE task_id = :t AND state IN ('ASSIGNED','BUILDING','RUNNING')"),
+                    {"t": p.task_id},
+                ).first()
+                if row is None:
+                    continue
+                attempt_id = f"{p.task_id}:{row[0]}"
+                job = attempt_db.end_attempt(conn, attempt_id, TaskState.PREEMPTED, now, f"preempted by {p.by_task_id}")
+                if job:
+                    jobs.append(job)
+                    victims.append((row[1], attempt_id))
+            for u in result.unschedulable:
+                conn.execute(
+                    text("UPDATE tasks SET state = 'UNSCHEDULABLE', error = :e, finished_ms = :now"
+                         " WHERE task_id = :t AND state = 'PENDING'"),
+                    {"e": u.reason, "now": now, "t": u.task_id},
+                )
+                jobs.append(u.task_id.rpartition("/")[0])
+            for a in result.assignments:
+                placed = attempt_db.assign_attempt(conn, a.task_id, a.backend_id, a.worker_id, now)
+                if placed is None:
+                    continue
+                attempt_id, attempt = placed
+                job_id, _, idx = a.task_id.rpartition("/")
+                spec = self.loader.launch_spec(conn, job_id, int(idx), attempt, attempt_id, a.worker_id, a.backend_id, self.base_env)
+                launches.append((self.backends[a.backend_id], spec))
+                jobs.append(job_id)
+            refresh_jobs(conn, jobs, now)
+            for job_id, reason in result.pending_reasons.items():
+                conn.execute(
+                    text("UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = 'PENDING' AND pending_reason != :r"),
+                    {"r": reason, "j": job_id},
+                )
+        return launches, victims
+
+    def _start(self, launches: list[tuple[Backend, LaunchSpec]]) -> None:
+        if not launches:
+            return
+        started, failed = [], []
+        for backend, spec in launches:
+            try:
+                started.append(backend.start(spec))
+            except LaunchError as exc:
+                failed.append((spec, str(exc)))
+        now = self.now_ms()
+        with self.db.write() as conn:
+            jobs = [attempt_db.mark_started(conn, s.attempt_id, s.pid, s.devices, now) for s in started]
+            for spec, error in failed:
+                attempt_db.add_system_log(conn, spec.job_id, spec.task_index, spec.attempt, error, now)
+                jobs.append(attempt_db.end_attempt(conn, spec.attempt_id, TaskState.FAILED, now, error))
+            refresh_jobs(conn, [j for j in jobs if j], now)

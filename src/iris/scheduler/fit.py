@@ -1,0 +1,217 @@
+"""Decides whether a task can go on a worker: the hard-constraint filter, the capacity filter and
+the preferred-constraint score.
+
+These are small separate functions because the placement pass, preemption, the unschedulable
+check and `explain` must agree exactly on what "fits" means; each of them asks these functions and
+nothing else. Capacity is an integer vector (devices, cpu millicores, memory bytes, disk bytes) so
+sums and differences are exact: no rounding can ever over-commit a worker.
+
+A task's request is compiled once into a `Shape` (its demand vector and its normalised hard and
+preferred constraints). Tasks of one job share a shape, so a tick with 100,000 pending tasks
+compiles a handful of shapes, and every per-shape answer (which workers match, whether it can ever
+fit) is computed once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from iris.core.constraints import AVAILABLE_PREFIX, Constraint, device_constraints, matches
+from iris.core.resources import Resources
+from iris.core.units import format_size
+
+from iris.scheduler.snapshot import PendingTask, WorkerSnapshot
+
+Vector = tuple[int, int, int, int]
+DEVICES, CPU, MEMORY, DISK = 0, 1, 2, 3
+DIMENSIONS = (DEVICES, CPU, MEMORY, DISK)
+ZERO: Vector = (0, 0, 0, 0)
+
+# Keys that only federation routing reads: a pin to a peer (`cluster=`) is satisfied by the time a
+# task is pending on the pinned cluster, and `available:<token>` gates a peer's advertisement.
+FEDERATION_ONLY_KEYS = frozenset({"cluster"})
+# Group attributes that coscheduled replicas must share, most specific first.
+GROUP_KEYS = ("tpu-name", "pool")
+
+
+def demand(resources: Resources) -> Vector:
+    """The integer vector a request (or a worker's total capacity) occupies."""
+    device = resources.device
+    devices = device.count if device.kind != "cpu" else 0
+    return (devices, round(resources.cpu * 1000), resources.memory, resources.disk)
+
+
+def fits(free: Vector, need: Vector) -> bool:
+    """Capacity filter: every dimension of `need` is available in `free`."""
+    return free[0] >= need[0] and free[1] >= need[1] and free[2] >= need[2] and free[3] >= need[3]
+
+
+def copies(free: Vector, need: Vector, limit: int) -> int:
+    """How many tasks of `need` fit in `free`, at most `limit`."""
+    best = limit
+    for have, want in zip(free, need):
+        if want > 0:
+            best = min(best, have // want)
+            if best <= 0:
+                return 0
+    return best
+
+
+def subtract(a: Vector, b: Vector, times: int = 1) -> Vector:
+    return (a[0] - b[0] * times, a[1] - b[1] * times, a[2] - b[2] * times, a[3] - b[3] * times)
+
+
+def add(a: Vector, b: Vector) -> Vector:
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3])
+
+
+def lower(a: Vector, b: Vector) -> Vector:
+    """Element-wise minimum."""
+    return (min(a[0], b[0]), min(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3]))
+
+
+def short_dimensions(free: Vector, need: Vector) -> tuple[int, ...]:
+    """The dimensions in which `free` falls short of `need`, devices first."""
+    return tuple(d for d in DIMENSIONS if free[d] < need[d])
+
+
+def amount(dim: int, value: int, token: str = "") -> str:
+    """One dimension of a vector in words: `8 h100`, `4 cpu`, `16G memory`, `100G disk`."""
+    if dim == DEVICES:
+        return f"{value} {token or 'devices'}"
+    if dim == CPU:
+        return f"{value / 1000:g} cpu"
+    return f"{format_size(max(value, 0))} {'memory' if dim == MEMORY else 'disk'}"
+
+
+def describe(need: Vector, token: str = "") -> str:
+    """A whole vector in words, skipping empty dimensions: `8 h100, 16 cpu, 64G memory`."""
+    parts = [amount(d, need[d], token) for d in DIMENSIONS if need[d] > 0]
+    return ", ".join(parts) or "nothing"
+
+
+def normalize(constraint: Constraint) -> Constraint:
+    """Lower-cases key and values, so comparisons never depend on how a user spelled them."""
+    return Constraint(
+        constraint.key.strip().lower(),
+        constraint.op,
+        tuple(str(v).strip().lower() for v in constraint.values),
+        constraint.preferred,
+    )
+
+
+def is_local_key(key: str) -> bool:
+    """False for keys only federation routing reads; the scheduler ignores those."""
+    return key not in FEDERATION_ONLY_KEYS and not key.startswith(AVAILABLE_PREFIX)
+
+
+def _canonical(constraints: Iterable[Constraint]) -> tuple[Constraint, ...]:
+    unique = {c for c in constraints}
+    return tuple(sorted(unique, key=lambda c: (c.key, c.op.value, c.values)))
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """A compiled request: what a task occupies and where it may go. Equal for a job's tasks."""
+
+    need: Vector
+    hard: tuple[Constraint, ...]
+    preferred: tuple[Constraint, ...]
+    kind: str  # device kind: cpu, gpu or tpu
+    token: str  # device variant ('' = any, or no accelerator)
+
+    @property
+    def accelerator(self) -> bool:
+        return self.need[DEVICES] > 0
+
+    @property
+    def device_word(self) -> str:
+        """How devices of this shape are named in sentences: `h100`, or `gpu` when any will do."""
+        return self.token or self.kind
+
+    def describe(self) -> str:
+        return describe(self.need, self.device_word)
+
+
+def compile_shape(resources: Resources, constraints: Iterable[Constraint]) -> Shape:
+    """Builds a task's shape: its demand, and its hard constraints including the device-derived ones."""
+    local = [normalize(c) for c in constraints]
+    local = [c for c in local if is_local_key(c.key)]
+    hard = [c for c in local if not c.preferred] + [normalize(c) for c in device_constraints(resources)]
+    device = resources.device
+    return Shape(
+        need=demand(resources),
+        hard=_canonical(hard),
+        preferred=_canonical(c for c in local if c.preferred),
+        kind=device.kind if device.is_accelerator else "cpu",
+        token=device.token if device.is_accelerator else "",
+    )
+
+
+class ShapeCache:
+    """Compiles each distinct (resources, constraints) pair once per tick."""
+
+    def __init__(self) -> None:
+        self._shapes: dict[tuple, Shape] = {}
+
+    def of(self, task: PendingTask) -> Shape:
+        key = (task.resources, task.constraints)
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = self._shapes[key] = compile_shape(task.resources, task.constraints)
+        return shape
+
+
+def worker_attributes(worker: WorkerSnapshot) -> dict[str, str]:
+    """The attributes constraints match against: the worker's own, lower-cased keys, plus its
+    backend id (for `backend=` pins). The worker id is matched separately, per worker."""
+    attrs = {str(k).strip().lower(): v for k, v in worker.attributes.items() if v is not None}
+    attrs["backend"] = worker.backend_id
+    return attrs
+
+
+def failing_constraints(constraints: Iterable[Constraint], attributes: Mapping[str, object]) -> tuple[Constraint, ...]:
+    """Hard-constraint filter: the constraints that `attributes` do not satisfy (empty = passes)."""
+    return tuple(c for c in constraints if not matches(c, attributes))
+
+
+def satisfies(constraints: Iterable[Constraint], attributes: Mapping[str, object]) -> bool:
+    return all(matches(c, attributes) for c in constraints)
+
+
+def preference_score(preferred: Iterable[Constraint], attributes: Mapping[str, object]) -> int:
+    """Soft-constraint score: how many PREFERRED constraints a worker satisfies (higher is better)."""
+    return sum(1 for c in preferred if matches(c, attributes))
+
+
+def worker_token(worker: WorkerSnapshot) -> str:
+    """The device variant a worker offers ('' when it has no accelerator)."""
+    device = worker.capacity.device
+    if device.kind == "cpu" or device.count <= 0:
+        return ""
+    variant = device.token or str(worker.attributes.get("device-variant", "")).lower()
+    return variant or device.kind
+
+
+def preemption_allowed_on(shape: Shape, worker: WorkerSnapshot) -> bool:
+    """Preemption stays within one device variant: an h100 task evicts only on h100 workers, an
+    any-variant gpu task on gpu workers of its kind, and a cpu task only on workers without
+    accelerators (evicting work from a GPU host to free cpu for a cpu task would waste the GPUs)."""
+    token = worker_token(worker)
+    if not shape.accelerator:
+        return token == ""
+    if shape.token:
+        return token == shape.token
+    return worker.capacity.device.kind == shape.kind
+
+
+def group_of(attributes: Mapping[str, object], backend_id: str) -> tuple[str, str]:
+    """The group a worker belongs to for coscheduling: its `tpu-name`, else its `pool`, else its
+    backend (the hosts of one backend are assumed to share an interconnect when nothing finer is
+    declared)."""
+    for key in GROUP_KEYS:
+        value = attributes.get(key)
+        if value is not None and str(value) != "":
+            return (key, str(value).lower())
+    return ("backend", backend_id)
