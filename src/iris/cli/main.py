@@ -137,10 +137,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         rv = cli.main(args=args, prog_name="iris", standalone_mode=False)
     except click.UsageError as exc:
-        if json_mode:
-            _report("invalid_argument", exc.format_message(), True)
-        else:
-            exc.show()
+        hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+        _report("invalid_argument", exc.format_message() + hint, json_mode)
         sys.exit(EXIT_USAGE)
     except click.ClickException as exc:
         _report("invalid_argument", exc.format_message(), json_mode)
