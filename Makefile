@@ -1,0 +1,33 @@
+# Two commands on a fresh machine with python3, pip and make:
+#   make demo   — a throw-away local cluster runs a few real jobs, then shuts down
+#   make test   — the whole test suite
+PYTHON ?= python3
+UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
+VENV := .venv
+export UV_PYTHON := $(shell command -v $(PYTHON))
+
+.PHONY: demo test bench env proto clean
+
+$(VENV)/.synced: pyproject.toml uv.lock
+	@command -v uv >/dev/null 2>&1 || [ -x "$(UV)" ] || $(PYTHON) -m pip install --quiet --user uv || $(PYTHON) -m pip install --quiet uv
+	@UV=$$(command -v uv || echo $(HOME)/.local/bin/uv); $$UV sync --frozen --quiet
+	@touch $@
+
+env: $(VENV)/.synced
+
+demo: env
+	$(VENV)/bin/iris demo
+
+test: env
+	$(VENV)/bin/pytest -n 2 -q
+
+bench: env
+	$(VENV)/bin/python bench/submit.py
+	$(VENV)/bin/python bench/scheduler.py
+	$(VENV)/bin/python bench/federation_placement.py
+
+proto: env
+	$(VENV)/bin/python scripts/gen_proto.py
+
+clean:
+	rm -rf $(VENV)
