@@ -8,8 +8,11 @@ than tasks) and takes each job's tasks by replica index.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from iris.core.bands import Band
 
+from iris.scheduler.fit import Shape
 from iris.scheduler.snapshot import PendingTask
 
 
@@ -22,3 +25,34 @@ def job_order_key(first: PendingTask, band: Band) -> tuple:
 def task_order_key(task: PendingTask) -> tuple:
     """Sort key of a task within its job."""
     return (task.index, task.task_id)
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """A pending job as the placement pass sees it: its tasks in replica order, its shape, and the
+    band it competes in after gating."""
+
+    job_id: str
+    tasks: tuple[PendingTask, ...]  # still eligible this tick, in task order
+    expired: tuple[PendingTask, ...]  # past their scheduling deadline
+    shape: Shape
+    band: Band  # effective band
+    requested_band: Band
+    user: str
+    replicas: int
+    coscheduled: bool
+    pinned_group: tuple[str, str] | None = None  # where running replicas of a coscheduled job are
+
+    @property
+    def downgraded(self) -> bool:
+        return self.band is not self.requested_band
+
+
+def is_coscheduled(task: PendingTask) -> bool:
+    """Replicas start together when asked to, and always for multi-replica accelerator jobs."""
+    return task.replicas > 1 and (task.coschedule or task.resources.device.is_accelerator)
+
+
+def order_requests(requests: list[JobRequest]) -> list[JobRequest]:
+    """Requests in scheduling order."""
+    return sorted(requests, key=lambda r: job_order_key(r.tasks[0] if r.tasks else r.expired[0], r.band))

@@ -1,0 +1,144 @@
+"""Decides what to tell a person about a task that was not placed: whether it can never be placed
+(and why), or what it is waiting for, in one sentence.
+
+"Never" is judged against empty workers: a task is unschedulable when no worker in the snapshot
+satisfies its hard constraints, or none could hold it even with nothing else running (or, for a
+coscheduled job, no group of workers could hold all its replicas). Workers that are down count as
+possible hosts, so a backend restarting its workers does not fail every job that needs them; with
+no worker alive at all the job waits. Everything else is a wait, described from the free capacity
+left after this tick's placements, using the same filters the placement pass used.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from iris.scheduler.fit import DEVICES, DIMENSIONS, Shape, Vector, amount, copies, fits
+from iris.scheduler.ledger import Ledger
+from iris.scheduler.ordering import JobRequest
+
+
+def group_label(group: tuple[str, str]) -> str:
+    key, value = group
+    return f"{key} {value}"
+
+
+def _constraint_reason(ledger: Ledger, shape: Shape) -> str:
+    for constraint in shape.hard:
+        probe = Shape(shape.need, (constraint,), (), shape.kind, shape.token)
+        if not ledger.matching(probe, alive_only=False):
+            return f"no worker satisfies {constraint}"
+    return "no single worker satisfies all of: " + "; ".join(str(c) for c in shape.hard)
+
+
+def _capacity_reason(ledger: Ledger, shape: Shape, matching: list[int]) -> str:
+    word = shape.device_word
+    for d in DIMENSIONS:
+        if shape.need[d] <= 0:
+            continue
+        largest = max(ledger.capacity[w][d] for w in matching)
+        if largest < shape.need[d]:
+            return f"needs {amount(d, shape.need[d], word)}; the largest worker has {amount(d, largest, word)}"
+    return f"needs {shape.describe()} on one worker; no worker has all of it"
+
+
+def _group_slots(ledger: Ledger, workers: list[int], need: Vector, limit: int, use_free: bool) -> dict:
+    slots: dict[tuple[str, str], int] = defaultdict(int)
+    for w in workers:
+        have = ledger.free[w] if use_free else ledger.capacity[w]
+        slots[ledger.group(w)] += copies(have, need, limit)
+    return slots
+
+
+def never_fits(ledger: Ledger, shape: Shape, replicas: int) -> str | None:
+    """Why `shape` can never be placed here (None when it might be, now or later).
+
+    `replicas` > 1 asks for a coscheduled job: all replicas within one group of workers.
+    """
+    if not any(ledger.alive):
+        return None
+    matching = ledger.matching(shape, alive_only=False)
+    if not matching:
+        return _constraint_reason(ledger, shape)
+    roomy = [w for w in matching if fits(ledger.capacity[w], shape.need)]
+    if not roomy:
+        alive = [w for w in matching if ledger.alive[w]]
+        return _capacity_reason(ledger, shape, alive or matching)
+    if replicas > 1:
+        slots = _group_slots(ledger, roomy, shape.need, replicas, use_free=False)
+        group, most = max(slots.items(), key=lambda item: (item[1], item[0]))
+        if most < replicas:
+            return (
+                f"needs {replicas} replicas of {shape.describe()} in one group of workers (same tpu-name, "
+                f"pool or backend); the largest group ({group_label(group)}) holds {most}"
+            )
+    return None
+
+
+class PoolStats:
+    """Per backend, the most free capacity of any one worker in each dimension, post-tick."""
+
+    def __init__(self) -> None:
+        self._by_members: dict[tuple[int, ...], dict[str, list[int]]] = {}
+
+    def most_free(self, ledger: Ledger, members: tuple[int, ...]) -> dict[str, list[int]]:
+        found = self._by_members.get(members)
+        if found is None:
+            found = {}
+            for w in members:
+                backend = ledger.workers[w].backend_id
+                free = ledger.free[w]
+                best = found.get(backend)
+                if best is None:
+                    found[backend] = list(free)
+                else:
+                    for d in DIMENSIONS:
+                        if free[d] > best[d]:
+                            best[d] = free[d]
+            self._by_members[members] = found
+        return found
+
+
+def _waiting_for_one(ledger: Ledger, stats: PoolStats, shape: Shape, members: tuple[int, ...]) -> str:
+    word = shape.device_word
+    per_backend = stats.most_free(ledger, members)
+    for d in DIMENSIONS:
+        if shape.need[d] <= 0:
+            continue
+        backend = min(per_backend, key=lambda b: (-per_backend[b][d], b))
+        best = per_backend[backend]
+        if best[d] < shape.need[d]:
+            free = max(best[d], 0)
+            what = str(free) if d == DEVICES else amount(d, free, word)
+            return f"Waiting for {amount(d, shape.need[d], word)} on one worker; at most {what} free (backend {backend})"
+    return f"Waiting for {shape.describe()} on one worker; no worker has all of it free at once"
+
+
+def _waiting_for_group(ledger: Ledger, request: JobRequest, members: list[int], count: int) -> str:
+    shape = request.shape
+    slots = _group_slots(ledger, members, shape.need, count, use_free=True)
+    if request.pinned_group is not None:
+        slots = {request.pinned_group: slots.get(request.pinned_group, 0)}
+    group, most = max(slots.items(), key=lambda item: (item[1], item[0]))
+    return (
+        f"Waiting for {count} replicas of {shape.describe()} to start together in one group of workers; "
+        f"at most {most} fit now ({group_label(group)})"
+    )
+
+
+def waiting_reason(ledger: Ledger, stats: PoolStats, request: JobRequest, count: int) -> str:
+    """One sentence on what `count` still-pending tasks of `request` wait for."""
+    shape = request.shape
+    if not any(ledger.alive):
+        sentence = "Waiting for a worker to come up; no worker is alive"
+    else:
+        members = tuple(w for pool in ledger.plan(shape) for w in pool.members)
+        if not members:
+            sentence = "Waiting for a worker that satisfies its constraints; every such worker is down"
+        elif request.coscheduled:
+            sentence = _waiting_for_group(ledger, request, list(members), count)
+        else:
+            sentence = _waiting_for_one(ledger, stats, shape, tuple(sorted(members)))
+    if request.downgraded:
+        sentence += f"; user {request.user} is over budget, so it competes as batch"
+    return sentence

@@ -1,0 +1,163 @@
+"""Decides one scheduling tick: which pending tasks go where, which running tasks are preempted
+for them, which can never run, and what every job still pending waits for.
+
+The pipeline is gating (budgets, deadlines) → ordering (band, depth, submit time, insertion) →
+unschedulable check → fit and best-fit assignment (soft constraints first) → preemption when
+nothing fits → reasons. It is a pure function of the snapshot: no clock (time is
+`snapshot.now_ms`), no I/O, and the same snapshot always yields the same result. The tick shell
+applies the result in one transaction; `explain` re-runs the same pass to say why a job waits.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from iris.scheduler.fit import ShapeCache
+from iris.scheduler.gating import deadline_passed, effective_band, user_spend
+from iris.scheduler.ledger import Ledger
+from iris.scheduler.ordering import JobRequest, is_coscheduled, order_requests, task_order_key
+from iris.scheduler.placement import Memo, Placed, place_coscheduled, place_independent
+from iris.scheduler.reasons import PoolStats, never_fits, waiting_reason
+from iris.scheduler.snapshot import (
+    Assignment,
+    PendingTask,
+    Preemption,
+    ScheduleResult,
+    SchedulingSnapshot,
+    Unschedulable,
+)
+
+
+@dataclass(slots=True)
+class JobOutcome:
+    """What the tick decided for one pending job."""
+
+    request: JobRequest
+    placed: int = 0
+    preempted: int = 0
+    unschedulable: str | None = None
+    pending_reason: str | None = None
+
+
+@dataclass(slots=True)
+class Tick:
+    """A finished pass: the ledger as it stands after it, and the per-job outcomes."""
+
+    snapshot: SchedulingSnapshot
+    ledger: Ledger
+    outcomes: dict[str, JobOutcome] = field(default_factory=dict)
+    assignments: list[Assignment] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    unschedulable: list[Unschedulable] = field(default_factory=list)
+
+    def result(self) -> ScheduleResult:
+        reasons = {job: o.pending_reason for job, o in self.outcomes.items() if o.pending_reason is not None}
+        return ScheduleResult(
+            assignments=tuple(self.assignments),
+            preemptions=tuple(self.preemptions),
+            unschedulable=tuple(self.unschedulable),
+            pending_reasons=reasons,
+        )
+
+
+def build_requests(snapshot: SchedulingSnapshot, ledger: Ledger) -> list[JobRequest]:
+    """Gating: groups pending tasks by job, applies budgets and deadlines, and orders the jobs."""
+    shapes = ShapeCache()
+    spend = user_spend(snapshot.running)
+    by_job: dict[str, list[PendingTask]] = defaultdict(list)
+    for task in snapshot.pending:
+        by_job[task.job_id].append(task)
+    running_groups: dict[str, tuple[str, str]] = {}
+    for task in snapshot.running:
+        w = ledger.index.get(task.worker_id)
+        if w is not None and task.job_id in by_job:
+            running_groups.setdefault(task.job_id, ledger.group(w))
+    requests = []
+    for job_id, tasks in by_job.items():
+        tasks.sort(key=task_order_key)
+        first = tasks[0]
+        coscheduled = is_coscheduled(first)
+        requests.append(
+            JobRequest(
+                job_id=job_id,
+                tasks=tuple(t for t in tasks if not deadline_passed(t, snapshot.now_ms)),
+                expired=tuple(t for t in tasks if deadline_passed(t, snapshot.now_ms)),
+                shape=shapes.of(first),
+                band=effective_band(first.band, first.user, spend, snapshot.user_budgets),
+                requested_band=first.band,
+                user=first.user,
+                replicas=max(first.replicas, len(tasks)),
+                coscheduled=coscheduled,
+                pinned_group=running_groups.get(job_id) if coscheduled else None,
+            )
+        )
+    return order_requests(requests)
+
+
+def _place(tick: Tick, memo: Memo, request: JobRequest, outcome: JobOutcome) -> None:
+    ledger, now_ms = tick.ledger, tick.snapshot.now_ms
+    tasks = list(request.tasks)
+    placed: Placed | None
+    if request.coscheduled:
+        placed = place_coscheduled(ledger, memo, request.shape, request.band, tasks, request.pinned_group, now_ms)
+    else:
+        placed = place_independent(ledger, memo, request.shape, request.band, tasks, now_ms)
+    if placed is None:
+        return
+    tick.assignments.extend(placed.assignments)
+    tick.preemptions.extend(placed.preemptions)
+    outcome.placed = len(placed.assignments)
+    outcome.preempted = len(placed.preemptions)
+
+
+def run_tick(snapshot: SchedulingSnapshot) -> Tick:
+    """Runs the whole pipeline and keeps what `explain` needs to look at afterwards."""
+    ledger = Ledger(snapshot)
+    tick = Tick(snapshot, ledger)
+    memo = Memo()
+    never: dict[tuple, str | None] = {}
+    for request in build_requests(snapshot, ledger):
+        outcome = tick.outcomes[request.job_id] = JobOutcome(request)
+        replicas = request.replicas if request.coscheduled else 1
+        key = (request.shape, replicas)
+        if key not in never:
+            never[key] = never_fits(ledger, request.shape, replicas)
+        outcome.unschedulable = never[key]
+        if outcome.unschedulable is not None:
+            tick.unschedulable.extend(Unschedulable(t.task_id, outcome.unschedulable) for t in request.tasks)
+        elif request.tasks:
+            _place(tick, memo, request, outcome)
+    _explain_waits(tick)
+    return tick
+
+
+def _explain_waits(tick: Tick) -> None:
+    """Pending reasons for jobs with tasks left, and reasons for tasks past their deadline."""
+    stats = PoolStats()
+    sentences: dict[tuple, str] = {}
+    for outcome in tick.outcomes.values():
+        request = outcome.request
+        waiting = len(request.tasks) - outcome.placed
+        if outcome.unschedulable is not None:
+            if request.expired:
+                tick.unschedulable.extend(Unschedulable(t.task_id, outcome.unschedulable) for t in request.expired)
+            continue
+        count = max(waiting, len(request.expired))
+        if count <= 0:
+            continue
+        key = (request.shape, request.coscheduled, request.pinned_group, count if request.coscheduled else 0,
+               request.downgraded, request.user if request.downgraded else "")
+        sentence = sentences.get(key)
+        if sentence is None:
+            sentence = sentences[key] = waiting_reason(tick.ledger, stats, request, count)
+        if waiting > 0:
+            outcome.pending_reason = sentence
+        if request.expired:
+            reason = f"Scheduling timeout reached before it could be placed. {sentence}"
+            tick.unschedulable.extend(Unschedulable(t.task_id, reason) for t in request.expired)
+
+
+def schedule(snapshot: SchedulingSnapshot) -> ScheduleResult:
+    """Decides one tick: assignments, preemptions, unschedulable tasks and pending reasons."""
+    return run_tick(snapshot).result()
