@@ -66,7 +66,7 @@ def never_fits(ledger: Ledger, shape: Shape, replicas: int) -> str | None:
         return _capacity_reason(ledger, shape, alive or matching)
     if replicas > 1:
         slots = _group_slots(ledger, roomy, shape.need, replicas, use_free=False)
-        group, most = max(slots.items(), key=lambda item: (item[1], item[0]))
+        group, most = min(slots.items(), key=lambda item: (-item[1], item[0]))
         if most < replicas:
             return (
                 f"needs {replicas} replicas of {shape.describe()} in one group of workers (same tpu-name, "
@@ -119,7 +119,7 @@ def _waiting_for_group(ledger: Ledger, request: JobRequest, members: list[int], 
     slots = _group_slots(ledger, members, shape.need, count, use_free=True)
     if request.pinned_group is not None:
         slots = {request.pinned_group: slots.get(request.pinned_group, 0)}
-    group, most = max(slots.items(), key=lambda item: (item[1], item[0]))
+    group, most = min(slots.items(), key=lambda item: (-item[1], item[0]))
     return (
         f"Waiting for {count} replicas of {shape.describe()} to start together in one group of workers; "
         f"at most {most} fit now ({group_label(group)})"

@@ -1,0 +1,53 @@
+"""Ordering: band, then depth, then root submit time, then insertion; deterministic."""
+
+from __future__ import annotations
+
+import random
+
+from iris.core.bands import Band
+from iris.scheduler import schedule
+from tests.scheduler.scheduler_builders import cpu_request, cpu_worker, job, placements, snapshot
+
+ONE_SLOT = [cpu_worker("w0", cpu=1)]
+
+
+def winner(*jobs) -> str:
+    result = schedule(snapshot(ONE_SLOT, [job(job_id, cpu_request(cpu=1), **fields) for job_id, fields in jobs]))
+    (task_id,) = placements(result)
+    return task_id.rsplit("/", 1)[0]
+
+
+def test_order_production_before_interactive_before_batch():
+    assert winner(("/a/batch", {"band": Band.BATCH}), ("/a/inter", {}), ("/a/prod", {"band": Band.PRODUCTION})) == "/a/prod"
+    assert winner(("/a/batch", {"band": Band.BATCH, "insertion": 0}), ("/a/inter", {"insertion": 9})) == "/a/inter"
+
+
+def test_order_deeper_job_first_within_band():
+    assert winner(("/a/root", {"insertion": 0}), ("/a/root/child", {"depth": 1, "insertion": 5})) == "/a/root/child"
+
+
+def test_order_older_root_first_within_depth():
+    assert winner(("/a/new", {"root_submitted_ms": 200}), ("/a/old", {"root_submitted_ms": 100})) == "/a/old"
+
+
+def test_order_insertion_breaks_ties():
+    assert winner(("/a/second", {"insertion": 2}), ("/a/first", {"insertion": 1})) == "/a/first"
+
+
+def test_order_band_beats_depth_and_age():
+    assert winner(
+        ("/a/old-batch-child", {"band": Band.BATCH, "depth": 3, "root_submitted_ms": 1}),
+        ("/a/new-interactive", {"root_submitted_ms": 999}),
+    ) == "/a/new-interactive"
+
+
+def test_order_input_order_does_not_change_decisions():
+    workers = [cpu_worker(f"w{i}", cpu=4) for i in range(5)]
+    jobs = [job(f"/u/j{i}", cpu_request(cpu=1 + i % 3), replicas=1 + i % 4, insertion=i,
+                band=list(Band)[i % 3]) for i in range(12)]
+    tasks = [t for j in jobs for t in j]
+    expected = schedule(snapshot(workers, tasks))
+    for seed in range(5):
+        shuffled = list(tasks)
+        random.Random(seed).shuffle(shuffled)
+        assert schedule(snapshot(list(reversed(workers)), shuffled)) == expected
