@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from federation_builders import EPOCH, availability, cpu, cpu_backend, gpu, gpu_backend, h100_peer, job, peer
-
 from iris.core.bands import Band
 from iris.core.constraints import Constraint, Op
 from iris.core.resources import Device, Resources
 from iris.federation.availability import ReservationLedger, assign_queued
 from iris.federation.model import Promotion
 from iris.federation.shape import capacity_gate
+from tests.federation.federation_builders import EPOCH, availability, cpu, cpu_backend, gpu, gpu_backend, h100_peer, job, peer
 
 
 def placements(promotions: tuple[Promotion, ...]) -> dict[str, str]:

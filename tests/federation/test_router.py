@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from federation_builders import availability, cpu, cpu_backend, gpu, gpu_backend, h100_peer, peer
 
 from iris.core.constraints import Constraint, Op
 from iris.core.errors import InvalidArgument, PermissionDenied
 from iris.core.resources import Device, Resources
 from iris.federation.model import DispositionKind, LocalBackendShape, SubmittedJob, Submitter
 from iris.federation.router import PeerRouter
+from tests.federation.federation_builders import availability, cpu, cpu_backend, gpu, gpu_backend, h100_peer, peer
 
 USER = Submitter("alice@example.org")
 LOCAL_ADMIN = Submitter("127.0.0.1", local_admin=True)

@@ -59,6 +59,7 @@ def _reach_index(band: Band) -> int:
 
 
 _REACH = {band: _reach_index(band) for band in Band}
+_INF = float("inf")
 
 
 def _stable_hash(text: str) -> int:
@@ -127,10 +128,10 @@ class _TokenPool:
     `prefix[i]` is the free amount plus what the `i` lowest bands hold; `spent` starts at the
     ledger's reservation and grows with each promotion. Because every draw takes idle capacity
     first and then the lowest band upward, a band that may reclaim `i` bands can still reach
-    `prefix[i] - spent`.
+    `prefix[i] - spent`: free + held below it − reserved − taken this pass.
     """
 
-    __slots__ = ("prefix", "spent", "reserved")
+    __slots__ = ("prefix", "spent", "reserved", "epoch")
 
     def __init__(self, availability: Availability, token: str, reserved: float):
         total = max(0.0, float(availability.amounts.get(token, 0.0)))
@@ -141,57 +142,46 @@ class _TokenPool:
         self.prefix = prefix
         self.reserved = reserved
         self.spent = reserved
-
-    def reach(self, band: Band) -> float:
-        """Effective capacity for `band`: free + held below it − reserved − taken this pass."""
-        return self.prefix[_REACH[band]] - self.spent
-
-    def idle(self) -> float:
-        return max(0.0, self.prefix[0] - self.spent)
-
-    def reported_slack(self, band: Band, amount: float, preempts: bool) -> float:
-        """What would be left of the reported capacity (less reservations), for best fit."""
-        base = self.prefix[_REACH[band]] if preempts else self.prefix[0]
-        return base - self.reserved - amount
+        self.epoch = availability.observation_epoch_ms
 
 
-@dataclass(slots=True)
-class _Slot:
-    """A reachable peer backend during one pass."""
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """A backend a shape may go to: where it is, how it ranks among equals, and its pool (None:
+    matched on shape alone)."""
 
     peer_index: int
     peer_id: str
-    backend: PeerBackend
+    backend_id: str
     salt: int
-    pools: dict[str, _TokenPool]
+    token: str
+    pool: _TokenPool | None
 
 
 @dataclass(frozen=True, slots=True)
 class _Shape:
-    """What the pass needs of a distinct (resources, replicas, constraints): gate, routing, pin."""
+    """What the pass needs of a distinct (resources, replicas, constraints, pin)."""
 
-    gate: Gate | None
-    slots: tuple[int, ...]  # indexes of the reachable backends whose attributes host the shape
-    pin: str | None
+    amount: float  # the gate's amount; 0 for a job without a gate
+    gated: bool
+    entries: tuple[_Entry, ...]  # the reachable backends whose attributes host the shape
 
 
 class _Pass:
-    """The mutable state of one placement pass: backends, per-peer counts, shapes seen."""
+    """The mutable state of one placement pass: capacity pools, per-peer counts, shapes seen."""
 
     def __init__(self, peers: Sequence[PeerSnapshot], ledger: ReservationLedger, max_per_peer: int):
         self.ledger = ledger
         self.max_per_peer = max_per_peer
-        self.peer_ids = [p.peer_id for p in peers]
-        self.peer_by_name = {p.peer_id.lower(): i for i, p in enumerate(peers)}
-        self.placed = [0] * len(peers)
-        self.open_peers = sum(1 for p in peers if p.reachable)
-        self.slots: list[_Slot] = [
-            _Slot(i, p.peer_id, b, _stable_hash(f"{p.peer_id}/{b.backend_id}"), {})
-            for i, p in enumerate(peers)
-            if p.reachable
-            for b in p.backends
-        ]
+        self.peers = tuple(peers)
+        self.peer_by_name = {p.peer_id.lower(): i for i, p in enumerate(self.peers)}
+        self.reachable = [i for i, p in enumerate(self.peers) if p.reachable]
+        self.placed = [0] * len(self.peers)
+        self.open_peers = len(self.reachable)
+        self._salts: dict[tuple[int, str], int] = {}
+        self._pools: dict[tuple[int, str, str], _TokenPool] = {}
         self._shapes: dict[tuple, _Shape] = {}
+        self._live: dict[tuple[int, Band], list[_Entry]] = {}
 
     def shape_of(self, job: QueuedJob) -> _Shape:
         key = (job.resources, job.replicas, job.constraints, job.pinned_peer)
@@ -201,123 +191,142 @@ class _Pass:
         return shape
 
     def _build_shape(self, job: QueuedJob) -> _Shape:
+        gate = capacity_gate(job.resources, job.replicas)
         routing = routing_constraints(job.resources, job.constraints)
-        pin = job.pinned_peer or constraint_value(job.constraints, "cluster")
-        pinned_index = self.peer_by_name.get(pin.lower(), -1) if pin else None
-        slots = tuple(
-            i
-            for i, slot in enumerate(self.slots)
-            if (pinned_index is None or slot.peer_index == pinned_index)
-            and peer_backend_hosts(slot.backend, routing)
-        )
-        return _Shape(capacity_gate(job.resources, job.replicas), slots, pin)
+        entries = []
+        for peer_index in self._peers_for(job):
+            peer = self.peers[peer_index]
+            for backend in peer.backends:
+                if peer_backend_hosts(backend, routing):
+                    entry = self._entry(peer_index, backend, gate)
+                    if entry is not None:
+                        entries.append(entry)
+        return _Shape(float(gate.amount) if gate else 0.0, gate is not None, tuple(entries))
 
-    def pool(self, slot: _Slot, token: str) -> _TokenPool:
-        pool = slot.pools.get(token)
+    def _peers_for(self, job: QueuedJob) -> list[int]:
+        """The peers a job may go to: the reachable ones, or only its pinned peer."""
+        pin = job.pinned_peer or constraint_value(job.constraints, "cluster")
+        if pin is None:
+            return self.reachable
+        index = self.peer_by_name.get(pin.lower())
+        return [index] if index is not None and self.peers[index].reachable else []
+
+    def _entry(self, peer_index: int, backend: PeerBackend, gate: Gate | None) -> _Entry | None:
+        peer_id = self.peers[peer_index].peer_id
+        salt_key = (peer_index, backend.backend_id)
+        salt = self._salts.get(salt_key)
+        if salt is None:
+            salt = self._salts[salt_key] = _stable_hash(f"{peer_id}/{backend.backend_id}")
+        token = gate.token_on(backend) if gate is not None else ""
+        if gate is None or backend.availability is None:
+            return _Entry(peer_index, peer_id, backend.backend_id, salt, token, None)
+        if not token:
+            return None  # a metric backend that cannot say how much of this request is free
+        return _Entry(peer_index, peer_id, backend.backend_id, salt, token, self._pool(peer_index, backend, token))
+
+    def _pool(self, peer_index: int, backend: PeerBackend, token: str) -> _TokenPool:
+        key = (peer_index, backend.backend_id, token)
+        pool = self._pools.get(key)
         if pool is None:
-            availability = slot.backend.availability
+            availability = backend.availability
             assert availability is not None
             reserved = self.ledger.reserved(
-                slot.peer_id, slot.backend.backend_id, token, availability.observation_epoch_ms
+                self.peers[peer_index].peer_id, backend.backend_id, token, availability.observation_epoch_ms
             )
-            pool = slot.pools[token] = _TokenPool(availability, token, reserved)
+            pool = self._pools[key] = _TokenPool(availability, token, reserved)
         return pool
 
-    def peer_full(self, peer_index: int) -> bool:
-        return self.placed[peer_index] >= self.max_per_peer
+    def live(self, shape: _Shape, band: Band) -> list[_Entry]:
+        """The backends still open to `shape` at `band` in this pass (shrinks as they fill)."""
+        key = (id(shape), band)
+        entries = self._live.get(key)
+        if entries is None:
+            entries = self._live[key] = list(shape.entries)
+        return entries
 
-    def record(self, slot: _Slot) -> None:
-        self.placed[slot.peer_index] += 1
-        if self.placed[slot.peer_index] == self.max_per_peer:
+    def record(self, peer_index: int) -> None:
+        self.placed[peer_index] += 1
+        if self.placed[peer_index] == self.max_per_peer:
             self.open_peers -= 1
 
 
-# --- ranking ------------------------------------------------------------------------------------
+# --- choosing a backend -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Option:
-    """One backend that can take the job, with the draw it would make and its rank."""
+def _best_entry(state: _Pass, job: QueuedJob, shape: _Shape, live: list[_Entry]) -> tuple[_Entry, float] | None:
+    """The best backend for `job` and what it would reclaim there, or None when none fits.
 
-    rank: tuple
-    slot: _Slot
-    token: str
-    reclaimed: float
-    pool: _TokenPool | None
-
-
-def _metric_option(state: _Pass, slot: _Slot, job: QueuedJob, gate: Gate, job_hash: int) -> _Option | None:
-    """The option on a backend with an availability block, or None when the gate does not fit."""
-    token = gate.token_on(slot.backend)
-    if not token:
-        return None
-    pool = state.pool(slot, token)
-    if pool.reach(job.band) < gate.amount:
-        return None
-    reclaimed = max(0.0, gate.amount - pool.idle())
-    preempts = reclaimed > 0
-    rank = (
-        False,
-        preempts,
-        reclaimed,
-        pool.reported_slack(job.band, gate.amount, preempts),
-        state.placed[slot.peer_index],
-        job_hash ^ slot.salt,
-        slot.peer_id,
-        slot.backend.backend_id,
-    )
-    return _Option(rank, slot, token, reclaimed, pool)
-
-
-def _shape_option(state: _Pass, slot: _Slot, gate: Gate | None, job_hash: int) -> _Option:
-    """The option on a backend matched by shape alone (no gate, or no metric there)."""
-    unmetered = gate is not None  # a gated job prefers every backend that has a metric
-    token = gate.token_on(slot.backend) if gate is not None else ""
-    rank = (
-        unmetered,
-        False,
-        0.0,
-        0.0,
-        state.placed[slot.peer_index],
-        job_hash ^ slot.salt,
-        slot.peer_id,
-        slot.backend.backend_id,
-    )
-    return _Option(rank, slot, token, 0.0, None)
-
-
-def _best_option(state: _Pass, job: QueuedJob, shape: _Shape) -> _Option | None:
+    Lower is better on, in turn: the amount preempted (0 when idle capacity suffices; infinite for
+    a gated job on a backend without a metric, which therefore ranks after every metric backend),
+    the slack left of what the peer reported, promotions to the peer this pass, the per-job hash,
+    then peer id and backend id. `live` holds the backends still open to this shape and band; the
+    ones found full are dropped from it for good, since within a pass capacity only shrinks and caps
+    only fill. This is the pass's inner loop: one loop, scalar comparisons, no allocation per entry.
+    """
     job_hash = _stable_hash(job.job_id)
-    best: _Option | None = None
-    for index in shape.slots:
-        slot = state.slots[index]
-        if state.peer_full(slot.peer_index):
+    placed, cap = state.placed, state.max_per_peer
+    reach, amount = _REACH[job.band], shape.amount
+    unmetered = _INF if shape.gated else 0.0
+    best: _Entry | None = None
+    b_reclaimed = b_slack = 0.0
+    b_load = b_hash = 0
+    closed: list[int] = []
+    for position, entry in enumerate(live):
+        load = placed[entry.peer_index]
+        if load >= cap:
+            closed.append(position)
             continue
-        if shape.gate is not None and slot.backend.availability is not None:
-            option = _metric_option(state, slot, job, shape.gate, job_hash)
+        pool = entry.pool
+        if pool is None:
+            reclaimed, slack = unmetered, 0.0
         else:
-            option = _shape_option(state, slot, shape.gate, job_hash)
-        if option is not None and (best is None or option.rank < best.rank):
-            best = option
-    return best
+            prefix, spent = pool.prefix, pool.spent
+            if prefix[reach] - spent < amount:
+                closed.append(position)
+                continue
+            idle = prefix[0] - spent
+            if idle >= amount:
+                reclaimed, slack = 0.0, prefix[0] - pool.reserved - amount
+            else:
+                reclaimed, slack = amount - max(idle, 0.0), prefix[reach] - pool.reserved - amount
+        if best is not None:
+            if reclaimed != b_reclaimed:
+                if reclaimed > b_reclaimed:
+                    continue
+            elif slack != b_slack:
+                if slack > b_slack:
+                    continue
+            elif load != b_load:
+                if load > b_load:
+                    continue
+            else:
+                spread = job_hash ^ entry.salt
+                if spread > b_hash or (
+                    spread == b_hash and (entry.peer_id, entry.backend_id) > (best.peer_id, best.backend_id)
+                ):
+                    continue
+        best, b_reclaimed, b_slack, b_load, b_hash = entry, reclaimed, slack, load, job_hash ^ entry.salt
+    for position in reversed(closed):
+        del live[position]
+    if best is None:
+        return None
+    return best, (b_reclaimed if b_reclaimed != _INF else 0.0)
 
 
-def _promote(state: _Pass, job: QueuedJob, shape: _Shape, option: _Option) -> Promotion:
-    """Takes the option's draw from the pass's capacity and returns the promotion."""
-    state.record(option.slot)
-    amount = float(shape.gate.amount) if shape.gate is not None else 0.0
+def _promote(state: _Pass, job: QueuedJob, shape: _Shape, entry: _Entry, reclaimed: float) -> Promotion:
+    """Takes the draw from the pass's capacity and returns the promotion."""
+    state.record(entry.peer_index)
     epoch = None
-    if option.pool is not None:
-        option.pool.spent += amount
-        availability = option.slot.backend.availability
-        epoch = availability.observation_epoch_ms if availability is not None else None
+    if entry.pool is not None:
+        entry.pool.spent += shape.amount
+        epoch = entry.pool.epoch
     return Promotion(
         job_id=job.job_id,
-        peer_id=option.slot.peer_id,
-        backend_id=option.slot.backend.backend_id,
-        token=option.token,
-        amount=amount,
-        reclaimed=option.reclaimed,
+        peer_id=entry.peer_id,
+        backend_id=entry.backend_id,
+        token=entry.token,
+        amount=shape.amount,
+        reclaimed=reclaimed,
         observation_epoch_ms=epoch,
     )
 
@@ -337,20 +346,17 @@ def assign_queued(
     if max_per_peer <= 0:
         return ()
     state = _Pass(peers, ledger, max_per_peer)
-    # A job that fits nowhere says the same of every later job of its shape, band and pin: within a
-    # pass capacity only shrinks and caps only fill. Remembering that keeps a long queue cheap.
-    exhausted: set[tuple] = set()
     promotions: list[Promotion] = []
     for job in sorted(candidates, key=_QUEUE_ORDER):
         if state.open_peers <= 0:
             break
         shape = state.shape_of(job)
-        dead_key = (id(shape), job.band)
-        if dead_key in exhausted:
+        live = state.live(shape, job.band)
+        if not live:
+            # A job that fits nowhere says the same of every later job of its shape, band and
+            # pin, so a long queue behind it costs one lookup per job.
             continue
-        option = _best_option(state, job, shape)
-        if option is None:
-            exhausted.add(dead_key)
-            continue
-        promotions.append(_promote(state, job, shape, option))
+        best = _best_entry(state, job, shape, live)
+        if best is not None:
+            promotions.append(_promote(state, job, shape, *best))
     return tuple(promotions)
