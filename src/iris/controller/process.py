@@ -7,6 +7,7 @@ controllers can never write one database; `controller.pid` and `controller.log` 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -59,11 +60,29 @@ def read_pid(config: ClusterConfig) -> int | None:
     return pid
 
 
+def _server_class():
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn re-raises SIGTERM/SIGINT after a graceful shutdown, which would kill the process
+        before the controller stops its attempts; forget the captured signal instead."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            with super().capture_signals():
+                yield
+                self._captured_signals.clear()
+
+    return Server
+
+
 def run_foreground(config: ClusterConfig) -> None:
     """Serves the cluster until SIGINT/SIGTERM, then stops its tick and attempts cleanly."""
     import uvicorn
 
     from iris.controller.app import Controller
+
+    _Server = _server_class()
     from iris.controller.server import build_app
 
     config.state_path.mkdir(parents=True, exist_ok=True)
@@ -81,7 +100,7 @@ def run_foreground(config: ClusterConfig) -> None:
     pid_path(config).write_text(f"{os.getpid()}\n")
     try:
         controller.start()
-        server = uvicorn.Server(
+        server = _Server(
             uvicorn.Config(build_app(controller), host=config.host, port=config.port, log_level="warning",
                            lifespan="off", access_log=False)
         )

@@ -1,0 +1,61 @@
+"""Small helpers over the raw Connect client for controller tests."""
+
+from __future__ import annotations
+
+import os
+
+from connectrpc.errors import ConnectError
+
+from iris.rpc import controller_pb2 as pb
+from iris.rpc.controller_connect import ControllerServiceClientSync
+from tests.conftest import wait_until
+
+TERMINAL = {"SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE"}
+
+
+def client(ctl) -> ControllerServiceClientSync:
+    return ControllerServiceClientSync(ctl.url)
+
+
+def launch(c, name: str, command: list[str], user: str = "alice", **fields) -> str:
+    req = pb.LaunchJobRequest(name=name, user=user, command=command, **fields)
+    return c.launch_job(req).job_id
+
+
+def status(c, job_id: str) -> pb.GetJobStatusResponse:
+    return c.get_job_status(pb.GetJobStatusRequest(job_id=job_id, include_tasks=True, include_attempts=True))
+
+
+def wait_state(c, job_id: str, states=TERMINAL, timeout: float = 30) -> pb.GetJobStatusResponse:
+    def check():
+        s = status(c, job_id)
+        return s if s.job.state in states else None
+
+    return wait_until(check, timeout=timeout, message=f"{job_id} to reach {sorted(states)}")
+
+
+def logs(c, job_id: str) -> list[str]:
+    return [ln.text for ln in c.fetch_logs(pb.FetchLogsRequest(job_id=job_id, task_index=-1)).lines]
+
+
+def error_code(fn) -> tuple[str, str]:
+    try:
+        fn()
+    except ConnectError as exc:
+        return exc.code.name.lower(), exc.message
+    raise AssertionError("expected a Connect error")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def job_count(c) -> int:
+    return len(c.list_jobs(pb.ListJobsRequest(limit=100000)).jobs)
+
+
+__all__ = ["client", "launch", "status", "wait_state", "logs", "error_code", "pid_alive", "job_count", "os", "pb"]

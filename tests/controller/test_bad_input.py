@@ -1,0 +1,68 @@
+"""Bad input gets a clear error with the right Connect code and changes nothing."""
+
+from __future__ import annotations
+
+from iris.rpc import controller_pb2 as pb
+from tests.controller.helpers import client, error_code, job_count, launch
+
+
+def test_bad_requests_are_refused_and_write_nothing(controller):
+    c = client(controller)
+    before = job_count(c)
+    cases = [
+        (pb.LaunchJobRequest(name="x", user="alice", command=["true"], constraints=[pb.Constraint(key="colour", op="EQ", values=["red"])]), "invalid_argument", "colour"),
+        (pb.LaunchJobRequest(name="x", user="alice", command=["true"], constraints=[pb.Constraint(key="region", op="ROUGHLY", values=["a"])]), "invalid_argument", "ROUGHLY"),
+        (pb.LaunchJobRequest(name="x", user="alice", command=["true"], constraints=[pb.Constraint(key="region", op="GT", values=["a"])]), "invalid_argument", "not allowed"),
+        (pb.LaunchJobRequest(name="x", user="alice", command=[]), "invalid_argument", "command"),
+        (pb.LaunchJobRequest(name="bad name!", user="alice", command=["true"]), "invalid_argument", "not valid"),
+        (pb.LaunchJobRequest(name="x", user="", command=["true"]), "invalid_argument", "user"),
+        (pb.LaunchJobRequest(name="x", user="alice", command=["true"], replicas=-2), "invalid_argument", "replicas"),
+        (pb.LaunchJobRequest(name="x", user="alice", command=["true"], priority="urgent"), "invalid_argument", "band"),
+        (pb.LaunchJobRequest(name="x", user="alice", command=["true"], parent_job_id="/alice/nobody"), "invalid_argument", "parent"),
+        (pb.LaunchJobRequest(name="x", user="alice", command=["true"], client_revision_date="2020-01-01"), "failed_precondition", "upgrade"),
+        (pb.LaunchJobRequest(name="x", user="alice", command=["true"], existing_job_policy="merge"), "invalid_argument", "existing_job_policy"),
+    ]
+    for req, code, fragment in cases:
+        got_code, message = error_code(lambda: c.launch_job(req))
+        assert got_code == code, (req, message)
+        assert fragment in message, message
+    assert job_count(c) == before
+
+
+def test_duplicate_job_name_is_an_error_unless_keep_or_replace(controller):
+    c = client(controller)
+    launch(c, "dup", ["true"])
+    code, message = error_code(lambda: launch(c, "dup", ["true"]))
+    assert code == "already_exists" and "--existing" in message
+    kept = c.launch_job(pb.LaunchJobRequest(name="dup", user="alice", command=["true"], existing_job_policy="keep"))
+    assert kept.disposition == "existing"
+
+
+def test_client_freshness_exempts_children_and_empty_dates(controller):
+    c = client(controller)
+    root = c.launch_job(pb.LaunchJobRequest(name="fresh", user="alice", command=["sleep", "30"], client_revision_date=""))
+    child = c.launch_job(pb.LaunchJobRequest(name="kid", parent_job_id=root.job_id, command=["true"], client_revision_date="2020-01-01"))
+    assert child.job_id == "/alice/fresh/kid"
+    c.terminate_job(pb.TerminateJobRequest(job_id=root.job_id))
+
+
+def test_query_refuses_writes_and_leaves_the_database_unchanged(controller):
+    c = client(controller)
+    launch(c, "keepme", ["true"])
+    for sql in ("DELETE FROM jobs", "UPDATE jobs SET state='X'", "DROP TABLE jobs", "INSERT INTO bundles VALUES ('a',1,1)",
+                "PRAGMA journal_mode=DELETE", "ATTACH DATABASE '/tmp/x.db' AS x"):
+        code, message = error_code(lambda: c.execute_raw_query(pb.ExecuteRawQueryRequest(sql=sql)))
+        assert code == "invalid_argument" and "read-only" in message, (sql, message)
+    rows = c.execute_raw_query(pb.ExecuteRawQueryRequest(sql="SELECT job_id FROM jobs")).rows
+    assert [r.values[0].string_value for r in rows] == ["/alice/keepme"]
+
+
+def test_unknown_job_is_not_found(controller):
+    c = client(controller)
+    for call in (
+        lambda: c.get_job_status(pb.GetJobStatusRequest(job_id="/alice/ghost")),
+        lambda: c.terminate_job(pb.TerminateJobRequest(job_id="/alice/ghost")),
+        lambda: c.fetch_logs(pb.FetchLogsRequest(job_id="/alice/ghost")),
+    ):
+        code, message = error_code(call)
+        assert code == "not_found" and "/alice/ghost" in message
