@@ -103,6 +103,7 @@ def run(
     2 rejected or unschedulable, 3 usage or connection error.
     """
     client = obj.client()
+    started = time.monotonic()
     # Everything checkable here (sizes, devices, constraints, names) fails before any request: exit 3.
     request = client.prepare(
         list(command), name=job_name, env=dict(env), existing_job_policy=existing, **options
@@ -126,15 +127,15 @@ def run(
         if obj.json:
             obj.emit(launched)
         return EXIT_OK
-    return _follow_to_end(obj, resp.job_id, launched, timestamps, replicas=int(options.get("replicas") or 1))
+    replicas = int(options.get("replicas") or 1)  # type: ignore[call-overload]
+    return _follow_to_end(obj, resp.job_id, launched, timestamps, replicas, started)
 
 
-def _follow_to_end(obj: CliContext, job_id: str, launched: dict, timestamps: bool, replicas: int) -> int:
+def _follow_to_end(obj: CliContext, job_id: str, launched: dict, timestamps: bool, replicas: int, started: float) -> int:
     from iris.cli.output import message_to_dict, write_log_line
 
     client = obj.client()
     lines = []
-    started = time.monotonic()
     try:
         for line in client.follow(job_id):
             if obj.json:

@@ -153,6 +153,11 @@ def main(argv: list[str] | None = None) -> None:
         # The reader went away (`iris job logs … | head`): not an error.
         sys.stdout = None  # type: ignore[assignment]
         os._exit(EXIT_OK)
+    except Exception as exc:  # a bug, not a user error: say so in one line, traceback on request
+        if os.environ.get("IRIS_DEBUG"):
+            raise
+        _report("internal", f"internal error: {type(exc).__name__}: {exc} (set IRIS_DEBUG=1 for the traceback)", json_mode)
+        sys.exit(EXIT_FAILED)
     sys.exit(rv if isinstance(rv, int) else EXIT_OK)
 
 

@@ -47,7 +47,9 @@ def format_duration(seconds: float) -> str:
     if seconds < 0:
         seconds = 0
     if seconds < 10:
-        return f"{seconds:.1f}s" if seconds < 1 or seconds != int(seconds) else f"{int(seconds)}s"
+        if seconds < 1:
+            return f"{seconds:.2f}s"
+        return f"{seconds:.1f}s" if seconds != int(seconds) else f"{int(seconds)}s"
     total = int(round(seconds))
     if total < 60:
         return f"{total}s"
@@ -257,6 +259,32 @@ def query_table(resp: Any) -> str:
     if resp.truncated:
         text += f"\n(truncated to {len(rows)} rows)"
     return text
+
+
+def cluster_status_text(url: str, info: Any, backends: Any) -> str:
+    """`iris cluster status`: who answers at `url`, what it holds, and each backend's capacity."""
+    counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(info.job_counts.items())) or "none"
+    out = [
+        f"cluster {info.name} at {url}: healthy",
+        f"  version {info.version} ({info.revision_date}), up {format_duration(info.uptime_s)}, pid {info.pid}",
+        f"  state   {info.state_dir}",
+        f"  jobs    {counts}",
+        f"  peers   {info.peers}",
+    ]
+    if backends.backends:
+        rows = []
+        for b in backends.backends:
+            free = ", ".join(
+                f"{token} {_num(amount)}/{_num(b.availability.total_amounts.get(token, 0))}"
+                for token, amount in sorted(b.availability.amounts.items())
+            ) if b.HasField("availability") else "-"
+            rows.append((b.id, b.kind, b.workers, format_resources(b.worker_capacity), free))
+        out += ["", render_table(("BACKEND", "KIND", "WORKERS", "PER WORKER", "FREE"), rows)]
+    return "\n".join(out)
+
+
+def _num(value: float) -> str:
+    return f"{value:g}"
 
 
 def _cell(value: Any) -> str:

@@ -21,11 +21,11 @@ from google.protobuf.message import Message
 from iris.client.launch import build_launch_request
 from iris.client.transport import ConnectTransport
 from iris.core.constraints import Constraint
-from iris.core.states import TERMINAL_JOB_STATES
 from iris.rpc import controller_pb2 as pb
 
 DEFAULT_URL = "http://127.0.0.1:10000"
-TERMINAL_STATES = frozenset(s.value for s in TERMINAL_JOB_STATES)
+# The terminal JobState values (iris.core.states), spelled out: the CLI's submit path skips that import.
+TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE"})
 # Poll fast at first (a `true` job finishes in tens of milliseconds), then back off so a long job
 # costs the controller five calls a second, not a hundred.
 POLL_FIRST_S = 0.01

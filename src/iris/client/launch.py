@@ -116,7 +116,7 @@ def build_launch_request(
         validate_component("user", user)
 
     device = resources.device
-    return pb.LaunchJobRequest(
+    request = pb.LaunchJobRequest(
         name=name,
         user=user,
         command=argv,
@@ -131,7 +131,6 @@ def build_launch_request(
         constraints=[constraint_message(c) for c in parsed],
         env=dict(env or {}),
         max_retries_failure=max_retries,
-        max_retries_preemption=-1 if max_retries_preemption is None else max_retries_preemption,
         timeout_s=0.0 if timeout in (None, "") else parse_duration(timeout),
         scheduling_timeout_s=0.0 if scheduling_timeout in (None, "") else parse_duration(scheduling_timeout),
         coschedule=coschedule,
@@ -140,3 +139,6 @@ def build_launch_request(
         client_revision_date=iris.REVISION_DATE,
         workdir=workdir or "",
     )
+    if max_retries_preemption is not None:  # unset: the controller's default (100)
+        request.max_retries_preemption = max_retries_preemption
+    return request

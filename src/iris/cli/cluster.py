@@ -1,0 +1,115 @@
+"""`iris cluster …`: start a controller (foreground or detached), stop it, and report its health.
+
+The server modules (pydantic config, SQLAlchemy, uvicorn) are imported inside `start` and `stop`
+only, so the job commands never pay for them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from iris.cli.main import EXIT_OK, CliContext, output_option
+
+
+def _config_options(fn):
+    fn = click.option("--port", type=click.IntRange(1, 65535), help="With --local: the port (default 10000).")(fn)
+    fn = click.option("--local", is_flag=True, help="The embedded single-machine cluster (state in $IRIS_HOME).")(fn)
+    fn = click.option("--config", "config_path", metavar="FILE", help="The cluster's YAML config.")(fn)
+    return fn
+
+
+def resolve_config(obj: CliContext, config_path: str | None, local: bool, port: int | None):
+    """The cluster config named by --config (here or global) or --local, with the argv that names it again."""
+    from iris.core.config import load_config, local_config
+
+    config_path = config_path or obj.config_path
+    if config_path and local:
+        raise click.UsageError("give --config FILE or --local, not both")
+    if local:
+        argv = ["--local"] + (["--port", str(port)] if port else [])
+        return local_config(port=port or 10000), argv
+    if config_path:
+        if port:
+            raise click.UsageError("--port goes with --local; set `listen:` in the config instead")
+        path = os.path.abspath(config_path)
+        return load_config(path), ["--config", path]
+    raise click.UsageError("say which cluster: --config cluster.yaml, or --local for the embedded one")
+
+
+@click.group()
+def cluster() -> None:
+    """Start, stop and inspect a cluster's controller."""
+
+
+@cluster.command("start")
+@_config_options
+@click.option("--detach", is_flag=True, help="Run in the background; return once the controller answers.")
+@click.option("--timeout", type=float, default=30.0, show_default=True, help="With --detach: seconds to wait for it.")
+@output_option
+@click.pass_obj
+def start(obj: CliContext, config_path: str | None, local: bool, port: int | None, detach: bool, timeout: float) -> int:
+    """Runs the cluster's controller (in the foreground unless --detach)."""
+    config, argv = resolve_config(obj, config_path, local, port)
+    from iris.controller import process
+
+    if not detach:
+        if not obj.json:
+            click.echo(f"cluster {config.name}: serving on {config.url}, state in {config.state_path} (Ctrl-C stops it)", err=True)
+        process.run_foreground(config)
+        return EXIT_OK
+    pid = process.start_detached(config, argv, timeout=timeout)
+    doc = {"cluster": config.name, "url": config.url, "pid": pid, "state_dir": str(config.state_path),
+           "log": str(process.log_path(config))}
+    if obj.json:
+        obj.emit(doc)
+    else:
+        click.echo(f"cluster {config.name} is up at {config.url} (pid {pid}); log: {doc['log']}")
+        click.echo(f"  export IRIS_CONTROLLER={config.url}")
+    return EXIT_OK
+
+
+@cluster.command("stop")
+@_config_options
+@click.option("--timeout", type=float, default=15.0, show_default=True, help="Seconds before it is killed.")
+@output_option
+@click.pass_obj
+def stop(obj: CliContext, config_path: str | None, local: bool, port: int | None, timeout: float) -> int:
+    """Stops the controller started for this config (its attempts are stopped with it)."""
+    config, _ = resolve_config(obj, config_path, local, port)
+    from iris.controller import process
+
+    stopped = process.stop(config, timeout=timeout)
+    if obj.json:
+        obj.emit({"cluster": config.name, "stopped": stopped, "state_dir": str(config.state_path)})
+    elif stopped:
+        click.echo(f"stopped cluster {config.name}")
+    else:
+        click.echo(f"no controller was running for cluster {config.name} (state in {config.state_path})")
+    return EXIT_OK
+
+
+@cluster.command("status")
+@_config_options
+@output_option
+@click.pass_obj
+def status(obj: CliContext, config_path: str | None, local: bool, port: int | None) -> int:
+    """Reports whether the controller answers, what it runs, and its backends' free capacity."""
+    from iris.cli.output import cluster_status_text, message_to_dict
+    from iris.client.client import IrisClient
+
+    if config_path or local:
+        config, _ = resolve_config(obj, config_path, local, port)
+        client = IrisClient(config.url)
+    else:
+        client = obj.client()
+    info = client.cluster_info()
+    backends = client.backends()
+    if obj.json:
+        obj.emit({"url": client.url, "healthy": True, "cluster": message_to_dict(info),
+                  "backends": [message_to_dict(b) for b in backends.backends]})
+    else:
+        click.echo(cluster_status_text(client.url, info, backends))
+    return EXIT_OK
+
