@@ -92,13 +92,8 @@ def explain_group(ledger: Ledger, outcome: JobOutcome, cls: WorkerClass) -> Grou
     if len(alive) < len(cls.members):
         reasons.append(f"{len(cls.members) - len(alive)} of them not alive")
     probe = dict(cls.attributes)
-    for constraint in failing_constraints([c for c in shape.hard if c.key != "worker"], probe):
+    for constraint in failing_constraints(shape.hard, probe):
         reasons.append(f"constraint {constraint} fails ({constraint.key}={probe.get(constraint.key, 'unset')})")
-    pinned = [c for c in shape.hard if c.key == "worker"]
-    if pinned:
-        alive = [w for w in alive if not failing_constraints(pinned, {"worker": ledger.workers[w].worker_id})]
-        if not alive:
-            reasons.append("not the pinned worker")
     for d in () if reasons else short_dimensions(cls.capacity, shape.need):
         reasons.append(f"needs {_word(shape, d, shape.need[d])}; these workers have {_word(shape, d, cls.capacity[d])}")
     fitting = [w for w in alive if fits(ledger.free[w], shape.need)]

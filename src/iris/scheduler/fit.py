@@ -15,7 +15,7 @@ fit) is computed once.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from iris.core.constraints import AVAILABLE_PREFIX, Constraint, device_constraints, matches
 from iris.core.resources import Resources
@@ -50,11 +50,14 @@ def fits(free: Vector, need: Vector) -> bool:
 def copies(free: Vector, need: Vector, limit: int) -> int:
     """How many tasks of `need` fit in `free`, at most `limit`."""
     best = limit
-    for have, want in zip(free, need):
+    for d in DIMENSIONS:
+        want = need[d]
         if want > 0:
-            best = min(best, have // want)
-            if best <= 0:
-                return 0
+            n = free[d] // want
+            if n < best:
+                if n <= 0:
+                    return 0
+                best = n
     return best
 
 
@@ -120,6 +123,19 @@ class Shape:
     preferred: tuple[Constraint, ...]
     kind: str  # device kind: cpu, gpu or tpu
     token: str  # device variant ('' = any, or no accelerator)
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Shapes key every per-tick memo; hashing the constraint tuples on each lookup is the cost.
+        object.__setattr__(self, "_hash", hash((self.need, self.hard, self.preferred, self.kind, self.token)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @property
+    def where(self) -> tuple[tuple[Constraint, ...], tuple[Constraint, ...]]:
+        """The part of the shape that decides which workers it may use."""
+        return (self.hard, self.preferred)
 
     @property
     def accelerator(self) -> bool:

@@ -23,11 +23,13 @@ from bisect import bisect_left, insort
 from collections import defaultdict
 from dataclasses import dataclass
 
-from iris.core.constraints import matches
+from iris.core.bands import Band
+from iris.core.constraints import Constraint, matches
 
 from iris.scheduler.fit import (
     Shape,
     Vector,
+    add,
     demand,
     group_of,
     preemption_allowed_on,
@@ -46,30 +48,50 @@ class WorkerClass:
     attributes: dict[str, str]
     capacity: Vector
     members: tuple[int, ...]  # worker indexes, alive or not
+    any_alive: bool
 
     @property
     def group(self) -> tuple[str, str]:
         return group_of(self.attributes, self.backend_id)
 
-
 class Pool:
-    """The workers one or more shapes may use, sorted by free capacity for best-fit bisection."""
+    """The workers one or more shapes may use, sorted by free capacity for best-fit bisection.
 
-    __slots__ = ("members", "keys")
+    Updates are lazy: a change of free capacity only marks the worker dirty here, and the sorted
+    keys are repaired when the pool is next searched. Most pools are searched rarely, and several
+    changes to one worker between two searches cost one repair.
+    """
+
+    __slots__ = ("members", "keys", "key_of", "dirty")
 
     def __init__(self, members: tuple[int, ...], free: list[Vector]) -> None:
         self.members = members
-        self.keys = sorted((*free[w], w) for w in members)
+        self.key_of = {w: (*free[w], w) for w in members}
+        self.keys = sorted(self.key_of.values())
+        self.dirty: set[int] = set()
+
+    def refresh(self, free: list[Vector]) -> list[tuple]:
+        """The sorted keys, repaired for every worker whose free capacity changed."""
+        if self.dirty:
+            keys, key_of = self.keys, self.key_of
+            for w in self.dirty:
+                old, new = key_of[w], (*free[w], w)
+                if old != new:
+                    del keys[bisect_left(keys, old)]
+                    insort(keys, new)
+                    key_of[w] = new
+            self.dirty.clear()
+        return self.keys
 
 
-def best_fit(plan: list[Pool], need: Vector) -> int | None:
+def best_fit(plan: list[Pool], need: Vector, free: list[Vector]) -> int | None:
     """The worker with the least free capacity that still fits `need`, from the first pool (the
     best preference level) that has one. Entries before the bisection point are short in their
     first differing dimension, so only the entries after it are checked."""
     probe = (need[0], need[1], need[2], need[3], -1)
     c, m, d = need[1], need[2], need[3]
     for pool in plan:
-        keys = pool.keys
+        keys = pool.refresh(free)
         for i in range(bisect_left(keys, probe), len(keys)):
             key = keys[i]
             if key[1] >= c and key[2] >= m and key[3] >= d:
@@ -80,11 +102,15 @@ def best_fit(plan: list[Pool], need: Vector) -> int | None:
 class Ledger:
     """Free capacity, running work and the indexes of one tick."""
 
-    def __init__(self, snapshot: SchedulingSnapshot) -> None:
+    def __init__(self, snapshot: SchedulingSnapshot, per_worker: bool = False) -> None:
+        """`per_worker` makes every worker its own class, for snapshots whose tasks pin a `worker`."""
         self.workers: list[WorkerSnapshot] = sorted(snapshot.workers, key=lambda w: (w.backend_id, w.worker_id))
         self.index = {w.worker_id: i for i, w in enumerate(self.workers)}
         self.alive = [w.alive for w in self.workers]
         self.attributes = [worker_attributes(w) for w in self.workers]
+        if per_worker:
+            for attrs, worker in zip(self.attributes, self.workers):
+                attrs["worker"] = worker.worker_id
         self.capacity: list[Vector] = [demand(w.capacity) for w in self.workers]
         self.free: list[Vector] = list(self.capacity)
         self.running_on: list[list[RunningTask]] = [[] for _ in self.workers]
@@ -96,11 +122,20 @@ class Ledger:
             self.running_on[w].append(task)
         self.evicted: set[str] = set()
         self.classes = self._classify()
+        self.class_of = [0] * len(self.workers)
+        for c, cls in enumerate(self.classes):
+            for w in cls.members:
+                self.class_of[w] = c
+        self._group_of = [self.classes[c].group for c in self.class_of]
         self._pools_of: list[list[Pool]] = [[] for _ in self.workers]
         self._pools: dict[tuple[int, ...], Pool] = {}
-        self._plans: dict[Shape, list[Pool]] = {}
-        self._group_plans: dict[Shape, list[tuple[tuple[str, str], list[Pool]]]] = {}
+        self._classes_matching: dict[Constraint, frozenset[int]] = {}
+        self._matching_classes: dict[tuple, list[int]] = {}
+        self._matching: dict[tuple, list[int]] = {}
+        self._plans: dict[tuple, list[Pool]] = {}
+        self._group_plans: dict[tuple, list[tuple[tuple[str, str], list[Pool]]]] = {}
         self._preemptible: dict[Shape, tuple[int, ...]] = {}
+        self._evictable: dict[tuple[int, Band], tuple[Vector, tuple[RunningTask, ...]]] = {}
         self._journal: list[tuple] | None = None
 
     def _classify(self) -> list[WorkerClass]:
@@ -109,28 +144,45 @@ class Ledger:
             key = (w.backend_id, tuple(sorted(self.attributes[i].items())), self.capacity[i])
             grouped[key].append(i)
         return [
-            WorkerClass(backend, self.attributes[members[0]], capacity, tuple(members))
+            WorkerClass(backend, self.attributes[members[0]], capacity, tuple(members),
+                        any(self.alive[w] for w in members))
             for (backend, _, capacity), members in grouped.items()
         ]
 
     # -- which workers a shape may use ------------------------------------------------------
 
-    def matching(self, shape: Shape, alive_only: bool = True) -> list[int]:
-        """The workers whose attributes satisfy every hard constraint of `shape`, in index order."""
-        per_worker = [c for c in shape.hard if c.key == "worker"]
-        per_class = [c for c in shape.hard if c.key != "worker"]
-        out: list[int] = []
-        for cls in self.classes:
-            if not all(matches(c, cls.attributes) for c in per_class):
-                continue
-            for w in cls.members:
-                if alive_only and not self.alive[w]:
-                    continue
-                if per_worker and not all(matches(c, {"worker": self.workers[w].worker_id}) for c in per_worker):
-                    continue
-                out.append(w)
-        out.sort()
-        return out
+    def classes_matching(self, constraint: Constraint) -> frozenset[int]:
+        """Indexes of the classes whose attributes satisfy one constraint (evaluated once per tick)."""
+        found = self._classes_matching.get(constraint)
+        if found is None:
+            found = self._classes_matching[constraint] = frozenset(
+                i for i, cls in enumerate(self.classes) if matches(constraint, cls.attributes)
+            )
+        return found
+
+    def matching_classes(self, hard: tuple[Constraint, ...]) -> list[int]:
+        """Indexes of the classes that satisfy every constraint in `hard`."""
+        found = self._matching_classes.get(hard)
+        if found is None:
+            selected = set(range(len(self.classes)))
+            for constraint in hard:
+                selected &= self.classes_matching(constraint)
+            found = self._matching_classes[hard] = sorted(selected)
+        return found
+
+    def matching(self, hard: tuple[Constraint, ...], alive_only: bool = True) -> list[int]:
+        """The workers whose attributes satisfy every constraint in `hard`, in index order."""
+        key = (hard, alive_only)
+        found = self._matching.get(key)
+        if found is None:
+            found = sorted(
+                w
+                for c in self.matching_classes(hard)
+                for w in self.classes[c].members
+                if self.alive[w] or not alive_only
+            )
+            self._matching[key] = found
+        return found
 
     def pool(self, members: tuple[int, ...]) -> Pool:
         """The shared pool for exactly these workers, created and indexed on first use."""
@@ -145,39 +197,45 @@ class Ledger:
         """Splits workers by preferred-constraint score, best score first."""
         if not shape.preferred:
             return [tuple(workers)] if workers else []
+        class_scores = [0] * len(self.classes)
+        for constraint in shape.preferred:
+            for c in self.classes_matching(constraint):
+                class_scores[c] += 1
         by_score: dict[int, list[int]] = defaultdict(list)
         for w in workers:
-            by_score[preference_score(shape.preferred, self.attributes[w])].append(w)
+            by_score[class_scores[self.class_of[w]]].append(w)
         return [tuple(by_score[s]) for s in sorted(by_score, reverse=True)]
 
     def plan(self, shape: Shape) -> list[Pool]:
         """The pools a shape searches, in preference order."""
-        plan = self._plans.get(shape)
+        key = shape.where
+        plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[shape] = [self.pool(m) for m in self._levels(shape, self.matching(shape))]
+            plan = self._plans[key] = [self.pool(m) for m in self._levels(shape, self.matching(shape.hard))]
         return plan
 
     def group_plans(self, shape: Shape) -> list[tuple[tuple[str, str], list[Pool]]]:
         """Per coscheduling group (shared `tpu-name`, `pool`, or backend), the pools a shape searches there."""
-        plans = self._group_plans.get(shape)
+        key = shape.where
+        plans = self._group_plans.get(key)
         if plans is None:
             by_group: dict[tuple[str, str], list[int]] = defaultdict(list)
-            for w in self.matching(shape):
+            for w in self.matching(shape.hard):
                 by_group[self.group(w)].append(w)
-            plans = self._group_plans[shape] = [
+            plans = self._group_plans[key] = [
                 (g, [self.pool(m) for m in self._levels(shape, by_group[g])]) for g in sorted(by_group)
             ]
         return plans
 
     def group(self, w: int) -> tuple[str, str]:
-        return group_of(self.attributes[w], self.workers[w].backend_id)
+        return self._group_of[w]
 
     def preemptible_workers(self, shape: Shape) -> tuple[int, ...]:
         """Alive workers matching `shape` on which it may evict lower-band work (same device variant)."""
         found = self._preemptible.get(shape)
         if found is None:
             found = self._preemptible[shape] = tuple(
-                w for w in self.matching(shape) if preemption_allowed_on(shape, self.workers[w])
+                w for w in self.matching(shape.hard) if preemption_allowed_on(shape, self.workers[w])
             )
         return found
 
@@ -187,12 +245,8 @@ class Ledger:
         old = self.free[w]
         if old == new:
             return
-        old_key = (*old, w)
-        new_key = (*new, w)
         for pool in self._pools_of[w]:
-            keys = pool.keys
-            del keys[bisect_left(keys, old_key)]
-            insort(keys, new_key)
+            pool.dirty.add(w)
         self.free[w] = new
         if self._journal is not None:
             self._journal.append(("free", w, old))
@@ -200,10 +254,27 @@ class Ledger:
     def take(self, w: int, need: Vector, times: int = 1) -> None:
         self.set_free(w, subtract(self.free[w], need, times))
 
-    def evict(self, task_id: str) -> None:
+    def evict(self, w: int, task_id: str) -> None:
         self.evicted.add(task_id)
+        self._forget_evictable(w)
         if self._journal is not None:
-            self._journal.append(("evict", task_id))
+            self._journal.append(("evict", w, task_id))
+
+    def _forget_evictable(self, w: int) -> None:
+        for band in Band:
+            self._evictable.pop((w, band), None)
+
+    def evictable(self, w: int, band: Band) -> tuple[Vector, tuple[RunningTask, ...]]:
+        """The running tasks on a worker that `band` outranks (not yet chosen for eviction), and
+        their summed demand; cached until the next eviction there."""
+        found = self._evictable.get((w, band))
+        if found is None:
+            tasks = tuple(t for t in self.running_on[w] if t.task_id not in self.evicted and band.outranks(t.band))
+            total = (0, 0, 0, 0)
+            for task in tasks:
+                total = add(total, demand(task.resources))
+            found = self._evictable[(w, band)] = (total, tasks)
+        return found
 
     def victims_on(self, w: int) -> list[RunningTask]:
         """Running tasks on a worker not already chosen for eviction this tick."""
@@ -223,7 +294,8 @@ class Ledger:
             if entry[0] == "free":
                 self.set_free(entry[1], entry[2])
             else:
-                self.evicted.discard(entry[1])
+                self.evicted.discard(entry[2])
+                self._forget_evictable(entry[1])
 
     @property
     def in_trial(self) -> bool:

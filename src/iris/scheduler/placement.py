@@ -16,9 +16,15 @@ from dataclasses import dataclass, field
 
 from iris.core.bands import Band
 
-from iris.scheduler.fit import CPU, DEVICES, Shape, copies
+from iris.scheduler.fit import Shape, copies
 from iris.scheduler.ledger import Ledger, Pool, best_fit
-from iris.scheduler.preemption import apply_victim_set, can_preempt_anything, cheapest_victim_set, victim_cost
+from iris.scheduler.preemption import (
+    apply_victim_set,
+    can_preempt_anything,
+    cheapest_victim_set,
+    reclaimable,
+    victim_cost,
+)
 from iris.scheduler.snapshot import Assignment, PendingTask, Preemption, RunningTask
 
 
@@ -29,6 +35,7 @@ class Memo:
     no_fit: set[Shape] = field(default_factory=set)
     no_preempt: set[tuple[Shape, Band]] = field(default_factory=set)
     no_gang: set[tuple] = field(default_factory=set)
+    gang_slots: dict[tuple, int] = field(default_factory=dict)  # upper bounds, per (shape, group)
 
 
 @dataclass(slots=True)
@@ -71,7 +78,7 @@ def place_independent(
     need = shape.need
     i, n = 0, len(tasks)
     while i < n:
-        w = None if shape in memo.no_fit else best_fit(plan, need)
+        w = None if shape in memo.no_fit else best_fit(plan, need, ledger.free)
         if w is not None:
             k = max(1, copies(ledger.free[w], need, n - i))
             _assign(ledger, placed, w, tasks[i : i + k])
@@ -101,7 +108,7 @@ def _fill_group(
     placed = Placed()
     i, n = 0, len(tasks)
     while i < n:
-        w = best_fit(plan, shape.need)
+        w = best_fit(plan, shape.need, ledger.free)
         if w is not None:
             k = max(1, copies(ledger.free[w], shape.need, n - i))
             _assign(ledger, placed, w, tasks[i : i + k])
@@ -114,9 +121,15 @@ def _fill_group(
     return placed
 
 
-def _group_free(ledger: Ledger, plan: list[Pool], shape: Shape) -> int:
-    dim = DEVICES if shape.accelerator else CPU
-    return sum(ledger.free[w][dim] for pool in plan for w in pool.members)
+def _slots(ledger: Ledger, plan: list[Pool], shape: Shape, limit: int, band: Band | None = None) -> int:
+    """How many tasks of `shape` the group's workers hold now, each worker counted up to `limit`
+    (with `band`: after evicting everything that band outranks)."""
+    total = 0
+    for pool in plan:
+        for w in pool.members:
+            have = ledger.free[w] if band is None else reclaimable(ledger, w, band)[0]
+            total += copies(have, shape.need, limit)
+    return total
 
 
 def place_coscheduled(
@@ -130,42 +143,44 @@ def place_coscheduled(
 ) -> Placed | None:
     """Places all of `tasks` inside one group of workers, or none of them.
 
-    Without preemption the group with the least free capacity that holds them all wins (best fit
-    at the group level). Otherwise every group is tried with preemption and the cheapest victim set
-    wins. `pinned_group` restricts the search to where the job's running replicas already are.
+    Identical tasks placed one by one on the best fit always use every slot of a group, so a group
+    holds the job exactly when its slot count reaches the number of tasks; among those, the
+    tightest group wins (best fit at the group level). Otherwise every group is tried with
+    preemption and the cheapest victim set wins. `pinned_group` restricts the search to where the
+    job's running replicas already are.
     """
+    n = len(tasks)
     groups = ledger.group_plans(shape)
     if pinned_group is not None:
         groups = [(g, plan) for g, plan in groups if g == pinned_group]
-    key = (shape, len(tasks), pinned_group)
-    if key not in memo.no_gang:
-        ordered = sorted(groups, key=lambda item: (_group_free(ledger, item[1], shape), item[0]))
-        for _, plan in ordered:
-            ledger.begin_trial()
-            placed = _fill_group(ledger, plan, shape, None, tasks, (), now_ms)
-            if placed is not None:
-                ledger.commit_trial()
-                return placed
-            ledger.rollback_trial()
-        memo.no_gang.add(key)
-    if not can_preempt_anything(band) or (key, band) in memo.no_gang:
-        return None
-    allowed = set(ledger.preemptible_workers(shape))
     best: tuple | None = None
     for group, plan in groups:
+        bound = memo.gang_slots.get((shape, group))
+        if bound is not None and bound < n:
+            continue
+        slots = _slots(ledger, plan, shape, n)
+        memo.gang_slots[(shape, group)] = slots
+        if slots >= n and (best is None or (slots, group) < best[0]):
+            best = ((slots, group), plan)
+    if best is not None:
+        return _fill_group(ledger, best[1], shape, None, tasks, (), now_ms)
+    if not can_preempt_anything(band) or (shape, n, pinned_group, band) in memo.no_gang:
+        return None
+    allowed = set(ledger.preemptible_workers(shape))
+    cheapest: tuple | None = None
+    for group, plan in groups:
+        if _slots(ledger, plan, shape, n, band) < n:
+            continue
         members = tuple(sorted(w for pool in plan for w in pool.members if w in allowed))
         ledger.begin_trial()
         placed = _fill_group(ledger, plan, shape, band, tasks, members, now_ms)
         ledger.rollback_trial()
         if placed is not None:
             cost = (victim_cost(placed.victims, now_ms), group)
-            if best is None or cost < best[0]:
-                best = (cost, plan, members)
-    if best is None:
-        memo.no_gang.add((key, band))
+            if cheapest is None or cost < cheapest[0]:
+                cheapest = (cost, plan, members)
+    if cheapest is None:
+        memo.no_gang.add((shape, n, pinned_group, band))
         return None
-    _, plan, members = best
-    ledger.begin_trial()
-    placed = _fill_group(ledger, plan, shape, band, tasks, members, now_ms)
-    ledger.commit_trial()
-    return placed
+    _, plan, members = cheapest
+    return _fill_group(ledger, plan, shape, band, tasks, members, now_ms)

@@ -79,13 +79,10 @@ def victims_on_worker(free: Vector, need: Vector, candidates: list[RunningTask])
     return tuple(chosen)
 
 
-def reclaimable(ledger: Ledger, w: int, band: Band) -> tuple[Vector, list[RunningTask]]:
+def reclaimable(ledger: Ledger, w: int, band: Band) -> tuple[Vector, tuple[RunningTask, ...]]:
     """What a worker would have free after evicting every task `band` outranks, and those tasks."""
-    candidates = [t for t in ledger.victims_on(w) if may_preempt(band, t.band)]
-    have = ledger.free[w]
-    for task in candidates:
-        have = add(have, demand(task.resources))
-    return have, candidates
+    total, candidates = ledger.evictable(w, band)
+    return add(ledger.free[w], total), candidates
 
 
 def cheapest_victim_set(
@@ -97,8 +94,7 @@ def cheapest_victim_set(
         have, candidates = reclaimable(ledger, w, band)
         if not candidates or not fits(have, need):
             continue
-        candidates.sort(key=victim_order_key)
-        victims = victims_on_worker(ledger.free[w], need, candidates)
+        victims = victims_on_worker(ledger.free[w], need, sorted(candidates, key=victim_order_key))
         if victims is None:
             continue
         cost = (*victim_cost(victims, now_ms), w)
@@ -111,7 +107,7 @@ def apply_victim_set(ledger: Ledger, chosen: VictimSet, need: Vector) -> None:
     """Evicts the victims and places `need` on their worker; the remainder stays unused this tick."""
     freed = (0, 0, 0, 0)
     for task in chosen.victims:
-        ledger.evict(task.task_id)
+        ledger.evict(chosen.worker, task.task_id)
         freed = add(freed, demand(task.resources))
     old = ledger.free[chosen.worker]
     ledger.set_free(chosen.worker, lower(old, subtract(add(old, freed), need)))

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from iris.scheduler.fit import DEVICES, DIMENSIONS, Shape, Vector, amount, copies, fits
-from iris.scheduler.ledger import Ledger
+from iris.scheduler.ledger import Ledger, WorkerClass
 from iris.scheduler.ordering import JobRequest
 
 
@@ -25,47 +25,42 @@ def group_label(group: tuple[str, str]) -> str:
 
 def _constraint_reason(ledger: Ledger, shape: Shape) -> str:
     for constraint in shape.hard:
-        probe = Shape(shape.need, (constraint,), (), shape.kind, shape.token)
-        if not ledger.matching(probe, alive_only=False):
+        if not ledger.matching_classes((constraint,)):
             return f"no worker satisfies {constraint}"
     return "no single worker satisfies all of: " + "; ".join(str(c) for c in shape.hard)
 
 
-def _capacity_reason(ledger: Ledger, shape: Shape, matching: list[int]) -> str:
+def _capacity_reason(ledger: Ledger, shape: Shape, classes: list[WorkerClass]) -> str:
     word = shape.device_word
     for d in DIMENSIONS:
         if shape.need[d] <= 0:
             continue
-        largest = max(ledger.capacity[w][d] for w in matching)
+        largest = max(cls.capacity[d] for cls in classes)
         if largest < shape.need[d]:
             return f"needs {amount(d, shape.need[d], word)}; the largest worker has {amount(d, largest, word)}"
     return f"needs {shape.describe()} on one worker; no worker has all of it"
 
 
-def _group_slots(ledger: Ledger, workers: list[int], need: Vector, limit: int, use_free: bool) -> dict:
-    slots: dict[tuple[str, str], int] = defaultdict(int)
-    for w in workers:
-        have = ledger.free[w] if use_free else ledger.capacity[w]
-        slots[ledger.group(w)] += copies(have, need, limit)
-    return slots
-
-
 def never_fits(ledger: Ledger, shape: Shape, replicas: int) -> str | None:
     """Why `shape` can never be placed here (None when it might be, now or later).
 
-    `replicas` > 1 asks for a coscheduled job: all replicas within one group of workers.
+    Judged per class of identical workers, on total capacity. `replicas` > 1 asks for a
+    coscheduled job: all replicas within one group of workers.
     """
     if not any(ledger.alive):
         return None
-    matching = ledger.matching(shape, alive_only=False)
+    matching = [ledger.classes[c] for c in ledger.matching_classes(shape.hard)]
     if not matching:
         return _constraint_reason(ledger, shape)
-    roomy = [w for w in matching if fits(ledger.capacity[w], shape.need)]
+    room = {capacity: fits(capacity, shape.need) for capacity in {cls.capacity for cls in matching}}
+    roomy = [cls for cls in matching if room[cls.capacity]]
     if not roomy:
-        alive = [w for w in matching if ledger.alive[w]]
+        alive = [cls for cls in matching if cls.any_alive]
         return _capacity_reason(ledger, shape, alive or matching)
     if replicas > 1:
-        slots = _group_slots(ledger, roomy, shape.need, replicas, use_free=False)
+        slots: dict[tuple[str, str], int] = defaultdict(int)
+        for cls in roomy:
+            slots[cls.group] += len(cls.members) * copies(cls.capacity, shape.need, replicas)
         group, most = min(slots.items(), key=lambda item: (-item[1], item[0]))
         if most < replicas:
             return (
@@ -116,7 +111,9 @@ def _waiting_for_one(ledger: Ledger, stats: PoolStats, shape: Shape, members: tu
 
 def _waiting_for_group(ledger: Ledger, request: JobRequest, members: list[int], count: int) -> str:
     shape = request.shape
-    slots = _group_slots(ledger, members, shape.need, count, use_free=True)
+    slots: dict[tuple[str, str], int] = defaultdict(int)
+    for w in members:
+        slots[ledger.group(w)] += copies(ledger.free[w], shape.need, count)
     if request.pinned_group is not None:
         slots = {request.pinned_group: slots.get(request.pinned_group, 0)}
     group, most = min(slots.items(), key=lambda item: (-item[1], item[0]))

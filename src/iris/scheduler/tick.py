@@ -61,13 +61,21 @@ class Tick:
         )
 
 
-def build_requests(snapshot: SchedulingSnapshot, ledger: Ledger) -> list[JobRequest]:
-    """Gating: groups pending tasks by job, applies budgets and deadlines, and orders the jobs."""
-    shapes = ShapeCache()
-    spend = user_spend(snapshot.running)
+def pending_by_job(snapshot: SchedulingSnapshot) -> dict[str, list[PendingTask]]:
+    """Pending tasks grouped by job, each job's tasks in replica order."""
     by_job: dict[str, list[PendingTask]] = defaultdict(list)
     for task in snapshot.pending:
         by_job[task.job_id].append(task)
+    for tasks in by_job.values():
+        tasks.sort(key=task_order_key)
+    return by_job
+
+
+def build_requests(
+    snapshot: SchedulingSnapshot, ledger: Ledger, by_job: dict[str, list[PendingTask]], shapes: ShapeCache
+) -> list[JobRequest]:
+    """Gating: applies budgets and deadlines to each pending job, and orders the jobs."""
+    spend = user_spend(snapshot.running)
     running_groups: dict[str, tuple[str, str]] = {}
     for task in snapshot.running:
         w = ledger.index.get(task.worker_id)
@@ -75,7 +83,6 @@ def build_requests(snapshot: SchedulingSnapshot, ledger: Ledger) -> list[JobRequ
             running_groups.setdefault(task.job_id, ledger.group(w))
     requests = []
     for job_id, tasks in by_job.items():
-        tasks.sort(key=task_order_key)
         first = tasks[0]
         coscheduled = is_coscheduled(first)
         requests.append(
@@ -113,14 +120,17 @@ def _place(tick: Tick, memo: Memo, request: JobRequest, outcome: JobOutcome) -> 
 
 def run_tick(snapshot: SchedulingSnapshot) -> Tick:
     """Runs the whole pipeline and keeps what `explain` needs to look at afterwards."""
-    ledger = Ledger(snapshot)
+    by_job = pending_by_job(snapshot)
+    shapes = ShapeCache()
+    pins_worker = any(c.key == "worker" for tasks in by_job.values() for c in shapes.of(tasks[0]).hard)
+    ledger = Ledger(snapshot, per_worker=pins_worker)
     tick = Tick(snapshot, ledger)
     memo = Memo()
     never: dict[tuple, str | None] = {}
-    for request in build_requests(snapshot, ledger):
+    for request in build_requests(snapshot, ledger, by_job, shapes):
         outcome = tick.outcomes[request.job_id] = JobOutcome(request)
         replicas = request.replicas if request.coscheduled else 1
-        key = (request.shape, replicas)
+        key = (request.shape.need, request.shape.hard, replicas)
         if key not in never:
             never[key] = never_fits(ledger, request.shape, replicas)
         outcome.unschedulable = never[key]
