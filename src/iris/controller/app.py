@@ -19,7 +19,6 @@ from iris.controller.db.database import Database
 from iris.controller.db.jobs import refresh_jobs, require_job
 from iris.controller.tick import ControlLoop
 from iris.core.config import ClusterConfig
-from iris.core.errors import FailedPrecondition
 from iris.core.states import TaskState
 from iris.rpc import controller_pb2 as pb
 
@@ -35,8 +34,34 @@ class Controller:
         state.mkdir(parents=True, exist_ok=True)
         self.db = Database(state / "controller.db")
         self.backends = {b.id: LocalBackend(b, state, wake=self._wake) for b in config.backends}
+        self.federation = self._federation() if config.peers else None
         self.tick = ControlLoop(
-            self.db, self.backends, self.base_env(), config.controller.tick_interval, clock=clock
+            self.db, self.backends, self.base_env(), config.controller.tick_interval, clock=clock,
+            federation=self.federation,
+        )
+
+    def _federation(self):
+        """The federation manager, built only when peers are configured: with no peers there are
+        no peer clients, no threads and no federation writes at all."""
+        from iris.controller.federation_store import ControllerFederationStore
+        from iris.federation.manager import FederationManager
+        from iris.federation.model import LocalBackendShape
+        from iris.federation.router import PeerRouter
+
+        shapes = [
+            LocalBackendShape(d.id, d.worker_capacity, d.attributes)
+            for d in (b.describe() for b in self.backends.values())
+        ]
+        settings = self.config.controller
+        return FederationManager(
+            self.config.name,
+            {pid: peer.address for pid, peer in self.config.peers.items()},
+            ControllerFederationStore(self.db, self.config.name, self.now_ms),
+            PeerRouter(shapes),
+            heartbeat_interval=settings.federation_heartbeat_interval,
+            sync_interval=settings.federation_sync_interval,
+            max_per_peer=settings.max_federation_handoffs_per_cycle,
+            clock=self.clock,
         )
 
     def _wake(self) -> None:
@@ -57,8 +82,12 @@ class Controller:
         self.tick.recover()
         self.tick.start()
         self.tick.wake()
+        if self.federation is not None:
+            self.federation.start()
 
     def shutdown(self) -> None:
+        if self.federation is not None:
+            self.federation.stop()
         self.tick.stop()
         now = self.now_ms()
         with self.db.write() as conn:
@@ -76,11 +105,33 @@ class Controller:
 
     # -- federation and explain seams ----------------------------------------------------------
 
-    def list_peers(self) -> pb.ListPeersResponse:
-        return pb.ListPeersResponse()
+    # -- identity seams (tokens and peer keys plug in here) --------------------------------------
 
-    def federation_sync(self, req: pb.FederationSyncRequest) -> pb.FederationSyncResponse:
-        raise FailedPrecondition(f"cluster {self.config.name} has not received any federated jobs from {req.requester or 'anyone'}")
+    def submitter(self, req: pb.LaunchJobRequest):
+        """Who is submitting: the accountable principal a handoff would carry."""
+        from iris.federation.model import Submitter
+
+        return Submitter(principal=req.user or "", local_admin=False)
+
+    def check_handoff(self, handoff: pb.HandoffRecord) -> None:
+        """Peer admission: the requester must be a known peer and the submitter allowed here."""
+        from fnmatch import fnmatch
+
+        from iris.core.errors import InvalidArgument, PermissionDenied
+
+        if not handoff.requester_cluster or not handoff.nonce:
+            raise InvalidArgument("a handoff needs the requesting cluster and a nonce")
+        submitter = handoff.owner_principal or handoff.submitting_user
+        if not submitter or submitter == "local_admin":
+            raise PermissionDenied("a local_admin submission cannot be handed off; submit it with a user token")
+        if not any(fnmatch(submitter, g) for g in self.config.auth.allowed_submitters):
+            raise PermissionDenied(f"submitter {submitter} is not allowed on cluster {self.config.name} (auth.allowed_submitters)")
+
+    def check_sync_caller(self, requester: str) -> None:
+        """Only the requester itself (or an admin) may read its changelog."""
+
+    def list_peers(self) -> pb.ListPeersResponse:
+        return self.federation.list_peers() if self.federation is not None else pb.ListPeersResponse()
 
     def explain(self, job_id: str) -> pb.ExplainJobResponse:
         from iris import scheduler

@@ -19,9 +19,11 @@ from iris import REVISION_DATE, __version__
 from iris.controller.db import reads
 from iris.controller.db.jobs import insert_job, terminate_job
 from iris.controller.submit import build_spec, check_client_freshness, parent_context, resolve_job_id
-from iris.core.errors import IrisError
+from iris.controller.db import federation as fed
+from iris.core.errors import InvalidArgument, IrisError
+from iris.federation.model import DispositionKind, SubmittedJob
 from iris.rpc import controller_pb2 as pb
-from iris.rpc.codec import resources_to_proto
+from iris.rpc.codec import fill_availability, resources_to_proto
 
 if TYPE_CHECKING:
     from iris.controller.app import Controller
@@ -54,19 +56,54 @@ class ControllerServiceImpl:
 
     @rpc
     def launch_job(self, req: pb.LaunchJobRequest) -> pb.LaunchJobResponse:
+        if req.HasField("handoff"):
+            return self._admit_handoff(req)
         name = resolve_job_id(req)
         if name.is_root:
             check_client_freshness(req.client_revision_date, self.c.config.controller.client_max_age_days)
         now = self.c.now_ms()
+        policy = req.existing_job_policy or "error"
+        submitter = self.c.submitter(req)
         with self.c.db.write() as conn:
             parent, parent_constraints, parent_env = (None, (), {})
             if name.parent is not None:
                 parent, parent_constraints, parent_env = parent_context(conn, str(name.parent))
-            spec = build_spec(req, parent, parent_constraints, parent_env, owner=req.user or name.user)
-            state, created = insert_job(conn, spec, now, req.existing_job_policy or "error")
-        if created:
-            self.c.tick.wake()
-        return pb.LaunchJobResponse(job_id=spec.job_id, state=state, disposition="local" if created else "existing")
+            spec = build_spec(req, parent, parent_constraints, parent_env, owner=submitter.principal)
+            disposition = None
+            if self.c.federation is not None:
+                disposition = self.c.federation.classify(
+                    SubmittedJob(spec.job_id, spec.resources, spec.constraints, spec.replicas), submitter
+                )
+            if disposition is None or disposition.kind is DispositionKind.LOCAL:
+                state, created = insert_job(conn, spec, now, policy)
+                kind, peer = "local", ""
+            elif disposition.kind is DispositionKind.QUEUE:
+                created = fed.queue_job(conn, spec, disposition.peer_id, submitter.principal, now, policy)
+                state, kind, peer = "PENDING", "queued", disposition.peer_id or ""
+            else:
+                created = fed.reject_job(conn, spec, disposition.reason, now, policy)
+                state, kind, peer = "UNSCHEDULABLE", "rejected", ""
+        if not created:
+            return pb.LaunchJobResponse(job_id=spec.job_id, state=state, disposition="existing")
+        self.c.tick.wake()
+        message = disposition.reason if disposition is not None and kind != "local" else ""
+        return pb.LaunchJobResponse(job_id=spec.job_id, state=state, disposition=kind, peer_id=peer, message=message)
+
+    def _admit_handoff(self, req: pb.LaunchJobRequest) -> pb.LaunchJobResponse:
+        """A peer hands this cluster a root job under its own id (DESIGN §6, peer admission)."""
+        handoff = req.handoff
+        self.c.check_handoff(handoff)
+        name = resolve_job_id(req)
+        if not name.is_root:
+            raise InvalidArgument(f"only root jobs can be handed off; {name} is a child job")
+        spec = build_spec(req, None, (), {}, owner=handoff.owner_principal or name.user)
+        files = dict(req.workdir_files)
+        if req.workspace_bundle:
+            files[fed.BUNDLE] = req.workspace_bundle
+        with self.c.db.write() as conn:
+            outcome = fed.admit_received(conn, spec, handoff, files, self.c.now_ms())
+        self.c.tick.wake()
+        return pb.LaunchJobResponse(job_id=spec.job_id, state="PENDING", disposition="local" if outcome == "created" else "existing")
 
     @rpc
     def get_job_status(self, req: pb.GetJobStatusRequest) -> pb.GetJobStatusResponse:
@@ -88,8 +125,14 @@ class ControllerServiceImpl:
     @rpc
     def terminate_job(self, req: pb.TerminateJobRequest) -> pb.TerminateJobResponse:
         now = self.c.now_ms()
+        reason = req.reason or "stopped by request"
         with self.c.db.write() as conn:
-            stopped = terminate_job(conn, req.job_id, req.reason or "stopped by request", now)
+            if fed.cancel_sent(conn, req.job_id, reason, now):
+                stopped = [req.job_id]
+            else:
+                stopped = terminate_job(conn, req.job_id, reason, now)
+        if self.c.federation is not None and stopped:
+            self.c.federation.wake()
         if stopped:
             # Return once the tick has stopped the processes, so "stopped" means gone.
             self.c.tick.wait_for_tick(timeout=5)
@@ -112,12 +155,7 @@ class ControllerServiceImpl:
                 info.worker_capacity.CopyFrom(resources_to_proto(d.worker_capacity))
             avail = self.c.tick.availability.get(d.id)
             if avail is not None:
-                a = info.availability
-                a.version, a.observation_epoch_ms = avail.version, avail.observation_epoch_ms
-                a.amounts.update(avail.amounts)
-                a.total_amounts.update(avail.total_amounts)
-                for h in avail.held_by_band:
-                    a.held_by_band.add(band=h.band.label, amounts=dict(h.amounts))
+                fill_availability(info.availability, avail)
         return resp
 
     @rpc
@@ -166,4 +204,13 @@ class ControllerServiceImpl:
 
     @rpc
     def federation_sync(self, req: pb.FederationSyncRequest) -> pb.FederationSyncResponse:
-        return self.c.federation_sync(req)
+        if not req.requester:
+            raise InvalidArgument("FederationSync needs the requesting cluster's name")
+        self.c.check_sync_caller(req.requester)
+        with self.c.db.read() as conn:
+            changed, tombstones, cursor, full = fed.changes_since(conn, req.requester, req.cursor)
+            resp = pb.FederationSyncResponse(cursor=cursor, cursor_stale=full, tombstones=tombstones)
+            for job_id in changed:
+                resp.jobs.add(job=reads.get_job(conn, job_id, self.name),
+                              tasks=reads.list_tasks(conn, job_id, True, self.name))
+        return resp

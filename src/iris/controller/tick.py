@@ -2,7 +2,8 @@
 
 Each pass: collect backend events (exits, logs) → reconcile (stop what the database says must not
 run, time out overlong attempts) → load a snapshot and call the pure scheduler → commit its
-decisions → start the placed attempts → commit their pids. It runs every `tick_interval` and at
+decisions → start the placed attempts → commit their pids → promote queued federated jobs onto
+peers with room. It runs every `tick_interval` and at
 once when woken (a submit, a cancel, an attempt exit), so a short job does not wait for a timer.
 """
 
@@ -45,6 +46,7 @@ class ControlLoop:
         tick_interval: float = 1.0,
         clock: Callable[[], float] = time.time,
         after_tick: Callable[[int], None] | None = None,
+        federation=None,
     ):
         self.db = db
         self.backends = dict(backends)
@@ -52,6 +54,7 @@ class ControlLoop:
         self.tick_interval = tick_interval
         self.clock = clock
         self.after_tick = after_tick
+        self.federation = federation
         self.loader = SnapshotLoader(db)
         self.availability: dict[str, Availability] = {}
         self.generation = 0
@@ -134,6 +137,8 @@ class ControlLoop:
         exits = self._collect_events()
         self._reconcile()
         pending, assigned = self._schedule_and_start()
+        if self.federation is not None:
+            self.federation.plan()
         return TickStats((time.perf_counter() - t0) * 1000, pending, assigned, exits)
 
     def _collect_events(self) -> int:

@@ -37,3 +37,12 @@ def constraint_to_proto(c: Constraint) -> pb.Constraint:
 
 def constraints_from_proto(items: Iterable[pb.Constraint]) -> tuple[Constraint, ...]:
     return tuple(make_constraint(c.key, c.op, c.values, c.preferred) for c in items)
+
+
+def fill_availability(msg: pb.Availability, avail) -> None:
+    """Copies a core Availability into an (empty) Availability message."""
+    msg.version, msg.observation_epoch_ms = avail.version, avail.observation_epoch_ms
+    msg.amounts.update(avail.amounts)
+    msg.total_amounts.update(avail.total_amounts)
+    for h in avail.held_by_band:
+        msg.held_by_band.add(band=h.band.label, amounts=dict(h.amounts))

@@ -216,11 +216,13 @@ def refresh_jobs(conn: Connection, job_ids: Iterable[str], now_ms: int) -> list[
         ).first()
         if row is None or JobState(row[0]).is_terminal:
             continue  # a finished job never changes state again
+        if conn.execute(text("SELECT 1 FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}).first():
+            continue  # a federated job mirrors its state from its peer instead
         tasks = conn.execute(
             text("SELECT state, error, idx FROM tasks WHERE job_id = :j ORDER BY idx"), {"j": job_id}
         ).all()
         if not tasks:
-            continue  # a federated job mirrors its state from the peer instead
+            continue
         states = [TaskState(t[0]) for t in tasks]
         new_state = derive_job_state(states)
         error = row[2]

@@ -1,8 +1,9 @@
 """The controller database: opening SQLite in WAL mode and the numbered migrations.
 
-Each migration runs in one transaction together with the row that records it, so a crash part-way
-leaves either the old schema or the new one; every statement is also written to be re-runnable
-(`IF NOT EXISTS`), so running the migrations again after any crash is always safe.
+Each migration runs in one transaction together with the row that records it (SQLite's DDL is
+transactional), so a crash part-way leaves either the old schema or the new one and running the
+migrations again after any crash is always safe; statements that can be are also re-runnable
+(`IF NOT EXISTS`).
 """
 
 from __future__ import annotations
@@ -157,6 +158,38 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
                 ts_ms INTEGER NOT NULL
             )""",
             "CREATE INDEX IF NOT EXISTS federation_changelog_requester ON federation_changelog(requester, seq)",
+        ],
+    ),
+    (
+        2,
+        "handoff bookkeeping, inline job files, and the changelog triggers for received jobs",
+        [
+            "ALTER TABLE federated_jobs ADD COLUMN submitting_user TEXT NOT NULL DEFAULT ''",
+            "ALTER TABLE federated_jobs ADD COLUMN cancel_relayed_version INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE federated_jobs ADD COLUMN first_report INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE federated_jobs ADD COLUMN log_cursor INTEGER NOT NULL DEFAULT 0",
+            """CREATE TABLE IF NOT EXISTS job_files (
+                job_id TEXT NOT NULL REFERENCES jobs(job_id) ON DELETE CASCADE,
+                name TEXT NOT NULL,
+                data BLOB NOT NULL,
+                PRIMARY KEY (job_id, name)
+            )""",
+            *[
+                f"""CREATE TRIGGER IF NOT EXISTS changelog_{table}_{event.lower()} AFTER {event} ON {table}
+                FOR EACH ROW WHEN EXISTS (SELECT 1 FROM federated_jobs f WHERE f.job_id = NEW.job_id AND f.direction = 'RECEIVED')
+                BEGIN
+                    INSERT INTO federation_changelog (job_id, requester, task_index, tombstone, ts_ms)
+                    SELECT NEW.job_id, f.peer_id, {index}, 0, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+                    FROM federated_jobs f WHERE f.job_id = NEW.job_id AND f.direction = 'RECEIVED';
+                END"""
+                for table, event, index in (
+                    ("jobs", "UPDATE", "NULL"),
+                    ("tasks", "INSERT", "NEW.idx"),
+                    ("tasks", "UPDATE", "NEW.idx"),
+                    ("attempts", "INSERT", "NEW.idx"),
+                    ("attempts", "UPDATE", "NEW.idx"),
+                )
+            ],
         ],
     ),
 ]

@@ -1,0 +1,175 @@
+"""Who is calling: resolves a request's Authorization header and peer address to an Identity.
+
+The rules, in order:
+- a Bearer token whose issuer is this cluster is verified with this cluster's key and yields the
+  subject and role it carries;
+- a Bearer token whose issuer is a peer in `auth.federation_peers` is verified with that peer's
+  public key and yields Identity(principal=<peer>, role=federation-peer). It must be a federation
+  token (role federation-peer, subject = the peer, audience = this cluster): otherwise any user
+  holding a token from that peer could act as the peer here;
+- a request with no token from `auth.trusted_cidrs` (loopback by default) is local_admin;
+- anything else is Unauthenticated.
+
+A token that is present but bad is refused even from a trusted network: a caller that sends a token
+asked to be judged by it. `client_host` must be the socket's peer address, never a forwarded header,
+or anyone could claim to be on loopback.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from iris.controller.auth import policy
+from iris.controller.auth.identity import LOCAL_ADMIN, Identity, Role
+from iris.controller.auth.keys import SigningKey, load_or_create_signing_key, load_public_key
+from iris.controller.auth.tokens import mint_peer_token, unverified_issuer, verify_token
+from iris.core.errors import InvalidArgument, Unauthenticated
+
+if TYPE_CHECKING:
+    from iris.core.config import ClusterConfig
+
+DEFAULT_TRUSTED_CIDRS = ("127.0.0.0/8", "::1/128")
+
+_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True, eq=False)
+class Authenticator:
+    """One cluster's view of who may call it; built once at start from `auth:` in its config."""
+
+    cluster_name: str
+    signing_key: SigningKey
+    trusted_cidrs: Iterable[str | _Network] = DEFAULT_TRUSTED_CIDRS
+    federation_peers: Mapping[str, Ed25519PublicKey] = field(default_factory=dict)
+    allowed_submitters: Iterable[str] = ("*",)
+
+    def __post_init__(self) -> None:
+        if not self.cluster_name:
+            raise InvalidArgument("an Authenticator needs the cluster's name")
+        object.__setattr__(self, "trusted_cidrs", parse_cidrs(self.trusted_cidrs))
+        peers = dict(self.federation_peers)
+        if self.cluster_name in peers:
+            raise InvalidArgument(
+                f"auth.federation_peers.{self.cluster_name}: a cluster cannot list itself as a federation peer"
+            )
+        for name, key in peers.items():
+            if not isinstance(key, Ed25519PublicKey):
+                raise InvalidArgument(f"auth.federation_peers.{name}: expected an Ed25519 public key")
+        object.__setattr__(self, "federation_peers", MappingProxyType(peers))
+        object.__setattr__(self, "allowed_submitters", tuple(self.allowed_submitters))
+
+    @classmethod
+    def from_config(cls, config: ClusterConfig, base_dir: str | os.PathLike | None = None) -> Authenticator:
+        """Loads keys per `config.auth`; relative key paths resolve against `base_dir` (the config's folder)."""
+        auth = config.auth
+        signing_path = None
+        if auth.signing_key is not None:
+            signing_path = Path(auth.signing_key).expanduser()
+            if base_dir is not None and not signing_path.is_absolute():
+                signing_path = Path(base_dir) / signing_path
+        return cls(
+            cluster_name=config.name,
+            signing_key=load_or_create_signing_key(signing_path, config.state_path),
+            trusted_cidrs=auth.trusted_cidrs,
+            federation_peers={
+                name: load_public_key(value, peer=name, base_dir=base_dir)
+                for name, value in auth.federation_peers.items()
+            },
+            allowed_submitters=auth.allowed_submitters,
+        )
+
+    def identify(
+        self, authorization_header: str | None, client_host: str | None, now: float | None = None
+    ) -> Identity:
+        """The caller's identity from its Authorization header, or from its address when it sent none."""
+        if authorization_header is not None and authorization_header.strip():
+            return self.verify(_bearer_token(authorization_header), now=now)
+        if self.is_trusted(client_host):
+            return Identity(LOCAL_ADMIN, Role.ADMIN, self.cluster_name, local_admin=True)
+        cidrs = ", ".join(str(n) for n in self.trusted_cidrs) or "none"
+        raise Unauthenticated(
+            f"this cluster requires a token: {client_host or 'the caller'} is not in auth.trusted_cidrs ({cidrs}). "
+            "Pass --token or set IRIS_TOKEN; an admin mints one with `iris token create --user NAME`"
+        )
+
+    def verify(self, token: str, now: float | None = None) -> Identity:
+        """The identity of a bearer token minted by this cluster or signed by a configured peer."""
+        issuer = unverified_issuer(token)
+        if issuer == self.cluster_name:
+            return verify_token(token, self.signing_key, self.cluster_name, now=now)
+        peer_key = self.federation_peers.get(issuer)
+        if peer_key is None:
+            peers = ", ".join(sorted(self.federation_peers)) or "none configured"
+            raise Unauthenticated(
+                f"foreign token: it was issued by {issuer!r}, which this cluster ({self.cluster_name!r}) does not "
+                f"trust; it accepts tokens it minted and those of its auth.federation_peers ({peers})"
+            )
+        claimed = verify_token(token, peer_key, issuer, now=now, audience=self.cluster_name)
+        if claimed.role is not Role.FEDERATION_PEER or claimed.principal != issuer:
+            raise Unauthenticated(
+                f"token from peer {issuer!r} is a {claimed.role.value} token for {claimed.principal!r}; "
+                f"{self.cluster_name!r} accepts only {issuer!r}'s own federation tokens, not its users' tokens"
+            )
+        return Identity(issuer, Role.FEDERATION_PEER, issuer, token_id=claimed.token_id)
+
+    def is_trusted(self, client_host: str | None) -> bool:
+        """Whether a tokenless request from `client_host` is local_admin."""
+        address = _parse_address(client_host)
+        return address is not None and any(address in net for net in self.trusted_cidrs)
+
+    def peer_token(self, peer_name: str, now: float | None = None) -> str:
+        """A token to sign this cluster's next call to `peer_name` with."""
+        return mint_peer_token(self.signing_key, self.cluster_name, peer_name, now=now)
+
+    def check_handoff(self, caller: Identity, requester: str, submitter: str) -> None:
+        """Peer admission against this cluster's `auth.allowed_submitters`; see `policy.check_handoff`."""
+        policy.check_handoff(caller, requester, submitter, self.allowed_submitters)
+
+
+def parse_cidrs(cidrs: Iterable[str | _Network]) -> tuple[_Network, ...]:
+    """`auth.trusted_cidrs` as networks; a bad entry is an InvalidArgument naming it."""
+    if isinstance(cidrs, str):
+        cidrs = [cidrs]
+    out = []
+    for cidr in cidrs:
+        if isinstance(cidr, ipaddress.IPv4Network | ipaddress.IPv6Network):
+            out.append(cidr)
+            continue
+        try:
+            out.append(ipaddress.ip_network(str(cidr).strip(), strict=False))
+        except ValueError:
+            raise InvalidArgument(
+                f"auth.trusted_cidrs: {cidr!r} is not an address or CIDR block (e.g. 127.0.0.0/8, ::1/128)"
+            ) from None
+    return tuple(out)
+
+
+def _parse_address(host: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    if not host:
+        return None
+    try:
+        address = ipaddress.ip_address(host.strip().removeprefix("[").removesuffix("]"))
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _bearer_token(header: str) -> str:
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        raise Unauthenticated(
+            f"malformed Authorization header: expected 'Bearer <token>', got the {scheme!r} scheme"
+        )
+    if not token.strip():
+        raise Unauthenticated("malformed Authorization header: 'Bearer' with no token after it")
+    return token.strip()

@@ -1,0 +1,46 @@
+"""Who a caller is: the roles Iris knows and the identity every request resolves to.
+
+An identity is plain data (principal, role, issuer) so that authorization, job ownership and the
+handoff record all read the same three facts, however the caller proved them: a token minted by
+this cluster, a token signed by a federation peer, or a request from a trusted network.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from iris.core.errors import InvalidArgument
+
+LOCAL_ADMIN = "local_admin"
+"""The principal of a tokenless request from `auth.trusted_cidrs`: an administrator nobody named."""
+
+
+class Role(StrEnum):
+    """What a principal may do; the value is what a token's `role` claim carries."""
+
+    ADMIN = "admin"
+    USER = "user"
+    DASHBOARD = "dashboard"
+    WORKER = "worker"
+    FEDERATION_PEER = "federation-peer"
+
+    @classmethod
+    def parse(cls, value: str) -> Role:
+        """Returns the role named `value`, or InvalidArgument listing the roles that exist."""
+        try:
+            return cls(value)
+        except ValueError:
+            known = ", ".join(r.value for r in cls)
+            raise InvalidArgument(f"unknown role {value!r}; roles are {known}") from None
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A resolved caller. `issuer` is the cluster whose key vouched for it (this one for local_admin)."""
+
+    principal: str
+    role: Role
+    issuer: str
+    local_admin: bool = False
+    token_id: str | None = None

@@ -1,0 +1,180 @@
+"""What each role may do: a default-deny allowlist of ControllerService methods, job ownership for
+stops, the submitter allowlist and the checks a peer runs on a handoff.
+
+Every rule is a pure function of an Identity and plain values, so the service can call it with
+whatever it has already loaded and tests can check each rule alone.
+
+The allowlist is default-deny: a method not listed for a role is refused, so a method added to the
+API later is admin-only until someone decides otherwise. Admin is the one exception and may call
+anything. The dashboard role is read-only; it may call ExecuteRawQuery because that RPC runs on a
+read-only SQLite connection that refuses anything but SELECT, so it can read every table but change
+nothing (a deployment that wants tables hidden from dashboards should not mint dashboard tokens). A
+federation-peer gets exactly the calls the handoff protocol makes (deliver, observe, cancel, relay
+logs, sync, probe) and every per-job call it makes is further scoped to jobs it handed off
+(`may_stop`, `check_sync_requester`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+
+from iris.controller.auth.identity import LOCAL_ADMIN, Identity, Role
+from iris.core.errors import PermissionDenied
+
+CONTROLLER_METHODS = frozenset(
+    {
+        "LaunchJob",
+        "GetJobStatus",
+        "ListJobs",
+        "ListTasks",
+        "TerminateJob",
+        "FetchLogs",
+        "ListBackends",
+        "ListWorkers",
+        "ListPeers",
+        "ExecuteRawQuery",
+        "ExplainJob",
+        "GetClusterInfo",
+        "FederationSync",
+    }
+)
+
+READ_METHODS = frozenset(
+    {
+        "GetJobStatus",
+        "ListJobs",
+        "ListTasks",
+        "FetchLogs",
+        "ListBackends",
+        "ListWorkers",
+        "ListPeers",
+        "ExecuteRawQuery",
+        "ExplainJob",
+        "GetClusterInfo",
+    }
+)
+
+ROLE_METHODS: Mapping[Role, frozenset[str]] = MappingProxyType(
+    {
+        Role.ADMIN: CONTROLLER_METHODS,
+        Role.USER: CONTROLLER_METHODS - {"FederationSync"},
+        Role.DASHBOARD: READ_METHODS,
+        # What a task's own client asks of its controller: its job, its siblings, the cluster.
+        Role.WORKER: frozenset({"GetClusterInfo", "GetJobStatus", "ListJobs", "ListTasks"}),
+        Role.FEDERATION_PEER: frozenset(
+            {
+                "LaunchJob",
+                "GetJobStatus",
+                "ListTasks",
+                "TerminateJob",
+                "FetchLogs",
+                "ListBackends",
+                "FederationSync",
+                "GetClusterInfo",
+            }
+        ),
+    }
+)
+
+
+def method_name(method: str) -> str:
+    """`LaunchJob` from either `LaunchJob` or a full RPC path like `/iris.v1.ControllerService/LaunchJob`."""
+    return method.rstrip("/").rsplit("/", 1)[-1]
+
+
+def is_allowed(role: Role, method: str) -> bool:
+    """Whether `role` may call `method`; admin may call anything, the other roles only what is listed."""
+    return role is Role.ADMIN or method_name(method) in ROLE_METHODS.get(role, frozenset())
+
+
+def authorize(identity: Identity, method: str) -> None:
+    """Returns if `identity` may call `method`; otherwise PermissionDenied naming the role and method."""
+    if is_allowed(identity.role, method):
+        return
+    name = method_name(method)
+    allowed = ", ".join(sorted(ROLE_METHODS.get(identity.role, frozenset()))) or "nothing"
+    why = " (the dashboard role is read-only)" if identity.role is Role.DASHBOARD else ""
+    raise PermissionDenied(
+        f"role {identity.role.value!r} ({identity.principal}) may not call {name}{why}; "
+        f"it may call: {allowed}. Ask an admin for a token with a role that allows {name}"
+    )
+
+
+def may_stop(identity: Identity, job_owner: str, job_requester: str | None = None) -> bool:
+    """Whether `identity` may stop a job owned by `job_owner` and (if received) handed off by `job_requester`.
+
+    An admin (local_admin included) may stop any job; a user only jobs they own; a federation peer
+    only jobs it handed to this cluster; dashboards and workers none.
+    """
+    if identity.role is Role.ADMIN:
+        return True
+    if identity.role is Role.USER:
+        return bool(job_owner) and identity.principal == job_owner
+    if identity.role is Role.FEDERATION_PEER:
+        return job_requester is not None and identity.principal == job_requester
+    return False
+
+
+def check_may_stop(identity: Identity, job_id: str, job_owner: str, job_requester: str | None = None) -> None:
+    """`may_stop` as a check: PermissionDenied saying whose job it is."""
+    if may_stop(identity, job_owner, job_requester):
+        return
+    if identity.role is Role.FEDERATION_PEER:
+        raise PermissionDenied(f"peer {identity.principal!r} may stop only jobs it handed off; {job_id} is not one")
+    raise PermissionDenied(
+        f"{identity.principal} ({identity.role.value}) may not stop {job_id}: it belongs to {job_owner or 'nobody'}, "
+        "and only its owner or an admin may stop it"
+    )
+
+
+def submitter_allowed(principal: str, globs: Iterable[str]) -> bool:
+    """Whether `principal` matches one of the `auth.allowed_submitters` globs (case-sensitive fnmatch)."""
+    return bool(principal) and any(fnmatch.fnmatchcase(principal, g) for g in globs)
+
+
+def check_may_federate(identity: Identity) -> None:
+    """On the parent: refuses to hand off a job submitted by local_admin, whom no peer could hold to account."""
+    if identity.local_admin or identity.principal == LOCAL_ADMIN:
+        raise PermissionDenied(
+            "this job would be handed to a federation peer, but it was submitted without a token (local_admin); "
+            "only jobs of an accountable user federate: submit with a token (`iris token create --user NAME`)"
+        )
+
+
+def check_handoff(caller: Identity, requester: str, submitter: str, allowed_submitters: Iterable[str]) -> None:
+    """On the peer: admits a handoff only from the peer it names, for a named submitter this cluster allows."""
+    if caller.role is not Role.FEDERATION_PEER:
+        raise PermissionDenied(
+            f"a handoff must be signed by the requesting cluster's own key; the caller {caller.principal!r} "
+            f"is a {caller.role.value}, not a federation peer"
+        )
+    if caller.principal != requester:
+        raise PermissionDenied(
+            f"the handoff names requester {requester!r} but is signed by peer {caller.principal!r}; "
+            "a peer may hand off only its own jobs"
+        )
+    if not submitter or submitter == LOCAL_ADMIN:
+        raise PermissionDenied(
+            f"peer {requester!r} handed off a job submitted by local_admin (no token); only jobs of an "
+            "accountable user are admitted from a peer"
+        )
+    globs = list(allowed_submitters)
+    if not submitter_allowed(submitter, globs):
+        raise PermissionDenied(
+            f"submitter {submitter!r} is not allowed on this cluster: it matches none of auth.allowed_submitters "
+            f"({', '.join(globs) or 'empty'})"
+        )
+
+
+def check_sync_requester(identity: Identity, requester: str) -> None:
+    """FederationSync for `requester`: only that peer's own identity, or an admin, may read its jobs."""
+    if identity.role is Role.ADMIN:
+        return
+    if identity.role is Role.FEDERATION_PEER and identity.principal == requester:
+        return
+    raise PermissionDenied(
+        f"{identity.principal} ({identity.role.value}) may not sync the jobs of requester {requester!r}; "
+        "only that peer or an admin may"
+    )

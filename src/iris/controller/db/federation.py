@@ -1,0 +1,294 @@
+"""Federation's writes and reads on the controller database: queueing, promotion (a conditional
+update a cancel always beats), delivery bookkeeping, admission of received jobs, the changelog a
+peer serves, and folding a peer's sync batch into mirrored rows.
+
+The parent keeps a SENT handle per federated job; the peer keeps a RECEIVED handle. A received
+job's changes reach `federation_changelog` through triggers, in the same transaction as the change
+itself, so a sync can never miss a change or see one that was rolled back.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from iris.controller.db.jobs import TERMINAL_JOB_SQL, delete_job_tree, insert_job, job_row
+from iris.controller.snapshot import parse_constraints, parse_resources
+from iris.core.bands import Band
+from iris.core.errors import AlreadyExists
+from iris.core.job import JobSpec
+from iris.core.states import JobState
+from iris.federation.model import HandoffState, Promotion, QueuedJob
+from iris.federation.reasons import awaiting_acceptance_reason, awaiting_first_report_reason, queued_reason
+from iris.rpc import controller_pb2 as pb
+
+CHANGELOG_RETAIN = 100_000
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(12)
+
+
+# -- parent side ------------------------------------------------------------------------------------
+
+
+def queue_job(conn: Connection, spec: JobSpec, peer_id: str | None, owner: str, now_ms: int,
+              existing_policy: str = "error") -> bool:
+    """Writes a job (no tasks), its config and a SENT handle in QUEUED_HANDOFF; False if kept."""
+    state, created = insert_job(conn, spec, now_ms, existing_policy, cluster=peer_id, with_tasks=False)
+    if not created:
+        return False
+    conn.execute(
+        text("UPDATE jobs SET pending_reason = :r WHERE job_id = :j"), {"r": queued_reason(peer_id), "j": spec.job_id}
+    )
+    conn.execute(
+        text(
+            "INSERT INTO federated_jobs (job_id, direction, peer_id, owner_principal, submitting_user, handoff_state,"
+            " nonce, updated_ms) VALUES (:j, 'SENT', :p, :o, :u, 'QUEUED_HANDOFF', :n, :now)"
+        ),
+        {"j": spec.job_id, "p": peer_id or "", "o": owner, "u": spec.user, "n": new_nonce(), "now": now_ms},
+    )
+    return True
+
+
+def reject_job(conn: Connection, spec: JobSpec, reason: str, now_ms: int, existing_policy: str = "error") -> bool:
+    """Stores a job that nothing can host as UNSCHEDULABLE at once, with the router's reason."""
+    _, created = insert_job(conn, spec, now_ms, existing_policy, with_tasks=False)
+    if created:
+        conn.execute(
+            text("UPDATE jobs SET state = 'UNSCHEDULABLE', error = :e, finished_ms = :now, pending_reason = '' WHERE job_id = :j"),
+            {"e": f"no local backend or federation peer can host it: {reason}", "now": now_ms, "j": spec.job_id},
+        )
+    return created
+
+
+def queued_jobs(conn: Connection) -> list[QueuedJob]:
+    rows = conn.execute(
+        text(
+            "SELECT j.job_id, j.band, j.submitted_ms, j.replicas, c.resources, c.constraints, f.peer_id"
+            " FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id JOIN job_config c ON c.job_id = f.job_id"
+            f" WHERE f.direction = 'SENT' AND f.handoff_state = 'QUEUED_HANDOFF' AND j.cancel_requested = 0"
+            f" AND j.state NOT IN {TERMINAL_JOB_SQL}"
+        )
+    ).all()
+    return [
+        QueuedJob(r[0], Band.parse(r[1]), r[2], parse_resources(r[4]), r[3], parse_constraints(r[5]), r[6] or None)
+        for r in rows
+    ]
+
+
+def promote(conn: Connection, p: Promotion, now_ms: int) -> bool:
+    """QUEUED_HANDOFF → PENDING_HANDOFF, only if still queued, not cancelled and not terminal."""
+    result = conn.execute(
+        text(
+            "UPDATE federated_jobs SET handoff_state = 'PENDING_HANDOFF', peer_id = :p, backend_id = :b, updated_ms = :now"
+            " WHERE job_id = :j AND direction = 'SENT' AND handoff_state = 'QUEUED_HANDOFF' AND (peer_id = '' OR peer_id = :p)"
+            f" AND EXISTS (SELECT 1 FROM jobs WHERE job_id = :j AND cancel_requested = 0 AND state NOT IN {TERMINAL_JOB_SQL})"
+        ),
+        {"p": p.peer_id, "b": p.backend_id, "now": now_ms, "j": p.job_id},
+    )
+    if result.rowcount != 1:
+        return False
+    conn.execute(
+        text("UPDATE jobs SET cluster = :p, pending_reason = :r WHERE job_id = :j"),
+        {"p": p.peer_id, "r": awaiting_acceptance_reason(p.peer_id), "j": p.job_id},
+    )
+    return True
+
+
+def sent_handles(conn: Connection, states: tuple[str, ...]) -> list[dict]:
+    marks = ",".join(f":s{i}" for i in range(len(states)))
+    rows = conn.execute(
+        text(f"SELECT f.*, j.state AS job_state, j.cancel_requested FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
+             f" WHERE f.direction = 'SENT' AND f.handoff_state IN ({marks})"),
+        {f"s{i}": s for i, s in enumerate(states)},
+    ).mappings().all()
+    return [dict(r) for r in rows]
+
+
+def delivery_request(conn: Connection, job_id: str, requester: str) -> pb.LaunchJobRequest:
+    """The LaunchJob a peer receives: same id, env and shape, files inline, a handoff record."""
+    job = job_row(conn, job_id)
+    cfg = conn.execute(text("SELECT * FROM job_config WHERE job_id = :j"), {"j": job_id}).mappings().first()
+    handle = conn.execute(
+        text("SELECT * FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
+    ).mappings().first()
+    from iris.rpc.codec import constraint_to_proto, resources_to_proto
+
+    req = pb.LaunchJobRequest(
+        name=job_id,
+        user=job["user"],
+        command=json.loads(cfg["command"]),
+        resources=resources_to_proto(parse_resources(cfg["resources"])),
+        replicas=job["replicas"],
+        priority=job["band"],
+        constraints=[constraint_to_proto(c) for c in parse_constraints(cfg["constraints"]) if c.key not in ("cluster", "backend")],
+        env=json.loads(cfg["env"]),
+        max_retries_failure=cfg["max_retries_failure"],
+        max_retries_preemption=cfg["max_retries_preemption"],
+        timeout_s=cfg["timeout_s"],
+        coschedule=bool(cfg["coschedule"]),
+        handoff=pb.HandoffRecord(
+            requester_cluster=requester, owner_principal=handle["owner_principal"],
+            submitting_user=handle["submitting_user"] or job["user"], nonce=handle["nonce"],
+        ),
+    )
+    for name, data in conn.execute(text("SELECT name, data FROM job_files WHERE job_id = :j"), {"j": job_id}):
+        if name == BUNDLE:
+            req.workspace_bundle = data
+        else:
+            req.workdir_files[name] = data
+    return req
+
+
+BUNDLE = "__bundle__"
+
+
+def mark_handed_off(conn: Connection, job_id: str, now_ms: int) -> None:
+    conn.execute(
+        text("UPDATE federated_jobs SET handoff_state = 'HANDED_OFF', updated_ms = :now"
+             " WHERE job_id = :j AND direction = 'SENT' AND handoff_state = 'PENDING_HANDOFF'"),
+        {"now": now_ms, "j": job_id},
+    )
+    conn.execute(
+        text("UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = 'PENDING'"),
+        {"r": awaiting_first_report_reason(_peer_of(conn, job_id)), "j": job_id},
+    )
+
+
+def mark_rejected(conn: Connection, job_id: str, message: str, now_ms: int) -> None:
+    conn.execute(
+        text("UPDATE federated_jobs SET handoff_state = 'HANDOFF_REJECTED', error = :e, updated_ms = :now"
+             " WHERE job_id = :j AND direction = 'SENT'"),
+        {"e": message, "now": now_ms, "j": job_id},
+    )
+    conn.execute(
+        text(f"UPDATE jobs SET state = 'FAILED', error = :e, finished_ms = :now, pending_reason = ''"
+             f" WHERE job_id = :j AND state NOT IN {TERMINAL_JOB_SQL}"),
+        {"e": f"the peer refused the handoff: {message}", "now": now_ms, "j": job_id},
+    )
+
+
+def _peer_of(conn: Connection, job_id: str) -> str:
+    return conn.execute(
+        text("SELECT peer_id FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
+    ).scalar() or ""
+
+
+def cancel_sent(conn: Connection, job_id: str, reason: str, now_ms: int) -> bool:
+    """Cancels a federated job on the parent; True when it has a SENT handle.
+
+    Queued or awaiting delivery: it ends KILLED here and is never delivered. Handed off: the
+    cancel intent is bumped so the sync loop relays TerminateJob to the peer until it lands.
+    """
+    handle = conn.execute(
+        text("SELECT handoff_state FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
+    ).first()
+    if handle is None:
+        return False
+    conn.execute(
+        text("UPDATE federated_jobs SET cancel_intent_version = cancel_intent_version + 1, updated_ms = :now"
+             " WHERE job_id = :j AND direction = 'SENT'"),
+        {"now": now_ms, "j": job_id},
+    )
+    before_handoff = handle[0] in (HandoffState.QUEUED_HANDOFF.value, HandoffState.PENDING_HANDOFF.value)
+    conn.execute(
+        text(f"UPDATE jobs SET state = 'KILLED', cancel_requested = 1, finished_ms = :now, pending_reason = '',"
+             f" error = :e WHERE job_id = :j AND state NOT IN {TERMINAL_JOB_SQL}"),
+        {"now": now_ms, "j": job_id, "e": "Cancelled before handoff" if before_handoff else reason},
+    )
+    return True
+
+
+def mark_cancel_relayed(conn: Connection, job_id: str, version: int) -> None:
+    conn.execute(
+        text("UPDATE federated_jobs SET cancel_relayed_version = MAX(cancel_relayed_version, :v)"
+             " WHERE job_id = :j AND direction = 'SENT'"),
+        {"v": version, "j": job_id},
+    )
+
+
+def active_counts(conn: Connection) -> dict[str, int]:
+    rows = conn.execute(
+        text(f"SELECT f.peer_id, COUNT(*) FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
+             f" WHERE f.direction = 'SENT' AND f.peer_id != '' AND j.state NOT IN {TERMINAL_JOB_SQL} GROUP BY f.peer_id")
+    ).all()
+    return {r[0]: r[1] for r in rows}
+
+
+# -- peer side ------------------------------------------------------------------------------------
+
+
+def admit_received(conn: Connection, spec: JobSpec, handoff: pb.HandoffRecord, files: dict[str, bytes], now_ms: int) -> str:
+    """Admits a handed-off job under the parent's id. Returns 'created' or 'existing'.
+
+    The same nonce again is a replay (idempotent); a new nonce over a finished run re-runs it; over
+    a live run, or over a job this cluster did not receive, it is refused as already existing.
+    """
+    existing = job_row(conn, spec.job_id)
+    if existing is not None:
+        handle = conn.execute(
+            text("SELECT nonce, peer_id FROM federated_jobs WHERE job_id = :j AND direction = 'RECEIVED'"),
+            {"j": spec.job_id},
+        ).first()
+        if handle is None or handle[1] != handoff.requester_cluster:
+            raise AlreadyExists(f"job {spec.job_id} already exists on this cluster and was not handed off by {handoff.requester_cluster}")
+        if handle[0] == handoff.nonce:
+            return "existing"
+        if not JobState(existing["state"]).is_terminal:
+            raise AlreadyExists(f"job {spec.job_id} is still {existing['state']} here; a new run must wait until it ends")
+        delete_job_tree(conn, spec.job_id)
+    insert_job(conn, spec, now_ms)
+    for name, data in files.items():
+        conn.execute(text("INSERT INTO job_files (job_id, name, data) VALUES (:j, :n, :d)"), {"j": spec.job_id, "n": name, "d": data})
+    conn.execute(
+        text(
+            "INSERT INTO federated_jobs (job_id, direction, peer_id, owner_principal, submitting_user, handoff_state,"
+            " nonce, updated_ms) VALUES (:j, 'RECEIVED', :p, :o, :u, 'HANDED_OFF', :n, :now)"
+        ),
+        {"j": spec.job_id, "p": handoff.requester_cluster, "o": handoff.owner_principal,
+         "u": handoff.submitting_user, "n": handoff.nonce, "now": now_ms},
+    )
+    conn.execute(
+        text("INSERT INTO federation_changelog (job_id, requester, task_index, tombstone, ts_ms) VALUES (:j, :r, NULL, 0, :now)"),
+        {"j": spec.job_id, "r": handoff.requester_cluster, "now": now_ms},
+    )
+    return "created"
+
+
+def received_requester(conn: Connection, job_id: str) -> str | None:
+    return conn.execute(
+        text("SELECT peer_id FROM federated_jobs WHERE job_id = :j AND direction = 'RECEIVED'"), {"j": job_id}
+    ).scalar()
+
+
+def changes_since(conn: Connection, requester: str, cursor: int) -> tuple[list[str], list[str], int, bool]:
+    """(changed job ids, tombstoned ids, new cursor, full resync?) for one requester.
+
+    A cursor of 0, or one older than the retained window, gets a full resync: every job this
+    requester handed here, so the parent can set-replace its mirror.
+    """
+    head = conn.execute(text("SELECT COALESCE(MAX(seq), 0), COALESCE(MIN(seq), 1) FROM federation_changelog")).first()
+    max_seq, min_seq = head[0], head[1]
+    if cursor <= 0 or cursor < min_seq - 1 or cursor > max_seq:
+        jobs = [r[0] for r in conn.execute(
+            text("SELECT job_id FROM federated_jobs WHERE direction = 'RECEIVED' AND peer_id = :r"), {"r": requester})]
+        return jobs, [], max_seq, True
+    rows = conn.execute(
+        text("SELECT job_id, MAX(tombstone) FROM federation_changelog WHERE requester = :r AND seq > :c AND seq <= :m"
+             " GROUP BY job_id"),
+        {"r": requester, "c": cursor, "m": max_seq},
+    ).all()
+    changed = [r[0] for r in rows if not r[1]]
+    tombstones = [r[0] for r in rows if r[1]]
+    return changed, tombstones, max_seq, False
+
+
+def prune_changelog(conn: Connection, keep: int = CHANGELOG_RETAIN) -> None:
+    conn.execute(
+        text("DELETE FROM federation_changelog WHERE seq <= (SELECT COALESCE(MAX(seq), 0) FROM federation_changelog) - :k"),
+        {"k": keep},
+    )

@@ -1,0 +1,267 @@
+"""The federation manager: the loops that talk to peers — capability heartbeat, delivery of promoted
+jobs, cancel relay, status sync and log relay — and the placement step the control tick calls.
+
+Decisions stay in the pure kernels (`router`, `availability`); the manager only gathers their
+inputs, applies their outputs through a small store interface the controller implements, and turns
+every network fault into "try again next cycle". Nothing here can fail or kill a job because a peer
+is unreachable: an unreachable peer keeps its last known state, marked stale.
+
+One background thread runs everything that needs the network, so a slow peer delays federation
+work but never the control tick; the tick's `plan` step is pure computation plus one conditional
+update per promotion.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from iris.core.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, Unavailable
+from iris.federation.availability import ReservationLedger, assign_queued
+from iris.federation.model import PeerBackend, PeerSnapshot, Promotion, QueuedJob, Submitter, SubmittedJob
+from iris.federation.peer import PeerClient
+from iris.federation.router import PeerRouter
+from iris.rpc import controller_pb2 as pb
+from iris.rpc.codec import fill_availability
+
+log = logging.getLogger("iris.federation")
+
+
+class FederationStore(Protocol):
+    """What the manager needs of the controller's database (implemented by the controller)."""
+
+    def queued_jobs(self) -> list[QueuedJob]: ...
+    def promote(self, promotion: Promotion) -> bool: ...
+    def pending_deliveries(self) -> list[tuple[str, str, bool]]: ...  # (job, peer, cancelled)
+    def delivery_request(self, job_id: str) -> pb.LaunchJobRequest: ...
+    def mark_handed_off(self, job_id: str) -> None: ...
+    def mark_rejected(self, job_id: str, message: str) -> None: ...
+    def pending_cancels(self) -> list[tuple[str, str, int]]: ...  # (job, peer, intent version)
+    def mark_cancel_relayed(self, job_id: str, version: int) -> None: ...
+    def sync_cursor(self, peer_id: str) -> int: ...
+    def apply_sync(self, peer_id: str, response: pb.FederationSyncResponse) -> None: ...
+    def mark_stale(self, peer_id: str, stale: bool) -> None: ...
+    def peers_with_handles(self) -> set[str]: ...
+    def log_targets(self, peer_id: str) -> list[tuple[str, int]]: ...  # (job, last relayed peer log seq)
+    def append_relayed_logs(self, job_id: str, lines: list[pb.LogLine], cursor: int) -> None: ...
+    def active_counts(self) -> dict[str, int]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PeerStatus:
+    peer_id: str
+    address: str
+    reachable: bool = False
+    last_contact_ms: int = 0
+    backends: tuple[PeerBackend, ...] = ()
+    last_error: str = ""
+    cluster: str = ""
+
+    def snapshot(self) -> PeerSnapshot:
+        return PeerSnapshot(self.peer_id, self.reachable, self.backends, self.last_contact_ms)
+
+
+class FederationManager:
+    def __init__(
+        self,
+        cluster_name: str,
+        peers: Mapping[str, str],
+        store: FederationStore,
+        router: PeerRouter,
+        heartbeat_interval: float = 30.0,
+        sync_interval: float = 3.0,
+        max_per_peer: int = 8,
+        token_source: Callable[[str], str | None] = lambda peer: None,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.cluster_name = cluster_name
+        self.store = store
+        self.router = router
+        self.heartbeat_interval = heartbeat_interval
+        self.sync_interval = sync_interval
+        self.max_per_peer = max_per_peer
+        self.clock = clock
+        self.ledger = ReservationLedger()
+        self.clients = {pid: PeerClient(pid, addr, lambda pid=pid: token_source(pid), timeout_s=3.0) for pid, addr in peers.items()}
+        self._status = {pid: PeerStatus(pid, addr) for pid, addr in peers.items()}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pool = ThreadPoolExecutor(max_workers=min(8, max(1, len(peers))), thread_name_prefix="federation-peer")
+        self._next_heartbeat = 0.0
+        self._next_sync = 0.0
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="federation", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=15)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for client in self.clients.values():
+            client.close()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            now = time.monotonic()
+            try:
+                if now >= self._next_heartbeat:
+                    self._next_heartbeat = now + self.heartbeat_interval
+                    self.heartbeat()
+                self.deliver()
+                if now >= self._next_sync:
+                    self._next_sync = now + self.sync_interval
+                    self.relay_cancels()
+                    self.sync()
+            except Exception:
+                log.exception("federation cycle failed; retrying on the next one")
+            wait = max(0.0, min(self._next_heartbeat, self._next_sync) - time.monotonic())
+            self._wake.wait(wait)
+            self._wake.clear()
+
+    # -- heartbeat -----------------------------------------------------------------------------
+
+    def peers(self) -> tuple[PeerSnapshot, ...]:
+        with self._lock:
+            return tuple(s.snapshot() for s in self._status.values())
+
+    def statuses(self) -> tuple[PeerStatus, ...]:
+        with self._lock:
+            return tuple(self._status.values())
+
+    def heartbeat(self) -> None:
+        """Asks every peer for its backends; a failed probe keeps the last known backends."""
+        results = list(self._pool.map(self._probe, self.clients.values()))
+        with self._lock:
+            for peer_id, outcome in results:
+                status = self._status[peer_id]
+                if isinstance(outcome, Exception):
+                    self._status[peer_id] = replace(status, reachable=False, last_error=str(outcome))
+                else:
+                    cluster, backends = outcome
+                    self._status[peer_id] = replace(status, reachable=True, last_contact_ms=self.now_ms(),
+                                                    backends=backends, last_error="", cluster=cluster)
+            self.ledger.prune(tuple(s.snapshot() for s in self._status.values()))
+
+    @staticmethod
+    def _probe(client: PeerClient):
+        try:
+            return client.peer_id, client.list_backends()
+        except Exception as exc:  # every failure of a probe means the same: unreachable for now
+            return client.peer_id, exc
+
+    # -- submit and tick -----------------------------------------------------------------------
+
+    def classify(self, job: SubmittedJob, submitter: Submitter):
+        return self.router.classify(job, self.peers(), submitter)
+
+    def plan(self) -> list[Promotion]:
+        """The tick's federation step: promote queued jobs onto peers with room (CAS each)."""
+        candidates = self.store.queued_jobs()
+        if not candidates:
+            return []
+        promotions = assign_queued(candidates, self.peers(), self.ledger, self.max_per_peer)
+        confirmed = []
+        for promotion in promotions:
+            if self.store.promote(promotion):
+                self.ledger.charge(promotion)
+                confirmed.append(promotion)
+        if confirmed:
+            self.wake()
+        return confirmed
+
+    # -- delivery, cancel, sync, logs -------------------------------------------------------------
+
+    def deliver(self) -> None:
+        """Calls each peer's LaunchJob for promoted jobs; transport errors leave them pending."""
+        for job_id, peer_id, cancelled in self.store.pending_deliveries():
+            if cancelled:
+                continue  # cancelled before handoff: never delivered
+            client = self.clients.get(peer_id)
+            if client is None:
+                self.store.mark_rejected(job_id, f"peer {peer_id} is no longer configured")
+                continue
+            try:
+                client.launch_job(self.store.delivery_request(job_id))
+            except (AlreadyExists, PermissionDenied, InvalidArgument) as exc:
+                self.store.mark_rejected(job_id, exc.message)
+            except Exception as exc:  # transport or peer trouble: re-driven with the same id and nonce
+                log.info("delivery of %s to %s failed, will retry: %s", job_id, peer_id, exc)
+            else:
+                self.store.mark_handed_off(job_id)
+
+    def relay_cancels(self) -> None:
+        for job_id, peer_id, version in self.store.pending_cancels():
+            client = self.clients.get(peer_id)
+            if client is None:
+                continue
+            try:
+                client.terminate_job(job_id, f"cancelled on {self.cluster_name}")
+            except NotFound:
+                pass  # never admitted or already gone: the cancel is satisfied
+            except Exception as exc:
+                log.info("cancel of %s on %s failed, will retry: %s", job_id, peer_id, exc)
+                continue
+            self.store.mark_cancel_relayed(job_id, version)
+
+    def sync(self) -> None:
+        for peer_id in sorted(self.store.peers_with_handles()):
+            client = self.clients.get(peer_id)
+            if client is None:
+                continue
+            try:
+                response = client.federation_sync(self.cluster_name, self.store.sync_cursor(peer_id))
+                self.store.apply_sync(peer_id, response)
+                self._relay_logs(peer_id, client)
+            except Exception as exc:
+                log.info("sync with %s failed; keeping the last known state: %s", peer_id, exc)
+                self.store.mark_stale(peer_id, True)
+
+    def _relay_logs(self, peer_id: str, client: PeerClient) -> None:
+        for job_id, cursor in self.store.log_targets(peer_id):
+            while True:
+                try:
+                    resp = client.fetch_logs(job_id, cursor)
+                except NotFound:
+                    break
+                if not resp.lines:
+                    break
+                self.store.append_relayed_logs(job_id, list(resp.lines), resp.next_seq)
+                cursor = resp.next_seq
+                if len(resp.lines) < 5000:
+                    break
+
+    # -- reporting -----------------------------------------------------------------------------
+
+    def list_peers(self) -> pb.ListPeersResponse:
+        counts = self.store.active_counts()
+        resp = pb.ListPeersResponse()
+        for s in self.statuses():
+            info = resp.peers.add(peer_id=s.peer_id, address=s.address, reachable=s.reachable,
+                                  last_contact_ms=s.last_contact_ms, active_federated_jobs=counts.get(s.peer_id, 0),
+                                  last_error=s.last_error, cluster=s.cluster)
+            for b in s.backends:
+                bi = info.backends.add(id=b.backend_id, kind=b.kind, attributes=dict(b.attributes))
+                if b.availability is not None:
+                    fill_availability(bi.availability, b.availability)
+        return resp
+
+
+__all__ = ["FederationManager", "FederationStore", "PeerStatus", "Unavailable"]

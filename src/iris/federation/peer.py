@@ -1,0 +1,98 @@
+"""The client a controller holds for one peer: the calls federation makes, with short timeouts,
+translating between the peer's messages and federation's frozen types.
+
+Transport failures surface as `Unavailable`, so the manager treats every network fault alike:
+mark the peer unreachable, keep the last known state, try again on the next cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+
+from iris.core.availability import Availability, BandHolding
+from iris.core.bands import Band
+from iris.core.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    IrisError,
+    NotFound,
+    PermissionDenied,
+    Unauthenticated,
+    Unavailable,
+)
+from iris.federation.model import PeerBackend
+from iris.rpc import controller_pb2 as pb
+
+_ERRORS = {
+    Code.INVALID_ARGUMENT: InvalidArgument,
+    Code.NOT_FOUND: NotFound,
+    Code.ALREADY_EXISTS: AlreadyExists,
+    Code.PERMISSION_DENIED: PermissionDenied,
+    Code.FAILED_PRECONDITION: FailedPrecondition,
+    Code.UNAUTHENTICATED: Unauthenticated,
+}
+
+
+def availability_from_proto(m: pb.Availability) -> Availability:
+    return Availability(
+        observation_epoch_ms=m.observation_epoch_ms,
+        amounts=dict(m.amounts),
+        total_amounts=dict(m.total_amounts),
+        held_by_band=tuple(BandHolding(Band.parse(h.band), dict(h.amounts)) for h in m.held_by_band),
+        version=m.version or 1,
+    )
+
+
+def backend_from_proto(m: pb.BackendInfo) -> PeerBackend:
+    avail = availability_from_proto(m.availability) if m.HasField("availability") else None
+    return PeerBackend(m.id, m.kind, dict(m.attributes), avail)
+
+
+class PeerClient:
+    def __init__(self, peer_id: str, address: str, token_source: Callable[[], str | None] = lambda: None,
+                 timeout_s: float = 5.0):
+        from iris.rpc.controller_connect import ControllerServiceClientSync
+
+        self.peer_id = peer_id
+        self.address = address.rstrip("/")
+        self._token_source = token_source
+        self._timeout_ms = int(timeout_s * 1000)
+        self._client = ControllerServiceClientSync(self.address, timeout_ms=self._timeout_ms)
+
+    def _call(self, method: str, request):
+        token = self._token_source()
+        headers = {"authorization": f"Bearer {token}"} if token else None
+        try:
+            return getattr(self._client, method)(request, headers=headers)
+        except ConnectError as exc:
+            error = _ERRORS.get(exc.code)
+            if error is not None:
+                raise error(f"peer {self.peer_id}: {exc.message}") from None
+            raise Unavailable(f"peer {self.peer_id} at {self.address}: {exc.code.name.lower()}: {exc.message}") from None
+        except IrisError:
+            raise
+        except Exception as exc:  # transport errors come from several layers; all mean unreachable
+            raise Unavailable(f"peer {self.peer_id} at {self.address} is unreachable: {exc}") from None
+
+    def list_backends(self) -> tuple[str, tuple[PeerBackend, ...]]:
+        resp = self._call("list_backends", pb.ListBackendsRequest())
+        return resp.cluster, tuple(backend_from_proto(b) for b in resp.backends)
+
+    def launch_job(self, request: pb.LaunchJobRequest) -> pb.LaunchJobResponse:
+        return self._call("launch_job", request)
+
+    def terminate_job(self, job_id: str, reason: str) -> pb.TerminateJobResponse:
+        return self._call("terminate_job", pb.TerminateJobRequest(job_id=job_id, reason=reason))
+
+    def federation_sync(self, requester: str, cursor: int) -> pb.FederationSyncResponse:
+        return self._call("federation_sync", pb.FederationSyncRequest(requester=requester, cursor=cursor))
+
+    def fetch_logs(self, job_id: str, after_seq: int, limit: int = 5000) -> pb.FetchLogsResponse:
+        return self._call("fetch_logs", pb.FetchLogsRequest(job_id=job_id, task_index=-1, after_seq=after_seq, limit=limit))
+
+    def close(self) -> None:
+        self._client.close()

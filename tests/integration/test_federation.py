@@ -1,0 +1,138 @@
+"""Federation end to end: three real controllers on loopback (a CPU parent, two GPU peers)."""
+
+from __future__ import annotations
+
+import pytest
+
+from iris.rpc import controller_pb2 as pb
+from tests.conftest import free_port, wait_until
+from tests.controller.helpers import client, error_code, logs, pid_alive, status, wait_state
+
+FAST = {"tick_interval": "1s", "federation_heartbeat_interval": "0.5s", "federation_sync_interval": "0.5s"}
+
+
+def gpu_backend(variant: str, workers: int = 1, count: int = 8) -> list[dict]:
+    return [{"id": variant, "kind": "local", "workers": workers, "capacity": {"cpu": 8, "memory": "16G"},
+             "devices": {"gpu": variant, "count": count}}]
+
+
+@pytest.fixture
+def federation(controller_factory):
+    h100 = controller_factory("cw-h100", backends=gpu_backend("h100"), controller=FAST)
+    gb200 = controller_factory("cw-gb200", backends=gpu_backend("gb200"), controller=FAST)
+    dead_port = free_port()
+    marin = controller_factory(
+        "marin",
+        backends=[{"id": "cpu", "kind": "local", "workers": 2, "capacity": {"cpu": 4, "memory": "8G"}}],
+        controller=FAST,
+        peers={"cw-h100": {"address": h100.url}, "cw-gb200": {"address": gb200.url},
+               "cw-gone": {"address": f"http://127.0.0.1:{dead_port}"}},
+    )
+    c = client(marin)
+    wait_until(lambda: sum(p.reachable for p in c.list_peers(pb.ListPeersRequest()).peers) == 2, message="peers reachable")
+    return marin, h100, gb200
+
+
+def gpu_job(name: str, variant: str, count: int = 8, command=("sh", "-c", "echo on $IRIS_CLUSTER gpus=$CUDA_VISIBLE_DEVICES"), **kw):
+    return pb.LaunchJobRequest(name=name, user="alice", command=list(command),
+                               resources=pb.Resources(device=pb.Device(kind="gpu", variant=variant, count=count)), **kw)
+
+
+def test_cpu_job_runs_locally_and_gpu_job_runs_on_the_peer_with_state_and_logs_mirrored(federation):
+    marin, h100, _ = federation
+    c = client(marin)
+    local = c.launch_job(pb.LaunchJobRequest(name="cpu-work", user="alice", command=["true"]))
+    assert local.disposition == "local"
+    sent = c.launch_job(gpu_job("train", "h100"))
+    assert sent.disposition == "queued" and sent.peer_id == ""
+    final = wait_state(c, sent.job_id, timeout=30)
+    assert final.job.state == "SUCCEEDED"
+    assert final.job.cluster == "cw-h100" and final.job.handoff_state == "HANDED_OFF"
+    assert final.tasks and final.tasks[0].cluster == "cw-h100" and final.tasks[0].exit_code == 0
+    on_peer = status(client(h100), sent.job_id)
+    assert on_peer.job.state == "SUCCEEDED"
+    wait_until(lambda: logs(c, sent.job_id) == ["on cw-h100 gpus=0,1,2,3,4,5,6,7"], message="relayed logs")
+    assert wait_state(c, local.job_id).job.cluster == "marin"
+    rows = c.execute_raw_query(pb.ExecuteRawQueryRequest(
+        sql="SELECT job_id, peer_id, owner_principal, handoff_state FROM federated_jobs")).rows
+    assert [[v.string_value for v in r.values] for r in rows] == [[sent.job_id, "cw-h100", "alice", "HANDED_OFF"]]
+
+
+def test_pinned_job_goes_to_its_peer_even_when_it_could_run_locally(federation):
+    marin, _, gb200 = federation
+    c = client(marin)
+    resp = c.launch_job(pb.LaunchJobRequest(name="pinned", user="alice", command=["true"],
+                                            constraints=[pb.Constraint(key="cluster", op="EQ", values=["cw-gb200"])]))
+    assert resp.disposition == "queued" and resp.peer_id == "cw-gb200"
+    assert wait_state(c, resp.job_id).job.cluster == "cw-gb200"
+    assert status(client(gb200), resp.job_id).job.state == "SUCCEEDED"
+
+
+def test_a_job_nothing_can_host_fails_at_once(federation):
+    marin, _, _ = federation
+    c = client(marin)
+    resp = c.launch_job(gpu_job("impossible", "b300"))
+    assert resp.disposition == "rejected" and resp.state == "UNSCHEDULABLE"
+    job = status(c, resp.job_id).job
+    assert job.state == "UNSCHEDULABLE" and "b300" in job.error
+
+
+def test_refusals_unknown_pin_and_child_job(federation):
+    marin, _, _ = federation
+    c = client(marin)
+    code, message = error_code(lambda: c.launch_job(pb.LaunchJobRequest(
+        name="x", user="alice", command=["true"], constraints=[pb.Constraint(key="cluster", op="EQ", values=["nowhere"])])))
+    assert code == "invalid_argument" and "nowhere" in message
+    parent = c.launch_job(pb.LaunchJobRequest(name="parent", user="alice", command=["sleep", "60"])).job_id
+    wait_state(c, parent, {"RUNNING"})
+    child = gpu_job("child", "h100", parent_job_id=parent)
+    child.user = ""
+    code, message = error_code(lambda: c.launch_job(child))
+    assert code == "invalid_argument" and "--target-cluster" in message
+    c.terminate_job(pb.TerminateJobRequest(job_id=parent))
+
+
+def test_cancel_while_queued_is_never_delivered(federation):
+    marin, _, _ = federation
+    c = client(marin)
+    resp = c.launch_job(pb.LaunchJobRequest(name="stuck", user="alice", command=["true"],
+                                            constraints=[pb.Constraint(key="cluster", op="EQ", values=["cw-gone"])]))
+    assert status(c, resp.job_id).job.pending_reason == "Queued for peer cw-gone to report free capacity"
+    c.terminate_job(pb.TerminateJobRequest(job_id=resp.job_id))
+    job = status(c, resp.job_id).job
+    assert job.state == "KILLED" and job.error == "Cancelled before handoff"
+    assert job.handoff_state == "QUEUED_HANDOFF"
+
+
+def test_cancel_after_handoff_stops_the_process_on_the_peer(federation):
+    marin, h100, _ = federation
+    c, p = client(marin), client(h100)
+    resp = c.launch_job(gpu_job("long", "h100", command=("sleep", "300")))
+    wait_until(lambda: status(c, resp.job_id).job.state == "RUNNING", timeout=30, message="running on the peer")
+    pid = wait_until(lambda: status(p, resp.job_id).tasks[0].attempts[0].pid if status(p, resp.job_id).tasks[0].attempts else 0,
+                     message="peer pid")
+    assert pid_alive(pid)
+    c.terminate_job(pb.TerminateJobRequest(job_id=resp.job_id))
+    wait_until(lambda: not pid_alive(pid), timeout=20, message="peer process gone")
+    wait_until(lambda: status(p, resp.job_id).job.state == "KILLED", message="killed on the peer")
+    assert status(c, resp.job_id).job.state == "KILLED"
+
+
+def test_list_peers_reports_reachability_and_availability(federation):
+    marin, _, _ = federation
+    peers = {p.peer_id: p for p in client(marin).list_peers(pb.ListPeersRequest()).peers}
+    assert set(peers) == {"cw-h100", "cw-gb200", "cw-gone"}
+    assert peers["cw-h100"].reachable and peers["cw-h100"].cluster == "cw-h100"
+    assert not peers["cw-gone"].reachable and peers["cw-gone"].last_error
+    backend = peers["cw-h100"].backends[0]
+    assert backend.attributes["device-variant"] == "h100"
+    assert backend.availability.total_amounts["h100"] == 8
+
+
+def test_no_peers_means_federation_is_inert(controller):
+    c = client(controller)
+    assert list(c.list_peers(pb.ListPeersRequest()).peers) == []
+    c.launch_job(pb.LaunchJobRequest(name="plain", user="alice", command=["true"]))
+    for table in ("federated_jobs", "federation_sync_state", "federation_changelog"):
+        rows = c.execute_raw_query(pb.ExecuteRawQueryRequest(sql=f"SELECT COUNT(*) FROM {table}")).rows
+        assert rows[0].values[0].number_value == 0
