@@ -133,6 +133,11 @@ class Shape:
         return self._hash
 
     @property
+    def evicts_among(self) -> tuple:
+        """The part of the shape that decides where it may preempt."""
+        return (self.need, self.hard, self.kind, self.token)
+
+    @property
     def where(self) -> tuple[tuple[Constraint, ...], tuple[Constraint, ...]]:
         """The part of the shape that decides which workers it may use."""
         return (self.hard, self.preferred)

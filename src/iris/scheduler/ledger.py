@@ -121,6 +121,7 @@ class Ledger:
             self.free[w] = subtract(self.free[w], demand(task.resources))
             self.running_on[w].append(task)
         self.evicted: set[str] = set()
+        self.version = [0] * len(self.workers)  # bumped whenever a worker's free capacity or victims change
         self.classes = self._classify()
         self.class_of = [0] * len(self.workers)
         for c, cls in enumerate(self.classes):
@@ -134,7 +135,7 @@ class Ledger:
         self._matching: dict[tuple, list[int]] = {}
         self._plans: dict[tuple, list[Pool]] = {}
         self._group_plans: dict[tuple, list[tuple[tuple[str, str], list[Pool]]]] = {}
-        self._preemptible: dict[Shape, tuple[int, ...]] = {}
+        self._preemptible: dict[tuple, tuple[int, ...]] = {}
         self._evictable: dict[tuple[int, Band], tuple[Vector, tuple[RunningTask, ...]]] = {}
         self._journal: list[tuple] | None = None
 
@@ -232,9 +233,10 @@ class Ledger:
 
     def preemptible_workers(self, shape: Shape) -> tuple[int, ...]:
         """Alive workers matching `shape` on which it may evict lower-band work (same device variant)."""
-        found = self._preemptible.get(shape)
+        key = shape.evicts_among
+        found = self._preemptible.get(key)
         if found is None:
-            found = self._preemptible[shape] = tuple(
+            found = self._preemptible[key] = tuple(
                 w for w in self.matching(shape.hard) if preemption_allowed_on(shape, self.workers[w])
             )
         return found
@@ -248,6 +250,7 @@ class Ledger:
         for pool in self._pools_of[w]:
             pool.dirty.add(w)
         self.free[w] = new
+        self.version[w] += 1
         if self._journal is not None:
             self._journal.append(("free", w, old))
 
@@ -256,6 +259,7 @@ class Ledger:
 
     def evict(self, w: int, task_id: str) -> None:
         self.evicted.add(task_id)
+        self.version[w] += 1
         self._forget_evictable(w)
         if self._journal is not None:
             self._journal.append(("evict", w, task_id))
@@ -295,6 +299,7 @@ class Ledger:
                 self.set_free(entry[1], entry[2])
             else:
                 self.evicted.discard(entry[2])
+                self.version[entry[1]] += 1
                 self._forget_evictable(entry[1])
 
     @property

@@ -22,6 +22,8 @@ from iris.scheduler.preemption import (
     apply_victim_set,
     can_preempt_anything,
     cheapest_victim_set,
+    VictimIndex,
+    VictimSet,
     reclaimable,
     victim_cost,
 )
@@ -35,7 +37,8 @@ class Memo:
     no_fit: set[Shape] = field(default_factory=set)
     no_preempt: set[tuple[Shape, Band]] = field(default_factory=set)
     no_gang: set[tuple] = field(default_factory=set)
-    gang_slots: dict[tuple, int] = field(default_factory=dict)  # upper bounds, per (shape, group)
+    victims: dict[tuple, VictimIndex] = field(default_factory=dict)
+    gang_slots: dict[tuple, int] = field(default_factory=dict)  # (shape, group) -> slots, when short
 
 
 @dataclass(slots=True)
@@ -53,10 +56,7 @@ def _assign(ledger: Ledger, placed: Placed, w: int, tasks: list[PendingTask]) ->
         placed.assignments.append(Assignment(task.task_id, worker.worker_id, worker.backend_id))
 
 
-def _preempt_one(
-    ledger: Ledger, placed: Placed, shape: Shape, band: Band, task: PendingTask, workers: tuple[int, ...], now_ms: int
-) -> bool:
-    chosen = cheapest_victim_set(ledger, workers, shape.need, band, now_ms)
+def _preempt_one(ledger: Ledger, placed: Placed, shape: Shape, task: PendingTask, chosen: VictimSet | None) -> bool:
     if chosen is None:
         return False
     apply_victim_set(ledger, chosen, shape.need)
@@ -88,7 +88,12 @@ def place_independent(
         memo.no_fit.add(shape)
         if not can_preempt_anything(band) or (shape, band) in memo.no_preempt:
             break
-        if not _preempt_one(ledger, placed, shape, band, tasks[i], ledger.preemptible_workers(shape), now_ms):
+        index = memo.victims.get((shape.evicts_among, band))
+        if index is None:
+            index = memo.victims[(shape.evicts_among, band)] = VictimIndex(
+                ledger, ledger.preemptible_workers(shape), need, band, now_ms
+            )
+        if not _preempt_one(ledger, placed, shape, tasks[i], index.cheapest()):
             memo.no_preempt.add((shape, band))
             break
         i += 1
@@ -115,7 +120,10 @@ def _fill_group(
             ledger.take(w, shape.need, k)
             i += k
             continue
-        if band is None or not _preempt_one(ledger, placed, shape, band, tasks[i], preemptible, now_ms):
+        if band is None:
+            return None
+        chosen = cheapest_victim_set(ledger, preemptible, shape.need, band, now_ms)
+        if not _preempt_one(ledger, placed, shape, tasks[i], chosen):
             return None
         i += 1
     return placed
@@ -159,11 +167,12 @@ def place_coscheduled(
         if bound is not None and bound < n:
             continue
         slots = _slots(ledger, plan, shape, n)
-        memo.gang_slots[(shape, group)] = slots
-        if slots >= n and (best is None or (slots, group) < best[0]):
+        if slots < n:
+            memo.gang_slots[(shape, group)] = slots  # exact when short: no worker reached the cap
+        elif best is None or (slots, group) < best[0]:
             best = ((slots, group), plan)
     if best is not None:
-        return _fill_group(ledger, best[1], shape, None, tasks, (), now_ms)
+        return _fill_in_trial(ledger, best[1], shape, None, tasks, (), now_ms)
     if not can_preempt_anything(band) or (shape, n, pinned_group, band) in memo.no_gang:
         return None
     allowed = set(ledger.preemptible_workers(shape))
@@ -174,7 +183,7 @@ def place_coscheduled(
         members = tuple(sorted(w for pool in plan for w in pool.members if w in allowed))
         ledger.begin_trial()
         placed = _fill_group(ledger, plan, shape, band, tasks, members, now_ms)
-        ledger.rollback_trial()
+        ledger.rollback_trial()  # only measuring the cost here
         if placed is not None:
             cost = (victim_cost(placed.victims, now_ms), group)
             if cheapest is None or cost < cheapest[0]:
@@ -183,4 +192,23 @@ def place_coscheduled(
         memo.no_gang.add((shape, n, pinned_group, band))
         return None
     _, plan, members = cheapest
-    return _fill_group(ledger, plan, shape, band, tasks, members, now_ms)
+    return _fill_in_trial(ledger, plan, shape, band, tasks, members, now_ms)
+
+
+def _fill_in_trial(
+    ledger: Ledger,
+    plan: list[Pool],
+    shape: Shape,
+    band: Band | None,
+    tasks: list[PendingTask],
+    preemptible: tuple[int, ...],
+    now_ms: int,
+) -> Placed | None:
+    """`_fill_group`, leaving the ledger untouched when it cannot place every task."""
+    ledger.begin_trial()
+    placed = _fill_group(ledger, plan, shape, band, tasks, preemptible, now_ms)
+    if placed is None:
+        ledger.rollback_trial()
+    else:
+        ledger.commit_trial()
+    return placed

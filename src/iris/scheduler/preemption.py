@@ -14,6 +14,7 @@ capacity monotone within a tick is what lets the placement pass remember that a 
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -38,13 +39,17 @@ def may_preempt(preemptor: Band, victim: Band) -> bool:
     return preemptor.outranks(victim)
 
 
+_LOWEST_BAND = int(max(Band))
+
+
 def can_preempt_anything(band: Band) -> bool:
-    return any(band.outranks(other) for other in Band)
+    """Every band above the lowest has something it may evict."""
+    return int(band) < _LOWEST_BAND
 
 
 def victim_order_key(task: RunningTask) -> tuple:
     """Lowest band first, then youngest, then task id."""
-    return (-task.band.value, -task.started_ms, task.task_id)
+    return (-int(task.band), -task.started_ms, task.task_id)
 
 
 def victim_cost(victims: Iterable[RunningTask], now_ms: int) -> tuple:
@@ -53,7 +58,7 @@ def victim_cost(victims: Iterable[RunningTask], now_ms: int) -> tuple:
     if not victims:
         return (-len(Band), 0, 0)
     return (
-        -min(v.band.value for v in victims),
+        -int(min(v.band for v in victims)),
         len(victims),
         sum(max(0, now_ms - v.started_ms) for v in victims),
     )
@@ -85,22 +90,64 @@ def reclaimable(ledger: Ledger, w: int, band: Band) -> tuple[Vector, tuple[Runni
     return add(ledger.free[w], total), candidates
 
 
+def victim_set_on(ledger: Ledger, w: int, need: Vector, band: Band, now_ms: int) -> VictimSet | None:
+    """The victim set on one worker that makes room for `need` at `band`, with its cost."""
+    have, candidates = reclaimable(ledger, w, band)
+    if not candidates or not fits(have, need):
+        return None
+    victims = victims_on_worker(ledger.free[w], need, sorted(candidates, key=victim_order_key))
+    if victims is None:
+        return None
+    return VictimSet(w, victims, (*victim_cost(victims, now_ms), w))
+
+
 def cheapest_victim_set(
     ledger: Ledger, workers: Iterable[int], need: Vector, band: Band, now_ms: int
 ) -> VictimSet | None:
     """The cheapest eviction, over `workers`, that makes room for `need` at `band`."""
     best: VictimSet | None = None
     for w in workers:
-        have, candidates = reclaimable(ledger, w, band)
-        if not candidates or not fits(have, need):
-            continue
-        victims = victims_on_worker(ledger.free[w], need, sorted(candidates, key=victim_order_key))
-        if victims is None:
-            continue
-        cost = (*victim_cost(victims, now_ms), w)
-        if best is None or cost < best.cost:
-            best = VictimSet(w, victims, cost)
+        found = victim_set_on(ledger, w, need, band, now_ms)
+        if found is not None and (best is None or found.cost < best.cost):
+            best = found
     return best
+
+
+class VictimIndex:
+    """The cheapest victim set over many workers for one request and band, across a tick.
+
+    A heap of per-worker victim sets, each stamped with the worker's version; a stale entry that
+    reaches the top is recomputed and pushed back. A worker's cost only grows during a tick (its
+    free capacity and its evictable tasks only shrink), so a recorded cost is a lower bound and the
+    fresh top is the cheapest. This turns thousands of preemptions over thousands of workers from
+    a full scan each into a few heap operations each.
+    """
+
+    def __init__(self, ledger: Ledger, workers: Iterable[int], need: Vector, band: Band, now_ms: int) -> None:
+        self._ledger, self._need, self._band, self._now_ms = ledger, need, band, now_ms
+        self._heap: list[tuple[tuple, int, VictimSet]] = []
+        for w in workers:
+            self._push(w)
+        heapq.heapify(self._heap)
+
+    def _push(self, w: int, heap_push: bool = False) -> None:
+        found = victim_set_on(self._ledger, w, self._need, self._band, self._now_ms)
+        if found is not None:
+            entry = (found.cost, self._ledger.version[w], found)
+            if heap_push:
+                heapq.heappush(self._heap, entry)
+            else:
+                self._heap.append(entry)
+
+    def cheapest(self) -> VictimSet | None:
+        heap, version = self._heap, self._ledger.version
+        while heap:
+            _, stamp, found = heap[0]
+            if stamp == version[found.worker]:
+                return found
+            heapq.heappop(heap)
+            self._push(found.worker, heap_push=True)
+        return None
 
 
 def apply_victim_set(ledger: Ledger, chosen: VictimSet, need: Vector) -> None:

@@ -82,14 +82,16 @@ def build_requests(
         if w is not None and task.job_id in by_job:
             running_groups.setdefault(task.job_id, ledger.group(w))
     requests = []
+    now_ms = snapshot.now_ms
     for job_id, tasks in by_job.items():
         first = tasks[0]
         coscheduled = is_coscheduled(first)
+        expired = tuple(t for t in tasks if t.scheduling_deadline_ms is not None and deadline_passed(t, now_ms))
         requests.append(
             JobRequest(
                 job_id=job_id,
-                tasks=tuple(t for t in tasks if not deadline_passed(t, snapshot.now_ms)),
-                expired=tuple(t for t in tasks if deadline_passed(t, snapshot.now_ms)),
+                tasks=tuple(t for t in tasks if t not in expired) if expired else tuple(tasks),
+                expired=expired,
                 shape=shapes.of(first),
                 band=effective_band(first.band, first.user, spend, snapshot.user_budgets),
                 requested_band=first.band,
