@@ -105,4 +105,9 @@ class Backend(Protocol):
 
 
 class LaunchError(Exception):
-    """An attempt could not be started (bad workdir, missing executable, …)."""
+    """An attempt could not be started. Not retryable: the job itself is at fault (bad workdir,
+    missing executable); retryable: the backend was (a host out of step with the scheduler)."""
+
+    def __init__(self, message: str, retryable: bool = False):
+        super().__init__(message)
+        self.retryable = retryable

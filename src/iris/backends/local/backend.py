@@ -189,7 +189,8 @@ class LocalBackend:
                     close_fds=True,
                 )
         except OSError as exc:
-            self._release_devices(spec.worker_id, devices)
+            with self._lock:
+                self._free_devices[spec.worker_id].update(devices)
             raise LaunchError(f"cannot start the attempt in {workdir}: {exc.strerror or exc}") from None
         record = _Attempt(spec.attempt_id, spec.worker_id, popen.pid, folder, devices, popen=popen)
         self._register(record)
@@ -204,6 +205,9 @@ class LocalBackend:
             if first:
                 record.stop_deadline = time.monotonic() + STOP_GRACE_S
         if first:
+            # The scheduler already counts this attempt's devices as free (it may have placed a
+            # preemptor on them this very tick), so hand them back now, not when the process ends.
+            self._release_devices(record)
             self._signal(record, signal.SIGTERM)
 
     def _live(self) -> list[str]:
@@ -246,15 +250,15 @@ class LocalBackend:
         with self._lock:
             free = sorted(self._free_devices.get(worker_id, set()))
             if len(free) < count:
-                raise LaunchError(f"worker {worker_id} has {len(free)} free devices; the attempt needs {count}")
+                raise LaunchError(f"worker {worker_id} has {len(free)} free devices; the attempt needs {count}", retryable=True)
             taken = free[:count]
             self._free_devices[worker_id].difference_update(taken)
             return taken
 
-    def _release_devices(self, worker_id: str, devices: list[int]) -> None:
-        if devices:
-            with self._lock:
-                self._free_devices.setdefault(worker_id, set()).update(devices)
+    def _release_devices(self, record: _Attempt) -> None:
+        with self._lock:
+            self._free_devices.setdefault(record.worker_id, set()).update(record.devices)
+            record.devices = []
 
     # -- watching --------------------------------------------------------------------------------
 
@@ -316,7 +320,7 @@ class LocalBackend:
             self._read_logs(record, final=True)
             record.exited = AttemptExit(record.attempt_id, code, error)
             self._exits.append(record.exited)
-        self._release_devices(record.worker_id, record.devices)
+        self._release_devices(record)
         self._wake()
 
     def _pump_logs(self) -> None:
