@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from iris_fake_controller import FakeController
+from tests.client.fake_controller import FakeController
 
 
 @pytest.fixture

@@ -99,7 +99,10 @@ def run_demo(echo: Callable[[str], None] = print) -> int:
             ok = False
         else:
             echo("   controller stopped; no processes left behind")
-        shutil.rmtree(workdir, ignore_errors=True)
+        if ok:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            echo(f"   kept {workdir} for inspection (controller.log is in state/)")
     echo("")
     echo("== demo finished: " + ("every job ended as expected" if ok else "something did not go as expected"))
     return 0 if ok else 1

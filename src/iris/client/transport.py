@@ -121,6 +121,7 @@ class ConnectTransport:
     def _post(self, path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
         head = self._request_head(path, len(body))
         for attempt in (0, 1):
+            reused = False
             try:
                 conn, reused = self._connection()
                 status, headers, payload, keep_alive = conn.exchange(head + body)

@@ -1,0 +1,166 @@
+"""The SDK's Connect transport: URL parsing, HTTP framing, connection reuse and error mapping."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+
+from iris.client.transport import ConnectTransport, error_from_code, parse_url
+from iris.core import errors
+from iris.rpc import controller_pb2 as pb
+
+
+class ScriptedServer:
+    """A loopback TCP server that answers each request with the next canned raw HTTP response.
+
+    `close_after` closes the connection after that many responses, to imitate a server dropping an
+    idle kept-alive connection.
+    """
+
+    def __init__(self, responses: list[bytes], close_after: int | None = None):
+        self.responses = list(responses)
+        self.close_after = close_after
+        self.requests: list[bytes] = []
+        self.connections = 0
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while self.responses:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            served = 0
+            with conn, conn.makefile("rb") as f:
+                while self.responses:
+                    head = b""
+                    while not head.endswith(b"\r\n\r\n"):
+                        chunk = f.readline()
+                        if not chunk:
+                            break
+                        head += chunk
+                    if not head:
+                        break
+                    length = int(next(
+                        (ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")), b"0"
+                    ))
+                    self.requests.append(head + f.read(length))
+                    conn.sendall(self.responses.pop(0))
+                    served += 1
+                    if self.close_after is not None and served >= self.close_after:
+                        break
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def ok_response(message, chunked: bool = False) -> bytes:
+    body = message.SerializeToString()
+    if chunked:
+        half = len(body) // 2
+        parts = [body[:half], body[half:]]
+        payload = b"".join(f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in parts if p) + b"0\r\n\r\n"
+        return b"HTTP/1.1 200 OK\r\ncontent-type: application/proto\r\ntransfer-encoding: chunked\r\n\r\n" + payload
+    return b"HTTP/1.1 200 OK\r\ncontent-type: application/proto\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+
+
+@pytest.fixture
+def scripted():
+    servers: list[ScriptedServer] = []
+
+    def make(*responses: bytes, close_after: int | None = None) -> ScriptedServer:
+        server = ScriptedServer(list(responses), close_after)
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.close()
+
+
+@pytest.mark.parametrize(
+    "url, expected",
+    [
+        ("http://127.0.0.1:10000", ("http", "127.0.0.1", 10000, "")),
+        ("127.0.0.1:9", ("http", "127.0.0.1", 9, "")),
+        ("https://iris.example.org/api/", ("https", "iris.example.org", 443, "/api")),
+        ("http://[::1]:5/", ("http", "::1", 5, "")),
+    ],
+)
+def test_parse_url_accepts_http_urls_and_bare_host_port(url, expected):
+    assert parse_url(url) == expected
+
+
+@pytest.mark.parametrize("url", ["ftp://x", "http://:5", "http://h:port", "http://user@h:5"])
+def test_parse_url_rejects_what_is_not_a_controller_url(url):
+    with pytest.raises(errors.InvalidArgument, match="not understood"):
+        parse_url(url)
+
+
+def test_call_decodes_a_length_delimited_and_a_chunked_answer(scripted):
+    info = pb.GetClusterInfoResponse(name="marin", version="0.1.0", pid=42)
+    server = scripted(ok_response(info), ok_response(info, chunked=True))
+    transport = ConnectTransport(server.url)
+    for _ in range(2):
+        got = transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
+        assert got == info
+    assert server.connections == 1  # kept alive
+    first = server.requests[0]
+    assert first.startswith(b"POST /iris.v1.ControllerService/GetClusterInfo HTTP/1.1\r\n")
+    assert b"Content-Type: application/proto" in first and b"Connect-Protocol-Version: 1" in first
+
+
+def test_call_sends_the_bearer_token(scripted):
+    server = scripted(ok_response(pb.ListPeersResponse()))
+    ConnectTransport(server.url, token="tok123").call("ListPeers", pb.ListPeersRequest(), pb.ListPeersResponse)
+    assert b"Authorization: Bearer tok123" in server.requests[0]
+
+
+def test_call_retries_once_when_the_server_dropped_the_kept_alive_connection(scripted):
+    info = pb.GetClusterInfoResponse(name="a")
+    server = scripted(ok_response(info), ok_response(info), close_after=1)
+    transport = ConnectTransport(server.url, timeout=5)
+    transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
+    assert transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse) == info
+    assert server.connections == 2
+
+
+def test_connect_error_body_becomes_the_typed_error_with_the_server_message(scripted):
+    body = b'{"code": "not_found", "message": "job /a/b does not exist"}'
+    server = scripted(
+        b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    with pytest.raises(errors.NotFound) as err:
+        ConnectTransport(server.url).call("GetJobStatus", pb.GetJobStatusRequest(job_id="/a/b"), pb.GetJobStatusResponse)
+    assert err.value.message == "job /a/b does not exist"
+
+
+def test_http_error_without_a_connect_body_maps_by_status(scripted):
+    server = scripted(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 4\r\nconnection: close\r\n\r\nbusy")
+    with pytest.raises(errors.Unavailable, match="HTTP 503: busy"):
+        ConnectTransport(server.url).call("ListPeers", pb.ListPeersRequest(), pb.ListPeersResponse)
+
+
+def test_unreachable_controller_is_unavailable_naming_the_url_and_how_to_start_one():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound but not listening: connections are refused
+        url = f"http://127.0.0.1:{port}"
+        with pytest.raises(errors.Unavailable) as err:
+            ConnectTransport(url).call("ListPeers", pb.ListPeersRequest(), pb.ListPeersResponse)
+    assert url in err.value.message and "connection refused" in err.value.message
+    assert "iris cluster start" in err.value.message
+
+
+def test_error_from_code_keeps_unknown_codes():
+    assert isinstance(error_from_code("already_exists", "dup"), errors.AlreadyExists)
+    err = error_from_code("resource_exhausted", "too many")
+    assert type(err) is errors.IrisError and err.code == "resource_exhausted" and err.message == "too many"
