@@ -3,7 +3,7 @@
 Everything here is plain functions and frozen dataclasses with no global state; the controller
 builds one `Authenticator` from its config at start, resolves each request to an `Identity`, and
 asks `authorize` (and the job-scoped checks) before acting. The CLI uses `TokenStore` and
-`mint_token`. See DESIGN §7.
+`mint_token`.
 """
 
 from iris.controller.auth.authenticator import DEFAULT_TRUSTED_CIDRS, Authenticator, parse_cidrs

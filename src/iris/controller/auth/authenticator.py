@@ -115,7 +115,7 @@ class Authenticator:
         claimed = verify_token(token, peer_key, issuer, now=now, audience=self.cluster_name)
         if claimed.role is not Role.FEDERATION_PEER or claimed.principal != issuer:
             raise Unauthenticated(
-                f"token from peer {issuer!r} is a {claimed.role.value} token for {claimed.principal!r}; "
+                f"token from peer {issuer!r} has role {claimed.role.value} and subject {claimed.principal!r}; "
                 f"{self.cluster_name!r} accepts only {issuer!r}'s own federation tokens, not its users' tokens"
             )
         return Identity(issuer, Role.FEDERATION_PEER, issuer, token_id=claimed.token_id)

@@ -171,6 +171,9 @@ def _create_exclusive(p: Path, data: bytes) -> None:
         os.link(tmp, p)
     except FileExistsError:
         pass
+    except OSError:  # a filesystem without hard links: fall back to a rename, atomic but not exclusive
+        if not p.exists():
+            os.replace(tmp, p)
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()

@@ -4,7 +4,8 @@ The CLI remembers the token it last used for each controller so a person types `
 cluster, not once per command. The file is JSON (`{"version": 1, "tokens": {url: token}}`), mode
 0600 inside a 0700 folder, and is replaced atomically (write a temporary file, then rename) so a
 crash or a concurrent reader never sees half a file. URLs are normalised (scheme and host lowercased,
-trailing slash dropped) so `http://Host:1/` and `http://host:1` share a token.
+trailing slash dropped) so `http://Host:1/` and `http://host:1` share a token. Two CLIs storing
+tokens at the same instant do not interleave: the later write wins whole.
 """
 
 from __future__ import annotations

@@ -18,10 +18,11 @@ import math
 import time
 import uuid
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import jwt
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from iris.controller.auth.identity import Identity, Role
 from iris.controller.auth.keys import KeyLike, SigningKey, as_public_key, key_id
@@ -109,7 +110,7 @@ def verify_token(
         addressed = f"addressed to {claims['aud']!r}" if claims.get("aud") else "addressed to no cluster"
         here = repr(audience) if audience else "this cluster"
         raise Unauthenticated(
-            f"token from {issuer!r} (a {role.value} token for {subject!r}) is {addressed}, not to {here}; "
+            f"token from {issuer!r} (role {role.value}, subject {subject!r}) is {addressed}, not to {here}; "
             "a federation token is valid only at the peer it was minted for"
         )
     t = time.time() if now is None else now
@@ -142,7 +143,7 @@ def _unverified_claims(token: str) -> dict[str, Any]:
     return claims
 
 
-def _verified_claims(token: str, keys: list, issuer: str) -> dict[str, Any]:
+def _verified_claims(token: str, keys: list[Ed25519PublicKey], issuer: str) -> dict[str, Any]:
     options = {
         "verify_exp": False,
         "verify_iat": False,
@@ -182,7 +183,7 @@ def _required_claims(claims: dict[str, Any]) -> tuple[str, Role, str | None]:
     return subject, parsed, jti if isinstance(jti, str) else None
 
 
-def _public_keys(key_or_keys: KeyLike | Iterable[KeyLike]) -> list:
+def _public_keys(key_or_keys: KeyLike | Iterable[KeyLike]) -> list[Ed25519PublicKey]:
     if isinstance(key_or_keys, Iterable):
         keys = [as_public_key(k) for k in key_or_keys]
     else:
@@ -193,4 +194,4 @@ def _public_keys(key_or_keys: KeyLike | Iterable[KeyLike]) -> list:
 
 
 def _iso(epoch_s: float) -> str:
-    return datetime.fromtimestamp(epoch_s, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(epoch_s, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
