@@ -100,3 +100,19 @@ def test_coschedule_pending_replicas_join_running_siblings_group():
     pending = [job("/a/train", gpu_request(8), replicas=2)[1]]
     result = schedule(snapshot(workers, pending, held))
     assert placements(result) == {"/a/train/1": "b1"}
+
+
+def test_coschedule_smaller_job_fits_after_larger_job_failed_in_same_group():
+    workers = [gpu_worker("a0", pool="a"), gpu_worker("a1", pool="a")]
+    pending = [job("/a/big", gpu_request(8), replicas=3, insertion=0), job("/a/small", gpu_request(8), replicas=2, insertion=1)]
+    result = schedule(snapshot(workers, pending))
+    assert set(placements(result)) == {"/a/small/0", "/a/small/1"}
+
+
+def test_coschedule_later_job_uses_room_left_by_earlier_one():
+    workers = [gpu_worker(f"a{i}", pool="a") for i in range(4)]
+    pending = [job("/a/first", gpu_request(8), replicas=2, insertion=0), job("/a/second", gpu_request(8), replicas=2, insertion=1),
+               job("/a/third", gpu_request(8), replicas=2, insertion=2)]
+    result = schedule(snapshot(workers, pending))
+    assert len(result.assignments) == 4
+    assert "/a/third" in result.pending_reasons

@@ -24,7 +24,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from iris.core.bands import Band
-from iris.core.constraints import Constraint, matches
+from iris.core.constraints import Constraint, Op, matches
 
 from iris.scheduler.fit import (
     Shape,
@@ -99,6 +99,20 @@ def best_fit(plan: list[Pool], need: Vector, free: list[Vector]) -> int | None:
     return None
 
 
+def _by_text(constraint: Constraint) -> bool:
+    """True when `matches` reduces to comparing lower-cased text (IN, or EQ with a non-number),
+    so the classes can be looked up by value instead of scanned."""
+    if constraint.op is Op.IN:
+        return True
+    if constraint.op is not Op.EQ:
+        return False
+    try:
+        float(constraint.values[0])
+    except ValueError:
+        return True
+    return False
+
+
 class Ledger:
     """Free capacity, running work and the indexes of one tick."""
 
@@ -132,6 +146,7 @@ class Ledger:
         self._pools: dict[tuple[int, ...], Pool] = {}
         self._classes_matching: dict[Constraint, frozenset[int]] = {}
         self._matching_classes: dict[tuple, list[int]] = {}
+        self._values: dict[str, dict[str, set[int]]] = {}
         self._matching: dict[tuple, list[int]] = {}
         self._plans: dict[tuple, list[Pool]] = {}
         self._group_plans: dict[tuple, list[tuple[tuple[str, str], list[Pool]]]] = {}
@@ -156,10 +171,24 @@ class Ledger:
         """Indexes of the classes whose attributes satisfy one constraint (evaluated once per tick)."""
         found = self._classes_matching.get(constraint)
         if found is None:
-            found = self._classes_matching[constraint] = frozenset(
-                i for i, cls in enumerate(self.classes) if matches(constraint, cls.attributes)
-            )
+            if _by_text(constraint):
+                index = self._value_index(constraint.key)
+                found = frozenset().union(*(index.get(v, ()) for v in constraint.values))
+            else:
+                found = frozenset(i for i, cls in enumerate(self.classes) if matches(constraint, cls.attributes))
+            self._classes_matching[constraint] = found
         return found
+
+    def _value_index(self, key: str) -> dict[str, set[int]]:
+        """For one attribute key, the classes per lower-cased value."""
+        index = self._values.get(key)
+        if index is None:
+            index = self._values[key] = defaultdict(set)
+            for i, cls in enumerate(self.classes):
+                value = cls.attributes.get(key)
+                if value is not None:
+                    index[str(value).lower()].add(i)
+        return index
 
     def matching_classes(self, hard: tuple[Constraint, ...]) -> list[int]:
         """Indexes of the classes that satisfy every constraint in `hard`."""

@@ -19,11 +19,11 @@ from iris.core.bands import Band
 from iris.scheduler.fit import Shape, copies
 from iris.scheduler.ledger import Ledger, Pool, best_fit
 from iris.scheduler.preemption import (
+    VictimIndex,
+    VictimSet,
     apply_victim_set,
     can_preempt_anything,
     cheapest_victim_set,
-    VictimIndex,
-    VictimSet,
     reclaimable,
     victim_cost,
 )
