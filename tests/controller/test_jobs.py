@@ -140,3 +140,23 @@ def test_list_jobs_filters_by_state_and_prefix_and_gives_pending_reasons(control
     reason = wait_until(lambda: status(c, pending_one).job.pending_reason, message="a pending reason")
     assert reason
     c.terminate_job(pb.TerminateJobRequest(job_id=b))
+
+
+def test_workspace_files_and_bundle_are_unpacked_where_the_job_runs(controller):
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("pkg/data.txt", "from-bundle")
+    c = client(controller)
+    job = launch(c, "ws", ["sh", "-c", "cat pkg/data.txt; echo; cat notes/extra.txt"],
+                 workspace_bundle=buf.getvalue(), workdir_files={"notes/extra.txt": b"from-file"})
+    assert wait_state(c, job).job.state == "SUCCEEDED"
+    assert logs(c, job) == ["from-bundle", "from-file"]
+
+
+def test_workspace_paths_escaping_the_folder_are_refused(controller):
+    c = client(controller)
+    code, message = error_code(lambda: launch(c, "evil", ["true"], workdir_files={"../../etc/x": b"x"}))
+    assert code == "invalid_argument" and "relative path" in message

@@ -43,7 +43,8 @@ def test_cpu_job_runs_locally_and_gpu_job_runs_on_the_peer_with_state_and_logs_m
     c = client(marin)
     local = c.launch_job(pb.LaunchJobRequest(name="cpu-work", user="alice", command=["true"]))
     assert local.disposition == "local"
-    sent = c.launch_job(gpu_job("train", "h100"))
+    sent = c.launch_job(gpu_job("train", "h100", command=("sh", "-c", "echo on $IRIS_CLUSTER gpus=$CUDA_VISIBLE_DEVICES $(cat cfg.txt)"),
+                                workdir_files={"cfg.txt": b"with-files"}))
     assert sent.disposition == "queued" and sent.peer_id == ""
     final = wait_state(c, sent.job_id, timeout=30)
     assert final.job.state == "SUCCEEDED"
@@ -51,7 +52,7 @@ def test_cpu_job_runs_locally_and_gpu_job_runs_on_the_peer_with_state_and_logs_m
     assert final.tasks and final.tasks[0].cluster == "cw-h100" and final.tasks[0].exit_code == 0
     on_peer = status(client(h100), sent.job_id)
     assert on_peer.job.state == "SUCCEEDED"
-    wait_until(lambda: logs(c, sent.job_id) == ["on cw-h100 gpus=0,1,2,3,4,5,6,7"], message="relayed logs")
+    wait_until(lambda: logs(c, sent.job_id) == ["on cw-h100 gpus=0,1,2,3,4,5,6,7 with-files"], message="relayed logs")
     assert wait_state(c, local.job_id).job.cluster == "marin"
     rows = c.execute_raw_query(pb.ExecuteRawQueryRequest(
         sql="SELECT job_id, peer_id, owner_principal, handoff_state FROM federated_jobs")).rows

@@ -37,7 +37,7 @@ class Controller:
         self.federation = self._federation() if config.peers else None
         self.tick = ControlLoop(
             self.db, self.backends, self.base_env(), config.controller.tick_interval, clock=clock,
-            federation=self.federation,
+            federation=self.federation, workspace_root=state / "workspaces",
         )
 
     def _federation(self):

@@ -19,6 +19,7 @@ from iris import REVISION_DATE, __version__
 from iris.controller.db import reads
 from iris.controller.db.jobs import insert_job, terminate_job
 from iris.controller.submit import build_spec, check_client_freshness, parent_context, resolve_job_id
+from iris.controller import workspace
 from iris.controller.db import federation as fed
 from iris.core.errors import InvalidArgument, IrisError
 from iris.federation.model import DispositionKind, SubmittedJob
@@ -64,6 +65,8 @@ class ControllerServiceImpl:
         now = self.c.now_ms()
         policy = req.existing_job_policy or "error"
         submitter = self.c.submitter(req)
+        files = dict(req.workdir_files)
+        workspace.validate_files(req.workspace_bundle, files)
         with self.c.db.write() as conn:
             parent, parent_constraints, parent_env = (None, (), {})
             if name.parent is not None:
@@ -83,6 +86,8 @@ class ControllerServiceImpl:
             else:
                 created = fed.reject_job(conn, spec, disposition.reason, now, policy)
                 state, kind, peer = "UNSCHEDULABLE", "rejected", ""
+            if created and kind != "rejected":
+                workspace.store_files(conn, spec.job_id, req.workspace_bundle, files)
         if not created:
             return pb.LaunchJobResponse(job_id=spec.job_id, state=state, disposition="existing")
         self.c.tick.wake()
@@ -98,10 +103,9 @@ class ControllerServiceImpl:
             raise InvalidArgument(f"only root jobs can be handed off; {name} is a child job")
         spec = build_spec(req, None, (), {}, owner=handoff.owner_principal or name.user)
         files = dict(req.workdir_files)
-        if req.workspace_bundle:
-            files[fed.BUNDLE] = req.workspace_bundle
+        workspace.validate_files(req.workspace_bundle, files)
         with self.c.db.write() as conn:
-            outcome = fed.admit_received(conn, spec, handoff, files, self.c.now_ms())
+            outcome = fed.admit_received(conn, spec, handoff, req.workspace_bundle, files, self.c.now_ms())
         self.c.tick.wake()
         return pb.LaunchJobResponse(job_id=spec.job_id, state="PENDING", disposition="local" if outcome == "created" else "existing")
 

@@ -7,12 +7,15 @@ a tick with ten thousand pending tasks parses each job's JSON once, not once per
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import text
 
+from iris.backends.local.backend import safe_dirname
 from iris.backends.protocol import LaunchSpec
+from iris.controller import workspace
 from iris.controller.db.database import Database
 from iris.core.bands import Band
 from iris.core.constraints import Constraint, Op
@@ -42,8 +45,9 @@ def parse_constraints(raw: str) -> tuple[Constraint, ...]:
 
 
 class SnapshotLoader:
-    def __init__(self, db: Database):
+    def __init__(self, db: Database, workspace_root: Path | None = None):
         self.db = db
+        self.workspace_root = workspace_root
         self._configs: dict[str, JobConfig] = {}
 
     def config(self, conn, job_id: str) -> JobConfig:
@@ -107,6 +111,11 @@ class SnapshotLoader:
         """What a backend needs to start one attempt; `conn` is the tick's open transaction."""
         cfg = self.config(conn, job_id)
         replicas = conn.execute(text("SELECT replicas FROM jobs WHERE job_id = :j"), {"j": job_id}).scalar_one()
+        workdir = cfg.workdir
+        if self.workspace_root is not None:
+            unpacked = workspace.materialize(conn, job_id, self.workspace_root / safe_dirname(job_id))
+            if unpacked is not None and not workdir:
+                workdir = str(unpacked)
         env = {
             **base_env,
             **cfg.env,
@@ -118,4 +127,4 @@ class SnapshotLoader:
             "IRIS_WORKER_ID": worker_id,
             "IRIS_BACKEND_ID": backend_id,
         }
-        return LaunchSpec(attempt_id, job_id, index, attempt, worker_id, cfg.command, env, cfg.resources, cfg.workdir)
+        return LaunchSpec(attempt_id, job_id, index, attempt, worker_id, cfg.command, env, cfg.resources, workdir)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from pathlib import Path
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -47,6 +48,7 @@ class ControlLoop:
         clock: Callable[[], float] = time.time,
         after_tick: Callable[[int], None] | None = None,
         federation=None,
+        workspace_root: Path | None = None,
     ):
         self.db = db
         self.backends = dict(backends)
@@ -55,7 +57,7 @@ class ControlLoop:
         self.clock = clock
         self.after_tick = after_tick
         self.federation = federation
-        self.loader = SnapshotLoader(db)
+        self.loader = SnapshotLoader(db, workspace_root)
         self.availability: dict[str, Availability] = {}
         self.generation = 0
         self.last_stats: TickStats | None = None

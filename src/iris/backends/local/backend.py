@@ -77,7 +77,7 @@ def worker_capacity(config: BackendConfig) -> Resources:
     return Resources(cpu=config.capacity.cpu, memory=config.capacity.memory, disk=config.capacity.disk, device=device)
 
 
-def attempt_dirname(attempt_id: str) -> str:
+def safe_dirname(attempt_id: str) -> str:
     readable = re.sub(r"[^A-Za-z0-9._-]+", "_", attempt_id.strip("/"))[:80]
     digest = hashlib.sha1(attempt_id.encode()).hexdigest()[:10]
     return f"{readable}-{digest}"
@@ -166,7 +166,7 @@ class LocalBackend:
     # -- start / stop --------------------------------------------------------------------------
 
     def start(self, spec: LaunchSpec) -> Started:
-        folder = self.root / attempt_dirname(spec.attempt_id)
+        folder = self.root / safe_dirname(spec.attempt_id)
         folder.mkdir(parents=True, exist_ok=True)
         for name in ("pid", "exit", "stdout", "stderr"):
             (folder / name).unlink(missing_ok=True)
@@ -367,7 +367,7 @@ class LocalBackend:
 
     def adopt(self, records: list[AdoptRecord]) -> None:
         for rec in records:
-            folder = self.root / attempt_dirname(rec.attempt_id)
+            folder = self.root / safe_dirname(rec.attempt_id)
             pid = rec.pid
             if pid is None and (folder / "pid").exists():
                 try:

@@ -15,6 +15,7 @@ import secrets
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
+from iris.controller import workspace
 from iris.controller.db.jobs import TERMINAL_JOB_SQL, delete_job_tree, insert_job, job_row
 from iris.controller.snapshot import parse_constraints, parse_resources
 from iris.core.bands import Band
@@ -137,14 +138,11 @@ def delivery_request(conn: Connection, job_id: str, requester: str) -> pb.Launch
         ),
     )
     for name, data in conn.execute(text("SELECT name, data FROM job_files WHERE job_id = :j"), {"j": job_id}):
-        if name == BUNDLE:
+        if name == workspace.BUNDLE:
             req.workspace_bundle = data
         else:
             req.workdir_files[name] = data
     return req
-
-
-BUNDLE = "__bundle__"
 
 
 def mark_handed_off(conn: Connection, job_id: str, now_ms: int) -> None:
@@ -222,7 +220,8 @@ def active_counts(conn: Connection) -> dict[str, int]:
 # -- peer side ------------------------------------------------------------------------------------
 
 
-def admit_received(conn: Connection, spec: JobSpec, handoff: pb.HandoffRecord, files: dict[str, bytes], now_ms: int) -> str:
+def admit_received(conn: Connection, spec: JobSpec, handoff: pb.HandoffRecord, bundle: bytes, files: dict[str, bytes],
+                   now_ms: int) -> str:
     """Admits a handed-off job under the parent's id. Returns 'created' or 'existing'.
 
     The same nonce again is a replay (idempotent); a new nonce over a finished run re-runs it; over
@@ -242,8 +241,7 @@ def admit_received(conn: Connection, spec: JobSpec, handoff: pb.HandoffRecord, f
             raise AlreadyExists(f"job {spec.job_id} is still {existing['state']} here; a new run must wait until it ends")
         delete_job_tree(conn, spec.job_id)
     insert_job(conn, spec, now_ms)
-    for name, data in files.items():
-        conn.execute(text("INSERT INTO job_files (job_id, name, data) VALUES (:j, :n, :d)"), {"j": spec.job_id, "n": name, "d": data})
+    workspace.store_files(conn, spec.job_id, bundle, files)
     conn.execute(
         text(
             "INSERT INTO federated_jobs (job_id, direction, peer_id, owner_principal, submitting_user, handoff_state,"

@@ -23,10 +23,16 @@ MAX_LOG_LINES = 5000
 MAX_QUERY_ROWS = 10_000
 
 
-def _job_message(row, counts: dict[str, int], cfg=None, fed=None, local_cluster: str = "") -> pb.JobStatus:
+def _stale_peers(conn: Connection) -> frozenset[str]:
+    return frozenset(r[0] for r in conn.execute(text("SELECT peer_id FROM federation_sync_state WHERE stale = 1")))
+
+
+def _job_message(row, counts: dict[str, int], cfg=None, fed=None, local_cluster: str = "",
+                 stale_peers: frozenset[str] = frozenset()) -> pb.JobStatus:
     msg = pb.JobStatus(
         job_id=row["job_id"], state=row["state"], user=row["user"], owner=row["owner"], priority=row["band"],
-        cluster=row["cluster"] or local_cluster, replicas=row["replicas"], task_counts=counts,
+        cluster=row["cluster"] if row["cluster"] is not None else local_cluster,
+        stale=row["cluster"] in stale_peers, replicas=row["replicas"], task_counts=counts,
         submitted_ms=row["submitted_ms"], started_ms=row["started_ms"] or 0, finished_ms=row["finished_ms"] or 0,
         pending_reason=row["pending_reason"] if row["state"] == "PENDING" else "",
         error=row["error"] or "", parent_job_id=row["parent_job_id"] or "",
@@ -63,7 +69,7 @@ def get_job(conn: Connection, job_id: str, local_cluster: str) -> pb.JobStatus:
     fed = conn.execute(
         text("SELECT * FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
     ).mappings().first()
-    msg = _job_message(row, _counts(conn, [job_id])[job_id], cfg, fed, local_cluster)
+    msg = _job_message(row, _counts(conn, [job_id])[job_id], cfg, fed, local_cluster, _stale_peers(conn))
     if row["replicas"] == 1:
         code = conn.execute(text("SELECT exit_code FROM tasks WHERE job_id = :j AND idx = 0"), {"j": job_id}).scalar()
         if code is not None:
@@ -87,7 +93,8 @@ def list_jobs(conn: Connection, state: str, prefix: str, user: str, limit: int, 
     params["limit"] = limit if limit > 0 else 1000
     rows = conn.execute(text(sql), params).mappings().all()
     counts = _counts(conn, [r["job_id"] for r in rows])
-    return [_job_message(r, counts[r["job_id"]], local_cluster=local_cluster) for r in rows]
+    stale = _stale_peers(conn)
+    return [_job_message(r, counts[r["job_id"]], local_cluster=local_cluster, stale_peers=stale) for r in rows]
 
 
 def list_tasks(conn: Connection, job_id: str, include_attempts: bool, local_cluster: str) -> list[pb.TaskStatus]:
