@@ -7,7 +7,7 @@ constraints are evaluated once per class, not per worker. The workers a shape ma
 *pool*, kept as a list of (free devices, free cpu, free memory, free disk, worker) tuples in
 sorted order: the best fit is the first entry at or after the request that fits in every
 dimension, found by bisection. Pools are shared by every shape with the same membership and are
-updated in place when a worker's free capacity changes.
+repaired lazily, when next searched, after a worker's free capacity changes.
 
 Free capacity only ever decreases during a tick (preemption keeps the victims' capacity for the
 preemptor and does not hand the rest out until the next tick), so "this shape fitted nowhere" stays
@@ -53,6 +53,7 @@ class WorkerClass:
     @property
     def group(self) -> tuple[str, str]:
         return group_of(self.attributes, self.backend_id)
+
 
 class Pool:
     """The workers one or more shapes may use, sorted by free capacity for best-fit bisection.
@@ -147,6 +148,7 @@ class Ledger:
         self._classes_matching: dict[Constraint, frozenset[int]] = {}
         self._matching_classes: dict[tuple, list[int]] = {}
         self._values: dict[str, dict[str, set[int]]] = {}
+        self._scores: dict[tuple, list[int]] = {}
         self._matching: dict[tuple, list[int]] = {}
         self._plans: dict[tuple, list[Pool]] = {}
         self._group_plans: dict[tuple, list[tuple[tuple[str, str], list[Pool]]]] = {}
@@ -227,10 +229,11 @@ class Ledger:
         """Splits workers by preferred-constraint score, best score first."""
         if not shape.preferred:
             return [tuple(workers)] if workers else []
-        class_scores = [0] * len(self.classes)
-        for constraint in shape.preferred:
-            for c in self.classes_matching(constraint):
-                class_scores[c] += 1
+        class_scores = self._scores.get(shape.preferred)
+        if class_scores is None:
+            class_scores = self._scores[shape.preferred] = [
+                preference_score(shape.preferred, cls.attributes) for cls in self.classes
+            ]
         by_score: dict[int, list[int]] = defaultdict(list)
         for w in workers:
             by_score[class_scores[self.class_of[w]]].append(w)
@@ -330,7 +333,3 @@ class Ledger:
                 self.evicted.discard(entry[2])
                 self.version[entry[1]] += 1
                 self._forget_evictable(entry[1])
-
-    @property
-    def in_trial(self) -> bool:
-        return self._journal is not None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from iris.scheduler.fit import DEVICES, DIMENSIONS, Shape, Vector, amount, copies, fits
+from iris.scheduler.fit import DEVICES, DIMENSIONS, Shape, amount, copies, fits
 from iris.scheduler.ledger import Ledger, WorkerClass
 from iris.scheduler.ordering import JobRequest
 

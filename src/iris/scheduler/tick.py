@@ -71,6 +71,16 @@ def pending_by_job(snapshot: SchedulingSnapshot) -> dict[str, list[PendingTask]]
     return by_job
 
 
+def _split_expired(tasks: list[PendingTask], now_ms: int) -> tuple[tuple[PendingTask, ...], tuple[PendingTask, ...]]:
+    """(tasks still eligible, tasks past their scheduling deadline), each in task order."""
+    if all(t.scheduling_deadline_ms is None for t in tasks):
+        return tuple(tasks), ()
+    live, expired = [], []
+    for task in tasks:
+        (expired if deadline_passed(task, now_ms) else live).append(task)
+    return tuple(live), tuple(expired)
+
+
 def build_requests(
     snapshot: SchedulingSnapshot, ledger: Ledger, by_job: dict[str, list[PendingTask]], shapes: ShapeCache
 ) -> list[JobRequest]:
@@ -86,11 +96,11 @@ def build_requests(
     for job_id, tasks in by_job.items():
         first = tasks[0]
         coscheduled = is_coscheduled(first)
-        expired = tuple(t for t in tasks if t.scheduling_deadline_ms is not None and deadline_passed(t, now_ms))
+        live, expired = _split_expired(tasks, now_ms)
         requests.append(
             JobRequest(
                 job_id=job_id,
-                tasks=tuple(t for t in tasks if t not in expired) if expired else tuple(tasks),
+                tasks=live,
                 expired=expired,
                 shape=shapes.of(first),
                 band=effective_band(first.band, first.user, spend, snapshot.user_budgets),
