@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from iris.core.bands import Band
 from iris.core.constraints import Constraint, Op, matches
+from iris.scheduler import schedule
 from iris.scheduler.fit import compile_shape, fits
 from iris.scheduler.ledger import Ledger, best_fit
 from iris.scheduler.preemption import VictimIndex, apply_victim_set, cheapest_victim_set
@@ -82,8 +83,6 @@ def test_victim_index_agrees_with_full_scan_across_preemptions(tasks, rounds):
 
 
 def test_per_worker_classes_when_a_task_pins_a_worker():
-    from iris.scheduler import schedule
-
     workers = [cpu_worker("w0"), cpu_worker("w1")]
     result = schedule(snapshot(workers, [job("/a/j", constraints=(Constraint("worker", Op.NE, ("w0",)),))]))
     assert [a.worker_id for a in result.assignments] == ["w1"]

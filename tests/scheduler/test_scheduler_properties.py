@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from iris.core.bands import Band
 from iris.core.constraints import Constraint, Op
 from iris.core.resources import Device, Resources
-from iris.scheduler import PendingTask, RunningTask, SchedulingSnapshot, WorkerSnapshot, schedule
+from iris.scheduler import PendingTask, RunningTask, SchedulingSnapshot, WorkerSnapshot, explain, schedule
 from iris.scheduler.fit import add, demand, fits, group_of, worker_attributes
 from iris.scheduler.ordering import is_coscheduled
 
@@ -153,3 +153,11 @@ def test_property_every_pending_task_accounted_for(snap):
     assert not placed & failed
     for task in snap.pending:
         assert task.task_id in placed or task.task_id in failed or task.job_id in result.pending_reasons
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots())
+def test_property_explain_summary_is_the_pending_reason(snap):
+    result = schedule(snap)
+    for job_id, reason in list(result.pending_reasons.items())[:3]:
+        assert explain(snap, job_id).summary == reason
