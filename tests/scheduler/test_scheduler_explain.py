@@ -89,3 +89,16 @@ def test_explain_dead_workers_counted_in_group():
     explanation = explain(snapshot(workers + [cpu_worker("c0")], [job("/a/j", gpu_request(8))]), "/a/j")
     gpu_group = [b for b in explanation.backends if b.backend_id == "gpu"][0].groups[0]
     assert gpu_group.reasons == ("2 of them not alive",)
+
+
+def test_explain_groups_carry_verdict_and_description():
+    workers = [cpu_worker("c0", cpu=1), cpu_worker("c1", cpu=1)]
+    held = [running("/b/x/0", "c0", cpu_request(cpu=1), band=Band.INTERACTIVE)]
+    explanation = explain(snapshot(workers, [job("/a/j", cpu_request(cpu=1), replicas=2, coschedule=True)], held), "/a/j")
+    (group,) = explanation.groups
+    assert group.group == "2 workers like c0"
+    assert group.verdict == "fits"
+    assert explanation.lines == (
+        "backend cpu:",
+        "  2 workers like c0: 1 could take a replica now, but its replicas must start together",
+    )

@@ -39,9 +39,18 @@ class GroupExplanation:
     fits_now: int  # workers of the group that could take one of its tasks right now
     reasons: tuple[str, ...]
 
+    @property
+    def group(self) -> str:
+        """The group in words: `3 workers like gpu-0`."""
+        return f"{self.workers} worker{'s' if self.workers != 1 else ''} like {self.example_worker}"
+
+    @property
+    def verdict(self) -> str:
+        """`fits` when a worker of the group could take a task now, else `blocked`."""
+        return "fits" if self.fits_now > 0 else "blocked"
+
     def line(self) -> str:
-        head = f"{self.workers} worker{'s' if self.workers != 1 else ''} like {self.example_worker}"
-        return f"{head}: {'; '.join(self.reasons) if self.reasons else 'fits'}"
+        return f"{self.group}: {'; '.join(self.reasons) if self.reasons else 'fits'}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +67,22 @@ class Explanation:
     summary: str
     backends: tuple[BackendExplanation, ...] = ()
 
-    def render(self) -> str:
-        lines = [f"{self.job_id}: {self.summary}"]
+    @property
+    def groups(self) -> tuple[GroupExplanation, ...]:
+        """Every group of every backend, in order."""
+        return tuple(group for backend in self.backends for group in backend.groups)
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        """The details under the summary, one line per backend and per group."""
+        out: list[str] = []
         for backend in self.backends:
-            lines.append(f"  backend {backend.backend_id}:")
-            lines.extend(f"    {group.line()}" for group in backend.groups)
-        return "\n".join(lines)
+            out.append(f"backend {backend.backend_id}:")
+            out.extend(f"  {group.line()}" for group in backend.groups)
+        return tuple(out)
+
+    def render(self) -> str:
+        return "\n".join([f"{self.job_id}: {self.summary}", *(f"  {line}" for line in self.lines)])
 
 
 def _word(shape: Shape, d: int, value: int) -> str:
