@@ -106,10 +106,12 @@ def status(obj: CliContext, config_path: str | None, local: bool, port: int | No
         client = obj.client()
     info = client.cluster_info()
     backends = client.backends()
+    workers = client.workers()
     if obj.json:
         obj.emit({"url": client.url, "healthy": True, "cluster": message_to_dict(info),
-                  "backends": [message_to_dict(b) for b in backends.backends]})
+                  "backends": [message_to_dict(b) for b in backends.backends],
+                  "workers": [message_to_dict(w) for w in workers]})
     else:
-        click.echo(cluster_status_text(client.url, info, backends))
+        click.echo(cluster_status_text(client.url, info, backends, workers))
     return EXIT_OK
 

@@ -153,9 +153,7 @@ def _follow_to_end(obj: CliContext, job_id: str, launched: dict, timestamps: boo
                   "logs": [message_to_dict(line) for line in lines]})
         return code
     elapsed = time.monotonic() - started
-    detail = f"exit code {status.exit_code}" if status.has_exit_code else ""
-    if status.error:
-        detail = f"{detail}: {status.error}" if detail else status.error
+    detail = status.error or (f"exit code {status.exit_code}" if status.has_exit_code else "")
     click.echo(f"{job_id} {status.state}" + (f" ({detail})" if detail else "") + f" after {elapsed:.2f}s", err=True)
     return code
 

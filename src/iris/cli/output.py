@@ -261,8 +261,8 @@ def query_table(resp: Any) -> str:
     return text
 
 
-def cluster_status_text(url: str, info: Any, backends: Any) -> str:
-    """`iris cluster status`: who answers at `url`, what it holds, and each backend's capacity."""
+def cluster_status_text(url: str, info: Any, backends: Any, workers: Sequence[Any] = ()) -> str:
+    """`iris cluster status`: who answers at `url`, what it holds, and each backend's capacity and use."""
     counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(info.job_counts.items())) or "none"
     out = [
         f"cluster {info.name} at {url}: healthy",
@@ -274,12 +274,17 @@ def cluster_status_text(url: str, info: Any, backends: Any) -> str:
     if backends.backends:
         rows = []
         for b in backends.backends:
+            mine = [w for w in workers if w.backend_id == b.id]
+            used = sum(w.used.cpu for w in mine)
+            total = sum(w.capacity.cpu for w in mine)
+            tasks = sum(w.running_tasks for w in mine)
+            use = f"cpu {_num(used)}/{_num(total)}, {tasks} task(s)" if mine else "-"
             free = ", ".join(
                 f"{token} {_num(amount)}/{_num(b.availability.total_amounts.get(token, 0))}"
                 for token, amount in sorted(b.availability.amounts.items())
-            ) if b.HasField("availability") else "-"
-            rows.append((b.id, b.kind, b.workers, format_resources(b.worker_capacity), free))
-        out += ["", render_table(("BACKEND", "KIND", "WORKERS", "PER WORKER", "FREE"), rows)]
+            ) if b.HasField("availability") else ""
+            rows.append((b.id, b.kind, b.workers, format_resources(b.worker_capacity), use, free or "-"))
+        out += ["", render_table(("BACKEND", "KIND", "WORKERS", "PER WORKER", "IN USE", "FREE DEVICES"), rows)]
     return "\n".join(out)
 
 
