@@ -233,3 +233,14 @@ def test_e2e_job_run_p50_latency_of_true(controller):
         assert result.returncode == 0
     times.sort()
     assert times[len(times) // 2] < 2.0, times
+
+
+def test_e2e_demo_json_is_one_document_reporting_each_job():
+    result = iris("-o", "json", "demo", timeout=120)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["ok"] and not doc["left_running"]
+    assert [(j["job_id"], j["state"]) for j in doc["jobs"]] == [
+        ("/demo/hello", "SUCCEEDED"), ("/demo/fails", "FAILED"), ("/demo/replicas", "SUCCEEDED"),
+    ]
+    assert len(doc["jobs"][2]["detail"]["tasks"]) == 3

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from iris.cli.main import CliContext
+from iris.cli.main import CliContext, output_option
 
 DEMO_JOBS = (
     {
@@ -26,18 +26,21 @@ DEMO_JOBS = (
         "command": ["/bin/sh", "-c", 'echo "hello from task $IRIS_TASK_INDEX of $IRIS_JOB_ID on $(hostname)"; '
                     'echo "python $(python3 -c "import sys; print(sys.version.split()[0])")"'],
         "options": {"cpu": 1, "memory": "256M"},
+        "expect": "SUCCEEDED",
     },
     {
         "title": "a job that fails",
         "name": "fails",
         "command": ["/bin/sh", "-c", 'echo "checking the input..."; echo "no such file: data.csv" >&2; exit 3'],
         "options": {"cpu": 0.5, "memory": "128M"},
+        "expect": "FAILED",
     },
     {
         "title": "a job with 3 replicas",
         "name": "replicas",
         "command": ["/bin/sh", "-c", 'echo "replica $IRIS_TASK_INDEX starting"; sleep 0.2; echo "replica $IRIS_TASK_INDEX done"'],
         "options": {"cpu": 1, "memory": "256M", "replicas": 3},
+        "expect": "SUCCEEDED",
     },
 )
 
@@ -63,8 +66,12 @@ def demo_config_text(port: int, state_dir: Path) -> str:
     )
 
 
-def run_demo(echo: Callable[[str], None] = print) -> int:
-    """Runs the demo; returns 0 when every job ended as expected and the cluster shut down cleanly."""
+def run_demo(echo: Callable[[str], None] = print) -> tuple[int, dict]:
+    """Runs the demo, narrating through `echo`.
+
+    Returns the exit code (0 when every job ended as expected and the cluster shut down cleanly) and
+    a report of what ran, which `iris -o json demo` prints as its one document.
+    """
     from iris.client.client import IrisClient
     from iris.controller import process
     from iris.core.config import load_config
@@ -75,6 +82,7 @@ def run_demo(echo: Callable[[str], None] = print) -> int:
     config = load_config(config_path)
     ok = True
     pid = None
+    report: dict = {"cluster": config.name, "url": config.url, "jobs": []}
     echo(f"== starting a throw-away cluster '{config.name}' at {config.url} (state in {config.state_path})")
     try:
         started = time.monotonic()
@@ -86,7 +94,9 @@ def run_demo(echo: Callable[[str], None] = print) -> int:
             echo(f"     {line}")
         with IrisClient(config.url) as client:
             for spec in DEMO_JOBS:
-                ok &= _run_one(client, spec, echo)
+                outcome = _run_one(client, spec, echo)
+                report["jobs"].append(outcome)
+                ok &= outcome["as_expected"]
     except KeyboardInterrupt:
         echo("interrupted")
         ok = False
@@ -94,7 +104,9 @@ def run_demo(echo: Callable[[str], None] = print) -> int:
         echo("")
         echo(f"== stopping cluster '{config.name}'")
         process.stop(config)
-        if pid is not None and _alive(pid):
+        report["controller_pid"] = pid
+        report["left_running"] = pid is not None and _alive(pid)
+        if report["left_running"]:
             echo(f"   controller pid {pid} is still alive")
             ok = False
         else:
@@ -105,11 +117,13 @@ def run_demo(echo: Callable[[str], None] = print) -> int:
             echo(f"   kept {workdir} for inspection (controller.log is in state/)")
     echo("")
     echo("== demo finished: " + ("every job ended as expected" if ok else "something did not go as expected"))
-    return 0 if ok else 1
+    report["ok"] = ok
+    return (0 if ok else 1), report
 
 
-def _run_one(client, spec: dict, echo: Callable[[str], None]) -> bool:
-    from iris.cli.output import format_log_line, format_resources, run_time
+def _run_one(client, spec: dict, echo: Callable[[str], None]) -> dict:
+    """Submits one demo job, waits for it, narrates where and how it ran; returns what happened."""
+    from iris.cli.output import format_log_line, format_resources, message_to_dict, run_time
 
     echo("")
     echo(f"== {spec['title']}: {' '.join(spec['command'][2:]) if spec['command'][:2] == ['/bin/sh', '-c'] else ' '.join(spec['command'])}")
@@ -132,10 +146,19 @@ def _run_one(client, spec: dict, echo: Callable[[str], None]) -> bool:
                 f"ran {run_time(attempt.started_ms, attempt.finished_ms)}"
             )
     echo("   logs:")
-    for line in client.logs(job_id):
+    lines = client.logs(job_id)
+    for line in lines:
         echo("     " + format_log_line(line, show_task=status.replicas > 1, timestamps=False))
-    expected = "FAILED" if spec["name"] == "fails" else "SUCCEEDED"
-    return status.state == expected
+    return {
+        "title": spec["title"],
+        "job_id": job_id,
+        "state": status.state,
+        "expected": spec["expect"],
+        "as_expected": status.state == spec["expect"],
+        "seconds": round(elapsed, 3),
+        "detail": message_to_dict(detail),
+        "logs": [message_to_dict(line) for line in lines],
+    }
 
 
 def _reap_when_done(pid: int) -> None:
@@ -171,8 +194,12 @@ def _alive(pid: int) -> bool:
 
 
 @click.command("demo")
+@output_option
 @click.pass_obj
 def demo(obj: CliContext) -> int:
     """Starts a throw-away local cluster, runs a job that succeeds, one that fails and one with
     replicas, shows where and how each ran with its logs, and shuts everything down."""
-    return run_demo(lambda line: click.echo(line))
+    code, report = run_demo((lambda line: None) if obj.json else click.echo)
+    if obj.json:
+        obj.emit(report)
+    return code
