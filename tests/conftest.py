@@ -86,6 +86,12 @@ class RunningController:
             self.proc.kill()
             self.proc.wait()
 
+    def rewrite(self, **changes) -> None:
+        """Changes top-level keys of this controller's config file (before it starts)."""
+        config = yaml.safe_load(self.config_path.read_text())
+        config.update(changes)
+        self.config_path.write_text(yaml.safe_dump(config))
+
     def restart(self) -> "RunningController":
         self.stop()
         return self.start()

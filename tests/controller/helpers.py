@@ -13,8 +13,28 @@ from tests.conftest import wait_until
 TERMINAL = {"SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE"}
 
 
-def client(ctl) -> ControllerServiceClientSync:
-    return ControllerServiceClientSync(ctl.url)
+class _TokenClient:
+    """A Connect client that sends a bearer token with every call."""
+
+    def __init__(self, url: str, token: str):
+        self._inner = ControllerServiceClientSync(url)
+        self._headers = {"authorization": f"Bearer {token}"}
+
+    def __getattr__(self, name):
+        method = getattr(self._inner, name)
+        return lambda request: method(request, headers=self._headers)
+
+
+def client(ctl, token: str | None = None):
+    """A client of `ctl`: as local_admin (loopback, no token) or with `token`."""
+    return _TokenClient(ctl.url, token) if token else ControllerServiceClientSync(ctl.url)
+
+
+def user_token(ctl, user: str, role: str = "user") -> str:
+    """A token minted with the cluster's own signing key (created in its state dir on first use)."""
+    from iris.controller.auth import load_or_create_signing_key, mint_token
+
+    return mint_token(load_or_create_signing_key(None, ctl.state_dir), ctl.name, user, role, 3600)
 
 
 def launch(c, name: str, command: list[str], user: str = "alice", **fields) -> str:
@@ -58,4 +78,4 @@ def job_count(c) -> int:
     return len(c.list_jobs(pb.ListJobsRequest(limit=100000)).jobs)
 
 
-__all__ = ["client", "launch", "status", "wait_state", "logs", "error_code", "pid_alive", "job_count", "os", "pb"]
+__all__ = ["client", "user_token", "launch", "status", "wait_state", "logs", "error_code", "pid_alive", "job_count", "os", "pb"]

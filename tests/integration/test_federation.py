@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from dataclasses import dataclass
+
+from iris.controller.auth import load_or_create_signing_key, public_key_pem
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import free_port, wait_until
-from tests.controller.helpers import client, error_code, logs, pid_alive, status, wait_state
+from tests.controller.helpers import client, error_code, logs, pid_alive, status, user_token, wait_state
 
 FAST = {"tick_interval": "1s", "federation_heartbeat_interval": "0.5s", "federation_sync_interval": "0.5s"}
 
@@ -16,21 +19,38 @@ def gpu_backend(variant: str, workers: int = 1, count: int = 8) -> list[dict]:
              "devices": {"gpu": variant, "count": count}}]
 
 
-@pytest.fixture
-def federation(controller_factory):
-    h100 = controller_factory("cw-h100", backends=gpu_backend("h100"), controller=FAST)
-    gb200 = controller_factory("cw-gb200", backends=gpu_backend("gb200"), controller=FAST)
-    dead_port = free_port()
+@dataclass
+class Federation:
+    marin: object
+    h100: object
+    gb200: object
+    token: str  # alice's token on marin: only an accountable user's jobs federate
+
+    def __iter__(self):
+        return iter((self.marin, self.h100, self.gb200))
+
+
+def start_federation(controller_factory, peer_auth: dict | None = None) -> Federation:
+    """marin (CPU only) peered with cw-h100 and cw-gb200, which trust marin's key."""
     marin = controller_factory(
-        "marin",
+        "marin", start=False, controller=FAST,
         backends=[{"id": "cpu", "kind": "local", "workers": 2, "capacity": {"cpu": 4, "memory": "8G"}}],
-        controller=FAST,
-        peers={"cw-h100": {"address": h100.url}, "cw-gb200": {"address": gb200.url},
-               "cw-gone": {"address": f"http://127.0.0.1:{dead_port}"}},
     )
+    marin_key = public_key_pem(load_or_create_signing_key(None, marin.state_dir))
+    auth = {"federation_peers": {"marin": marin_key}, **(peer_auth or {})}
+    h100 = controller_factory("cw-h100", backends=gpu_backend("h100"), controller=FAST, auth=auth)
+    gb200 = controller_factory("cw-gb200", backends=gpu_backend("gb200"), controller=FAST, auth=auth)
+    marin.rewrite(peers={"cw-h100": {"address": h100.url}, "cw-gb200": {"address": gb200.url},
+                         "cw-gone": {"address": f"http://127.0.0.1:{free_port()}"}})
+    marin.start()
     c = client(marin)
     wait_until(lambda: sum(p.reachable for p in c.list_peers(pb.ListPeersRequest()).peers) == 2, message="peers reachable")
-    return marin, h100, gb200
+    return Federation(marin, h100, gb200, user_token(marin, "alice"))
+
+
+@pytest.fixture
+def federation(controller_factory) -> Federation:
+    return start_federation(controller_factory)
 
 
 def gpu_job(name: str, variant: str, count: int = 8, command=("sh", "-c", "echo on $IRIS_CLUSTER gpus=$CUDA_VISIBLE_DEVICES"), **kw):
@@ -40,7 +60,7 @@ def gpu_job(name: str, variant: str, count: int = 8, command=("sh", "-c", "echo 
 
 def test_cpu_job_runs_locally_and_gpu_job_runs_on_the_peer_with_state_and_logs_mirrored(federation):
     marin, h100, _ = federation
-    c = client(marin)
+    c = client(marin, federation.token)
     local = c.launch_job(pb.LaunchJobRequest(name="cpu-work", user="alice", command=["true"]))
     assert local.disposition == "local"
     sent = c.launch_job(gpu_job("train", "h100", command=("sh", "-c", "echo on $IRIS_CLUSTER gpus=$CUDA_VISIBLE_DEVICES $(cat cfg.txt)"),
@@ -61,7 +81,7 @@ def test_cpu_job_runs_locally_and_gpu_job_runs_on_the_peer_with_state_and_logs_m
 
 def test_pinned_job_goes_to_its_peer_even_when_it_could_run_locally(federation):
     marin, _, gb200 = federation
-    c = client(marin)
+    c = client(marin, federation.token)
     resp = c.launch_job(pb.LaunchJobRequest(name="pinned", user="alice", command=["true"],
                                             constraints=[pb.Constraint(key="cluster", op="EQ", values=["cw-gb200"])]))
     assert resp.disposition == "queued" and resp.peer_id == "cw-gb200"
@@ -71,7 +91,7 @@ def test_pinned_job_goes_to_its_peer_even_when_it_could_run_locally(federation):
 
 def test_a_job_nothing_can_host_fails_at_once(federation):
     marin, _, _ = federation
-    c = client(marin)
+    c = client(marin, federation.token)
     resp = c.launch_job(gpu_job("impossible", "b300"))
     assert resp.disposition == "rejected" and resp.state == "UNSCHEDULABLE"
     job = status(c, resp.job_id).job
@@ -80,7 +100,7 @@ def test_a_job_nothing_can_host_fails_at_once(federation):
 
 def test_refusals_unknown_pin_and_child_job(federation):
     marin, _, _ = federation
-    c = client(marin)
+    c = client(marin, federation.token)
     code, message = error_code(lambda: c.launch_job(pb.LaunchJobRequest(
         name="x", user="alice", command=["true"], constraints=[pb.Constraint(key="cluster", op="EQ", values=["nowhere"])])))
     assert code == "invalid_argument" and "nowhere" in message
@@ -95,7 +115,7 @@ def test_refusals_unknown_pin_and_child_job(federation):
 
 def test_cancel_while_queued_is_never_delivered(federation):
     marin, _, _ = federation
-    c = client(marin)
+    c = client(marin, federation.token)
     resp = c.launch_job(pb.LaunchJobRequest(name="stuck", user="alice", command=["true"],
                                             constraints=[pb.Constraint(key="cluster", op="EQ", values=["cw-gone"])]))
     assert status(c, resp.job_id).job.pending_reason == "Queued for peer cw-gone to report free capacity"
@@ -107,7 +127,7 @@ def test_cancel_while_queued_is_never_delivered(federation):
 
 def test_cancel_after_handoff_stops_the_process_on_the_peer(federation):
     marin, h100, _ = federation
-    c, p = client(marin), client(h100)
+    c, p = client(marin, federation.token), client(h100)
     resp = c.launch_job(gpu_job("long", "h100", command=("sleep", "300")))
     wait_until(lambda: status(c, resp.job_id).job.state == "RUNNING", timeout=30, message="running on the peer")
     pid = wait_until(lambda: status(p, resp.job_id).tasks[0].attempts[0].pid if status(p, resp.job_id).tasks[0].attempts else 0,
@@ -137,3 +157,39 @@ def test_no_peers_means_federation_is_inert(controller):
     for table in ("federated_jobs", "federation_sync_state", "federation_changelog"):
         rows = c.execute_raw_query(pb.ExecuteRawQueryRequest(sql=f"SELECT COUNT(*) FROM {table}")).rows
         assert rows[0].values[0].number_value == 0
+
+
+def test_local_admin_submission_never_federates(federation):
+    marin, _, _ = federation
+    code, message = error_code(lambda: client(marin).launch_job(gpu_job("anon", "h100")))
+    assert code == "permission_denied" and "local_admin" in message
+
+
+def test_handoff_signed_by_an_unknown_key_or_for_another_requester_is_refused(federation, tmp_path):
+    marin, h100, _ = federation
+    from iris.controller.auth import SigningKey, mint_peer_token
+
+    def handoff(token: str, requester: str):
+        req = gpu_job("sneaky", "h100")
+        req.name = "/alice/sneaky"
+        req.handoff.CopyFrom(pb.HandoffRecord(requester_cluster=requester, owner_principal="alice",
+                                              submitting_user="alice", nonce="n1"))
+        return lambda: client(h100, token).launch_job(req)
+
+    rogue = mint_peer_token(SigningKey.generate(), "rogue", "cw-h100")
+    code, message = error_code(handoff(rogue, "rogue"))
+    assert code == "unauthenticated" and "does not trust" in message
+    marins = mint_peer_token(load_or_create_signing_key(None, marin.state_dir), "marin", "cw-h100")
+    code, message = error_code(handoff(marins, "cw-gb200"))
+    assert code == "permission_denied" and "cw-gb200" in message
+    code, _ = error_code(lambda: status(client(h100), "/alice/sneaky"))
+    assert code == "not_found"
+
+
+def test_submitter_outside_the_peer_allowlist_is_refused(controller_factory):
+    fed = start_federation(controller_factory, peer_auth={"allowed_submitters": ["*@example.org"]})
+    c = client(fed.marin, fed.token)
+    job = c.launch_job(gpu_job("outsider", "h100")).job_id
+    final = wait_state(c, job, timeout=30)
+    assert final.job.state == "FAILED" and final.job.handoff_state == "HANDOFF_REJECTED"
+    assert "alice" in final.job.error and "allowed_submitters" in final.job.error

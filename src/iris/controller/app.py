@@ -14,6 +14,7 @@ import time
 from sqlalchemy import text
 
 from iris.backends.local.backend import LocalBackend
+from iris.controller.auth import Authenticator
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db.database import Database
 from iris.controller.db.jobs import refresh_jobs, require_job
@@ -33,6 +34,7 @@ class Controller:
         state = config.state_path
         state.mkdir(parents=True, exist_ok=True)
         self.db = Database(state / "controller.db")
+        self.auth = Authenticator.from_config(config)
         self.backends = {b.id: LocalBackend(b, state, wake=self._wake) for b in config.backends}
         self.federation = self._federation() if config.peers else None
         self.tick = ControlLoop(
@@ -61,6 +63,7 @@ class Controller:
             heartbeat_interval=settings.federation_heartbeat_interval,
             sync_interval=settings.federation_sync_interval,
             max_per_peer=settings.max_federation_handoffs_per_cycle,
+            token_source=self.auth.peer_token,
             clock=self.clock,
         )
 
@@ -107,28 +110,20 @@ class Controller:
 
     # -- identity seams (tokens and peer keys plug in here) --------------------------------------
 
-    def submitter(self, req: pb.LaunchJobRequest):
-        """Who is submitting: the accountable principal a handoff would carry."""
+    def identify(self, authorization: str | None, client_address: str | None):
+        """The caller of one request: its token's identity, or local_admin from a trusted address."""
+        host = client_address.rpartition(":")[0] if client_address else None  # "host:port", host unbracketed
+        return self.auth.identify(authorization, host)
+
+    def submitter(self, req: pb.LaunchJobRequest, identity):
+        """Who is accountable for a submission. A user token submits only as its own user."""
+        from iris.controller.auth import Role
+        from iris.core.errors import PermissionDenied
         from iris.federation.model import Submitter
 
-        return Submitter(principal=req.user or "", local_admin=False)
-
-    def check_handoff(self, handoff: pb.HandoffRecord) -> None:
-        """Peer admission: the requester must be a known peer and the submitter allowed here."""
-        from fnmatch import fnmatch
-
-        from iris.core.errors import InvalidArgument, PermissionDenied
-
-        if not handoff.requester_cluster or not handoff.nonce:
-            raise InvalidArgument("a handoff needs the requesting cluster and a nonce")
-        submitter = handoff.owner_principal or handoff.submitting_user
-        if not submitter or submitter == "local_admin":
-            raise PermissionDenied("a local_admin submission cannot be handed off; submit it with a user token")
-        if not any(fnmatch(submitter, g) for g in self.config.auth.allowed_submitters):
-            raise PermissionDenied(f"submitter {submitter} is not allowed on cluster {self.config.name} (auth.allowed_submitters)")
-
-    def check_sync_caller(self, requester: str) -> None:
-        """Only the requester itself (or an admin) may read its changelog."""
+        if identity.role is Role.USER and req.user and req.user != identity.principal and not req.parent_job_id:
+            raise PermissionDenied(f"your token is for user {identity.principal}; it cannot submit jobs as {req.user}")
+        return Submitter(principal=identity.principal, local_admin=identity.local_admin)
 
     def list_peers(self) -> pb.ListPeersResponse:
         return self.federation.list_peers() if self.federation is not None else pb.ListPeersResponse()

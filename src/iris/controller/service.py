@@ -17,7 +17,8 @@ from connectrpc.errors import ConnectError
 
 from iris import REVISION_DATE, __version__
 from iris.controller.db import reads
-from iris.controller.db.jobs import insert_job, terminate_job
+from iris.controller.auth import Identity, authorize, check_may_stop, check_sync_requester
+from iris.controller.db.jobs import insert_job, require_job, terminate_job
 from iris.controller.submit import build_spec, check_client_freshness, parent_context, resolve_job_id
 from iris.controller import workspace
 from iris.controller.db import federation as fed
@@ -35,12 +36,16 @@ def _connect_error(exc: IrisError) -> ConnectError:
 
 
 def rpc(fn):
-    """Runs a handler body on a worker thread and maps typed errors to Connect errors."""
+    """Authenticates and authorises the caller, runs the handler body on a worker thread, and maps
+    typed errors to Connect errors."""
+    method = "".join(part.title() for part in fn.__name__.split("_"))
 
     @functools.wraps(fn)
     async def handler(self, request, ctx):
         try:
-            return await asyncio.to_thread(fn, self, request)
+            identity = self.c.identify(ctx.request_headers.get("authorization"), ctx.client_address)
+            authorize(identity, method)
+            return await asyncio.to_thread(fn, self, request, identity)
         except IrisError as exc:
             raise _connect_error(exc) from None
 
@@ -56,15 +61,15 @@ class ControllerServiceImpl:
         return self.c.config.name
 
     @rpc
-    def launch_job(self, req: pb.LaunchJobRequest) -> pb.LaunchJobResponse:
+    def launch_job(self, req: pb.LaunchJobRequest, identity: Identity) -> pb.LaunchJobResponse:
         if req.HasField("handoff"):
-            return self._admit_handoff(req)
+            return self._admit_handoff(req, identity)
         name = resolve_job_id(req)
         if name.is_root:
             check_client_freshness(req.client_revision_date, self.c.config.controller.client_max_age_days)
         now = self.c.now_ms()
         policy = req.existing_job_policy or "error"
-        submitter = self.c.submitter(req)
+        submitter = self.c.submitter(req, identity)
         files = dict(req.workdir_files)
         workspace.validate_files(req.workspace_bundle, files)
         with self.c.db.write() as conn:
@@ -94,10 +99,12 @@ class ControllerServiceImpl:
         message = disposition.reason if disposition is not None and kind != "local" else ""
         return pb.LaunchJobResponse(job_id=spec.job_id, state=state, disposition=kind, peer_id=peer, message=message)
 
-    def _admit_handoff(self, req: pb.LaunchJobRequest) -> pb.LaunchJobResponse:
+    def _admit_handoff(self, req: pb.LaunchJobRequest, identity: Identity) -> pb.LaunchJobResponse:
         """A peer hands this cluster a root job under its own id (DESIGN §6, peer admission)."""
         handoff = req.handoff
-        self.c.check_handoff(handoff)
+        if not handoff.requester_cluster or not handoff.nonce:
+            raise InvalidArgument("a handoff needs the requesting cluster and a nonce")
+        self.c.auth.check_handoff(identity, handoff.requester_cluster, handoff.owner_principal or handoff.submitting_user)
         name = resolve_job_id(req)
         if not name.is_root:
             raise InvalidArgument(f"only root jobs can be handed off; {name} is a child job")
@@ -110,27 +117,29 @@ class ControllerServiceImpl:
         return pb.LaunchJobResponse(job_id=spec.job_id, state="PENDING", disposition="local" if outcome == "created" else "existing")
 
     @rpc
-    def get_job_status(self, req: pb.GetJobStatusRequest) -> pb.GetJobStatusResponse:
+    def get_job_status(self, req: pb.GetJobStatusRequest, identity: Identity) -> pb.GetJobStatusResponse:
         with self.c.db.read() as conn:
             job = reads.get_job(conn, req.job_id, self.name)
             tasks = reads.list_tasks(conn, req.job_id, req.include_attempts, self.name) if req.include_tasks else []
         return pb.GetJobStatusResponse(job=job, tasks=tasks)
 
     @rpc
-    def list_jobs(self, req: pb.ListJobsRequest) -> pb.ListJobsResponse:
+    def list_jobs(self, req: pb.ListJobsRequest, identity: Identity) -> pb.ListJobsResponse:
         with self.c.db.read() as conn:
             return pb.ListJobsResponse(jobs=reads.list_jobs(conn, req.state, req.prefix, req.user, req.limit, self.name))
 
     @rpc
-    def list_tasks(self, req: pb.ListTasksRequest) -> pb.ListTasksResponse:
+    def list_tasks(self, req: pb.ListTasksRequest, identity: Identity) -> pb.ListTasksResponse:
         with self.c.db.read() as conn:
             return pb.ListTasksResponse(tasks=reads.list_tasks(conn, req.job_id, req.include_attempts, self.name))
 
     @rpc
-    def terminate_job(self, req: pb.TerminateJobRequest) -> pb.TerminateJobResponse:
+    def terminate_job(self, req: pb.TerminateJobRequest, identity: Identity) -> pb.TerminateJobResponse:
         now = self.c.now_ms()
         reason = req.reason or "stopped by request"
         with self.c.db.write() as conn:
+            owner = require_job(conn, req.job_id)["owner"]
+            check_may_stop(identity, req.job_id, owner, fed.received_requester(conn, req.job_id))
             if fed.cancel_sent(conn, req.job_id, reason, now):
                 stopped = [req.job_id]
             else:
@@ -145,12 +154,12 @@ class ControllerServiceImpl:
         return pb.TerminateJobResponse(terminated=stopped, state=state)
 
     @rpc
-    def fetch_logs(self, req: pb.FetchLogsRequest) -> pb.FetchLogsResponse:
+    def fetch_logs(self, req: pb.FetchLogsRequest, identity: Identity) -> pb.FetchLogsResponse:
         with self.c.db.read() as conn:
             return reads.fetch_logs(conn, req.job_id, req.task_index, req.after_seq, req.tail, req.limit)
 
     @rpc
-    def list_backends(self, req: pb.ListBackendsRequest) -> pb.ListBackendsResponse:
+    def list_backends(self, req: pb.ListBackendsRequest, identity: Identity) -> pb.ListBackendsResponse:
         resp = pb.ListBackendsResponse(cluster=self.name)
         for backend in self.c.backends.values():
             d = backend.describe()
@@ -163,7 +172,7 @@ class ControllerServiceImpl:
         return resp
 
     @rpc
-    def list_workers(self, req: pb.ListWorkersRequest) -> pb.ListWorkersResponse:
+    def list_workers(self, req: pb.ListWorkersRequest, identity: Identity) -> pb.ListWorkersResponse:
         running = self.c.tick.loader.load_running()
         used: dict[str, list] = {}
         for t in running:
@@ -183,19 +192,19 @@ class ControllerServiceImpl:
         return resp
 
     @rpc
-    def list_peers(self, req: pb.ListPeersRequest) -> pb.ListPeersResponse:
+    def list_peers(self, req: pb.ListPeersRequest, identity: Identity) -> pb.ListPeersResponse:
         return self.c.list_peers()
 
     @rpc
-    def execute_raw_query(self, req: pb.ExecuteRawQueryRequest) -> pb.ExecuteRawQueryResponse:
+    def execute_raw_query(self, req: pb.ExecuteRawQueryRequest, identity: Identity) -> pb.ExecuteRawQueryResponse:
         return reads.raw_query(str(self.c.db.path), req.sql, req.limit)
 
     @rpc
-    def explain_job(self, req: pb.ExplainJobRequest) -> pb.ExplainJobResponse:
+    def explain_job(self, req: pb.ExplainJobRequest, identity: Identity) -> pb.ExplainJobResponse:
         return self.c.explain(req.job_id)
 
     @rpc
-    def get_cluster_info(self, req: pb.GetClusterInfoRequest) -> pb.GetClusterInfoResponse:
+    def get_cluster_info(self, req: pb.GetClusterInfoRequest, identity: Identity) -> pb.GetClusterInfoResponse:
         with self.c.db.read() as conn:
             from sqlalchemy import text
 
@@ -207,10 +216,10 @@ class ControllerServiceImpl:
         )
 
     @rpc
-    def federation_sync(self, req: pb.FederationSyncRequest) -> pb.FederationSyncResponse:
+    def federation_sync(self, req: pb.FederationSyncRequest, identity: Identity) -> pb.FederationSyncResponse:
         if not req.requester:
             raise InvalidArgument("FederationSync needs the requesting cluster's name")
-        self.c.check_sync_caller(req.requester)
+        check_sync_requester(identity, req.requester)
         with self.c.db.read() as conn:
             changed, tombstones, cursor, full = fed.changes_since(conn, req.requester, req.cursor)
             resp = pb.FederationSyncResponse(cursor=cursor, cursor_stale=full, tombstones=tombstones)

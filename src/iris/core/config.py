@@ -168,9 +168,25 @@ def parse_config(data: Any, base_dir: Path | None = None, source: str = "config"
         config = ClusterConfig.model_validate(data)
     except ValidationError as exc:
         raise InvalidArgument(f"{source}: {_format_error(exc)}") from None
-    if base_dir is not None and not Path(config.state_dir).expanduser().is_absolute():
-        config = config.model_copy(update={"state_dir": str((base_dir / config.state_dir).resolve())})
+    if base_dir is not None:
+        config = _resolve_paths(config, base_dir)
     return config
+
+
+def _resolve_paths(config: ClusterConfig, base_dir: Path) -> ClusterConfig:
+    """Relative paths in a config file (state_dir, keys) are relative to the file's folder."""
+
+    def resolve(value: str) -> str:
+        p = Path(value).expanduser()
+        return value if p.is_absolute() else str((base_dir / p).resolve())
+
+    auth = config.auth
+    peers = {k: v if "-----BEGIN" in v else resolve(v) for k, v in auth.federation_peers.items()}
+    auth = auth.model_copy(update={
+        "signing_key": resolve(auth.signing_key) if auth.signing_key else None,
+        "federation_peers": peers,
+    })
+    return config.model_copy(update={"state_dir": resolve(config.state_dir), "auth": auth})
 
 
 def load_config(path: str | os.PathLike) -> ClusterConfig:

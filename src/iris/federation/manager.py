@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from iris.core.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, Unavailable
+from iris.core.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, Unauthenticated, Unavailable
 from iris.federation.availability import ReservationLedger, assign_queued
 from iris.federation.model import PeerBackend, PeerSnapshot, Promotion, QueuedJob, Submitter, SubmittedJob
 from iris.federation.peer import PeerClient
@@ -200,7 +200,9 @@ class FederationManager:
                 continue
             try:
                 client.launch_job(self.store.delivery_request(job_id))
-            except (AlreadyExists, PermissionDenied, InvalidArgument) as exc:
+            except (AlreadyExists, PermissionDenied, InvalidArgument, Unauthenticated) as exc:
+                # The peer refused it for good (a live run of that id, its trust or admission
+                # rules, a bad request): re-driving would only repeat the refusal.
                 self.store.mark_rejected(job_id, exc.message)
             except Exception as exc:  # transport or peer trouble: re-driven with the same id and nonce
                 log.info("delivery of %s to %s failed, will retry: %s", job_id, peer_id, exc)
