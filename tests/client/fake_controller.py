@@ -60,8 +60,7 @@ class FakeService:
     def _derive(self, job: FakeJob) -> None:
         states = [t.state for t in job.tasks]
         st = job.status
-        for state, count in list(st.task_counts.items()):
-            del st.task_counts[state]
+        st.task_counts.clear()
         for s in states:
             st.task_counts[s] = st.task_counts.get(s, 0) + 1
         if all(s == "SUCCEEDED" for s in states):
@@ -116,7 +115,7 @@ class FakeService:
         elif request.name.startswith("/"):
             job_id = request.name
         else:
-            job_id = f"/{request.user}/{request.name or 'job-%d' % (len(self.jobs) + 1)}"
+            job_id = f"/{request.user}/{request.name or f'job-{len(self.jobs) + 1}'}"
         if job_id in self.jobs:
             if request.existing_job_policy == "keep":
                 st = self.jobs[job_id].status
@@ -251,7 +250,7 @@ class FakeController:
     def _serve(self) -> None:
         asyncio.run(self.server.serve())
 
-    def start(self) -> "FakeController":
+    def start(self) -> FakeController:
         self.thread.start()
         deadline = time.monotonic() + 10
         while not self.server.started:

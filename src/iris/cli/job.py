@@ -9,6 +9,7 @@ import click
 from iris.cli.main import EXIT_FAILED, EXIT_OK, EXIT_REJECTED, CliContext, output_option
 from iris.core.errors import IrisError, Unauthenticated, Unavailable
 
+
 def _checked(parse):
     """A click callback that validates a value with a core parser, so the error names the flag."""
 

@@ -52,7 +52,7 @@ class IrisClient:
     def close(self) -> None:
         self._transport.close()
 
-    def __enter__(self) -> "IrisClient":
+    def __enter__(self) -> IrisClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -215,8 +215,7 @@ class IrisClient:
         while True:
             resp = self.fetch_logs(job, task=task, after_seq=after, tail=tail if first and tail > 0 else 0)
             first = False
-            for line in resp.lines:
-                yield line
+            yield from resp.lines
             if resp.lines:
                 after = max(after, max(line.seq for line in resp.lines))
                 delay = POLL_FIRST_S

@@ -107,7 +107,7 @@ class ConnectTransport:
             conn.close()
             self._local.conn = None
 
-    def _connection(self) -> tuple["_Connection", bool]:
+    def _connection(self) -> tuple[_Connection, bool]:
         """The calling thread's connection, and whether it has served a request before."""
         conn = getattr(self._local, "conn", None)
         if conn is not None and time.monotonic() - self._local.last_used < _IDLE_RECONNECT_S:
