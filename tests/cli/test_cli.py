@@ -203,3 +203,10 @@ def test_help_lists_every_command(iris):
     assert result.code == 0
     for name in ("cluster", "demo", "job", "query", "rpc"):
         assert f"  {name} " in result.out
+
+
+def test_token_flag_and_env_send_a_bearer_token(iris, fake_controller, monkeypatch):
+    assert iris("--token", "tok-flag", "job", "run", "--no-wait", "--user", "a", "--", "true").code == 0
+    monkeypatch.setenv("IRIS_TOKEN", "tok-env")
+    assert iris("job", "run", "--no-wait", "--user", "a", "--", "true").code == 0
+    assert fake_controller.service.authorizations == ["Bearer tok-flag", "Bearer tok-env"]

@@ -44,6 +44,7 @@ class FakeService:
         self.lock = threading.Lock()
         self.seq = 0
         self.requests: list[pb.LaunchJobRequest] = []
+        self.authorizations: list[str | None] = []
 
     # -- helpers --
     def _job(self, job_id: str) -> FakeJob:
@@ -110,6 +111,7 @@ class FakeService:
     # -- RPCs --
     async def launch_job(self, request: pb.LaunchJobRequest, ctx) -> pb.LaunchJobResponse:
         self.requests.append(request)
+        self.authorizations.append(ctx.request_headers.get("authorization"))
         if request.parent_job_id:
             job_id = f"{request.parent_job_id}/{request.name or 'child'}"
         elif request.name.startswith("/"):

@@ -101,7 +101,7 @@ def status(obj: CliContext, config_path: str | None, local: bool, port: int | No
 
     if config_path or local:
         config, _ = resolve_config(obj, config_path, local, port)
-        client = IrisClient(config.url)
+        client = IrisClient(config.url, token=obj.token)
     else:
         client = obj.client()
     info = client.cluster_info()

@@ -63,6 +63,7 @@ class CliContext:
     controller: str | None
     config_path: str | None
     output: str
+    token: str | None = None
     _client: Any = field(default=None, repr=False)
 
     @property
@@ -83,7 +84,7 @@ class CliContext:
         if self._client is None:
             from iris.client.client import IrisClient
 
-            self._client = IrisClient(self.controller_url())
+            self._client = IrisClient(self.controller_url(), token=self.token)
         return self._client
 
     def emit(self, doc: Any) -> None:
@@ -96,13 +97,14 @@ class CliContext:
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--controller", metavar="URL", help="Controller URL (default: $IRIS_CONTROLLER, else http://127.0.0.1:10000).")
 @click.option("--config", "config_path", metavar="FILE", help="A cluster YAML; its public URL is the controller.")
+@click.option("--token", metavar="TOKEN", help="Bearer token for the controller (default: $IRIS_TOKEN).")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="table for people, json (one document per command) for scripts; also accepted after a subcommand.")
 @click.version_option(package_name="iris", prog_name="iris")
 @click.pass_context
-def cli(ctx: click.Context, controller: str | None, config_path: str | None, output: str) -> None:
+def cli(ctx: click.Context, controller: str | None, config_path: str | None, token: str | None, output: str) -> None:
     """Iris: run jobs on an ML cluster, or on many clusters through one."""
-    ctx.obj = CliContext(controller=controller, config_path=config_path, output=output)
+    ctx.obj = CliContext(controller=controller, config_path=config_path, output=output, token=token)
 
 
 def output_option(fn):
