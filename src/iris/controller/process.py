@@ -46,18 +46,26 @@ def probe(url: str, timeout: float = 1.0) -> dict | None:
         return None
 
 
+def _gone(pid: int) -> bool:
+    """True when `pid` has exited; reaps it if it is our child, and treats a zombie as exited."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return True
+    except ChildProcessError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
+
+
 def read_pid(config: ClusterConfig) -> int | None:
     try:
         pid = int(pid_path(config).read_text().strip())
     except (OSError, ValueError):
         return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return pid
+    return None if _gone(pid) else pid
 
 
 def _server_class():
@@ -148,9 +156,7 @@ def stop(config: ClusterConfig, timeout: float = 15) -> bool:
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if _gone(pid):
             return True
         time.sleep(0.05)
     os.kill(pid, signal.SIGKILL)
