@@ -11,12 +11,11 @@ import logging
 import os
 import time
 
-from sqlalchemy import text
 
 from iris.backends.local.backend import LocalBackend
 from iris.controller.auth import Authenticator
 from iris.controller.db import attempts as attempt_db
-from iris.controller.db.database import Database
+from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import refresh_jobs, require_job
 from iris.controller.tick import ControlLoop
 from iris.core.config import ClusterConfig
@@ -95,7 +94,7 @@ class Controller:
         now = self.now_ms()
         with self.db.write() as conn:
             live = conn.execute(
-                text("SELECT attempt_id FROM attempts WHERE state IN ('ASSIGNED','BUILDING','RUNNING') AND cluster IS NULL")
+                sql("SELECT attempt_id FROM attempts WHERE state IN ('ASSIGNED','BUILDING','RUNNING') AND cluster IS NULL")
             ).all()
             jobs = [attempt_db.end_attempt(conn, r[0], TaskState.WORKER_FAILED, now, "the controller stopped") for r in live]
             refresh_jobs(conn, [j for j in jobs if j], now)

@@ -26,6 +26,7 @@ from iris.core.errors import InvalidArgument, IrisError
 from iris.federation.model import DispositionKind, SubmittedJob
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import fill_availability, resources_to_proto
+from iris.controller.db.database import sql
 
 if TYPE_CHECKING:
     from iris.controller.app import Controller
@@ -206,9 +207,8 @@ class ControllerServiceImpl:
     @rpc
     def get_cluster_info(self, req: pb.GetClusterInfoRequest, identity: Identity) -> pb.GetClusterInfoResponse:
         with self.c.db.read() as conn:
-            from sqlalchemy import text
-
-            counts = {s: n for s, n in conn.execute(text("SELECT state, COUNT(*) FROM jobs GROUP BY state"))}
+            
+            counts = {s: n for s, n in conn.execute(sql("SELECT state, COUNT(*) FROM jobs GROUP BY state"))}
         return pb.GetClusterInfoResponse(
             name=self.name, version=__version__, revision_date=REVISION_DATE, uptime_s=time.time() - self.c.started_at,
             job_counts=counts, backends=len(self.c.backends), peers=len(self.c.config.peers), pid=os.getpid(),

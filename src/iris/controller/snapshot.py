@@ -11,12 +11,11 @@ from pathlib import Path
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sqlalchemy import text
 
 from iris.backends.local.backend import safe_dirname
 from iris.backends.protocol import LaunchSpec
 from iris.controller import workspace
-from iris.controller.db.database import Database
+from iris.controller.db.database import Database, sql
 from iris.core.bands import Band
 from iris.core.constraints import Constraint, Op
 from iris.core.resources import Device, Resources
@@ -54,7 +53,7 @@ class SnapshotLoader:
         cached = self._configs.get(job_id)
         if cached is None:
             row = conn.execute(
-                text("SELECT command, resources, constraints, env, workdir, coschedule FROM job_config WHERE job_id = :j"),
+                sql("SELECT command, resources, constraints, env, workdir, coschedule FROM job_config WHERE job_id = :j"),
                 {"j": job_id},
             ).first()
             cached = JobConfig(
@@ -70,7 +69,7 @@ class SnapshotLoader:
         with self.db.read() as conn:
             running = self._running(conn)
             rows = conn.execute(
-                text(
+                sql(
                     "SELECT t.task_id, t.job_id, t.idx, j.band, j.user, j.depth, j.root_submitted_ms, j.insertion,"
                     " j.replicas, j.scheduling_deadline_ms, p.state FROM tasks t JOIN jobs j ON j.job_id = t.job_id"
                     " LEFT JOIN jobs p ON p.job_id = j.parent_job_id"
@@ -96,7 +95,7 @@ class SnapshotLoader:
 
     def _running(self, conn) -> tuple[RunningTask, ...]:
         rows = conn.execute(
-            text(
+            sql(
                 "SELECT t.task_id, t.job_id, t.worker_id, COALESCE(t.started_ms, j.submitted_ms), j.band, j.user"
                 " FROM tasks t JOIN jobs j ON j.job_id = t.job_id"
                 " WHERE t.state IN ('ASSIGNED','BUILDING','RUNNING') AND t.cluster IS NULL"
@@ -110,7 +109,7 @@ class SnapshotLoader:
                     backend_id: str, base_env: Mapping[str, str]) -> LaunchSpec:
         """What a backend needs to start one attempt; `conn` is the tick's open transaction."""
         cfg = self.config(conn, job_id)
-        replicas = conn.execute(text("SELECT replicas FROM jobs WHERE job_id = :j"), {"j": job_id}).scalar_one()
+        replicas = conn.execute(sql("SELECT replicas FROM jobs WHERE job_id = :j"), {"j": job_id}).scalar_one()
         workdir = cfg.workdir
         if self.workspace_root is not None:
             unpacked = workspace.materialize(conn, job_id, self.workspace_root / safe_dirname(job_id))

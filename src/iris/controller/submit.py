@@ -20,6 +20,7 @@ from iris.core.job import DEFAULT_MAX_RETRIES_PREEMPTION, EXISTING_JOB_POLICIES,
 from iris.core.names import JobName, validate_component
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import constraints_from_proto, resources_from_proto
+from iris.controller.db.database import sql
 
 MAX_REPLICAS = 100_000
 
@@ -116,11 +117,10 @@ def build_spec(req: pb.LaunchJobRequest, parent: dict | None, parent_constraints
 
 def parent_context(conn, parent_job_id: str) -> tuple[dict | None, tuple[Constraint, ...], dict[str, str]]:
     """The parent's row, constraints and env, for inheritance (None when there is no such job)."""
-    from sqlalchemy import text
-
-    row = conn.execute(text("SELECT * FROM jobs WHERE job_id = :j"), {"j": parent_job_id}).mappings().first()
+    
+    row = conn.execute(sql("SELECT * FROM jobs WHERE job_id = :j"), {"j": parent_job_id}).mappings().first()
     if row is None:
         return None, (), {}
-    cfg = conn.execute(text("SELECT constraints, env FROM job_config WHERE job_id = :j"), {"j": parent_job_id}).first()
+    cfg = conn.execute(sql("SELECT constraints, env FROM job_config WHERE job_id = :j"), {"j": parent_job_id}).first()
     constraints = tuple(Constraint(k, Op(op), tuple(v), bool(p)) for k, op, v, p in json.loads(cfg[0]))
     return dict(row), constraints, json.loads(cfg[1])

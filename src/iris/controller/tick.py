@@ -16,11 +16,10 @@ from pathlib import Path
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from sqlalchemy import text
 
 from iris.backends.protocol import AdoptRecord, Backend, LaunchError, LaunchSpec
 from iris.controller.db import attempts as attempt_db
-from iris.controller.db.database import Database
+from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import refresh_jobs
 from iris.controller.snapshot import SnapshotLoader
 from iris.core.availability import Availability
@@ -28,6 +27,7 @@ from iris.core.states import TaskState
 from iris.scheduler import compute_availability, schedule
 
 log = logging.getLogger("iris.tick")
+MIN_PASS_GAP_S = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +59,7 @@ class ControlLoop:
         self.federation = federation
         self.loader = SnapshotLoader(db, workspace_root)
         self.availability: dict[str, Availability] = {}
+        self._reasons: dict[str, str] = {}
         self.generation = 0
         self.last_stats: TickStats | None = None
         self._wake = threading.Event()
@@ -75,7 +76,7 @@ class ControlLoop:
         """Hands every attempt the database believes is live back to its backend (after a restart)."""
         with self.db.read() as conn:
             rows = conn.execute(
-                text("SELECT attempt_id, backend_id, worker_id, pid, devices, stdout_offset, stderr_offset"
+                sql("SELECT attempt_id, backend_id, worker_id, pid, devices, stdout_offset, stderr_offset"
                      " FROM attempts WHERE state IN ('ASSIGNED','BUILDING','RUNNING') AND cluster IS NULL")
             ).all()
         by_backend: dict[str, list[AdoptRecord]] = {}
@@ -114,15 +115,25 @@ class ControlLoop:
             return self._done.wait_for(lambda: self.generation >= target, timeout)
 
     def _run(self) -> None:
+        last_end, last_cost = 0.0, 0.0
         while not self._stop.is_set():
             self._wake.wait(self.tick_interval)
+            # Under a burst of submits and exits, wake-ups arrive faster than passes are useful.
+            # Resting at least as long as the last pass took lets one pass take a whole batch and
+            # leaves the API at least half of the process's time however large the queue grows.
+            gap = max(MIN_PASS_GAP_S, last_cost) - (time.monotonic() - last_end)
+            if gap > 0:
+                self._stop.wait(gap)
             self._wake.clear()
             if self._stop.is_set():
                 break
+            started = time.monotonic()
             try:
                 self.last_stats = self.tick_once()
             except Exception:
                 log.exception("control tick failed; retrying on the next pass")
+            last_end = time.monotonic()
+            last_cost = last_end - started
             with self._done:
                 self.generation += 1
                 self._done.notify_all()
@@ -164,7 +175,7 @@ class ControlLoop:
         held = {bid: b.running() for bid, b in self.backends.items()}
         with self.db.read() as conn:
             live = conn.execute(
-                text("SELECT a.attempt_id, a.backend_id, a.started_ms, c.timeout_s, a.state FROM attempts a"
+                sql("SELECT a.attempt_id, a.backend_id, a.started_ms, c.timeout_s, a.state FROM attempts a"
                      " JOIN job_config c ON c.job_id = a.job_id"
                      " WHERE a.state IN ('ASSIGNED','BUILDING','RUNNING') AND a.cluster IS NULL")
             ).all()
@@ -214,7 +225,7 @@ class ControlLoop:
             jobs: list[str] = []
             for p in result.preemptions:
                 row = conn.execute(
-                    text("SELECT attempt, backend_id FROM tasks WHERE task_id = :t AND state IN ('ASSIGNED','BUILDING','RUNNING')"),
+                    sql("SELECT attempt, backend_id FROM tasks WHERE task_id = :t AND state IN ('ASSIGNED','BUILDING','RUNNING')"),
                     {"t": p.task_id},
                 ).first()
                 if row is None:
@@ -226,7 +237,7 @@ class ControlLoop:
                     victims.append((row[1], attempt_id))
             for u in result.unschedulable:
                 conn.execute(
-                    text("UPDATE tasks SET state = 'UNSCHEDULABLE', error = :e, finished_ms = :now"
+                    sql("UPDATE tasks SET state = 'UNSCHEDULABLE', error = :e, finished_ms = :now"
                          " WHERE task_id = :t AND state = 'PENDING'"),
                     {"e": u.reason, "now": now, "t": u.task_id},
                 )
@@ -241,11 +252,11 @@ class ControlLoop:
                 launches.append((self.backends[a.backend_id], spec))
                 jobs.append(job_id)
             refresh_jobs(conn, jobs, now)
-            for job_id, reason in result.pending_reasons.items():
-                conn.execute(
-                    text("UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = 'PENDING' AND pending_reason != :r"),
-                    {"r": reason, "j": job_id},
-                )
+            changed = [{"r": r, "j": j} for j, r in result.pending_reasons.items() if self._reasons.get(j) != r]
+            if changed:
+                conn.execute(sql("UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = 'PENDING'"), changed)
+        # Remember what is stored, so an unchanged reason costs no write on the next pass.
+        self._reasons = dict(result.pending_reasons)
         return launches, victims
 
     def _start(self, launches: list[tuple[Backend, LaunchSpec]]) -> None:

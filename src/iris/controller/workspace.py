@@ -11,10 +11,10 @@ import io
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from iris.core.errors import InvalidArgument
+from iris.controller.db.database import sql
 
 BUNDLE = "__bundle__"
 MAX_WORKSPACE_BYTES = 64 * 1024**2
@@ -43,7 +43,7 @@ def store_files(conn: Connection, job_id: str, bundle: bytes, files: dict[str, b
     if bundle:
         rows.append({"j": job_id, "n": BUNDLE, "d": bundle})
     if rows:
-        conn.execute(text("INSERT INTO job_files (job_id, name, data) VALUES (:j, :n, :d)"), rows)
+        conn.execute(sql("INSERT INTO job_files (job_id, name, data) VALUES (:j, :n, :d)"), rows)
 
 
 def materialize(conn: Connection, job_id: str, folder: Path) -> Path | None:
@@ -51,7 +51,7 @@ def materialize(conn: Connection, job_id: str, folder: Path) -> Path | None:
     marker = folder / ".iris-workspace"
     if marker.exists():
         return folder
-    rows = conn.execute(text("SELECT name, data FROM job_files WHERE job_id = :j"), {"j": job_id}).all()
+    rows = conn.execute(sql("SELECT name, data FROM job_files WHERE job_id = :j"), {"j": job_id}).all()
     if not rows:
         return None
     folder.mkdir(parents=True, exist_ok=True)

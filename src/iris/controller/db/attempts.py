@@ -10,32 +10,32 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from iris.backends.protocol import AttemptExit, LogChunk
 from iris.core.states import RetryBudget, TaskState, decide_retry
+from iris.controller.db.database import sql
 
 
 def assign_attempt(conn: Connection, task_id: str, backend_id: str, worker_id: str, now_ms: int) -> tuple[str, int] | None:
     """Moves a PENDING task to ASSIGNED with a new attempt; returns (attempt_id, attempt) or None
     when the task is no longer pending (a cancel won the race)."""
     row = conn.execute(
-        text("SELECT job_id, idx, attempt, state FROM tasks WHERE task_id = :t"), {"t": task_id}
+        sql("SELECT job_id, idx, attempt, state FROM tasks WHERE task_id = :t"), {"t": task_id}
     ).first()
     if row is None or row[3] != TaskState.PENDING.value:
         return None
     job_id, idx, attempt = row[0], row[1], row[2] + 1
     attempt_id = f"{task_id}:{attempt}"
     conn.execute(
-        text(
+        sql(
             "UPDATE tasks SET state = 'ASSIGNED', attempt = :a, backend_id = :b, worker_id = :w, error = '',"
             " exit_code = NULL WHERE task_id = :t"
         ),
         {"a": attempt, "b": backend_id, "w": worker_id, "t": task_id},
     )
     conn.execute(
-        text(
+        sql(
             "INSERT INTO attempts (attempt_id, task_id, job_id, idx, attempt, state, backend_id, worker_id, created_ms)"
             " VALUES (:id, :t, :j, :i, :a, 'ASSIGNED', :b, :w, :now)"
         ),
@@ -47,19 +47,19 @@ def assign_attempt(conn: Connection, task_id: str, backend_id: str, worker_id: s
 def mark_started(conn: Connection, attempt_id: str, pid: int, devices: str, now_ms: int) -> str | None:
     """Records a started process; returns its job id, or None if the attempt was ended meanwhile."""
     row = conn.execute(
-        text("SELECT task_id, job_id, state FROM attempts WHERE attempt_id = :a"), {"a": attempt_id}
+        sql("SELECT task_id, job_id, state FROM attempts WHERE attempt_id = :a"), {"a": attempt_id}
     ).first()
     if row is None:
         return None
     conn.execute(
-        text("UPDATE attempts SET pid = :p, devices = :d, started_ms = :now,"
+        sql("UPDATE attempts SET pid = :p, devices = :d, started_ms = :now,"
              " state = CASE WHEN state = 'ASSIGNED' THEN 'RUNNING' ELSE state END WHERE attempt_id = :a"),
         {"p": pid, "d": devices, "now": now_ms, "a": attempt_id},
     )
     if row[2] != "ASSIGNED":
         return None
     conn.execute(
-        text("UPDATE tasks SET state = 'RUNNING', started_ms = :now WHERE task_id = :t AND state = 'ASSIGNED'"),
+        sql("UPDATE tasks SET state = 'RUNNING', started_ms = :now WHERE task_id = :t AND state = 'ASSIGNED'"),
         {"now": now_ms, "t": row[0]},
     )
     return row[1]
@@ -73,7 +73,7 @@ def end_attempt(conn: Connection, attempt_id: str, outcome: TaskState, now_ms: i
     attempt already ended (stopped by a cancel, a timeout, a preemption) only gains its exit code.
     """
     row = conn.execute(
-        text(
+        sql(
             "SELECT a.task_id, a.job_id, a.state, t.failure_count, t.preemption_count, c.max_retries_failure,"
             " c.max_retries_preemption, t.attempt, a.attempt FROM attempts a JOIN tasks t ON t.task_id = a.task_id"
             " JOIN job_config c ON c.job_id = a.job_id WHERE a.attempt_id = :a"
@@ -85,12 +85,12 @@ def end_attempt(conn: Connection, attempt_id: str, outcome: TaskState, now_ms: i
     if row[2] not in ("ASSIGNED", "BUILDING", "RUNNING"):
         if exit_code is not None:
             conn.execute(
-                text("UPDATE attempts SET exit_code = COALESCE(exit_code, :c) WHERE attempt_id = :a"),
+                sql("UPDATE attempts SET exit_code = COALESCE(exit_code, :c) WHERE attempt_id = :a"),
                 {"c": exit_code, "a": attempt_id},
             )
         return None
     conn.execute(
-        text("UPDATE attempts SET state = :s, exit_code = :c, finished_ms = :now, error = :e WHERE attempt_id = :a"),
+        sql("UPDATE attempts SET state = :s, exit_code = :c, finished_ms = :now, error = :e WHERE attempt_id = :a"),
         {"s": outcome.value, "c": exit_code, "now": now_ms, "e": error, "a": attempt_id},
     )
     if row[7] != row[8]:
@@ -98,7 +98,7 @@ def end_attempt(conn: Connection, attempt_id: str, outcome: TaskState, now_ms: i
     decision = decide_retry(outcome, RetryBudget(row[5], row[6]), row[3], row[4])
     if decision.retried:
         conn.execute(
-            text(
+            sql(
                 "UPDATE tasks SET state = 'PENDING', worker_id = NULL, backend_id = NULL, failure_count = :f,"
                 " preemption_count = :p, exit_code = :c, error = :e WHERE task_id = :t"
             ),
@@ -107,7 +107,7 @@ def end_attempt(conn: Connection, attempt_id: str, outcome: TaskState, now_ms: i
         )
     else:
         conn.execute(
-            text(
+            sql(
                 "UPDATE tasks SET state = :s, failure_count = :f, preemption_count = :p, exit_code = :c,"
                 " finished_ms = :now, error = :e WHERE task_id = :t"
             ),
@@ -141,18 +141,18 @@ def store_logs(conn: Connection, chunks: Iterable[LogChunk]) -> None:
             for ts, line in chunk.lines
         )
         conn.execute(
-            text(f"UPDATE attempts SET {chunk.stream}_offset = :o WHERE attempt_id = :a"),
+            sql(f"UPDATE attempts SET {chunk.stream}_offset = :o WHERE attempt_id = :a"),
             {"o": chunk.end_offset, "a": chunk.attempt_id},
         )
     if rows:
         conn.execute(
-            text("INSERT INTO logs (job_id, task_index, attempt, stream, ts_ms, text) VALUES (:j, :i, :a, :s, :ts, :x)"),
+            sql("INSERT INTO logs (job_id, task_index, attempt, stream, ts_ms, text) VALUES (:j, :i, :a, :s, :ts, :x)"),
             rows,
         )
 
 
 def add_system_log(conn: Connection, job_id: str, task_index: int, attempt: int, line: str, now_ms: int) -> None:
     conn.execute(
-        text("INSERT INTO logs (job_id, task_index, attempt, stream, ts_ms, text) VALUES (:j, :i, :a, 'iris', :ts, :x)"),
+        sql("INSERT INTO logs (job_id, task_index, attempt, stream, ts_ms, text) VALUES (:j, :i, :a, 'iris', :ts, :x)"),
         {"j": job_id, "i": task_index, "a": attempt, "ts": now_ms, "x": line},
     )

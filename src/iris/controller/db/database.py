@@ -7,12 +7,14 @@ deferred transaction, which in WAL mode sees one consistent snapshot and never b
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from iris.controller.db.schema import migrate, open_engine
@@ -41,6 +43,11 @@ class Database:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+# A statement's TextClause is built once and reused: building one parses its bind parameters,
+# which on the submit path cost more than executing the statement.
+sql = functools.lru_cache(maxsize=4096)(text)
 
 
 def dumps(value) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import secrets
 
-from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from iris.controller import workspace
@@ -25,6 +24,7 @@ from iris.core.states import JobState
 from iris.federation.model import HandoffState, Promotion, QueuedJob
 from iris.federation.reasons import awaiting_acceptance_reason, awaiting_first_report_reason, queued_reason
 from iris.rpc import controller_pb2 as pb
+from iris.controller.db.database import sql
 
 CHANGELOG_RETAIN = 100_000
 
@@ -43,10 +43,10 @@ def queue_job(conn: Connection, spec: JobSpec, peer_id: str | None, owner: str, 
     if not created:
         return False
     conn.execute(
-        text("UPDATE jobs SET pending_reason = :r WHERE job_id = :j"), {"r": queued_reason(peer_id), "j": spec.job_id}
+        sql("UPDATE jobs SET pending_reason = :r WHERE job_id = :j"), {"r": queued_reason(peer_id), "j": spec.job_id}
     )
     conn.execute(
-        text(
+        sql(
             "INSERT INTO federated_jobs (job_id, direction, peer_id, owner_principal, submitting_user, handoff_state,"
             " nonce, updated_ms) VALUES (:j, 'SENT', :p, :o, :u, 'QUEUED_HANDOFF', :n, :now)"
         ),
@@ -60,7 +60,7 @@ def reject_job(conn: Connection, spec: JobSpec, reason: str, now_ms: int, existi
     _, created = insert_job(conn, spec, now_ms, existing_policy, with_tasks=False)
     if created:
         conn.execute(
-            text("UPDATE jobs SET state = 'UNSCHEDULABLE', error = :e, finished_ms = :now, pending_reason = '' WHERE job_id = :j"),
+            sql("UPDATE jobs SET state = 'UNSCHEDULABLE', error = :e, finished_ms = :now, pending_reason = '' WHERE job_id = :j"),
             {"e": f"no local backend or federation peer can host it: {reason}", "now": now_ms, "j": spec.job_id},
         )
     return created
@@ -68,7 +68,7 @@ def reject_job(conn: Connection, spec: JobSpec, reason: str, now_ms: int, existi
 
 def queued_jobs(conn: Connection) -> list[QueuedJob]:
     rows = conn.execute(
-        text(
+        sql(
             "SELECT j.job_id, j.band, j.submitted_ms, j.replicas, c.resources, c.constraints, f.peer_id"
             " FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id JOIN job_config c ON c.job_id = f.job_id"
             f" WHERE f.direction = 'SENT' AND f.handoff_state = 'QUEUED_HANDOFF' AND j.cancel_requested = 0"
@@ -84,7 +84,7 @@ def queued_jobs(conn: Connection) -> list[QueuedJob]:
 def promote(conn: Connection, p: Promotion, now_ms: int) -> bool:
     """QUEUED_HANDOFF → PENDING_HANDOFF, only if still queued, not cancelled and not terminal."""
     result = conn.execute(
-        text(
+        sql(
             "UPDATE federated_jobs SET handoff_state = 'PENDING_HANDOFF', peer_id = :p, backend_id = :b, updated_ms = :now"
             " WHERE job_id = :j AND direction = 'SENT' AND handoff_state = 'QUEUED_HANDOFF' AND (peer_id = '' OR peer_id = :p)"
             f" AND EXISTS (SELECT 1 FROM jobs WHERE job_id = :j AND cancel_requested = 0 AND state NOT IN {TERMINAL_JOB_SQL})"
@@ -94,7 +94,7 @@ def promote(conn: Connection, p: Promotion, now_ms: int) -> bool:
     if result.rowcount != 1:
         return False
     conn.execute(
-        text("UPDATE jobs SET cluster = :p, pending_reason = :r WHERE job_id = :j"),
+        sql("UPDATE jobs SET cluster = :p, pending_reason = :r WHERE job_id = :j"),
         {"p": p.peer_id, "r": awaiting_acceptance_reason(p.peer_id), "j": p.job_id},
     )
     return True
@@ -103,7 +103,7 @@ def promote(conn: Connection, p: Promotion, now_ms: int) -> bool:
 def sent_handles(conn: Connection, states: tuple[str, ...]) -> list[dict]:
     marks = ",".join(f":s{i}" for i in range(len(states)))
     rows = conn.execute(
-        text(f"SELECT f.*, j.state AS job_state, j.cancel_requested FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
+        sql(f"SELECT f.*, j.state AS job_state, j.cancel_requested FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
              f" WHERE f.direction = 'SENT' AND f.handoff_state IN ({marks})"),
         {f"s{i}": s for i, s in enumerate(states)},
     ).mappings().all()
@@ -113,9 +113,9 @@ def sent_handles(conn: Connection, states: tuple[str, ...]) -> list[dict]:
 def delivery_request(conn: Connection, job_id: str, requester: str) -> pb.LaunchJobRequest:
     """The LaunchJob a peer receives: same id, env and shape, files inline, a handoff record."""
     job = job_row(conn, job_id)
-    cfg = conn.execute(text("SELECT * FROM job_config WHERE job_id = :j"), {"j": job_id}).mappings().first()
+    cfg = conn.execute(sql("SELECT * FROM job_config WHERE job_id = :j"), {"j": job_id}).mappings().first()
     handle = conn.execute(
-        text("SELECT * FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
+        sql("SELECT * FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
     ).mappings().first()
     from iris.rpc.codec import constraint_to_proto, resources_to_proto
 
@@ -137,7 +137,7 @@ def delivery_request(conn: Connection, job_id: str, requester: str) -> pb.Launch
             submitting_user=handle["submitting_user"] or job["user"], nonce=handle["nonce"],
         ),
     )
-    for name, data in conn.execute(text("SELECT name, data FROM job_files WHERE job_id = :j"), {"j": job_id}):
+    for name, data in conn.execute(sql("SELECT name, data FROM job_files WHERE job_id = :j"), {"j": job_id}):
         if name == workspace.BUNDLE:
             req.workspace_bundle = data
         else:
@@ -147,24 +147,24 @@ def delivery_request(conn: Connection, job_id: str, requester: str) -> pb.Launch
 
 def mark_handed_off(conn: Connection, job_id: str, now_ms: int) -> None:
     conn.execute(
-        text("UPDATE federated_jobs SET handoff_state = 'HANDED_OFF', updated_ms = :now"
+        sql("UPDATE federated_jobs SET handoff_state = 'HANDED_OFF', updated_ms = :now"
              " WHERE job_id = :j AND direction = 'SENT' AND handoff_state = 'PENDING_HANDOFF'"),
         {"now": now_ms, "j": job_id},
     )
     conn.execute(
-        text("UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = 'PENDING'"),
+        sql("UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = 'PENDING'"),
         {"r": awaiting_first_report_reason(_peer_of(conn, job_id)), "j": job_id},
     )
 
 
 def mark_rejected(conn: Connection, job_id: str, message: str, now_ms: int) -> None:
     conn.execute(
-        text("UPDATE federated_jobs SET handoff_state = 'HANDOFF_REJECTED', error = :e, updated_ms = :now"
+        sql("UPDATE federated_jobs SET handoff_state = 'HANDOFF_REJECTED', error = :e, updated_ms = :now"
              " WHERE job_id = :j AND direction = 'SENT'"),
         {"e": message, "now": now_ms, "j": job_id},
     )
     conn.execute(
-        text(f"UPDATE jobs SET state = 'FAILED', error = :e, finished_ms = :now, pending_reason = ''"
+        sql(f"UPDATE jobs SET state = 'FAILED', error = :e, finished_ms = :now, pending_reason = ''"
              f" WHERE job_id = :j AND state NOT IN {TERMINAL_JOB_SQL}"),
         {"e": f"the peer refused the handoff: {message}", "now": now_ms, "j": job_id},
     )
@@ -172,7 +172,7 @@ def mark_rejected(conn: Connection, job_id: str, message: str, now_ms: int) -> N
 
 def _peer_of(conn: Connection, job_id: str) -> str:
     return conn.execute(
-        text("SELECT peer_id FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
+        sql("SELECT peer_id FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
     ).scalar() or ""
 
 
@@ -183,18 +183,18 @@ def cancel_sent(conn: Connection, job_id: str, reason: str, now_ms: int) -> bool
     cancel intent is bumped so the sync loop relays TerminateJob to the peer until it lands.
     """
     handle = conn.execute(
-        text("SELECT handoff_state FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
+        sql("SELECT handoff_state FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
     ).first()
     if handle is None:
         return False
     conn.execute(
-        text("UPDATE federated_jobs SET cancel_intent_version = cancel_intent_version + 1, updated_ms = :now"
+        sql("UPDATE federated_jobs SET cancel_intent_version = cancel_intent_version + 1, updated_ms = :now"
              " WHERE job_id = :j AND direction = 'SENT'"),
         {"now": now_ms, "j": job_id},
     )
     before_handoff = handle[0] in (HandoffState.QUEUED_HANDOFF.value, HandoffState.PENDING_HANDOFF.value)
     conn.execute(
-        text(f"UPDATE jobs SET state = 'KILLED', cancel_requested = 1, finished_ms = :now, pending_reason = '',"
+        sql(f"UPDATE jobs SET state = 'KILLED', cancel_requested = 1, finished_ms = :now, pending_reason = '',"
              f" error = :e WHERE job_id = :j AND state NOT IN {TERMINAL_JOB_SQL}"),
         {"now": now_ms, "j": job_id, "e": "Cancelled before handoff" if before_handoff else reason},
     )
@@ -203,7 +203,7 @@ def cancel_sent(conn: Connection, job_id: str, reason: str, now_ms: int) -> bool
 
 def mark_cancel_relayed(conn: Connection, job_id: str, version: int) -> None:
     conn.execute(
-        text("UPDATE federated_jobs SET cancel_relayed_version = MAX(cancel_relayed_version, :v)"
+        sql("UPDATE federated_jobs SET cancel_relayed_version = MAX(cancel_relayed_version, :v)"
              " WHERE job_id = :j AND direction = 'SENT'"),
         {"v": version, "j": job_id},
     )
@@ -211,7 +211,7 @@ def mark_cancel_relayed(conn: Connection, job_id: str, version: int) -> None:
 
 def active_counts(conn: Connection) -> dict[str, int]:
     rows = conn.execute(
-        text(f"SELECT f.peer_id, COUNT(*) FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
+        sql(f"SELECT f.peer_id, COUNT(*) FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
              f" WHERE f.direction = 'SENT' AND f.peer_id != '' AND j.state NOT IN {TERMINAL_JOB_SQL} GROUP BY f.peer_id")
     ).all()
     return {r[0]: r[1] for r in rows}
@@ -230,7 +230,7 @@ def admit_received(conn: Connection, spec: JobSpec, handoff: pb.HandoffRecord, b
     existing = job_row(conn, spec.job_id)
     if existing is not None:
         handle = conn.execute(
-            text("SELECT nonce, peer_id FROM federated_jobs WHERE job_id = :j AND direction = 'RECEIVED'"),
+            sql("SELECT nonce, peer_id FROM federated_jobs WHERE job_id = :j AND direction = 'RECEIVED'"),
             {"j": spec.job_id},
         ).first()
         if handle is None or handle[1] != handoff.requester_cluster:
@@ -243,7 +243,7 @@ def admit_received(conn: Connection, spec: JobSpec, handoff: pb.HandoffRecord, b
     insert_job(conn, spec, now_ms)
     workspace.store_files(conn, spec.job_id, bundle, files)
     conn.execute(
-        text(
+        sql(
             "INSERT INTO federated_jobs (job_id, direction, peer_id, owner_principal, submitting_user, handoff_state,"
             " nonce, updated_ms) VALUES (:j, 'RECEIVED', :p, :o, :u, 'HANDED_OFF', :n, :now)"
         ),
@@ -251,7 +251,7 @@ def admit_received(conn: Connection, spec: JobSpec, handoff: pb.HandoffRecord, b
          "u": handoff.submitting_user, "n": handoff.nonce, "now": now_ms},
     )
     conn.execute(
-        text("INSERT INTO federation_changelog (job_id, requester, task_index, tombstone, ts_ms) VALUES (:j, :r, NULL, 0, :now)"),
+        sql("INSERT INTO federation_changelog (job_id, requester, task_index, tombstone, ts_ms) VALUES (:j, :r, NULL, 0, :now)"),
         {"j": spec.job_id, "r": handoff.requester_cluster, "now": now_ms},
     )
     return "created"
@@ -259,7 +259,7 @@ def admit_received(conn: Connection, spec: JobSpec, handoff: pb.HandoffRecord, b
 
 def received_requester(conn: Connection, job_id: str) -> str | None:
     return conn.execute(
-        text("SELECT peer_id FROM federated_jobs WHERE job_id = :j AND direction = 'RECEIVED'"), {"j": job_id}
+        sql("SELECT peer_id FROM federated_jobs WHERE job_id = :j AND direction = 'RECEIVED'"), {"j": job_id}
     ).scalar()
 
 
@@ -269,14 +269,14 @@ def changes_since(conn: Connection, requester: str, cursor: int) -> tuple[list[s
     A cursor of 0, or one older than the retained window, gets a full resync: every job this
     requester handed here, so the parent can set-replace its mirror.
     """
-    head = conn.execute(text("SELECT COALESCE(MAX(seq), 0), COALESCE(MIN(seq), 1) FROM federation_changelog")).first()
+    head = conn.execute(sql("SELECT COALESCE(MAX(seq), 0), COALESCE(MIN(seq), 1) FROM federation_changelog")).first()
     max_seq, min_seq = head[0], head[1]
     if cursor <= 0 or cursor < min_seq - 1 or cursor > max_seq:
         jobs = [r[0] for r in conn.execute(
-            text("SELECT job_id FROM federated_jobs WHERE direction = 'RECEIVED' AND peer_id = :r"), {"r": requester})]
+            sql("SELECT job_id FROM federated_jobs WHERE direction = 'RECEIVED' AND peer_id = :r"), {"r": requester})]
         return jobs, [], max_seq, True
     rows = conn.execute(
-        text("SELECT job_id, MAX(tombstone) FROM federation_changelog WHERE requester = :r AND seq > :c AND seq <= :m"
+        sql("SELECT job_id, MAX(tombstone) FROM federation_changelog WHERE requester = :r AND seq > :c AND seq <= :m"
              " GROUP BY job_id"),
         {"r": requester, "c": cursor, "m": max_seq},
     ).all()
@@ -287,6 +287,6 @@ def changes_since(conn: Connection, requester: str, cursor: int) -> tuple[list[s
 
 def prune_changelog(conn: Connection, keep: int = CHANGELOG_RETAIN) -> None:
     conn.execute(
-        text("DELETE FROM federation_changelog WHERE seq <= (SELECT COALESCE(MAX(seq), 0) FROM federation_changelog) - :k"),
+        sql("DELETE FROM federation_changelog WHERE seq <= (SELECT COALESCE(MAX(seq), 0) FROM federation_changelog) - :k"),
         {"k": keep},
     )

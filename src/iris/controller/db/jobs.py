@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from iris.controller.db.database import dumps
+from iris.controller.db.database import dumps, sql
 from iris.core.errors import AlreadyExists, FailedPrecondition, NotFound
 from iris.core.job import JobSpec
 from iris.core.states import JobState, TaskState, derive_job_state
@@ -24,7 +23,7 @@ TERMINAL_JOB_SQL = "('SUCCEEDED','FAILED','KILLED','UNSCHEDULABLE')"
 
 
 def job_row(conn: Connection, job_id: str):
-    return conn.execute(text("SELECT * FROM jobs WHERE job_id = :j"), {"j": job_id}).mappings().first()
+    return conn.execute(sql("SELECT * FROM jobs WHERE job_id = :j"), {"j": job_id}).mappings().first()
 
 
 def require_job(conn: Connection, job_id: str):
@@ -38,7 +37,7 @@ def descendant_ids(conn: Connection, job_id: str) -> list[str]:
     """Ids of every job nested under `job_id` (children, grandchildren, …)."""
     prefix = job_id + "/"
     rows = conn.execute(
-        text("SELECT job_id FROM jobs WHERE substr(job_id, 1, :n) = :p ORDER BY length(job_id)"),
+        sql("SELECT job_id FROM jobs WHERE substr(job_id, 1, :n) = :p ORDER BY length(job_id)"),
         {"n": len(prefix), "p": prefix},
     )
     return [r[0] for r in rows]
@@ -47,7 +46,7 @@ def descendant_ids(conn: Connection, job_id: str) -> list[str]:
 def delete_job_tree(conn: Connection, job_id: str) -> None:
     ids = [job_id, *descendant_ids(conn, job_id)]
     for table in ("logs", "attempts", "tasks", "job_config", "federated_jobs", "endpoints", "jobs"):
-        conn.execute(text(f"DELETE FROM {table} WHERE job_id IN ({_placeholders(ids)})"), _params(ids))
+        conn.execute(sql(f"DELETE FROM {table} WHERE job_id IN ({_placeholders(ids)})"), _params(ids))
 
 
 def _placeholders(ids: list[str]) -> str:
@@ -93,10 +92,10 @@ def insert_job(
                 f"parent job {spec.parent_job_id} has already finished ({parent['state']}); a finished job cannot start children"
             )
         root_submitted_ms = parent["root_submitted_ms"]
-    insertion = conn.execute(text("SELECT COALESCE(MAX(insertion), 0) + 1 FROM jobs")).scalar_one()
+    insertion = conn.execute(sql("SELECT COALESCE(MAX(insertion), 0) + 1 FROM jobs")).scalar_one()
     deadline = int(now_ms + spec.scheduling_timeout_s * 1000) if spec.scheduling_timeout_s > 0 else None
     conn.execute(
-        text(
+        sql(
             "INSERT INTO jobs (job_id, insertion, parent_job_id, root_job_id, depth, user, owner, band, state,"
             " replicas, cluster, submitted_ms, root_submitted_ms, scheduling_deadline_ms, pending_reason)"
             " VALUES (:job_id, :insertion, :parent, :root, :depth, :user, :owner, :band, 'PENDING', :replicas,"
@@ -121,7 +120,7 @@ def insert_job(
     )
     r = spec.resources
     conn.execute(
-        text(
+        sql(
             "INSERT INTO job_config (job_id, command, resources, constraints, env, workdir, max_retries_failure,"
             " max_retries_preemption, timeout_s, coschedule)"
             " VALUES (:j, :cmd, :res, :cons, :env, :wd, :mrf, :mrp, :to, :co)"
@@ -148,7 +147,7 @@ def insert_job(
     )
     if with_tasks:
         conn.execute(
-            text("INSERT INTO tasks (task_id, job_id, idx, state) VALUES (:t, :j, :i, 'PENDING')"),
+            sql("INSERT INTO tasks (task_id, job_id, idx, state) VALUES (:t, :j, :i, 'PENDING')"),
             [{"t": f"{spec.job_id}/{i}", "j": spec.job_id, "i": i} for i in range(spec.replicas)],
         )
     return JobState.PENDING.value, True
@@ -165,14 +164,14 @@ def kill_tasks(conn: Connection, job_ids: Iterable[str], reason: str, now_ms: in
         return
     params = {**_params(ids), "now": now_ms, "reason": reason}
     conn.execute(
-        text(
+        sql(
             f"UPDATE attempts SET state = 'KILLED', finished_ms = :now, error = :reason"
             f" WHERE job_id IN ({_placeholders(ids)}) AND state IN {ACTIVE_TASK_SQL}"
         ),
         params,
     )
     conn.execute(
-        text(
+        sql(
             f"UPDATE tasks SET state = 'KILLED', finished_ms = :now, error = :reason"
             f" WHERE job_id IN ({_placeholders(ids)}) AND state NOT IN {TERMINAL_TASK_SQL}"
         ),
@@ -187,14 +186,14 @@ def terminate_job(conn: Connection, job_id: str, reason: str, now_ms: int) -> li
     live = [
         r[0]
         for r in conn.execute(
-            text(f"SELECT job_id FROM jobs WHERE job_id IN ({_placeholders(ids)}) AND state NOT IN {TERMINAL_JOB_SQL}"),
+            sql(f"SELECT job_id FROM jobs WHERE job_id IN ({_placeholders(ids)}) AND state NOT IN {TERMINAL_JOB_SQL}"),
             _params(ids),
         )
     ]
     if not live:
         return []
     conn.execute(
-        text(f"UPDATE jobs SET cancel_requested = 1 WHERE job_id IN ({_placeholders(live)})"), _params(live)
+        sql(f"UPDATE jobs SET cancel_requested = 1 WHERE job_id IN ({_placeholders(live)})"), _params(live)
     )
     kill_tasks(conn, live, reason, now_ms)
     refresh_jobs(conn, live, now_ms)
@@ -212,14 +211,14 @@ def refresh_jobs(conn: Connection, job_ids: Iterable[str], now_ms: int) -> list[
     while pending:
         job_id = pending.pop(0)
         row = conn.execute(
-            text("SELECT state, started_ms, error FROM jobs WHERE job_id = :j"), {"j": job_id}
+            sql("SELECT state, started_ms, error FROM jobs WHERE job_id = :j"), {"j": job_id}
         ).first()
         if row is None or JobState(row[0]).is_terminal:
             continue  # a finished job never changes state again
-        if conn.execute(text("SELECT 1 FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}).first():
+        if conn.execute(sql("SELECT 1 FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}).first():
             continue  # a federated job mirrors its state from its peer instead
         tasks = conn.execute(
-            text("SELECT state, error, idx FROM tasks WHERE job_id = :j ORDER BY idx"), {"j": job_id}
+            sql("SELECT state, error, idx FROM tasks WHERE job_id = :j ORDER BY idx"), {"j": job_id}
         ).all()
         if not tasks:
             continue
@@ -235,7 +234,7 @@ def refresh_jobs(conn: Connection, job_ids: Iterable[str], now_ms: int) -> list[
         if started is None and new_state in (JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED):
             started = now_ms
         conn.execute(
-            text(
+            sql(
                 "UPDATE jobs SET state = :s, started_ms = :st, error = :e,"
                 " finished_ms = CASE WHEN :terminal THEN :now ELSE NULL END,"
                 " pending_reason = CASE WHEN :s = 'PENDING' THEN pending_reason ELSE '' END"
@@ -249,7 +248,7 @@ def refresh_jobs(conn: Connection, job_ids: Iterable[str], now_ms: int) -> list[
                 kill_tasks(conn, [job_id], f"job {new_state.value.lower()}", now_ms)
             children = [
                 c for c in descendant_ids(conn, job_id)
-                if conn.execute(text(f"SELECT 1 FROM jobs WHERE job_id = :c AND state NOT IN {TERMINAL_JOB_SQL}"), {"c": c}).first()
+                if conn.execute(sql(f"SELECT 1 FROM jobs WHERE job_id = :c AND state NOT IN {TERMINAL_JOB_SQL}"), {"c": c}).first()
             ]
             if children:
                 kill_tasks(conn, children, f"parent job {job_id} ended ({new_state.value})", now_ms)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from iris.controller.db.jobs import require_job
@@ -17,6 +16,7 @@ from iris.core.errors import InvalidArgument
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import constraint_to_proto, resources_to_proto
 from iris.controller.snapshot import parse_constraints, parse_resources
+from iris.controller.db.database import sql
 from google.protobuf import struct_pb2
 
 MAX_LOG_LINES = 5000
@@ -24,7 +24,7 @@ MAX_QUERY_ROWS = 10_000
 
 
 def _stale_peers(conn: Connection) -> frozenset[str]:
-    return frozenset(r[0] for r in conn.execute(text("SELECT peer_id FROM federation_sync_state WHERE stale = 1")))
+    return frozenset(r[0] for r in conn.execute(sql("SELECT peer_id FROM federation_sync_state WHERE stale = 1")))
 
 
 def _job_message(row, counts: dict[str, int], cfg=None, fed=None, local_cluster: str = "",
@@ -55,7 +55,7 @@ def _counts(conn: Connection, job_ids: list[str]) -> dict[str, dict[str, int]]:
         ids = job_ids[chunk : chunk + 500]
         marks = ",".join(f":p{i}" for i in range(len(ids)))
         rows = conn.execute(
-            text(f"SELECT job_id, state, COUNT(*) FROM tasks WHERE job_id IN ({marks}) GROUP BY job_id, state"),
+            sql(f"SELECT job_id, state, COUNT(*) FROM tasks WHERE job_id IN ({marks}) GROUP BY job_id, state"),
             {f"p{i}": v for i, v in enumerate(ids)},
         )
         for job_id, state, n in rows:
@@ -65,13 +65,13 @@ def _counts(conn: Connection, job_ids: list[str]) -> dict[str, dict[str, int]]:
 
 def get_job(conn: Connection, job_id: str, local_cluster: str) -> pb.JobStatus:
     row = require_job(conn, job_id)
-    cfg = conn.execute(text("SELECT * FROM job_config WHERE job_id = :j"), {"j": job_id}).mappings().first()
+    cfg = conn.execute(sql("SELECT * FROM job_config WHERE job_id = :j"), {"j": job_id}).mappings().first()
     fed = conn.execute(
-        text("SELECT * FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
+        sql("SELECT * FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
     ).mappings().first()
     msg = _job_message(row, _counts(conn, [job_id])[job_id], cfg, fed, local_cluster, _stale_peers(conn))
     if row["replicas"] == 1:
-        code = conn.execute(text("SELECT exit_code FROM tasks WHERE job_id = :j AND idx = 0"), {"j": job_id}).scalar()
+        code = conn.execute(sql("SELECT exit_code FROM tasks WHERE job_id = :j AND idx = 0"), {"j": job_id}).scalar()
         if code is not None:
             msg.exit_code, msg.has_exit_code = code, True
     return msg
@@ -89,9 +89,9 @@ def list_jobs(conn: Connection, state: str, prefix: str, user: str, limit: int, 
     if user:
         where.append("user = :user")
         params["user"] = user
-    sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY insertion DESC LIMIT :limit"
+    statement = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY insertion DESC LIMIT :limit"
     params["limit"] = limit if limit > 0 else 1000
-    rows = conn.execute(text(sql), params).mappings().all()
+    rows = conn.execute(sql(statement), params).mappings().all()
     counts = _counts(conn, [r["job_id"] for r in rows])
     stale = _stale_peers(conn)
     return [_job_message(r, counts[r["job_id"]], local_cluster=local_cluster, stale_peers=stale) for r in rows]
@@ -99,10 +99,10 @@ def list_jobs(conn: Connection, state: str, prefix: str, user: str, limit: int, 
 
 def list_tasks(conn: Connection, job_id: str, include_attempts: bool, local_cluster: str) -> list[pb.TaskStatus]:
     require_job(conn, job_id)
-    tasks = conn.execute(text("SELECT * FROM tasks WHERE job_id = :j ORDER BY idx"), {"j": job_id}).mappings().all()
+    tasks = conn.execute(sql("SELECT * FROM tasks WHERE job_id = :j ORDER BY idx"), {"j": job_id}).mappings().all()
     attempts: dict[int, list] = {}
     if include_attempts:
-        for a in conn.execute(text("SELECT * FROM attempts WHERE job_id = :j ORDER BY idx, attempt"), {"j": job_id}).mappings():
+        for a in conn.execute(sql("SELECT * FROM attempts WHERE job_id = :j ORDER BY idx, attempt"), {"j": job_id}).mappings():
             attempts.setdefault(a["idx"], []).append(a)
     out = []
     for t in tasks:
@@ -132,12 +132,12 @@ def fetch_logs(conn: Connection, job_id: str, task_index: int, after_seq: int, t
     params = {"j": job_id, "after": after_seq, "i": task_index}
     limit = min(limit or MAX_LOG_LINES, MAX_LOG_LINES)
     if tail > 0:
-        sql = f"SELECT * FROM (SELECT * FROM logs WHERE {where} ORDER BY seq DESC LIMIT :n) ORDER BY seq"
+        statement = f"SELECT * FROM (SELECT * FROM logs WHERE {where} ORDER BY seq DESC LIMIT :n) ORDER BY seq"
         params["n"] = min(tail, limit)
     else:
-        sql = f"SELECT * FROM logs WHERE {where} ORDER BY seq LIMIT :n"
+        statement = f"SELECT * FROM logs WHERE {where} ORDER BY seq LIMIT :n"
         params["n"] = limit
-    lines = conn.execute(text(sql), params).mappings().all()
+    lines = conn.execute(sql(statement), params).mappings().all()
     resp = pb.FetchLogsResponse(job_state=row["state"], job_finished=row["state"] in ("SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE"))
     for ln in lines:
         resp.lines.add(seq=ln["seq"], task_index=ln["task_index"], attempt=ln["attempt"], stream=ln["stream"], ts_ms=ln["ts_ms"], text=ln["text"])
@@ -154,16 +154,16 @@ def _authorize(action, *_args):
     return sqlite3.SQLITE_OK if action in _READ_ACTIONS else sqlite3.SQLITE_DENY
 
 
-def raw_query(db_path: str, sql: str, limit: int) -> pb.ExecuteRawQueryResponse:
+def raw_query(db_path: str, query: str, limit: int) -> pb.ExecuteRawQueryResponse:
     """Runs one read-only statement on its own read-only connection; anything else is refused."""
-    if not sql.strip():
+    if not query.strip():
         raise InvalidArgument("the query is empty; e.g. iris query \"SELECT job_id, state FROM jobs\"")
     conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=10)
     try:
         conn.execute("PRAGMA query_only=ON")
         conn.set_authorizer(_authorize)
         try:
-            cur = conn.execute(sql)
+            cur = conn.execute(query)
         except sqlite3.Warning:
             raise InvalidArgument("run one statement at a time") from None
         except sqlite3.DatabaseError as exc:
