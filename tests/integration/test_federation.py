@@ -66,6 +66,7 @@ def test_cpu_job_runs_locally_and_gpu_job_runs_on_the_peer_with_state_and_logs_m
     sent = c.launch_job(gpu_job("train", "h100", command=("sh", "-c", "echo on $IRIS_CLUSTER gpus=$CUDA_VISIBLE_DEVICES $(cat cfg.txt)"),
                                 workdir_files={"cfg.txt": b"with-files"}))
     assert sent.disposition == "queued" and sent.peer_id == ""
+    assert status(c, sent.job_id).job.cluster in ("", "cw-h100")  # no peer chosen yet, never "marin"
     final = wait_state(c, sent.job_id, timeout=30)
     assert final.job.state == "SUCCEEDED"
     assert final.job.cluster == "cw-h100" and final.job.handoff_state == "HANDED_OFF"

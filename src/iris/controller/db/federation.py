@@ -39,7 +39,8 @@ def new_nonce() -> str:
 def queue_job(conn: Connection, spec: JobSpec, peer_id: str | None, owner: str, now_ms: int,
               existing_policy: str = "error") -> bool:
     """Writes a job (no tasks), its config and a SENT handle in QUEUED_HANDOFF; False if kept."""
-    state, created = insert_job(conn, spec, now_ms, existing_policy, cluster=peer_id, with_tasks=False)
+    # cluster '' (not NULL, which means "here"): the job runs on a peer not yet chosen.
+    state, created = insert_job(conn, spec, now_ms, existing_policy, cluster=peer_id or "", with_tasks=False)
     if not created:
         return False
     conn.execute(
