@@ -38,7 +38,8 @@ def start_federation(controller_factory, peer_auth: dict | None = None) -> Feder
     )
     marin_key = public_key_pem(load_or_create_signing_key(None, marin.state_dir))
     auth = {"federation_peers": {"marin": marin_key}, **(peer_auth or {})}
-    h100 = controller_factory("cw-h100", backends=gpu_backend("h100"), controller=FAST, auth=auth)
+    defaults = {"task_env": {"SHARED": "peer-default", "PEER_ONLY": "peer-set"}}
+    h100 = controller_factory("cw-h100", backends=gpu_backend("h100"), controller=FAST, auth=auth, defaults=defaults)
     gb200 = controller_factory("cw-gb200", backends=gpu_backend("gb200"), controller=FAST, auth=auth)
     marin.rewrite(peers={"cw-h100": {"address": h100.url}, "cw-gb200": {"address": gb200.url},
                          "cw-gone": {"address": f"http://127.0.0.1:{free_port()}"}})
@@ -63,8 +64,9 @@ def test_cpu_job_runs_locally_and_gpu_job_runs_on_the_peer_with_state_and_logs_m
     c = client(marin, federation.token)
     local = c.launch_job(pb.LaunchJobRequest(name="cpu-work", user="alice", command=["true"]))
     assert local.disposition == "local"
-    sent = c.launch_job(gpu_job("train", "h100", command=("sh", "-c", "echo on $IRIS_CLUSTER gpus=$CUDA_VISIBLE_DEVICES $(cat cfg.txt)"),
-                                workdir_files={"cfg.txt": b"with-files"}))
+    sent = c.launch_job(gpu_job("train", "h100", command=("sh", "-c", "echo on $IRIS_CLUSTER gpus=$CUDA_VISIBLE_DEVICES $(cat cfg.txt)"
+                                                                           " $SHARED $PEER_ONLY"),
+                                workdir_files={"cfg.txt": b"with-files"}, env={"SHARED": "from-parent"}))
     assert sent.disposition == "queued" and sent.peer_id == ""
     assert status(c, sent.job_id).job.cluster in ("", "cw-h100")  # no peer chosen yet, never "marin"
     final = wait_state(c, sent.job_id, timeout=30)
@@ -73,7 +75,7 @@ def test_cpu_job_runs_locally_and_gpu_job_runs_on_the_peer_with_state_and_logs_m
     assert final.tasks and final.tasks[0].cluster == "cw-h100" and final.tasks[0].exit_code == 0
     on_peer = status(client(h100), sent.job_id)
     assert on_peer.job.state == "SUCCEEDED"
-    wait_until(lambda: logs(c, sent.job_id) == ["on cw-h100 gpus=0,1,2,3,4,5,6,7 with-files"], message="relayed logs")
+    wait_until(lambda: logs(c, sent.job_id) == ["on cw-h100 gpus=0,1,2,3,4,5,6,7 with-files from-parent peer-set"], message="relayed logs")
     assert wait_state(c, local.job_id).job.cluster == "marin"
     rows = c.execute_raw_query(pb.ExecuteRawQueryRequest(
         sql="SELECT job_id, peer_id, owner_principal, handoff_state FROM federated_jobs")).rows

@@ -9,6 +9,9 @@ is unreachable: an unreachable peer keeps its last known state, marked stale.
 One background thread runs everything that needs the network, so a slow peer delays federation
 work but never the control tick; the tick's `plan` step is pure computation plus one conditional
 update per promotion.
+
+A federated job's logs are relayed on each sync: they trail the peer by at most one
+`federation_sync_interval` (3 s by default) plus the peer's own capture delay (about 0.1 s).
 """
 
 from __future__ import annotations
