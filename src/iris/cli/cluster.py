@@ -13,7 +13,7 @@ import click
 from iris.cli.main import EXIT_OK, CliContext, output_option
 
 
-def _config_options(fn):
+def config_options(fn):
     fn = click.option("--port", type=click.IntRange(1, 65535), help="With --local: the port (default 10000).")(fn)
     fn = click.option("--local", is_flag=True, help="The embedded single-machine cluster (state in $IRIS_HOME).")(fn)
     fn = click.option("--config", "config_path", metavar="FILE", help="The cluster's YAML config.")(fn)
@@ -44,7 +44,7 @@ def cluster() -> None:
 
 
 @cluster.command("start")
-@_config_options
+@config_options
 @click.option("--detach", is_flag=True, help="Run in the background; return once the controller answers.")
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="With --detach: seconds to wait for it.")
 @output_option
@@ -71,7 +71,7 @@ def start(obj: CliContext, config_path: str | None, local: bool, port: int | Non
 
 
 @cluster.command("stop")
-@_config_options
+@config_options
 @click.option("--timeout", type=float, default=15.0, show_default=True, help="Seconds before it is killed.")
 @output_option
 @click.pass_obj
@@ -91,17 +91,16 @@ def stop(obj: CliContext, config_path: str | None, local: bool, port: int | None
 
 
 @cluster.command("status")
-@_config_options
+@config_options
 @output_option
 @click.pass_obj
 def status(obj: CliContext, config_path: str | None, local: bool, port: int | None) -> int:
     """Reports whether the controller answers, what it runs, and its backends' free capacity."""
     from iris.cli.output import cluster_status_text, message_to_dict
-    from iris.client.client import IrisClient
 
     if config_path or local:
         config, _ = resolve_config(obj, config_path, local, port)
-        client = IrisClient(config.url, token=obj.token)
+        client = obj.client_for(config.url)
     else:
         client = obj.client()
     info = client.cluster_info()
@@ -115,3 +114,26 @@ def status(obj: CliContext, config_path: str | None, local: bool, port: int | No
         click.echo(cluster_status_text(client.url, info, backends, workers))
     return EXIT_OK
 
+
+
+@cluster.command("public-key")
+@config_options
+@output_option
+@click.pass_obj
+def public_key(obj: CliContext, config_path: str | None, local: bool, port: int | None) -> int:
+    """Prints the public half of the cluster's signing key (PEM): what a peer lists in auth.federation_peers.
+
+    The key is created in the state directory when the cluster has none yet, so it can be printed
+    (and given to peers) before the cluster first starts.
+    """
+    from iris.cli.token import cluster_signing_key
+    from iris.controller.auth import key_id, public_key_pem
+
+    config, _ = resolve_config(obj, config_path, local, port)
+    key = cluster_signing_key(config)
+    pem = public_key_pem(key)
+    if obj.json:
+        obj.emit({"cluster": config.name, "public_key": pem, "key_id": key_id(key)})
+    else:
+        click.echo(pem, nl=False)
+    return EXIT_OK

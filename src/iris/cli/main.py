@@ -30,10 +30,11 @@ _USAGE_ERRORS = (InvalidArgument, Unavailable, Unauthenticated)
 
 _SUBCOMMANDS = {
     "cluster": ("iris.cli.cluster", "cluster", "Start, stop and inspect a cluster's controller."),
-    "demo": ("iris.cli.demo", "demo", "Run a throw-away local cluster with a few real jobs."),
+    "demo": ("iris.cli.demo", "demo", "Run a throw-away three-cluster federation with a few real jobs."),
     "job": ("iris.cli.job", "job", "Submit, list, watch and stop jobs."),
     "query": ("iris.cli.query", "query", "Run a read-only SQL query against the controller's database."),
     "rpc": ("iris.cli.rpc", "rpc", "Call any API method with a JSON body."),
+    "token": ("iris.cli.token", "token", "Mint bearer tokens for a cluster's users."),
 }
 
 
@@ -82,10 +83,16 @@ class CliContext:
 
     def client(self):  # -> IrisClient (imported lazily)
         if self._client is None:
-            from iris.client.client import IrisClient
-
-            self._client = IrisClient(self.controller_url(), token=self.token)
+            self._client = self.client_for(self.controller_url())
         return self._client
+
+    def client_for(self, url: str | None):  # -> IrisClient
+        """A client of `url` (None: the SDK default) sending --token, else $IRIS_TOKEN, else the stored token."""
+        from iris.client.client import IrisClient, default_url
+        from iris.client.tokens import token_for
+
+        url = url or default_url()
+        return IrisClient(url, token=token_for(url, self.token))
 
     def emit(self, doc: Any) -> None:
         """Prints the one JSON document of a command run with -o json."""
@@ -97,7 +104,7 @@ class CliContext:
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--controller", metavar="URL", help="Controller URL (default: $IRIS_CONTROLLER, else http://127.0.0.1:10000).")
 @click.option("--config", "config_path", metavar="FILE", help="A cluster YAML; its public URL is the controller.")
-@click.option("--token", metavar="TOKEN", help="Bearer token for the controller (default: $IRIS_TOKEN).")
+@click.option("--token", metavar="TOKEN", help="Bearer token for the controller (default: $IRIS_TOKEN, else the one saved for its URL).")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="table for people, json (one document per command) for scripts; also accepted after a subcommand.")
 @click.version_option(package_name="iris", prog_name="iris")

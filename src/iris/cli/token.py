@@ -1,0 +1,104 @@
+"""`iris token create`: mint a bearer token for one of a cluster's users, with the cluster's own key.
+
+Minting needs the cluster's private key, not a running controller: whoever holds the config (and so
+the key file) vouches for the user, exactly as the controller would. The key is found the way the
+controller finds it (`auth.signing_key`, else `<state_dir>/signing_key.pem`, created when missing),
+through the same function, so a token minted before the first start still verifies after it, and
+`iris cluster public-key` prints the half that peers need before the cluster has ever run.
+
+Only the roles a person holds can be minted here (user, admin, dashboard); worker and
+federation-peer tokens are minted by the clusters themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import click
+
+from iris.cli.cluster import config_options, resolve_config
+from iris.cli.main import EXIT_OK, CliContext, output_option
+from iris.core.errors import IrisError
+
+PERSON_ROLES = ("user", "admin", "dashboard")
+DEFAULT_TTL = "30d"
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    """A token and what it says: who, in which role, until when (ms since the epoch)."""
+
+    token: str
+    user: str
+    role: str
+    expires_ms: int
+
+
+def cluster_signing_key(config):  # (ClusterConfig) -> SigningKey
+    """The cluster's signing key, found (or created) exactly as its controller does."""
+    from iris.controller.auth import load_or_create_signing_key
+
+    return load_or_create_signing_key(config.auth.signing_key, config.state_path)
+
+
+def issue_token(config, user: str, role: str, ttl_s: float) -> IssuedToken:
+    """Mints a token for `user` in `role`, valid `ttl_s` seconds, signed by the cluster of `config`."""
+    import jwt
+
+    from iris.controller.auth import mint_token
+
+    token = mint_token(cluster_signing_key(config), config.name, user, role, ttl_s)
+    claims = jwt.decode(token, options={"verify_signature": False})
+    return IssuedToken(token=token, user=user, role=claims["role"], expires_ms=int(claims["exp"]) * 1000)
+
+
+def _ttl(_ctx: click.Context, param: click.Parameter, value: str) -> float:
+    from iris.core.units import parse_duration
+
+    try:
+        seconds = parse_duration(value)
+    except IrisError as exc:
+        raise click.BadParameter(exc.message, param=param) from None
+    if seconds <= 0:
+        raise click.BadParameter(f"{value!r} is not a positive duration; use e.g. 12h, 30d", param=param)
+    return seconds
+
+
+@click.group()
+def token() -> None:
+    """Mint bearer tokens for a cluster's users."""
+
+
+@token.command("create")
+@config_options
+@click.option("--user", required=True, help="The user the token identifies; jobs submitted with it are theirs.")
+@click.option("--role", type=click.Choice(PERSON_ROLES), default="user", show_default=True,
+              help="user: runs and stops own jobs; admin: everything; dashboard: read-only.")
+@click.option("--ttl", default=DEFAULT_TTL, show_default=True, callback=_ttl, metavar="DURATION",
+              help="How long the token is valid, e.g. 12h, 30d.")
+@click.option("--save", is_flag=True, help="Remember it for this cluster's URL: later commands send it by themselves.")
+@output_option
+@click.pass_obj
+def create(obj: CliContext, config_path: str | None, local: bool, port: int | None,
+           user: str, role: str, ttl: float, save: bool) -> int:
+    """Mints a token for USER signed with the cluster's key and prints it.
+
+    `export IRIS_TOKEN=$(iris token create --config cluster.yaml --user alice)`, or `--save` to keep
+    it in ~/.iris/tokens.json for the cluster's URL, which every later command sends by itself.
+    """
+    from iris.client.tokens import token_file
+
+    config, _ = resolve_config(obj, config_path, local, port)
+    issued = issue_token(config, user.strip(), role, ttl)
+    if save:
+        from iris.controller.auth.token_store import TokenStore
+
+        TokenStore(token_file()).put(config.url, issued.token)
+    if obj.json:
+        obj.emit({"token": issued.token, "user": issued.user, "role": issued.role, "expires_ms": issued.expires_ms,
+                  "cluster": config.name, "url": config.url, "saved": save})
+        return EXIT_OK
+    click.echo(issued.token)
+    if save:
+        click.echo(f"saved for {config.url} in {token_file()}; iris commands for that controller now send it", err=True)
+    return EXIT_OK

@@ -1,0 +1,39 @@
+"""Which bearer token a client sends to a controller: the one given, else $IRIS_TOKEN, else the stored one.
+
+The stored one is the token `iris token create --save` (or a person) put in the CLI's token file for
+that controller URL, so that a cluster's users type `--token` once, not once per command. An
+explicit token always wins, then the environment, so a script can override what is stored without
+touching the file.
+
+The token file is read through the auth package's `TokenStore`, whose import pulls in PyJWT and
+cryptography (about 0.15 s). Most commands run where no token file exists (a laptop talking to its
+own loopback cluster), so the file's existence is checked first and the import is paid only when
+there is something to read.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def token_file() -> Path:
+    """Where the CLI keeps its tokens: `~/.iris/tokens.json` (the auth package's default path)."""
+    return Path.home() / ".iris" / "tokens.json"
+
+
+def stored_token(controller_url: str) -> str | None:
+    """The token remembered for `controller_url` in the CLI's token file, or None."""
+    path = token_file()
+    if not path.exists():
+        return None
+    from iris.controller.auth.token_store import TokenStore
+
+    return TokenStore(path).get(controller_url)
+
+
+def token_for(controller_url: str, explicit: str | None = None) -> str | None:
+    """The token to send: `explicit` (--token), else $IRIS_TOKEN, else the one stored for the URL."""
+    if explicit:
+        return explicit
+    return os.environ.get("IRIS_TOKEN") or stored_token(controller_url)
