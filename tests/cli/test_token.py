@@ -208,3 +208,14 @@ def test_cluster_status_with_config_sends_the_stored_token(controller, tmp_path)
     # A token minted under another issuer name is refused: proof that `cluster status --config` sent it.
     result = iris("cluster", "status", "--config", str(controller.config_path), home=tmp_path)
     assert result.returncode == 3 and "foreign token" in result.stderr
+
+
+def test_job_run_with_a_user_token_submits_as_the_tokens_user(controller, tmp_path):
+    token = iris("token", "create", "--config", str(controller.config_path), "--user", "alice", home=tmp_path).stdout.strip()
+    run = iris("--controller", controller.url, "--token", token, "job", "run", "--job-name", "mine", "--", "true",
+               home=tmp_path, env={"USER": "bob"})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[0] == "/alice/mine"
+    other = iris("--controller", controller.url, "--token", token, "job", "run", "--user", "bob", "--", "true",
+                 home=tmp_path)
+    assert other.returncode == 2 and "cannot submit jobs as bob" in other.stderr  # refused by the controller

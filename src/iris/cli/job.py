@@ -73,7 +73,7 @@ def job() -> None:
 @click.option("--coschedule", is_flag=True, help="Start all replicas together or not at all.")
 @click.option("-e", "--env", "env", nargs=2, multiple=True, metavar="KEY VALUE", help="Set an env variable. Repeatable.")
 @click.option("--job-name", metavar="NAME", help="Short name (/<user>/<NAME>) or full id; generated when omitted.")
-@click.option("--user", help="The submitting user (default $USER).")
+@click.option("--user", help="The submitting user (default: the token's user, else $USER).")
 @click.option("--max-retries", type=click.IntRange(min=0), default=0, show_default=True,
               help="Retries of a task whose attempt fails.")
 @click.option("--max-retries-preemption", type=click.IntRange(min=0),

@@ -19,6 +19,7 @@ from typing import Any
 from google.protobuf.message import Message
 
 from iris.client.launch import build_launch_request
+from iris.client.tokens import token_subject
 from iris.client.transport import ConnectTransport
 from iris.core.constraints import Constraint
 from iris.rpc import controller_pb2 as pb
@@ -101,6 +102,8 @@ class IrisClient:
         """
         if parent is None and not (name or "").startswith("/"):
             parent = os.environ.get("IRIS_JOB_ID") or ""
+        if user is None:
+            user = token_subject(self._transport.token)  # a user token submits as its own user
         request = build_launch_request(
             command,
             name=name,

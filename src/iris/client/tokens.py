@@ -37,3 +37,23 @@ def token_for(controller_url: str, explicit: str | None = None) -> str | None:
     if explicit:
         return explicit
     return os.environ.get("IRIS_TOKEN") or stored_token(controller_url)
+
+
+def token_subject(token: str | None) -> str | None:
+    """The user a token was minted for (its `sub` claim), read without verifying it.
+
+    Only used to default the submitting user to the token's own user; the controller verifies the
+    token and refuses a submission under any other name.
+    """
+    if not token or token.count(".") != 2:
+        return None
+    import base64
+    import json
+
+    payload = token.split(".")[1]
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    subject = claims.get("sub") if isinstance(claims, dict) else None
+    return subject if isinstance(subject, str) and claims.get("role") == "user" else None

@@ -78,6 +78,7 @@ class ConnectTransport:
         text = url.strip().rstrip("/")
         self.url = text if "://" in text else f"http://{text}"
         self._timeout = timeout
+        self.token = token
         self._headers = {
             "Content-Type": "application/proto",
             "Connect-Protocol-Version": "1",
