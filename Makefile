@@ -1,5 +1,5 @@
 # Two commands on a fresh machine with python3, pip and make:
-#   make demo   — a throw-away local cluster runs a few real jobs, then shuts down
+#   make demo   — three throw-away clusters on loopback federate real jobs, then shut down
 #   make test   — the whole test suite
 PYTHON ?= python3
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
