@@ -1,0 +1,583 @@
+"""Single-cluster end-to-end figures against real local controllers, next to Slurm on the same machine.
+
+Every figure comes from a real controller process (`python -m iris.controller`) on a free loopback
+port with its own SQLite database in a temp directory, driven through the SDK (`IrisClient`) or the
+`iris` CLI. Unless a row says otherwise the cluster has 2 job slots (a local backend with 2 workers
+of 1 cpu each; jobs ask for 1 cpu), which is what the Slurm it is compared with has (one node with
+2 CPUs). Rows:
+
+  a. submit throughput through the SDK: 1 client process, then 4 client processes started together
+     (each submits `true` jobs with explicit names back to back); total jobs / wall time from the
+     first submit to the last answer. A fresh controller per client count; the jobs queue and run
+     on the 2 slots while the submits go on, as they would on a real cluster.
+  b. `iris job run --no-wait -- true` (IRIS_CONTROLLER set) as a fresh process per call: wall time
+     per call, after one untimed warm-up call.
+  c. submit → running → succeeded of one `true` job at a time on an idle cluster: the client polls
+     GetJobStatus every 5 ms; the controller's own timestamps are printed beside.
+  d. drain: 200 `true` jobs submitted at once to the 2 slots; jobs / (last finish − first submit).
+  e. cancel → gone: a `sleep 300` job, once RUNNING with its pid known (GetJobStatus with attempts),
+     is cancelled through the SDK; timed from the call until every process of its process group
+     (the wrapper shell and `sleep`) is gone or a zombie.
+  f. controller memory (VmRSS, and the peak VmHWM) with 10,000 finished jobs in its database: the
+     jobs are real `true` jobs submitted through the SDK by 4 client processes to a cluster with 64
+     slots and run to completion; RSS is read from /proc after they finish, and again after a
+     restart of the controller on the same database.
+
+When Slurm is installed (sbatch, slurmctld, slurmd, munged; run as root) a throw-away single-node
+Slurm (bench/slurm.py) is measured in the same run: sequential and 4-way concurrent `sbatch --wrap
+true`, submit → finished of `sbatch --wrap true` (from its job-completion log), the same drain, and
+`scancel` → the job's processes gone; the table prints Iris/Slurm per row. Figures are printed,
+never asserted.
+
+    .venv/bin/python bench/submit.py            # everything (a few minutes with Slurm)
+    .venv/bin/python bench/submit.py --quick    # smaller counts (2,000 jobs for row f)
+    .venv/bin/python bench/submit.py --json     # one JSON document on stdout
+    .venv/bin/python bench/submit.py --only a,c --no-slurm
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (  # noqa: E402
+    IRIS_CLI,
+    PYTHON,
+    BenchTimeout,
+    Controller,
+    cpu_seconds,
+    dump_json,
+    local_backend,
+    log,
+    percentile,
+    pid_gone,
+    print_table,
+    process_group,
+    revision,
+    rss_kb,
+    wait_until,
+)
+
+from iris.client import IrisClient  # noqa: E402
+from iris.core.errors import IrisError  # noqa: E402
+
+import slurm as slurm_mod  # noqa: E402
+
+TERMINAL = {"SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE"}
+TWO_SLOTS = [local_backend("cpu", workers=2, cpu=1)]
+MANY_SLOTS = [local_backend("cpu", workers=4, cpu=16, memory="64G")]
+USER = "bench"
+
+FULL = dict(a1=2000, a4=600, b=25, c=40, d=200, e=15, f=10_000,
+            s_a1=150, s_a4=50, s_c=10, s_d=200, s_e=6)
+QUICK = dict(a1=400, a4=150, b=8, c=15, d=200, e=5, f=2_000,
+             s_a1=40, s_a4=15, s_c=4, s_d=40, s_e=3)
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def _submit_worker(url: str, prefix: str, count: int, time_limit: float, barrier, results) -> None:
+    """One client process: connect, wait for the others, submit `count` jobs back to back."""
+    client = IrisClient(url)
+    client.cluster_info()  # the connection is set up before the clock starts
+    barrier.wait(timeout=120)
+    start = time.monotonic()
+    deadline = start + time_limit
+    latencies: list[float] = []
+    ends: list[float] = []
+    errors, first_error = 0, ""
+    for i in range(count):
+        if time.monotonic() > deadline:
+            break
+        t = time.perf_counter()
+        try:
+            client.submit("true", name=f"{prefix}-{i}", user=USER, cpu=1)
+        except IrisError as exc:
+            errors += 1
+            first_error = first_error or f"{type(exc).__name__}: {exc}"
+            continue
+        latencies.append(time.perf_counter() - t)
+        ends.append(time.monotonic())
+    end = time.monotonic()
+    results.put({"start": start, "end": end, "submitted": len(latencies), "errors": errors,
+                 "first_error": first_error, "latencies": latencies, "ends": ends})
+    client.close()
+
+
+def submit_throughput(url: str, clients: int, per_client: int, time_limit: float, tag: str) -> dict:
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(clients)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_submit_worker, args=(url, f"{tag}-c{i}", per_client, time_limit, barrier, results))
+             for i in range(clients)]
+    try:
+        for p in procs:
+            p.start()
+        outs = [results.get(timeout=time_limit + 150) for _ in procs]
+    finally:
+        for p in procs:
+            if p.pid is None:
+                continue  # never started
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    start = min(o["start"] for o in outs)
+    end = max(o["end"] for o in outs)
+    submitted = sum(o["submitted"] for o in outs)
+    lat = [x for o in outs for x in o["latencies"]]
+    # Rate over the first and the last quarter of the answers: the queue grows as the run goes on.
+    ends = sorted(x for o in outs for x in o["ends"])
+    q = len(ends) // 4
+    first_q = q / (ends[q - 1] - start) if q and ends[q - 1] > start else 0.0
+    last_q = q / (ends[-1] - ends[-q - 1]) if q and ends[-1] > ends[-q - 1] else 0.0
+    return {"clients": clients, "submitted": submitted, "errors": sum(o["errors"] for o in outs),
+            "first_quarter_jobs_per_s": first_q, "last_quarter_jobs_per_s": last_q,
+            "first_error": next((o["first_error"] for o in outs if o["first_error"]), ""),
+            "seconds": end - start, "jobs_per_s": submitted / (end - start) if end > start else 0.0,
+            "call_ms_p50": percentile(lat, 50) * 1000, "call_ms_p99": percentile(lat, 99) * 1000}
+
+
+def count_terminal(client: IrisClient) -> int:
+    counts = client.cluster_info().job_counts
+    return sum(n for state, n in counts.items() if state in TERMINAL)
+
+
+# -- Iris rows -------------------------------------------------------------------------------------
+
+
+def iris_throughput(base: Path, n: dict, out: dict, quiet: bool) -> None:
+    for clients, key in ((1, "a1"), (4, "a4")):
+        ctl = Controller(f"throughput-{clients}", base, TWO_SLOTS)
+        try:
+            ctl.start()
+            log(f"[a] submitting {clients} × {n[key]} jobs through the SDK …", quiet)
+            cpu0 = cpu_seconds(ctl.pid)
+            r = submit_throughput(ctl.url, clients, n[key], time_limit=60, tag=f"a{clients}")
+            r["controller_cpu_s"] = cpu_seconds(ctl.pid) - cpu0
+            out[f"submit_{clients}_client"] = r
+        finally:
+            ctl.stop()
+
+
+def iris_cli(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
+    log(f"[b] {count} × `iris job run --no-wait -- true` …", quiet)
+    # An installed package runs from .pyc files. Where PYTHONDONTWRITEBYTECODE is set (some CI and
+    # container images) every call would compile the sources again, so the CLI gets a bytecode
+    # cache of its own under the bench's temp dir; the figure without one is printed beside.
+    env = {**os.environ, "IRIS_CONTROLLER": ctl.url, "PYTHONPYCACHEPREFIX": str(ctl.dir / "pycache")}
+    no_cache = env.pop("PYTHONDONTWRITEBYTECODE", None) is not None
+    argv = [IRIS_CLI, "job", "run", "--no-wait", "--user", USER, "--", "true"]
+
+    def once() -> float:
+        t = time.perf_counter()
+        res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+        dt = time.perf_counter() - t
+        if res.returncode != 0:
+            raise RuntimeError(f"iris job run exited {res.returncode}: {res.stderr.strip()}")
+        return dt
+
+    once()  # warm the page cache and write the bytecode cache
+    samples = [once() for _ in range(count)]
+    uncached = []
+    if no_cache:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env.pop("PYTHONPYCACHEPREFIX")
+        uncached = [once() for _ in range(max(3, count // 3))]
+    floor = []
+    for _ in range(5):
+        t = time.perf_counter()
+        subprocess.run([PYTHON, "-c", "pass"], check=True)
+        floor.append(time.perf_counter() - t)
+    out["cli_submit"] = {"calls": count, "ms_p50": percentile(samples, 50) * 1000,
+                         "ms_p90": percentile(samples, 90) * 1000, "ms_min": min(samples) * 1000,
+                         "python_startup_ms_p50": percentile(floor, 50) * 1000,
+                         "without_bytecode_cache_ms_p50": percentile(uncached, 50) * 1000 if uncached else None}
+
+
+def iris_latency(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
+    log(f"[c] {count} × submit → succeeded of `true`, one at a time …", quiet)
+    client = IrisClient(ctl.url)
+    running, done, srv_start, srv_done = [], [], [], []
+    try:
+        for i in range(count):
+            time.sleep(0.05)  # let the previous job's exit settle: an idle cluster
+            t0 = time.perf_counter()
+            job = client.submit("true", name=f"lat-{i}", user=USER, cpu=1)
+            t_run = None
+            deadline = time.monotonic() + 30
+            while True:
+                st = client.status(job)
+                now = time.perf_counter()
+                if t_run is None and st.state != "PENDING":
+                    t_run = now
+                if st.state in TERMINAL:
+                    break
+                if time.monotonic() > deadline:
+                    raise BenchTimeout(f"job {job} still {st.state} after 30 s")
+                time.sleep(0.005)
+            if st.state != "SUCCEEDED":
+                raise RuntimeError(f"job {job} ended {st.state}: {st.error}")
+            running.append(t_run - t0)
+            done.append(now - t0)
+            srv_start.append((st.started_ms - st.submitted_ms) / 1000)
+            srv_done.append((st.finished_ms - st.submitted_ms) / 1000)
+    finally:
+        client.close()
+    out["latency"] = {
+        "samples": count,
+        "to_running_p50_s": percentile(running, 50), "to_running_p90_s": percentile(running, 90),
+        "to_succeeded_p50_s": percentile(done, 50), "to_succeeded_p90_s": percentile(done, 90),
+        "server_to_started_p50_s": percentile(srv_start, 50),
+        "server_to_finished_p50_s": percentile(srv_done, 50),
+    }
+
+
+def iris_drain(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
+    log(f"[d] draining {count} jobs on 2 slots …", quiet)
+    client = IrisClient(ctl.url)
+    try:
+        before = count_terminal(client)
+        t0 = time.perf_counter()
+        for i in range(count):
+            client.submit("true", name=f"drain-{i}", user=USER, cpu=1)
+        submitted = time.perf_counter() - t0
+        wait_until(lambda: count_terminal(client) - before >= count, timeout=120, interval=0.02, what="the drain")
+        total = time.perf_counter() - t0
+        failed = client.cluster_info().job_counts.get("FAILED", 0)
+    finally:
+        client.close()
+    out["drain"] = {"jobs": count, "submit_s": submitted, "seconds": total, "jobs_per_s": count / total,
+                    "failed": failed}
+
+
+def iris_cancel(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
+    log(f"[e] {count} × cancel of a running `sleep 300` …", quiet)
+    client = IrisClient(ctl.url)
+    call, gone = [], []
+    try:
+        for i in range(count):
+            job = client.submit(["sleep", "300"], name=f"cancel-{i}", user=USER, cpu=1)
+
+            def running_pid() -> int:
+                resp = client.describe(job)
+                for task in resp.tasks:
+                    for a in task.attempts:
+                        if a.state == "RUNNING" and a.pid:
+                            return a.pid
+                return 0
+
+            pid = wait_until(running_pid, timeout=30, interval=0.01, what=f"{job} running")
+            # The wrapper shell starts `sleep` just after it records its pid: wait for both.
+            members = wait_until(lambda: m if len(m := process_group(pid)) >= 2 else None, timeout=5,
+                                 interval=0.005, what=f"the processes of {job}")
+            time.sleep(0.05)
+            t0 = time.perf_counter()
+            client.cancel(job)
+            t_call = time.perf_counter() - t0
+            deadline = time.monotonic() + 30
+            while not all(pid_gone(p) for p in members):
+                if time.monotonic() > deadline:
+                    raise BenchTimeout(f"processes {members} of {job} still alive 30 s after the cancel")
+                time.sleep(0.0005)
+            gone.append(time.perf_counter() - t0)
+            call.append(t_call)
+    finally:
+        client.close()
+    out["cancel"] = {"samples": count, "call_ms_p50": percentile(call, 50) * 1000,
+                     "gone_ms_p50": percentile(gone, 50) * 1000, "gone_ms_p90": percentile(gone, 90) * 1000}
+
+
+def iris_memory(base: Path, count: int, out: dict, quiet: bool) -> None:
+    ctl = Controller("memory", base, MANY_SLOTS)
+    try:
+        ctl.start()
+        time.sleep(1.0)
+        idle = rss_kb(ctl.pid)
+        log(f"[f] running {count:,} `true` jobs (4 SDK clients, 64 slots) to fill the database …", quiet)
+        t0 = time.perf_counter()
+        sub = submit_throughput(ctl.url, 4, count // 4, time_limit=300, tag="mem")
+        client = IrisClient(ctl.url)
+        try:
+            wait_until(lambda: count_terminal(client) >= sub["submitted"], timeout=600, interval=0.5,
+                       what=f"{sub['submitted']:,} jobs to finish")
+            fill_s = time.perf_counter() - t0
+            counts = dict(client.cluster_info().job_counts)
+            time.sleep(1.0)
+            after = rss_kb(ctl.pid)
+        finally:
+            client.close()
+        db = ctl.state_dir / "controller.db"
+        db_bytes = sum(p.stat().st_size for p in ctl.state_dir.glob("controller.db*"))
+        ctl.restart()
+        time.sleep(2.0)
+        restarted = rss_kb(ctl.pid)
+        out["memory"] = {
+            "jobs": sub["submitted"], "job_counts": counts, "fill_s": fill_s,
+            "how": f"{sub['submitted']:,} `true` jobs submitted through the SDK by 4 processes "
+                   f"({sub['jobs_per_s']:.0f}/s) to 4 workers × 16 cpu and run to completion in {fill_s:.1f} s",
+            "idle_rss_mb": idle["VmRSS"] / 1024, "rss_mb": after["VmRSS"] / 1024, "peak_rss_mb": after["VmHWM"] / 1024,
+            "rss_after_restart_mb": restarted["VmRSS"] / 1024, "db_mb": db_bytes / 2**20, "db": str(db),
+        }
+    finally:
+        ctl.stop()
+
+
+# -- Slurm rows ------------------------------------------------------------------------------------
+
+
+def slurm_rows(n: dict, only: set[str], out: dict, quiet: bool, keep: bool) -> None:
+    # Its own folder: munged (running as the munge user) must be able to reach it.
+    base = Path(tempfile.mkdtemp(prefix="iris-bench-slurm-"))
+    cluster = slurm_mod.SlurmCluster(base)
+    try:
+        log("[slurm] starting slurmctld + slurmd …", quiet)
+        cluster.start()
+        # A cold Slurm leaves its first job pending for a scheduler pass or two: warm it up.
+        first = cluster.sbatch("true")
+        wait_until(lambda: first in cluster.finished(), timeout=60, interval=0.01, what="the first Slurm job")
+        if "c" in only:
+            log(f"[slurm c] {n['s_c']} × submit → finished of `sbatch --wrap true` …", quiet)
+            done = []
+            for _ in range(n["s_c"]):
+                t0 = time.perf_counter()
+                job = cluster.sbatch("true")
+                wait_until(lambda: job in cluster.finished(), timeout=30, interval=0.005, what=f"Slurm job {job}")
+                done.append(time.perf_counter() - t0)
+            out["latency"] = {"samples": len(done), "to_finished_p50_s": percentile(done, 50),
+                              "to_finished_p90_s": percentile(done, 90)}
+        if "e" in only:
+            log(f"[slurm e] {n['s_e']} × scancel of a running `sleep 300` …", quiet)
+            gone = []
+            for _ in range(n["s_e"]):
+                job = cluster.sbatch("sleep 300")
+                pids = wait_until(lambda: cluster.state(job) == "RUNNING" and
+                                  (p := cluster.job_pids(job)) and len(p) >= 2 and p,
+                                  timeout=30, interval=0.02, what=f"Slurm job {job} running")
+                time.sleep(0.05)
+                t0 = time.perf_counter()
+                cluster.scancel(job)
+                deadline = time.monotonic() + 30
+                while not all(pid_gone(p) for p in pids):
+                    if time.monotonic() > deadline:
+                        raise BenchTimeout(f"Slurm job {job}'s processes still alive 30 s after scancel")
+                    time.sleep(0.0005)
+                gone.append(time.perf_counter() - t0)
+            out["cancel"] = {"samples": len(gone), "gone_ms_p50": percentile(gone, 50) * 1000,
+                             "gone_ms_p90": percentile(gone, 90) * 1000}
+        if "a" in only or "b" in only:
+            log(f"[slurm a] {n['s_a1']} sequential sbatch, then 4 × {n['s_a4']} concurrent …", quiet)
+            lat = []
+            t0 = time.perf_counter()
+            for _ in range(n["s_a1"]):
+                t = time.perf_counter()
+                cluster.sbatch("true")
+                lat.append(time.perf_counter() - t)
+            seq = time.perf_counter() - t0
+            errors: list[str] = []
+
+            def loop() -> None:
+                for _ in range(n["s_a4"]):
+                    try:
+                        cluster.sbatch("true")
+                    except Exception as exc:  # noqa: BLE001
+                        errors.append(str(exc))
+
+            threads = [threading.Thread(target=loop) for _ in range(4)]
+            t0 = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=120)
+            par = time.perf_counter() - t0
+            out["submit_1_client"] = {"submitted": n["s_a1"], "jobs_per_s": n["s_a1"] / seq}
+            out["submit_4_client"] = {"submitted": 4 * n["s_a4"] - len(errors), "errors": len(errors),
+                                      "jobs_per_s": (4 * n["s_a4"] - len(errors)) / par}
+            out["cli_submit"] = {"ms_p50": percentile(lat, 50) * 1000, "ms_p90": percentile(lat, 90) * 1000}
+            cluster.cancel_all()
+            wait_until(cluster.queue_empty, timeout=60, interval=0.2, what="the Slurm queue to empty")
+        if "d" in only:
+            count = n["s_d"]
+            log(f"[slurm d] draining {count} jobs on 2 slots (about {count / 2:.0f} s at Slurm's pace) …", quiet)
+            t0 = time.perf_counter()
+            ids = [cluster.sbatch("true") for _ in range(count)]
+            submitted = time.perf_counter() - t0
+            wait_until(lambda: all(i in cluster.finished() for i in ids), timeout=count * 2 + 60, interval=0.05,
+                       what="the Slurm drain")
+            total = time.perf_counter() - t0
+            out["drain"] = {"jobs": count, "submit_s": submitted, "seconds": total, "jobs_per_s": count / total}
+    finally:
+        cluster.stop()
+        if keep:
+            log(f"kept {base}", quiet)
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+# -- report ----------------------------------------------------------------------------------------
+
+
+def table_rows(iris: dict, slurm: dict) -> list[dict]:
+    def g(d: dict, *path: str) -> Any:
+        for p in path:
+            if not isinstance(d, dict) or p not in d:
+                return None
+            d = d[p]
+        return d
+
+    def ms(v: float | None) -> float | None:
+        return None if v is None else v * 1000
+
+    rows = [
+        ("a", "submit, 1 client, jobs/s (SDK; sbatch)", g(iris, "submit_1_client", "jobs_per_s"), "≥ 430",
+         g(slurm, "submit_1_client", "jobs_per_s"), True),
+        ("a", "submit, 4 client processes, jobs/s", g(iris, "submit_4_client", "jobs_per_s"), "—",
+         g(slurm, "submit_4_client", "jobs_per_s"), True),
+        ("b", "CLI submit, no wait, ms per call (p50)", g(iris, "cli_submit", "ms_p50"), "≤ 50",
+         g(slurm, "cli_submit", "ms_p50"), False),
+        ("b", "CLI submit, no wait, ms per call (p90)", g(iris, "cli_submit", "ms_p90"), "—",
+         g(slurm, "cli_submit", "ms_p90"), False),
+        ("c", "submit → running `true`, ms (p50)", ms(g(iris, "latency", "to_running_p50_s")), "—", None, False),
+        ("c", "submit → running `true`, ms (p90)", ms(g(iris, "latency", "to_running_p90_s")), "—", None, False),
+        ("c", "submit → succeeded `true`, ms (p50)", ms(g(iris, "latency", "to_succeeded_p50_s")), "≤ 200",
+         ms(g(slurm, "latency", "to_finished_p50_s")), False),
+        ("c", "submit → succeeded `true`, ms (p90)", ms(g(iris, "latency", "to_succeeded_p90_s")), "—",
+         ms(g(slurm, "latency", "to_finished_p90_s")), False),
+        ("d", "drain tiny jobs on 2 slots, jobs/s", g(iris, "drain", "jobs_per_s"), "≥ 20",
+         g(slurm, "drain", "jobs_per_s"), True),
+        ("e", "cancel → processes gone, ms (p50)", g(iris, "cancel", "gone_ms_p50"), "≤ 16",
+         g(slurm, "cancel", "gone_ms_p50"), False),
+        ("e", "cancel → processes gone, ms (p90)", g(iris, "cancel", "gone_ms_p90"), "—",
+         g(slurm, "cancel", "gone_ms_p90"), False),
+        ("f", f"controller RSS, {g(iris, 'memory', 'jobs') or 0:,} finished jobs, MB",
+         g(iris, "memory", "rss_mb"), "—", None, False),
+        ("f", "  … peak RSS while running them, MB", g(iris, "memory", "peak_rss_mb"), "—", None, False),
+        ("f", "  … RSS after a restart on that database, MB", g(iris, "memory", "rss_after_restart_mb"), "—", None,
+         False),
+    ]
+    out = []
+    for key, figure, iv, target, sv, higher in rows:
+        if iv is None and sv is None:
+            continue
+        ratio = iv / sv if iv is not None and sv else None
+        out.append({"row": key, "figure": figure, "iris": iv, "target": target, "slurm": sv, "iris_over_slurm": ratio,
+                    "higher_is_better": higher})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smaller counts (a minute or two)")
+    ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    ap.add_argument("--no-slurm", action="store_true", help="skip the Slurm comparison even when it is installed")
+    ap.add_argument("--only", default="abcdef", help="rows to run, e.g. a,c,e (default: all)")
+    ap.add_argument("--memory-jobs", type=int, default=None, help="jobs for row f (default 10,000; 2,000 with --quick)")
+    ap.add_argument("--keep", action="store_true", help="keep the temp directory (configs, logs, databases)")
+    args = ap.parse_args(argv)
+    only = set(args.only.replace(",", ""))
+    n = dict(QUICK if args.quick else FULL)
+    if args.memory_jobs:
+        n["f"] = args.memory_jobs
+    quiet = False
+    base = Path(tempfile.mkdtemp(prefix="iris-bench-submit-"))
+    iris: dict = {}
+    slurm: dict = {}
+    slurm_note = ""
+    t_start = time.perf_counter()
+    load = os.getloadavg()
+    try:
+        if "a" in only:
+            iris_throughput(base, n, iris, quiet)
+        if only & set("bcde"):
+            ctl = Controller("idle", base, TWO_SLOTS)
+            try:
+                ctl.start()
+                time.sleep(0.5)
+                if "c" in only:
+                    iris_latency(ctl, n["c"], iris, quiet)
+                if "e" in only:
+                    iris_cancel(ctl, n["e"], iris, quiet)
+                if "b" in only:
+                    iris_cli(ctl, n["b"], iris, quiet)
+                if "d" in only:
+                    iris_drain(ctl, n["d"], iris, quiet)
+            finally:
+                ctl.stop()
+        if "f" in only:
+            iris_memory(base, n["f"], iris, quiet)
+        if args.no_slurm:
+            slurm_note = "Slurm comparison skipped (--no-slurm)"
+        elif only & set("abcde"):
+            reason = slurm_mod.unavailable_reason()
+            if reason:
+                slurm_note = reason
+            else:
+                slurm_rows(n, only, slurm, quiet, args.keep)
+                slurm_note = "Slurm: single node, 2 CPUs (2 one-CPU slots), batch_sched_delay=0, measured in this run"
+    finally:
+        if args.keep:
+            log(f"kept {base}", quiet)
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+    rows = table_rows(iris, slurm)
+    elapsed = time.perf_counter() - t_start
+    if args.json:
+        dump_json({"bench": "submit", "quick": args.quick, "iris": iris, "slurm": slurm, "slurm_note": slurm_note,
+                   "rows": rows, "elapsed_s": elapsed, "revision": revision(), "loadavg_start": load[0], "loadavg_end": os.getloadavg()[0]})
+        return 0
+    print(f"\nIris ({revision()}) end to end on one machine ({os.cpu_count()} cores, load average {load[0]:.1f} at "
+          f"the start, {os.getloadavg()[0]:.1f} at the end); Iris cluster: 2 slots unless noted\n")
+    print_table(["", "figure", "Iris", "target", "Slurm", "Iris/Slurm"],
+                [(r["row"], r["figure"], r["iris"], r["target"], r["slurm"],
+                  None if r["iris_over_slurm"] is None else f"{r['iris_over_slurm']:.2f}×") for r in rows])
+    print("\n(Iris/Slurm above 1 is better for jobs/s rows, below 1 is better for time rows.)")
+    print(slurm_note)
+    a1, a4 = iris.get("submit_1_client"), iris.get("submit_4_client")
+    for r in (a1, a4):
+        if r:
+            print(f"a: {r['clients']} client(s): {r['submitted']:,} jobs in {r['seconds']:.2f} s "
+                  f"({r['first_quarter_jobs_per_s']:.0f}/s over the first quarter, "
+                  f"{r['last_quarter_jobs_per_s']:.0f}/s over the last), "
+                  f"call p50 {r['call_ms_p50']:.2f} ms p99 {r['call_ms_p99']:.2f} ms, "
+                  f"controller CPU {r['controller_cpu_s']:.1f} s, errors {r['errors']}"
+                  + (f" (first: {r['first_error']})" if r["errors"] else ""))
+    if "cli_submit" in iris:
+        b = iris["cli_submit"]
+        print(f"b: {b['calls']} calls with a bytecode cache; min {b['ms_min']:.1f} ms; a bare `python -c pass` "
+              f"takes {b['python_startup_ms_p50']:.1f} ms here"
+              + (f"; without a bytecode cache (PYTHONDONTWRITEBYTECODE is set here) p50 "
+                 f"{b['without_bytecode_cache_ms_p50']:.1f} ms" if b.get("without_bytecode_cache_ms_p50") else ""))
+    if "latency" in iris:
+        lat = iris["latency"]
+        print(f"c: {lat['samples']} jobs; the controller's own timestamps: submitted → started "
+              f"{lat['server_to_started_p50_s'] * 1000:.0f} ms, submitted → finished "
+              f"{lat['server_to_finished_p50_s'] * 1000:.0f} ms (p50); client polls every 5 ms")
+    if "drain" in iris:
+        d = iris["drain"]
+        print(f"d: {d['jobs']} jobs submitted in {d['submit_s']:.2f} s, all finished after {d['seconds']:.2f} s"
+              + (f"; Slurm: {slurm['drain']['jobs']} jobs in {slurm['drain']['seconds']:.1f} s" if "drain" in slurm else ""))
+    if "cancel" in iris:
+        print(f"e: {iris['cancel']['samples']} cancels; the TerminateJob call itself returned in "
+              f"{iris['cancel']['call_ms_p50']:.1f} ms (p50); Slurm's figure includes starting `scancel`")
+    if "memory" in iris:
+        m = iris["memory"]
+        print(f"f: {m['how']}; idle RSS {m['idle_rss_mb']:.0f} MB before; database {m['db_mb']:.1f} MB; "
+              f"final states {m['job_counts']}")
+    print(f"\n(total {elapsed:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
