@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from iris.backends.protocol import AdoptRecord, Backend, LaunchError, LaunchSpec
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db.database import Database, sql
+from iris.controller.db.federation import prune_changelog
 from iris.controller.db.jobs import refresh_jobs
 from iris.controller.snapshot import SnapshotLoader
 from iris.core.availability import Availability
@@ -28,6 +29,7 @@ from iris.scheduler import compute_availability, schedule
 
 log = logging.getLogger("iris.tick")
 MIN_PASS_GAP_S = 0.005
+MAINTENANCE_INTERVAL_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,7 @@ class ControlLoop:
         self.loader = SnapshotLoader(db, workspace_root)
         self.availability: dict[str, Availability] = {}
         self._reasons: dict[str, str] = {}
+        self._next_maintenance = 0.0
         self.generation = 0
         self.last_stats: TickStats | None = None
         self._wake = threading.Event()
@@ -147,12 +150,22 @@ class ControlLoop:
 
     def tick_once(self) -> TickStats:
         t0 = time.perf_counter()
+        self._maintain()
         exits = self._collect_events()
         self._reconcile()
         pending, assigned = self._schedule_and_start()
         if self.federation is not None:
             self.federation.plan()
         return TickStats((time.perf_counter() - t0) * 1000, pending, assigned, exits)
+
+    def _maintain(self) -> None:
+        """Housekeeping that needs no precision: trims the federation changelog once a minute."""
+        now = time.monotonic()
+        if now < self._next_maintenance:
+            return
+        self._next_maintenance = now + MAINTENANCE_INTERVAL_S
+        with self.db.write() as conn:
+            prune_changelog(conn)
 
     def _collect_events(self) -> int:
         events = [b.poll() for b in self.backends.values()]

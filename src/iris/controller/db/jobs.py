@@ -34,13 +34,21 @@ def require_job(conn: Connection, job_id: str):
 
 
 def descendant_ids(conn: Connection, job_id: str) -> list[str]:
-    """Ids of every job nested under `job_id` (children, grandchildren, …)."""
-    prefix = job_id + "/"
-    rows = conn.execute(
-        sql("SELECT job_id FROM jobs WHERE substr(job_id, 1, :n) = :p ORDER BY length(job_id)"),
-        {"n": len(prefix), "p": prefix},
-    )
-    return [r[0] for r in rows]
+    """Ids of every job nested under `job_id` (children, grandchildren, …), parents first.
+
+    Walks the parent index level by level, so the cost follows the size of the subtree, not of the
+    whole jobs table.
+    """
+    out: list[str] = []
+    level = [job_id]
+    while level:
+        level = [
+            r[0]
+            for parent in level
+            for r in conn.execute(sql("SELECT job_id FROM jobs WHERE parent_job_id = :p"), {"p": parent})
+        ]
+        out.extend(level)
+    return out
 
 
 def delete_job_tree(conn: Connection, job_id: str) -> None:
