@@ -196,3 +196,14 @@ def test_submitter_outside_the_peer_allowlist_is_refused(controller_factory):
     final = wait_state(c, job, timeout=30)
     assert final.job.state == "FAILED" and final.job.handoff_state == "HANDOFF_REJECTED"
     assert "alice" in final.job.error and "allowed_submitters" in final.job.error
+
+
+def test_explain_of_a_queued_job_shows_its_stage_and_what_peers_report(federation):
+    marin, _, _ = federation
+    c = client(marin, federation.token)
+    job = c.launch_job(pb.LaunchJobRequest(name="waiting", user="alice", command=["true"],
+                                           constraints=[pb.Constraint(key="cluster", op="EQ", values=["cw-gone"])])).job_id
+    explained = c.explain_job(pb.ExplainJobRequest(job_id=job))
+    assert explained.summary == "Queued for peer cw-gone to report free capacity"
+    assert explained.lines[0].startswith("peer cw-gone: unreachable")
+    c.terminate_job(pb.TerminateJobRequest(job_id=job))

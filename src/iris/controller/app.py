@@ -128,14 +128,52 @@ class Controller:
         return self.federation.list_peers() if self.federation is not None else pb.ListPeersResponse()
 
     def explain(self, job_id: str) -> pb.ExplainJobResponse:
+        """Why a job waits: the scheduler's own filters for a local job; for a federated one, its
+        handoff stage and what each peer last reported for the job's device."""
         from iris import scheduler
 
         with self.db.read() as conn:
             row = require_job(conn, job_id)
+            handle = conn.execute(
+                sql("SELECT handoff_state, peer_id FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
+            ).first()
+            token = self.tick.loader.config(conn, job_id).resources.device.token if handle else ""
         resp = pb.ExplainJobResponse(job_id=job_id)
         if row["state"] != "PENDING":
             resp.summary = f"job is {row['state']}" + (f": {row['error']}" if row["error"] else "")
             return resp
+        if handle is not None:
+            resp.summary = row["pending_reason"] or f"handoff {handle[0]}"
+            resp.lines.extend(self._peer_lines(token, handle[1]))
+            return resp
+        workers = tuple(w for b in self.backends.values() for w in b.workers())
+        result = scheduler.explain(self.tick.loader.load(self.now_ms(), workers), job_id)
+        resp.summary = result.summary
+        for g in result.groups:
+            resp.groups.add(backend_id=g.backend_id, group=g.group, workers=g.workers, verdict=g.verdict, reasons=list(g.reasons))
+        resp.lines.extend(result.lines)
+        return resp
+
+    def _peer_lines(self, token: str, pinned: str) -> list[str]:
+        if self.federation is None:
+            return []
+        lines = []
+        for status in self.federation.statuses():
+            if pinned and status.peer_id != pinned:
+                continue
+            state = "reachable" if status.reachable else f"unreachable ({status.last_error or 'no answer yet'})"
+            lines.append(f"peer {status.peer_id}: {state}")
+            for b in status.backends:
+                a = b.availability
+                if a is None:
+                    lines.append(f"  backend {b.backend_id}: reports no availability; matched on shape only")
+                elif token:
+                    lines.append(f"  backend {b.backend_id}: {token} {a.amounts.get(token, 0):g} free of "
+                                 f"{a.total_amounts.get(token, 0):g}")
+                else:
+                    lines.append(f"  backend {b.backend_id}: " + (", ".join(
+                        f"{k} {a.amounts.get(k, 0):g} free of {v:g}" for k, v in a.total_amounts.items()) or "no devices"))
+        return lines
         explain = getattr(scheduler, "explain", None)
         workers = tuple(w for b in self.backends.values() for w in b.workers())
         snapshot = self.tick.loader.load(self.now_ms(), workers)
