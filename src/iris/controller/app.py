@@ -174,15 +174,3 @@ class Controller:
                     lines.append(f"  backend {b.backend_id}: " + (", ".join(
                         f"{k} {a.amounts.get(k, 0):g} free of {v:g}" for k, v in a.total_amounts.items()) or "no devices"))
         return lines
-        explain = getattr(scheduler, "explain", None)
-        workers = tuple(w for b in self.backends.values() for w in b.workers())
-        snapshot = self.tick.loader.load(self.now_ms(), workers)
-        if explain is None:
-            resp.summary = row["pending_reason"]
-            return resp
-        result = explain(snapshot, job_id)
-        resp.summary = result.summary
-        for g in getattr(result, "groups", ()):
-            resp.groups.add(backend_id=g.backend_id, group=g.group, workers=g.workers, verdict=g.verdict, reasons=list(g.reasons))
-        resp.lines.extend(getattr(result, "lines", ()))
-        return resp
