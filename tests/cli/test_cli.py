@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -196,6 +197,39 @@ def test_the_submit_path_imports_no_server_modules():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == ""
+
+
+def run_program(url: str, home, *args: str) -> tuple[subprocess.CompletedProcess, set[str], bool]:
+    """Runs `iris ARGS…` as its own process (main() reading sys.argv); returns it, sys.modules and gc.isenabled() at exit."""
+    code = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print('AT-EXIT', gc.isenabled(), *sys.modules, file=sys.stderr))\n"
+        "from iris.cli.main import main\n"
+        "main()\n"
+    )
+    env = {**os.environ, "IRIS_CONTROLLER": url, "HOME": str(home)}  # no stored token to read
+    env.pop("IRIS_TOKEN", None)
+    result = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=60)
+    words = result.stderr.rpartition("AT-EXIT ")[2].split()
+    return result, set(words[1:]), words[:1] == ["True"]
+
+
+def test_job_run_no_wait_imports_no_protobuf(fake_controller, tmp_path):
+    result, modules, _ = run_program(fake_controller.url, tmp_path, "job", "run", "--no-wait", "--user", "alice",
+                                     "--memory", "2G", "--constraint", "pool=a", "--", "true")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("/alice/")
+    assert "iris.client.launch" in modules  # the listing is real
+    assert not {m for m in modules if m.startswith(("google.protobuf", "iris.rpc"))}
+    sent = fake_controller.service.requests[-1]
+    assert sent.resources.memory_bytes == 2 << 30 and [c.key for c in sent.constraints] == ["pool"]
+
+
+def test_the_program_collects_garbage_while_its_command_runs(fake_controller, tmp_path):
+    # Start-up runs with the collector paused; a command (a foreground controller, `job logs -f`) must not.
+    result, _, gc_enabled = run_program(fake_controller.url, tmp_path, "job", "run", "--no-wait", "--", "true")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert gc_enabled
 
 
 def test_help_lists_every_command(iris):

@@ -73,6 +73,19 @@ def test_launch_response_carries_the_disposition(client):
     assert kept.disposition == "existing" and kept.job_id == "/alice/dup"
 
 
+def test_launch_json_sends_the_same_request_as_launch(client, fake_controller, monkeypatch):
+    monkeypatch.setenv("IRIS_JOB_ID", "/alice/driver")
+    options = {"name": "step", "memory": "2G", "gpu": "H100x2", "region": "us-east5", "env": {"A": "1"}, "max_retries_preemption": 0}
+    assert client.prepare_json("true", **options)["parent_job_id"] == "/alice/driver"
+    reply = client.launch_json(client.prepare_json("true", **options))
+    assert reply == {"jobId": "/alice/driver/step", "state": "RUNNING", "disposition": "local"}
+    received = fake_controller.service.requests[-1]
+    assert received == client.prepare("true", **options)  # what `launch` would have sent as protobuf
+    assert received.HasField("max_retries_preemption") and received.resources.device.variant == "h100"
+    with pytest.raises(errors.AlreadyExists, match="already exists"):
+        client.launch_json(client.prepare_json("true", **options))
+
+
 def test_server_errors_arrive_as_typed_errors(client):
     client.submit("true", name="dup", user="alice")
     with pytest.raises(errors.AlreadyExists, match="already exists"):

@@ -2,16 +2,39 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from google.protobuf import json_format
 
 import iris
-from iris.client.launch import build_launch_request, default_user, normalize_command
-from iris.core.constraints import ANY_REGION
+from iris.client import launch
+from iris.core.constraints import ANY_REGION, Constraint, Op
 from iris.core.errors import InvalidArgument
+from iris.rpc import controller_pb2 as pb
+
+default_user = launch.default_user
+normalize_command = launch.normalize_command
+
+
+def build_launch_request(command, **options) -> pb.LaunchJobRequest:
+    """The builder's document as the message the SDK makes of it (an unknown field or wrong type fails)."""
+    return pb.LaunchJobRequest(**launch.build_launch_request(command, **options))
 
 
 def constraints(req) -> list[tuple[str, str, tuple[str, ...], bool]]:
     return [(c.key, c.op, tuple(c.values), c.preferred) for c in req.constraints]
+
+
+def test_build_launch_request_document_is_connect_json_and_the_message_arguments_alike():
+    options = {"user": "alice", "memory": "2G", "gpu": "v100x2", "constraints": ["pool=a"], "env": {"A": "1"},
+               "max_retries_preemption": 0, "timeout": "5m"}
+    doc = launch.build_launch_request(["true"], **options)
+    assert json.loads(json.dumps(doc)) == doc
+    # What the controller's JSON codec makes of the document (strictly: no unknown fields) is the SDK's message.
+    as_json = json_format.Parse(json.dumps(doc), pb.LaunchJobRequest())
+    assert as_json == build_launch_request(["true"], **options)
+    assert as_json.HasField("max_retries_preemption") and as_json.resources.memory_bytes == 2 * 1024**3
 
 
 def test_build_launch_request_defaults_are_one_core_one_gig_interactive():
@@ -60,6 +83,11 @@ def test_build_launch_request_region_zone_target_and_text_constraints_become_con
     ]
 
 
+def test_build_launch_request_constraint_objects_are_taken_as_they_are():
+    req = build_launch_request("true", user="a", constraints=[Constraint("pool", Op.IN, ("a", "b"), preferred=True)])
+    assert constraints(req) == [("pool", "IN", ("a", "b"), True)]
+
+
 def test_build_launch_request_region_any_is_sent_as_the_sentinel_for_the_server_to_drop():
     req = build_launch_request("true", parent="/alice/driver", region="any")
     assert constraints(req) == [("region", "EQ", (ANY_REGION,), False)]
@@ -91,12 +119,13 @@ def test_build_launch_request_full_id_name_is_kept():
         ({"user": "bad/user"}, "bad/user"),
         ({"parent": "not-an-id"}, "must start with '/'"),
         ({"max_retries": -1}, "negative"),
+        ({"env": {"A": 1}}, "not a string"),
     ],
 )
 def test_build_launch_request_bad_values_are_refused_with_a_message_naming_them(kwargs, fragment):
     kwargs.setdefault("user", "alice")
     with pytest.raises(InvalidArgument) as err:
-        build_launch_request("true", **kwargs)
+        launch.build_launch_request("true", **kwargs)
     assert fragment in err.value.message
 
 

@@ -44,6 +44,10 @@ _GPU = _checked(_core("iris.core.resources.parse_gpu"))
 _TPU = _checked(_core("iris.core.resources.parse_tpu"))
 _CONSTRAINT = _checked(_core("iris.core.constraints.parse_constraint_text"))
 
+# LaunchJobResponse fields: the name `job run -o json` prints (the proto's) and the Connect JSON name.
+_LAUNCHED_FIELDS = (
+    ("job_id", "jobId"), ("state", "state"), ("disposition", "disposition"), ("peer_id", "peerId"), ("message", "message"),
+)
 # Final job state -> exit code of `iris job run`.
 STATE_EXIT_CODES = {"SUCCEEDED": EXIT_OK, "FAILED": EXIT_FAILED, "KILLED": EXIT_FAILED, "UNSCHEDULABLE": EXIT_REJECTED}
 
@@ -106,30 +110,31 @@ def run(
     client = obj.client()
     started = time.monotonic()
     # Everything checkable here (sizes, devices, constraints, names) fails before any request: exit 3.
-    request = client.prepare(
+    # The request and its answer travel as Connect JSON, so this path never imports protobuf.
+    request = client.prepare_json(
         list(command), name=job_name, env=dict(env), existing_job_policy=existing, **options
     )
     try:
-        resp = client.launch_request(request)
+        reply = client.launch_json(request)
     except (Unavailable, Unauthenticated):
         raise
     except IrisError as exc:
         # The controller refused the job (duplicate, stale client, bad constraint, …).
         return _fail(obj, exc, EXIT_REJECTED)
-    launched = {"job_id": resp.job_id, "state": resp.state, "disposition": resp.disposition,
-                "peer_id": resp.peer_id, "message": resp.message}
+    launched = {field: str(reply.get(json_name, "")) for field, json_name in _LAUNCHED_FIELDS}
+    job_id = launched["job_id"]
     if not obj.json:
-        click.echo(resp.job_id)
-        if resp.disposition == "existing":
-            click.echo(f"job {resp.job_id} already exists ({resp.state}); following it", err=True)
-        elif resp.message:
-            click.echo(resp.message, err=True)
+        click.echo(job_id)
+        if launched["disposition"] == "existing":
+            click.echo(f"job {job_id} already exists ({launched['state']}); following it", err=True)
+        elif launched["message"]:
+            click.echo(launched["message"], err=True)
     if no_wait:
         if obj.json:
             obj.emit(launched)
         return EXIT_OK
     replicas = int(options.get("replicas") or 1)  # type: ignore[call-overload]
-    return _follow_to_end(obj, resp.job_id, launched, timestamps, replicas, started)
+    return _follow_to_end(obj, job_id, launched, timestamps, replicas, started)
 
 
 def _follow_to_end(obj: CliContext, job_id: str, launched: dict, timestamps: bool, replicas: int, started: float) -> int:

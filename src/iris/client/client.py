@@ -4,6 +4,10 @@ Every method returns the API's protobuf messages (fields documented in `iris/rpc
 except `submit`, which returns the job id. Errors are the typed errors of `iris.core.errors`: an
 unreachable controller is `Unavailable`, an unknown job `NotFound`, bad input `InvalidArgument`.
 
+The generated messages are imported on first use, not with this module: `iris job run --no-wait`
+submits through `prepare_json` and `launch_json`, which build and read Connect JSON documents, and
+so never loads the protobuf runtime.
+
 Inside a task (`IRIS_JOB_ID` set by the backend) `submit` nests new jobs under the task's job by
 default, so a driver task's sub-jobs are its children: they inherit its env and region, and stopping
 it stops them.
@@ -14,15 +18,29 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
-
-from google.protobuf.message import Message
+from typing import TYPE_CHECKING, Any
 
 from iris.client.launch import build_launch_request
 from iris.client.tokens import token_subject
 from iris.client.transport import ConnectTransport
-from iris.core.constraints import Constraint
-from iris.rpc import controller_pb2 as pb
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
+
+    from iris.core.constraints import Constraint
+    from iris.rpc import controller_pb2 as pb
+else:
+
+    class _Messages:
+        """Stands for `iris.rpc.controller_pb2` until a method first needs a message, then is replaced by it."""
+
+        def __getattr__(self, name: str) -> Any:
+            global pb
+            from iris.rpc import controller_pb2 as pb
+
+            return getattr(pb, name)
+
+    pb = _Messages()
 
 DEFAULT_URL = "http://127.0.0.1:10000"
 # The terminal JobState values (iris.core.states), spelled out: the CLI's submit path skips that import.
@@ -100,11 +118,7 @@ class IrisClient:
         any; pass `parent=""` to submit a root job from a task. A `name` starting with '/' is a
         full job id; without a name the controller generates one.
         """
-        if parent is None and not (name or "").startswith("/"):
-            parent = os.environ.get("IRIS_JOB_ID") or ""
-        if user is None:
-            user = token_subject(self._transport.token)  # a user token submits as its own user
-        request = build_launch_request(
+        document = self.prepare_json(
             command,
             name=name,
             user=user,
@@ -129,7 +143,20 @@ class IrisClient:
             parent=parent,
             workdir=workdir,
         )
-        return request
+        return pb.LaunchJobRequest(**document)
+
+    def prepare_json(self, command: str | Sequence[str], **options: Any) -> dict[str, Any]:
+        """The LaunchJobRequest `prepare` returns (options as for it), as its JSON document.
+
+        The document is Connect JSON (in the message's own field names) and the message's keyword
+        arguments at once; see `iris.client.launch`.
+        """
+        name = options.get("name")
+        if options.get("parent") is None and not (name or "").startswith("/"):
+            options["parent"] = os.environ.get("IRIS_JOB_ID") or ""
+        if options.get("user") is None:
+            options["user"] = token_subject(self._transport.token)  # a user token submits as its own user
+        return build_launch_request(command, **options)
 
     def launch(self, command: str | Sequence[str], **options: Any) -> pb.LaunchJobResponse:
         """Submits a job (options as for `prepare`); returns the job id, state and disposition."""
@@ -142,6 +169,14 @@ class IrisClient:
     def launch_request(self, request: pb.LaunchJobRequest) -> pb.LaunchJobResponse:
         """Sends a ready-made LaunchJobRequest as is."""
         return self._transport.call("LaunchJob", request, pb.LaunchJobResponse)
+
+    def launch_json(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Sends a LaunchJobRequest given as its Connect JSON document (see `prepare_json`).
+
+        Returns the LaunchJobResponse's document, e.g. {"jobId": "/alice/train", "state": "PENDING",
+        "disposition": "local"}; fields at their default value are absent, as Connect JSON omits them.
+        """
+        return self._transport.call_json("LaunchJob", request)
 
     # -- watching -------------------------------------------------------------------------------
 

@@ -8,28 +8,37 @@ touching the file.
 The token file is read through the auth package's `TokenStore`, whose import pulls in PyJWT and
 cryptography (about 0.15 s). Most commands run where no token file exists (a laptop talking to its
 own loopback cluster), so the file's existence is checked first and the import is paid only when
-there is something to read.
+there is something to read. That check uses `os.path`, not `pathlib`, whose import (with
+`urllib.parse` and `ipaddress`) would cost every command a few milliseconds.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def token_file() -> Path:
     """Where the CLI keeps its tokens: `~/.iris/tokens.json` (the auth package's default path)."""
-    return Path.home() / ".iris" / "tokens.json"
+    from pathlib import Path
+
+    return Path(_token_path())
+
+
+def _token_path() -> str:
+    return os.path.join(os.path.expanduser("~"), ".iris", "tokens.json")
 
 
 def stored_token(controller_url: str) -> str | None:
     """The token remembered for `controller_url` in the CLI's token file, or None."""
-    path = token_file()
-    if not path.exists():
+    if not os.path.exists(_token_path()):
         return None
     from iris.controller.auth.token_store import TokenStore
 
-    return TokenStore(path).get(controller_url)
+    return TokenStore(token_file()).get(controller_url)
 
 
 def token_for(controller_url: str, explicit: str | None = None) -> str | None:

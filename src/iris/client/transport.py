@@ -3,25 +3,32 @@
 Why not the generated `ControllerServiceClientSync`: importing `connectrpc`'s client stack costs
 about 130 ms, and even the standard library's `http.client` (with the `email` and `ssl` packages it
 pulls in) about 20 ms, against a budget of 50 ms for a whole `iris job run --no-wait`. A unary
-Connect call is one HTTP/1.1 POST of the binary request to `/<service>/<Method>`: 200 carries the
-binary response, any other status a JSON body `{"code": …, "message": …}`. That much is a small
-client over a kept-alive socket, so the SDK and the CLI both start fast and stay fast in a submit
-loop (one round trip per call, no connection setup).
+Connect call is one HTTP/1.1 POST of the request to `/<service>/<Method>`: 200 carries the
+response, any other status a JSON body `{"code": …, "message": …}`. That much is a small client
+over a kept-alive socket, so the SDK and the CLI both start fast and stay fast in a submit loop
+(one round trip per call, no connection setup).
+
+`call` sends and reads binary protobuf messages; `call_json` sends and reads Connect JSON
+documents, for the CLI's submit path, which skips importing the protobuf runtime altogether. For
+the same reason a plain-HTTP connection is made with the `_socket` module under `socket`: `socket`
+itself (its enum conversions and `selectors`) costs about 2 ms to import, and only TLS needs it.
 """
 
 from __future__ import annotations
 
-import socket
+import _socket
+import io
 import threading
 import time
-from typing import TypeVar
-
-from google.protobuf.message import DecodeError, Message
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from iris.core import errors
 
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
+
 SERVICE = "iris.v1.ControllerService"
-_M = TypeVar("_M", bound=Message)
+_M = TypeVar("_M", bound="Message")
 
 # Connect code name -> the typed error the SDK raises. Codes not listed keep their name on a plain
 # IrisError, so nothing the server says is lost.
@@ -79,28 +86,43 @@ class ConnectTransport:
         self.url = text if "://" in text else f"http://{text}"
         self._timeout = timeout
         self.token = token
-        self._headers = {
-            "Content-Type": "application/proto",
-            "Connect-Protocol-Version": "1",
-            "User-Agent": "iris-client",
-        }
+        self._headers = {"Connect-Protocol-Version": "1", "User-Agent": "iris-client"}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
         self._local = threading.local()
 
     def call(self, method: str, request: Message, response_type: type[_M]) -> _M:
         """Calls `method` (e.g. "LaunchJob") and returns its decoded response or raises a typed error."""
-        body = request.SerializeToString()
-        path = f"{self._prefix}/{SERVICE}/{method}"
-        status, headers, payload = self._post(path, body)
-        if headers.get("content-encoding", "identity") not in ("identity", ""):
-            payload = _decompress(headers["content-encoding"], payload)
-        if status != 200:
-            raise self._error(status, headers, payload)
+        from google.protobuf.message import DecodeError
+
+        payload = self._unary(method, request.SerializeToString(), "application/proto")
         try:
             return response_type.FromString(payload)
         except DecodeError as exc:
             raise errors.IrisError(f"{self.url} answered {method} with a body that is not a {response_type.__name__}: {exc}") from None
+
+    def call_json(self, method: str, request: dict[str, Any]) -> dict[str, Any]:
+        """Calls `method` with a request given as its Connect JSON document; returns the response's document."""
+        import json
+
+        body = json.dumps(request, separators=(",", ":")).encode("utf-8")
+        payload = self._unary(method, body, "application/json")
+        try:
+            doc = json.loads(payload)
+        except ValueError as exc:
+            raise errors.IrisError(f"{self.url} answered {method} with a body that is not JSON: {exc}") from None
+        if not isinstance(doc, dict):
+            raise errors.IrisError(f"{self.url} answered {method} with JSON that is not an object")
+        return doc
+
+    def _unary(self, method: str, body: bytes, content_type: str) -> bytes:
+        """POSTs one encoded request; returns the 200 answer's body or raises the typed error of any other."""
+        status, headers, payload = self._post(f"{self._prefix}/{SERVICE}/{method}", body, content_type)
+        if headers.get("content-encoding", "identity") not in ("identity", ""):
+            payload = _decompress(headers["content-encoding"], payload)
+        if status != 200:
+            raise self._error(status, headers, payload)
+        return payload
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -119,8 +141,8 @@ class ConnectTransport:
         self._local.conn = conn
         return conn, False
 
-    def _post(self, path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
-        head = self._request_head(path, len(body))
+    def _post(self, path: str, body: bytes, content_type: str) -> tuple[int, dict[str, str], bytes]:
+        head = self._request_head(path, len(body), content_type)
         for attempt in (0, 1):
             reused = False
             try:
@@ -144,8 +166,13 @@ class ConnectTransport:
             return status, headers, payload
         raise AssertionError("not reached")  # pragma: no cover
 
-    def _request_head(self, path: str, length: int) -> bytes:
-        lines = [f"POST {path} HTTP/1.1", f"Host: {_netloc(self._host, self._port)}", f"Content-Length: {length}"]
+    def _request_head(self, path: str, length: int, content_type: str) -> bytes:
+        lines = [
+            f"POST {path} HTTP/1.1",
+            f"Host: {_netloc(self._host, self._port)}",
+            f"Content-Type: {content_type}",
+            f"Content-Length: {length}",
+        ]
         lines += [f"{k}: {v}" for k, v in self._headers.items()]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
@@ -194,9 +221,47 @@ def _describe(exc: BaseException) -> str:
         return "connection refused"
     if isinstance(exc, TimeoutError):
         return "timed out"
-    if isinstance(exc, socket.gaierror):
+    if isinstance(exc, _socket.gaierror):
         return f"unknown host: {exc.strerror}"
     return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+
+
+def _connect(host: str, port: int, timeout: float) -> _socket.socket:
+    """A TCP connection to the first address of `host` that accepts one, with Nagle's delay off.
+
+    What `socket.create_connection` does, over `_socket` (see the module docstring).
+    """
+    # An ASCII host goes to getaddrinfo as bytes: a str host is encoded with the `idna` codec,
+    # whose import (with `stringprep` and `unicodedata`) costs more than the call itself.
+    name = host.encode("ascii") if host.isascii() else host
+    errors_seen: list[OSError] = []
+    for family, kind, proto, _, address in _socket.getaddrinfo(name, port, 0, _socket.SOCK_STREAM):
+        sock = None
+        try:
+            sock = _socket.socket(family, kind, proto)
+            sock.settimeout(timeout)
+            sock.connect(address)
+        except OSError as exc:
+            if sock is not None:
+                sock.close()
+            errors_seen.append(exc)
+            continue
+        sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+        return sock
+    raise errors_seen[0] if errors_seen else OSError(f"no address found for {host}")
+
+
+class _SocketReader(io.RawIOBase):
+    """The raw stream a `BufferedReader` reads a socket through (what `socket.makefile` builds)."""
+
+    def __init__(self, sock: _socket.socket):
+        self._sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        return self._sock.recv_into(buffer)
 
 
 class _ClosedEarly(OSError):
@@ -210,14 +275,16 @@ class _Connection:
     """One HTTP/1.1 connection: send a request, read one response (length-delimited or chunked)."""
 
     def __init__(self, host: str, port: int, timeout: float, tls: bool):
-        sock = socket.create_connection((host, port), timeout=timeout)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = _connect(host, port, timeout)
         if tls:
+            import socket
             import ssl
 
-            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+            plain = socket.socket(fileno=sock.detach())
+            plain.settimeout(timeout)
+            sock = ssl.create_default_context().wrap_socket(plain, server_hostname=host)
         self._sock = sock
-        self._file = sock.makefile("rb")
+        self._file = io.BufferedReader(_SocketReader(sock))
 
     def close(self) -> None:
         try:
