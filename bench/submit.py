@@ -497,26 +497,32 @@ def main(argv: list[str] | None = None) -> int:
     slurm_note = ""
     t_start = time.perf_counter()
     load = os.getloadavg()
+    errors: list[str] = []
+
+    def attempt(what: str, fn, *fn_args) -> None:
+        """Runs one measurement; a failure is reported with the figures, not a lost run."""
+        try:
+            fn(*fn_args)
+        except (BenchTimeout, RuntimeError, OSError, IrisError, slurm_mod.SlurmError) as exc:
+            errors.append(f"{what}: {type(exc).__name__}: {exc}")
+            log(f"!! {errors[-1]}", quiet)
+
     try:
         if "a" in only:
-            iris_throughput(base, n, iris, quiet)
+            attempt("a (submit throughput)", iris_throughput, base, n, iris, quiet)
         if only & set("bcde"):
             ctl = Controller("idle", base, TWO_SLOTS)
             try:
                 ctl.start()
                 time.sleep(0.5)
-                if "c" in only:
-                    iris_latency(ctl, n["c"], iris, quiet)
-                if "e" in only:
-                    iris_cancel(ctl, n["e"], iris, quiet)
-                if "b" in only:
-                    iris_cli(ctl, n["b"], iris, quiet)
-                if "d" in only:
-                    iris_drain(ctl, n["d"], iris, quiet)
+                for key, name, fn in (("c", "c (latency)", iris_latency), ("e", "e (cancel)", iris_cancel),
+                                      ("b", "b (CLI)", iris_cli), ("d", "d (drain)", iris_drain)):
+                    if key in only:
+                        attempt(name, fn, ctl, n[key], iris, quiet)
             finally:
                 ctl.stop()
         if "f" in only:
-            iris_memory(base, n["f"], iris, quiet)
+            attempt("f (memory)", iris_memory, base, n["f"], iris, quiet)
         if args.no_slurm:
             slurm_note = "Slurm comparison skipped (--no-slurm)"
         elif only & set("abcde"):
@@ -524,8 +530,8 @@ def main(argv: list[str] | None = None) -> int:
             if reason:
                 slurm_note = reason
             else:
-                slurm_rows(n, only, slurm, quiet, args.keep)
                 slurm_note = "Slurm: single node, 2 CPUs (2 one-CPU slots), batch_sched_delay=0, measured in this run"
+                attempt("Slurm", slurm_rows, n, only, slurm, quiet, args.keep)
     finally:
         if args.keep:
             log(f"kept {base}", quiet)
@@ -535,8 +541,9 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - t_start
     if args.json:
         dump_json({"bench": "submit", "quick": args.quick, "iris": iris, "slurm": slurm, "slurm_note": slurm_note,
-                   "rows": rows, "elapsed_s": elapsed, "revision": revision(), "loadavg_start": load[0], "loadavg_end": os.getloadavg()[0]})
-        return 0
+                   "rows": rows, "errors": errors, "elapsed_s": elapsed, "revision": revision(),
+                   "loadavg_start": load[0], "loadavg_end": os.getloadavg()[0]})
+        return 1 if errors else 0
     print(f"\nIris ({revision()}) end to end on one machine ({os.cpu_count()} cores, load average {load[0]:.1f} at "
           f"the start, {os.getloadavg()[0]:.1f} at the end); Iris cluster: 2 slots unless noted\n")
     print_table(["", "figure", "Iris", "target", "Slurm", "Iris/Slurm"],
@@ -575,8 +582,10 @@ def main(argv: list[str] | None = None) -> int:
         m = iris["memory"]
         print(f"f: {m['how']}; idle RSS {m['idle_rss_mb']:.0f} MB before; database {m['db_mb']:.1f} MB; "
               f"final states {m['job_counts']}")
+    for e in errors:
+        print(f"FAILED {e}")
     print(f"\n(total {elapsed:.0f} s)")
-    return 0
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":
