@@ -14,6 +14,7 @@ import time
 
 from iris.backends.local.backend import LocalBackend
 from iris.controller.auth import Authenticator
+from iris.controller.auth.tokens import token_expiry
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import refresh_jobs, require_job
@@ -34,6 +35,7 @@ class Controller:
         state.mkdir(parents=True, exist_ok=True)
         self.db = Database(state / "controller.db")
         self.auth = Authenticator.from_config(config)
+        self._verified: dict[str, tuple] = {}
         self.backends = {b.id: LocalBackend(b, state, wake=self._wake) for b in config.backends}
         self.federation = self._federation() if config.peers else None
         self.tick = ControlLoop(
@@ -112,7 +114,18 @@ class Controller:
     def identify(self, authorization: str | None, client_address: str | None):
         """The caller of one request: its token's identity, or local_admin from a trusted address."""
         host = client_address.rpartition(":")[0] if client_address else None  # "host:port", host unbracketed
-        return self.auth.identify(authorization, host)
+        if not authorization:
+            return self.auth.identify(None, host)
+        # Verifying a signature costs far more than the rest of a small call: remember a verified
+        # token until it expires (the cache is bounded; a bad token is never cached).
+        cached = self._verified.get(authorization)
+        if cached is not None and cached[1] > time.time():
+            return cached[0]
+        identity = self.auth.identify(authorization, host)
+        if len(self._verified) >= 10_000:
+            self._verified.clear()
+        self._verified[authorization] = (identity, token_expiry(authorization))
+        return identity
 
     def submitter(self, req: pb.LaunchJobRequest, identity):
         """Who is accountable for a submission. A user token submits only as its own user."""

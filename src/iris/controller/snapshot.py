@@ -60,8 +60,6 @@ class SnapshotLoader:
                 tuple(json.loads(row[0])), parse_resources(row[1]), parse_constraints(row[2]),
                 json.loads(row[3]), row[4], bool(row[5]),
             )
-            if len(self._configs) > 200_000:
-                self._configs.clear()
             self._configs[job_id] = cached
         return cached
 
@@ -87,7 +85,13 @@ class SnapshotLoader:
                         parent_running=r[10] == "RUNNING",
                     )
                 )
+        self._forget_finished({t.job_id for t in running} | {t.job_id for t in pending})
         return SchedulingSnapshot(now_ms=now_ms, workers=workers, running=running, pending=tuple(pending))
+
+    def _forget_finished(self, active: set[str]) -> None:
+        """Drops cached configs of jobs that no longer run or wait, once they outnumber the live ones."""
+        if len(self._configs) > 2 * len(active) + 1000:
+            self._configs = {j: c for j, c in self._configs.items() if j in active}
 
     def load_running(self) -> tuple[RunningTask, ...]:
         with self.db.read() as conn:

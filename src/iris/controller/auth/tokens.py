@@ -195,3 +195,12 @@ def _public_keys(key_or_keys: KeyLike | Iterable[KeyLike]) -> list[Ed25519Public
 
 def _iso(epoch_s: float) -> str:
     return datetime.fromtimestamp(epoch_s, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def token_expiry(authorization: str) -> float:
+    """When (epoch seconds) `verify_token` stops accepting the bearer token in an Authorization
+    header: its `exp` plus the clock-skew allowance. Read without verifying the token: only for
+    remembering one that was just verified, until then."""
+    token = authorization.strip().partition(" ")[2].strip() or authorization.strip()
+    exp = _unverified_claims(token).get("exp")
+    return float(exp) + CLOCK_SKEW_S if isinstance(exp, int | float) else 0.0

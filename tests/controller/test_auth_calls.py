@@ -1,0 +1,54 @@
+"""Tokens on a real controller: who a call is, what it may do, and that expiry always holds."""
+
+from __future__ import annotations
+
+import time
+
+from connectrpc.errors import ConnectError
+
+from iris.controller.auth import load_or_create_signing_key, mint_token
+from iris.controller.auth.tokens import CLOCK_SKEW_S
+from iris.rpc import controller_pb2 as pb
+from tests.conftest import wait_until
+from tests.controller.helpers import client, error_code, launch
+
+
+def token(ctl, user: str, role: str = "user", ttl: float = 3600, now: float | None = None) -> str:
+    return mint_token(load_or_create_signing_key(None, ctl.state_dir), ctl.name, user, role, ttl, now=now)
+
+
+def test_a_remembered_token_still_expires(controller):
+    # Minted in the past so that, with the clock-skew allowance, it is accepted for about 2 s more.
+    c = client(controller, token(controller, "alice", ttl=1, now=time.time() - CLOCK_SKEW_S + 1))
+    assert c.list_jobs(pb.ListJobsRequest()).jobs == []  # verified, then remembered
+
+    def refused():
+        try:
+            c.list_jobs(pb.ListJobsRequest())
+        except ConnectError as exc:
+            return exc.code.name.lower(), exc.message
+        return None
+
+    code, message = wait_until(refused, timeout=10, message="the token to expire")
+    assert code == "unauthenticated" and "expired" in message
+
+
+def test_users_stop_only_their_own_jobs_and_dashboards_only_read(controller):
+    alice, bob = client(controller, token(controller, "alice")), client(controller, token(controller, "bob"))
+    job = launch(alice, "mine", ["sleep", "60"])
+    assert job == "/alice/mine"
+    code, _ = error_code(lambda: bob.terminate_job(pb.TerminateJobRequest(job_id=job)))
+    assert code == "permission_denied"
+    dashboard = client(controller, token(controller, "ops", role="dashboard"))
+    assert [j.job_id for j in dashboard.list_jobs(pb.ListJobsRequest()).jobs] == [job]
+    code, message = error_code(lambda: launch(dashboard, "nope", ["true"], user="ops"))
+    assert code == "permission_denied" and "LaunchJob" in message
+    assert alice.terminate_job(pb.TerminateJobRequest(job_id=job)).state == "KILLED"
+
+
+def test_a_tampered_token_is_refused_even_from_loopback(controller):
+    good = token(controller, "alice")
+    head, payload, sig = good.split(".")
+    bad = ".".join((head, payload, ("A" if sig[0] != "A" else "B") + sig[1:]))
+    code, _ = error_code(lambda: client(controller, bad).list_jobs(pb.ListJobsRequest()))
+    assert code == "unauthenticated"
