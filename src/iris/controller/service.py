@@ -162,12 +162,13 @@ class ControllerServiceImpl:
     @rpc
     def list_backends(self, req: pb.ListBackendsRequest, identity: Identity) -> pb.ListBackendsResponse:
         resp = pb.ListBackendsResponse(cluster=self.name)
+        availability = self.c.tick.availability()
         for backend in self.c.backends.values():
             d = backend.describe()
             info = resp.backends.add(id=d.id, kind=d.kind, attributes=dict(d.attributes), workers=len(backend.workers()))
             if d.worker_capacity is not None:
                 info.worker_capacity.CopyFrom(resources_to_proto(d.worker_capacity))
-            avail = self.c.tick.availability.get(d.id)
+            avail = availability.get(d.id)
             if avail is not None:
                 fill_availability(info.availability, avail)
         return resp

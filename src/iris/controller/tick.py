@@ -60,7 +60,6 @@ class ControlLoop:
         self.after_tick = after_tick
         self.federation = federation
         self.loader = SnapshotLoader(db, workspace_root)
-        self.availability: dict[str, Availability] = {}
         self._reasons: dict[str, str] = {}
         self._next_maintenance = 0.0
         self.generation = 0
@@ -216,19 +215,24 @@ class ControlLoop:
         now = self.now_ms()
         workers = tuple(w for b in self.backends.values() for w in b.workers())
         snapshot = self.loader.load(now, workers)
-        if snapshot.pending:
-            result = schedule(snapshot)
-        else:
-            result = None
+        if not snapshot.pending:
+            return 0, 0
+        result = schedule(snapshot)
         launches: list[tuple[Backend, LaunchSpec]] = []
-        if result is not None and (result.assignments or result.preemptions or result.unschedulable or result.pending_reasons):
+        if result.assignments or result.preemptions or result.unschedulable or result.pending_reasons:
             launches, victims = self._commit_decisions(result, now)
             for backend_id, attempt_id in victims:
                 self.backends[backend_id].stop(attempt_id)
         self._start(launches)
-        running = self.loader.load_running() if launches or result is not None else snapshot.running
-        self.availability = compute_availability(workers, running, now)
         return len(snapshot.pending), len(launches)
+
+    def availability(self) -> dict[str, Availability]:
+        """Each backend's availability block, from the placed work committed now.
+
+        Computed when asked (peers ask once a heartbeat), not on every pass of the tick.
+        """
+        workers = tuple(w for b in self.backends.values() for w in b.workers())
+        return compute_availability(workers, self.loader.load_running(), self.now_ms())
 
     def _commit_decisions(self, result, now: int) -> tuple[list[tuple[Backend, LaunchSpec]], list[tuple[str, str]]]:
         """Commits one scheduling result; returns the attempts to start and the victims to stop."""
