@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT / "src"))
 import yaml  # noqa: E402
 
 from iris.controller.process import probe  # noqa: E402
+from iris.core import polling  # noqa: E402
 
 PYTHON = sys.executable
 IRIS_CLI = str(Path(sys.executable).parent / "iris")
@@ -46,14 +47,7 @@ class BenchTimeout(RuntimeError):
 
 def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.01, what: str = "condition") -> Any:
     """Polls `predicate` until it returns a truthy value; BenchTimeout after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise BenchTimeout(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
+    return polling.wait_until(predicate, timeout, interval, what, BenchTimeout)
 
 
 def percentile(values: Sequence[float], p: float) -> float:

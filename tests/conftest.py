@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from iris.controller.process import probe
+from iris.core import polling
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,14 +31,7 @@ def free_port() -> int:
 
 def wait_until(predicate, timeout: float = 20.0, interval: float = 0.02, message: str = "condition"):
     """Polls `predicate` until it returns a truthy value; fails the test after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)
+    return polling.wait_until(predicate, timeout, interval, message, AssertionError)
 
 
 def default_backends() -> list[dict]:

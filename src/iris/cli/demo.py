@@ -36,6 +36,7 @@ from typing import Any
 import click
 
 from iris.cli.main import CliContext, output_option
+from iris.core import polling
 
 PARENT = "marin"
 PEER_GPUS = {"cw-h100": ("h100", 8), "cw-gb200": ("gb200", 4)}  # per worker; each peer has 2 workers
@@ -211,14 +212,7 @@ def watch(client, job_id: str, done: Callable[[Any], bool], started: float, echo
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(POLL_S)
+    return polling.wait_until(predicate, timeout, POLL_S, what)
 
 
 def why_text(step: Step, launched, peers_before: list) -> str:
