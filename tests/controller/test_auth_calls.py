@@ -52,3 +52,18 @@ def test_a_tampered_token_is_refused_even_from_loopback(controller):
     bad = ".".join((head, payload, ("A" if sig[0] != "A" else "B") + sig[1:]))
     code, _ = error_code(lambda: client(controller, bad).list_jobs(pb.ListJobsRequest()))
     assert code == "unauthenticated"
+
+
+def test_a_task_submits_child_jobs_as_its_owner_with_the_token_in_its_env(controller):
+    import sys
+
+    from tests.controller.helpers import logs, status, wait_state
+
+    alice = client(controller, token(controller, "alice"))
+    script = ("import os; from iris.client.client import IrisClient; "
+              "print('has token', bool(os.environ.get('IRIS_TOKEN'))); "
+              "print(IrisClient().submit(['true'], name='kid'))")
+    parent = launch(alice, "driver", [sys.executable, "-c", script])
+    assert wait_state(alice, parent).job.state == "SUCCEEDED", logs(alice, parent)
+    assert logs(alice, parent) == ["has token True", "/alice/driver/kid"]
+    assert status(alice, "/alice/driver/kid").job.owner == "alice"

@@ -13,7 +13,7 @@ import time
 
 
 from iris.backends.local.backend import LocalBackend
-from iris.controller.auth import Authenticator
+from iris.controller.auth import LOCAL_ADMIN, Authenticator, mint_token
 from iris.controller.auth.tokens import token_expiry
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db.database import Database, sql
@@ -24,6 +24,7 @@ from iris.core.states import TaskState
 from iris.rpc import controller_pb2 as pb
 
 log = logging.getLogger("iris.controller")
+TASK_TOKEN_TTL_S = 30 * 86400
 
 
 class Controller:
@@ -40,7 +41,7 @@ class Controller:
         self.federation = self._federation() if config.peers else None
         self.tick = ControlLoop(
             self.db, self.backends, self.base_env(), config.controller.tick_interval, clock=clock,
-            federation=self.federation, workspace_root=state / "workspaces",
+            federation=self.federation, workspace_root=state / "workspaces", task_token=self.task_token,
         )
 
     def _federation(self):
@@ -67,6 +68,17 @@ class Controller:
             token_source=self.auth.peer_token,
             clock=self.clock,
         )
+
+    def task_token(self, owner: str) -> str | None:
+        """The credentials a task of `owner`'s runs with: a user token of this cluster's own.
+
+        None for local_admin jobs (they reach the controller from a trusted address anyway). A
+        handed-off job's tasks get this cluster's token, never the parent's: credentials do not
+        travel between clusters.
+        """
+        if not owner or owner == LOCAL_ADMIN:
+            return None
+        return mint_token(self.auth.signing_key, self.config.name, owner, "user", TASK_TOKEN_TTL_S)
 
     def _wake(self) -> None:
         self.tick.wake()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 
@@ -44,9 +44,11 @@ def parse_constraints(raw: str) -> tuple[Constraint, ...]:
 
 
 class SnapshotLoader:
-    def __init__(self, db: Database, workspace_root: Path | None = None):
+    def __init__(self, db: Database, workspace_root: Path | None = None,
+                 task_token: Callable[[str], str | None] = lambda owner: None):
         self.db = db
         self.workspace_root = workspace_root
+        self.task_token = task_token
         self._configs: dict[str, JobConfig] = {}
 
     def config(self, conn, job_id: str) -> JobConfig:
@@ -113,7 +115,7 @@ class SnapshotLoader:
                     backend_id: str, base_env: Mapping[str, str]) -> LaunchSpec:
         """What a backend needs to start one attempt; `conn` is the tick's open transaction."""
         cfg = self.config(conn, job_id)
-        replicas = conn.execute(sql("SELECT replicas FROM jobs WHERE job_id = :j"), {"j": job_id}).scalar_one()
+        replicas, owner = conn.execute(sql("SELECT replicas, owner FROM jobs WHERE job_id = :j"), {"j": job_id}).one()
         workdir = cfg.workdir
         if self.workspace_root is not None:
             unpacked = workspace.materialize(conn, job_id, self.workspace_root / safe_dirname(job_id))
@@ -130,4 +132,7 @@ class SnapshotLoader:
             "IRIS_WORKER_ID": worker_id,
             "IRIS_BACKEND_ID": backend_id,
         }
+        token = self.task_token(owner)
+        if token:
+            env["IRIS_TOKEN"] = token  # the task acts as its job's owner, e.g. to submit child jobs
         return LaunchSpec(attempt_id, job_id, index, attempt, worker_id, cfg.command, env, cfg.resources, workdir)

@@ -51,6 +51,7 @@ class ControlLoop:
         after_tick: Callable[[int], None] | None = None,
         federation=None,
         workspace_root: Path | None = None,
+        task_token: Callable[[str], str | None] = lambda owner: None,
     ):
         self.db = db
         self.backends = dict(backends)
@@ -59,7 +60,7 @@ class ControlLoop:
         self.clock = clock
         self.after_tick = after_tick
         self.federation = federation
-        self.loader = SnapshotLoader(db, workspace_root)
+        self.loader = SnapshotLoader(db, workspace_root, task_token)
         self._reasons: dict[str, str] = {}
         self._next_maintenance = 0.0
         self.generation = 0
