@@ -286,6 +286,9 @@ class ControlLoop:
                 started.append(backend.start(spec))
             except LaunchError as exc:
                 failed.append((spec, exc))
+            except Exception as exc:  # a backend fault must not leave the attempt ASSIGNED forever
+                log.exception("backend %s failed to start %s", backend.id, spec.attempt_id)
+                failed.append((spec, LaunchError(f"backend {backend.id} failed to start it: {exc}", retryable=True)))
         now = self.now_ms()
         with self.db.write() as conn:
             jobs = [attempt_db.mark_started(conn, s.attempt_id, s.pid, s.devices, now) for s in started]
