@@ -207,3 +207,16 @@ def test_explain_of_a_queued_job_shows_its_stage_and_what_peers_report(federatio
     assert explained.summary == "Queued for peer cw-gone to report free capacity"
     assert explained.lines[0].startswith("peer cw-gone: unreachable")
     c.terminate_job(pb.TerminateJobRequest(job_id=job))
+
+
+def test_federation_sync_is_only_for_the_requesting_peer_itself(federation):
+    marin, h100, _ = federation
+    from iris.controller.auth import mint_peer_token
+
+    marins = mint_peer_token(load_or_create_signing_key(None, marin.state_dir), "marin", "cw-h100")
+    assert client(h100, marins).federation_sync(pb.FederationSyncRequest(requester="marin", cursor=0)).cursor_stale
+    code, _ = error_code(lambda: client(h100, marins).federation_sync(pb.FederationSyncRequest(requester="cw-gb200")))
+    assert code == "permission_denied"
+    users = user_token(h100, "alice")
+    code, _ = error_code(lambda: client(h100, users).federation_sync(pb.FederationSyncRequest(requester="marin")))
+    assert code == "permission_denied"
