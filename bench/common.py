@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import yaml  # noqa: E402
 
+from iris.backends.local.backend import kill_leftover_attempts  # noqa: E402
 from iris.controller.process import probe  # noqa: E402
 from iris.core import polling  # noqa: E402
 
@@ -178,18 +179,7 @@ class Controller:
         self._kill_leftover_attempts()
 
     def _kill_leftover_attempts(self) -> None:
-        attempts = self.state_dir / "attempts"
-        if not attempts.exists():
-            return
-        for pid_file in attempts.glob("*/pid"):
-            try:
-                pid = int(pid_file.read_text().strip())
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    if b"IRIS_ATTEMPT_ID=" not in f.read():
-                        continue
-                os.killpg(pid, signal.SIGKILL)
-            except (OSError, ValueError):
-                pass
+        kill_leftover_attempts(self.state_dir)
 
     def restart(self) -> "Controller":
         self.stop()

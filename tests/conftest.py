@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from iris.backends.local.backend import kill_leftover_attempts
 from iris.controller.process import probe
 from iris.core import polling
 
@@ -126,16 +127,7 @@ class ControllerFactory:
             ctl.stop()
         # Attempts outlive a SIGKILLed controller by design; stop any the tests left behind.
         for ctl in self.started:
-            attempts = ctl.state_dir / "attempts"
-            for pid_file in attempts.glob("*/pid") if attempts.exists() else []:
-                try:
-                    pid = int(pid_file.read_text().strip())
-                    with open(f"/proc/{pid}/environ", "rb") as f:
-                        if b"IRIS_ATTEMPT_ID=" not in f.read():
-                            continue
-                    os.killpg(pid, signal.SIGKILL)
-                except (OSError, ValueError):
-                    pass
+            kill_leftover_attempts(ctl.state_dir)
 
 
 @pytest.fixture

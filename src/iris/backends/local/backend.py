@@ -383,3 +383,25 @@ class LocalBackend:
                 with self._lock:
                     self._attempts[rec.attempt_id] = attempt
                 self._finish(attempt)
+
+
+def kill_leftover_attempts(state_dir: Path) -> list[int]:
+    """SIGKILLs the process group of every attempt still running from `state_dir`.
+
+    Attempts outlive a controller that was killed, by design (the next one re-adopts them). When
+    no controller will come back for a state folder (a test or a benchmark tearing down), this
+    stops what is left, checking each pid really is an attempt before signalling it.
+    """
+    killed = []
+    root = state_dir / "attempts"
+    for pid_file in root.glob("*/pid") if root.exists() else ():
+        try:
+            pid = int(pid_file.read_text().strip())
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if b"IRIS_ATTEMPT_ID=" not in f.read():
+                    continue
+            os.killpg(pid, signal.SIGKILL)
+            killed.append(pid)
+        except (OSError, ValueError):
+            pass
+    return killed
