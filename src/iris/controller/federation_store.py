@@ -63,12 +63,13 @@ class ControllerFederationStore:
                 sql("SELECT cursor FROM federation_sync_state WHERE peer_id = :p"), {"p": peer_id}
             ).scalar() or 0
 
-    def mark_stale(self, peer_id: str, stale: bool) -> None:
+    def mark_stale(self, peer_id: str) -> None:
+        """The last sync failed: mirrored jobs keep their state, flagged stale until one succeeds."""
         with self.db.write() as conn:
             conn.execute(
-                sql("INSERT INTO federation_sync_state (peer_id, cursor, stale) VALUES (:p, 0, :s)"
-                     " ON CONFLICT(peer_id) DO UPDATE SET stale = :s"),
-                {"p": peer_id, "s": int(stale)},
+                sql("INSERT INTO federation_sync_state (peer_id, cursor, stale) VALUES (:p, 0, 1)"
+                     " ON CONFLICT(peer_id) DO UPDATE SET stale = 1"),
+                {"p": peer_id},
             )
 
     def peers_with_handles(self) -> set[str]:

@@ -48,7 +48,6 @@ class ControlLoop:
         base_env: Mapping[str, str],
         tick_interval: float = 1.0,
         clock: Callable[[], float] = time.time,
-        after_tick: Callable[[int], None] | None = None,
         federation=None,
         workspace_root: Path | None = None,
         task_token: Callable[[str], str | None] = lambda owner: None,
@@ -58,7 +57,6 @@ class ControlLoop:
         self.base_env = dict(base_env)
         self.tick_interval = tick_interval
         self.clock = clock
-        self.after_tick = after_tick
         self.federation = federation
         self.loader = SnapshotLoader(db, workspace_root, task_token)
         self._reasons: dict[str, str] = {}
@@ -140,11 +138,6 @@ class ControlLoop:
             with self._done:
                 self.generation += 1
                 self._done.notify_all()
-            if self.after_tick is not None:
-                try:
-                    self.after_tick(self.generation)
-                except Exception:
-                    log.exception("after-tick hook failed")
 
     # -- one pass ------------------------------------------------------------------------------
 
