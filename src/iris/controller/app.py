@@ -11,16 +11,18 @@ import logging
 import os
 import time
 
-
+from iris import scheduler
 from iris.backends.local.backend import LocalBackend
-from iris.controller.auth import LOCAL_ADMIN, Authenticator, mint_token
+from iris.controller.auth import LOCAL_ADMIN, Authenticator, Role, mint_token
 from iris.controller.auth.tokens import token_expiry
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import refresh_jobs, require_job
 from iris.controller.tick import ControlLoop
 from iris.core.config import ClusterConfig
+from iris.core.errors import PermissionDenied
 from iris.core.states import TaskState
+from iris.federation.model import Submitter
 from iris.rpc import controller_pb2 as pb
 
 log = logging.getLogger("iris.controller")
@@ -141,10 +143,6 @@ class Controller:
 
     def submitter(self, req: pb.LaunchJobRequest, identity):
         """Who is accountable for a submission. A user token submits only as its own user."""
-        from iris.controller.auth import Role
-        from iris.core.errors import PermissionDenied
-        from iris.federation.model import Submitter
-
         if identity.role is Role.USER and req.user and req.user != identity.principal and not req.parent_job_id:
             raise PermissionDenied(f"your token is for user {identity.principal}; it cannot submit jobs as {req.user}")
         return Submitter(principal=identity.principal, local_admin=identity.local_admin)
@@ -155,8 +153,6 @@ class Controller:
     def explain(self, job_id: str) -> pb.ExplainJobResponse:
         """Why a job waits: the scheduler's own filters for a local job; for a federated one, its
         handoff stage and what each peer last reported for the job's device."""
-        from iris import scheduler
-
         with self.db.read() as conn:
             row = require_job(conn, job_id)
             handle = conn.execute(

@@ -15,16 +15,26 @@ import secrets
 from sqlalchemy.engine import Connection
 
 from iris.controller import workspace
-from iris.controller.db.jobs import TERMINAL_JOB_SQL, delete_job_tree, insert_job, job_row
+from iris.controller.db.database import sql
+from iris.controller.db.jobs import (
+    TERMINAL_JOB_SQL,
+    delete_job_tree,
+    insert_job,
+    job_row,
+)
 from iris.controller.snapshot import parse_constraints, parse_resources
 from iris.core.bands import Band
 from iris.core.errors import AlreadyExists
 from iris.core.job import JobSpec
 from iris.core.states import JobState
 from iris.federation.model import HandoffState, Promotion, QueuedJob
-from iris.federation.reasons import awaiting_acceptance_reason, awaiting_first_report_reason, queued_reason
+from iris.federation.reasons import (
+    awaiting_acceptance_reason,
+    awaiting_first_report_reason,
+    queued_reason,
+)
 from iris.rpc import controller_pb2 as pb
-from iris.controller.db.database import sql
+from iris.rpc.codec import constraint_to_proto, resources_to_proto
 
 CHANGELOG_RETAIN = 100_000
 
@@ -118,8 +128,6 @@ def delivery_request(conn: Connection, job_id: str, requester: str) -> pb.Launch
     handle = conn.execute(
         sql("SELECT * FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
     ).mappings().first()
-    from iris.rpc.codec import constraint_to_proto, resources_to_proto
-
     req = pb.LaunchJobRequest(
         name=job_id,
         user=job["user"],
