@@ -6,7 +6,7 @@ UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 VENV := .venv
 export UV_PYTHON := $(shell command -v $(PYTHON))
 
-.PHONY: demo test bench env proto clean
+.PHONY: demo test lint bench env proto clean
 
 $(VENV)/.synced: pyproject.toml uv.lock
 	@command -v uv >/dev/null 2>&1 || [ -x "$(UV)" ] || $(PYTHON) -m pip install --quiet --user uv || $(PYTHON) -m pip install --quiet uv
@@ -18,7 +18,11 @@ env: $(VENV)/.synced
 demo: env
 	$(VENV)/bin/iris demo
 
-test: env
+lint: env
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: lint
 	$(VENV)/bin/pytest -n 2 -q
 
 bench: env

@@ -107,10 +107,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def local_backend(backend_id: str, workers: int, cpu: float, memory: str = "8G", gpu: str | None = None,
-                  gpu_count: int = 8) -> dict:
-    backend: dict[str, Any] = {"id": backend_id, "kind": "local", "workers": workers,
-                               "capacity": {"cpu": cpu, "memory": memory, "disk": "10G"}}
+def local_backend(
+    backend_id: str, workers: int, cpu: float, memory: str = "8G", gpu: str | None = None, gpu_count: int = 8
+) -> dict:
+    backend: dict[str, Any] = {
+        "id": backend_id,
+        "kind": "local",
+        "workers": workers,
+        "capacity": {"cpu": cpu, "memory": memory, "disk": "10G"},
+    }
     if gpu:
         backend["devices"] = {"gpu": gpu, "count": gpu_count}
     return backend
@@ -146,16 +151,26 @@ class Controller:
 
     def write_config(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        config = {"name": self.name, "listen": f"127.0.0.1:{self.port}", "state_dir": str(self.state_dir),
-                  "backends": self.backends, "controller": self.settings, **self.extra}
+        config = {
+            "name": self.name,
+            "listen": f"127.0.0.1:{self.port}",
+            "state_dir": str(self.state_dir),
+            "backends": self.backends,
+            "controller": self.settings,
+            **self.extra,
+        }
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
 
-    def start(self, timeout: float = 60.0) -> "Controller":
+    def start(self, timeout: float = 60.0) -> Controller:
         self.write_config()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [PYTHON, "-m", "iris.controller", str(self.config_path)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, cwd=str(ROOT),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                cwd=str(ROOT),
             )
         deadline = time.monotonic() + timeout
         while not probe(self.url, timeout=0.5):
@@ -181,11 +196,11 @@ class Controller:
     def _kill_leftover_attempts(self) -> None:
         kill_leftover_attempts(self.state_dir)
 
-    def restart(self) -> "Controller":
+    def restart(self) -> Controller:
         self.stop()
         return self.start()
 
-    def __enter__(self) -> "Controller":
+    def __enter__(self) -> Controller:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -195,10 +210,12 @@ class Controller:
 def revision() -> str:
     """The commit the measured code is at, marked `+changes` when src/ differs from it."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=ROOT, capture_output=True,
-                               text=True, timeout=5).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "src"], cwd=ROOT, capture_output=True, text=True, timeout=5
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return (head or "unknown") + (" +uncommitted changes in src/" if dirty else "")

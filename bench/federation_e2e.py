@@ -68,8 +68,9 @@ def count(client: IrisClient, sql: str) -> int:
     return int(client.query(sql).rows[0].values[0].number_value)
 
 
-def start_federation(base: Path, peers: int, workers: int, gpus: int, settings: dict, max_per_cycle: int,
-                     started: list[Controller]) -> tuple[Controller, list[Controller], str]:
+def start_federation(
+    base: Path, peers: int, workers: int, gpus: int, settings: dict, max_per_cycle: int, started: list[Controller]
+) -> tuple[Controller, list[Controller], str]:
     """Starts the peers (trusting the parent's key), then the parent; returns a user token for the parent.
 
     Only an accountable user's jobs are handed off (a tokenless loopback caller is local_admin), so
@@ -80,9 +81,13 @@ def start_federation(base: Path, peers: int, workers: int, gpus: int, settings: 
     trust = {"federation_peers": {parent.name: public_key_pem(key)}}
     peer_ctls = []
     for i in range(peers):
-        ctl = Controller(f"cw-{i}", base, [local_backend("h100", workers=workers, cpu=8 * gpus, memory="64G",
-                                                         gpu="h100", gpu_count=gpus)], settings=settings,
-                         extra={"auth": trust})
+        ctl = Controller(
+            f"cw-{i}",
+            base,
+            [local_backend("h100", workers=workers, cpu=8 * gpus, memory="64G", gpu="h100", gpu_count=gpus)],
+            settings=settings,
+            extra={"auth": trust},
+        )
         started.append(ctl)
         peer_ctls.append(ctl.start())
     parent.extra = {"peers": {p.name: {"address": p.url} for p in peer_ctls}}
@@ -90,8 +95,12 @@ def start_federation(base: Path, peers: int, workers: int, gpus: int, settings: 
     parent.start()
     client = IrisClient(parent.url)
     try:
-        wait_until(lambda: sum(p.reachable for p in client.peers()) == peers, timeout=30, interval=0.05,
-                   what="every peer to be reachable from the parent")
+        wait_until(
+            lambda: sum(p.reachable for p in client.peers()) == peers,
+            timeout=30,
+            interval=0.05,
+            what="every peer to be reachable from the parent",
+        )
     except BenchTimeout as exc:
         errors = "; ".join(f"{p.peer_id}: {p.last_error}" for p in client.peers() if not p.reachable)
         raise BenchTimeout(f"{exc} ({errors})") from None
@@ -115,8 +124,10 @@ def latency(parent: Controller, peers: dict[str, Controller], token: str, sample
             peer_id, t_placed, t_handed, t_running = "", None, None, None
             while t_running is None:
                 if time.monotonic() > deadline:
-                    raise BenchTimeout(f"{job} not running on a peer 30 s after submit "
-                                       f"(peer {peer_id or '?'}, placed {t_placed}, handed off {t_handed})")
+                    raise BenchTimeout(
+                        f"{job} not running on a peer 30 s after submit "
+                        f"(peer {peer_id or '?'}, placed {t_placed}, handed off {t_handed})"
+                    )
                 if not peer_id or t_handed is None:
                     st = client.status(job)
                     now = time.perf_counter()
@@ -146,10 +157,17 @@ def latency(parent: Controller, peers: dict[str, Controller], token: str, sample
         client.close()
         for c in peer_clients.values():
             c.close()
-    return {"samples": samples, "placed_p50_s": percentile(placed, 50), "placed_p90_s": percentile(placed, 90),
-            "handed_off_p50_s": percentile(handed, 50), "handed_off_p90_s": percentile(handed, 90),
-            "running_p50_s": percentile(running, 50), "running_p90_s": percentile(running, 90),
-            "running_max_s": max(running), "placed_on": where}
+    return {
+        "samples": samples,
+        "placed_p50_s": percentile(placed, 50),
+        "placed_p90_s": percentile(placed, 90),
+        "handed_off_p50_s": percentile(handed, 50),
+        "handed_off_p90_s": percentile(handed, 90),
+        "running_p50_s": percentile(running, 50),
+        "running_p90_s": percentile(running, 90),
+        "running_max_s": max(running),
+        "placed_on": where,
+    }
 
 
 def throughput(parent: Controller, peers: dict[str, Controller], token: str, n: int, quiet: bool) -> dict:
@@ -185,9 +203,11 @@ def throughput(parent: Controller, peers: dict[str, Controller], token: str, n: 
         stop.set()
         if not progress or progress[-1][1] < n:
             states = watcher.query("SELECT handoff_state, COUNT(*) FROM federated_jobs GROUP BY handoff_state").rows
-            raise BenchTimeout(f"only {progress[-1][1] if progress else 0}/{n} handed off after "
-                               f"{time.perf_counter() - t0:.0f} s: "
-                               + ", ".join(f"{r.values[0].string_value}={r.values[1].number_value:.0f}" for r in states))
+            raise BenchTimeout(
+                f"only {progress[-1][1] if progress else 0}/{n} handed off after "
+                f"{time.perf_counter() - t0:.0f} s: "
+                + ", ".join(f"{r.values[0].string_value}={r.values[1].number_value:.0f}" for r in states)
+            )
         total = progress[-1][0]
         first = next(t for t, done in progress if done > 0)
         parent_cpu = cpu_seconds(parent.pid) - cpu0
@@ -195,20 +215,31 @@ def throughput(parent: Controller, peers: dict[str, Controller], token: str, n: 
         finished = 0
         for p in peers.values():
             with IrisClient(p.url) as pc:
-                finished += count(pc, "SELECT COUNT(*) FROM jobs WHERE job_id LIKE '/bench/tp-%' AND state = 'SUCCEEDED'")
+                finished += count(
+                    pc, "SELECT COUNT(*) FROM jobs WHERE job_id LIKE '/bench/tp-%' AND state = 'SUCCEEDED'"
+                )
         per_peer = {}
-        for r in watcher.query("SELECT peer_id, COUNT(*) FROM federated_jobs WHERE job_id LIKE '/bench/tp-%' "
-                               "GROUP BY peer_id").rows:
+        for r in watcher.query(
+            "SELECT peer_id, COUNT(*) FROM federated_jobs WHERE job_id LIKE '/bench/tp-%' GROUP BY peer_id"
+        ).rows:
             per_peer[r.values[0].string_value] = int(r.values[1].number_value)
     finally:
         stop.set()
         thread.join(timeout=5) if thread.is_alive() else None
         client.close()
         watcher.close()
-    return {"jobs": n, "submit_s": submitted, "first_handoff_s": first, "seconds": total, "jobs_per_s": n / total,
-            "dispositions": dispositions, "per_peer": per_peer, "succeeded_on_peers_at_end": finished,
-            "parent_cpu_s": parent_cpu,
-            "progress": [(round(t, 3), d) for i, (t, d) in enumerate(progress) if i == 0 or d != progress[i - 1][1]]}
+    return {
+        "jobs": n,
+        "submit_s": submitted,
+        "first_handoff_s": first,
+        "seconds": total,
+        "jobs_per_s": n / total,
+        "dispositions": dispositions,
+        "per_peer": per_peer,
+        "succeeded_on_peers_at_end": finished,
+        "parent_cpu_s": parent_cpu,
+        "progress": [(round(t, 3), d) for i, (t, d) in enumerate(progress) if i == 0 or d != progress[i - 1][1]],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -227,8 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     n = args.jobs or (100 if args.quick else 200)
     samples = args.samples or (8 if args.quick else 20)
-    settings = {"tick_interval": args.tick_interval, "federation_heartbeat_interval": args.heartbeat,
-                "federation_sync_interval": args.sync}
+    settings = {
+        "tick_interval": args.tick_interval,
+        "federation_heartbeat_interval": args.heartbeat,
+        "federation_sync_interval": args.sync,
+    }
     quiet = False
     base = Path(tempfile.mkdtemp(prefix="iris-bench-fed-"))
     started: list[Controller] = []
@@ -237,8 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {}
     try:
         log(f"starting a parent and {args.peers} GPU peers ({args.workers} workers × 8 h100 each) …", quiet)
-        parent, peer_ctls, token = start_federation(base, args.peers, args.workers, 8, settings, args.max_per_cycle,
-                                                    started)
+        parent, peer_ctls, token = start_federation(
+            base, args.peers, args.workers, 8, settings, args.max_per_cycle, started
+        )
         peers = {p.name: p for p in peer_ctls}
         results["latency"] = latency(parent, peers, token, samples, quiet)
         time.sleep(1.0)
@@ -252,29 +287,57 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(base, ignore_errors=True)
     elapsed = time.perf_counter() - t_start
     lat, tp = results["latency"], results["throughput"]
-    config = {"peers": args.peers, "workers_per_peer": args.workers, "gpus_per_worker": 8, **settings,
-              "max_federation_handoffs_per_cycle": args.max_per_cycle}
+    config = {
+        "peers": args.peers,
+        "workers_per_peer": args.workers,
+        "gpus_per_worker": 8,
+        **settings,
+        "max_federation_handoffs_per_cycle": args.max_per_cycle,
+    }
     if args.json:
-        dump_json({"bench": "federation_e2e", "quick": args.quick, "config": config, **results, "elapsed_s": elapsed,
-                   "revision": revision(), "loadavg_start": load[0], "loadavg_end": os.getloadavg()[0]})
+        dump_json(
+            {
+                "bench": "federation_e2e",
+                "quick": args.quick,
+                "config": config,
+                **results,
+                "elapsed_s": elapsed,
+                "revision": revision(),
+                "loadavg_start": load[0],
+                "loadavg_end": os.getloadavg()[0],
+            }
+        )
         return 0
     print(f"\nIris {revision()}; load average {load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
-    print(f"Federation on loopback: a CPU-only parent and {args.peers} GPU peers "
-          f"({args.workers} workers × 8 h100 each); heartbeat {args.heartbeat}, sync {args.sync}, "
-          f"tick {args.tick_interval}, {args.max_per_cycle} handoffs per peer per pass\n")
-    print_table(["figure", "Iris", "target", "MultiKueue"], [
-        (f"handoff throughput, {tp['jobs']} jobs → {args.peers} peers, jobs/s", tp["jobs_per_s"], "≥ 100",
-         MULTIKUEUE_JOBS_PER_S),
-        ("submit → running on a peer, ms (p50)", lat["running_p50_s"] * 1000, "≤ 2,000", None),
-        ("submit → running on a peer, ms (p90)", lat["running_p90_s"] * 1000, "—", None),
-        ("  … submit → placed on a peer, ms (p50)", lat["placed_p50_s"] * 1000, "—", None),
-        ("  … submit → HANDED_OFF on the parent, ms (p50)", lat["handed_off_p50_s"] * 1000, "—", None),
-    ])
-    print(f"\nthroughput: {tp['jobs']} submitted in {tp['submit_s']:.2f} s ({tp['dispositions']}); first handoff "
-          f"after {tp['first_handoff_s']:.2f} s, last after {tp['seconds']:.2f} s; spread {tp['per_peer']}; "
-          f"{tp['succeeded_on_peers_at_end']} already succeeded on the peers; parent CPU {tp['parent_cpu_s']:.1f} s")
-    print(f"latency: {lat['samples']} samples, max {lat['running_max_s'] * 1000:.0f} ms, placed on {lat['placed_on']}; "
-          "the client polls every 5 ms")
+    print(
+        f"Federation on loopback: a CPU-only parent and {args.peers} GPU peers "
+        f"({args.workers} workers × 8 h100 each); heartbeat {args.heartbeat}, sync {args.sync}, "
+        f"tick {args.tick_interval}, {args.max_per_cycle} handoffs per peer per pass\n"
+    )
+    print_table(
+        ["figure", "Iris", "target", "MultiKueue"],
+        [
+            (
+                f"handoff throughput, {tp['jobs']} jobs → {args.peers} peers, jobs/s",
+                tp["jobs_per_s"],
+                "≥ 100",
+                MULTIKUEUE_JOBS_PER_S,
+            ),
+            ("submit → running on a peer, ms (p50)", lat["running_p50_s"] * 1000, "≤ 2,000", None),
+            ("submit → running on a peer, ms (p90)", lat["running_p90_s"] * 1000, "—", None),
+            ("  … submit → placed on a peer, ms (p50)", lat["placed_p50_s"] * 1000, "—", None),
+            ("  … submit → HANDED_OFF on the parent, ms (p50)", lat["handed_off_p50_s"] * 1000, "—", None),
+        ],
+    )
+    print(
+        f"\nthroughput: {tp['jobs']} submitted in {tp['submit_s']:.2f} s ({tp['dispositions']}); first handoff "
+        f"after {tp['first_handoff_s']:.2f} s, last after {tp['seconds']:.2f} s; spread {tp['per_peer']}; "
+        f"{tp['succeeded_on_peers_at_end']} already succeeded on the peers; parent CPU {tp['parent_cpu_s']:.1f} s"
+    )
+    print(
+        f"latency: {lat['samples']} samples, max {lat['running_max_s'] * 1000:.0f} ms, placed on {lat['placed_on']}; "
+        "the client polls every 5 ms"
+    )
     print(f"Iris/MultiKueue handoff throughput: {tp['jobs_per_s'] / MULTIKUEUE_JOBS_PER_S:.0f}×")
     print(f"\n(total {elapsed:.0f} s)")
     return 0

@@ -30,7 +30,9 @@ def _gpu_backend(rng: random.Random, backend_id: str, variant: str, total: int, 
     batch = rng.randrange(0, total - free)
     held = (BandHolding(Band.BATCH, {variant: batch}), BandHolding(Band.INTERACTIVE, {variant: total - free - batch}))
     availability = Availability(EPOCH, {variant: free}, {variant: total}, held)
-    return PeerBackend(backend_id, "kubernetes", {"device-type": "gpu", "device-variant": variant, **attrs}, availability)
+    return PeerBackend(
+        backend_id, "kubernetes", {"device-type": "gpu", "device-variant": variant, **attrs}, availability
+    )
 
 
 def make_peers(rng: random.Random, count: int) -> list[PeerSnapshot]:
@@ -49,7 +51,10 @@ def make_peers(rng: random.Random, count: int) -> list[PeerSnapshot]:
 SHAPES = (
     (Resources(cpu=8, memory=64 * GiB, device=Device("gpu", "h100", 8)), ()),
     (Resources(cpu=1, memory=8 * GiB, device=Device("gpu", "h100", 1)), ()),
-    (Resources(cpu=8, memory=64 * GiB, device=Device("gpu", "h100", 8)), (Constraint("preemptible", Op.EQ, ("true",)),)),
+    (
+        Resources(cpu=8, memory=64 * GiB, device=Device("gpu", "h100", 8)),
+        (Constraint("preemptible", Op.EQ, ("true",)),),
+    ),
     (Resources(cpu=16, memory=128 * GiB, device=Device("gpu", "gb200", 4)), ()),
     (Resources(cpu=8, memory=64 * GiB, device=Device("gpu", "", 8)), ()),
     (Resources(cpu=2, memory=4 * GiB), ()),
@@ -78,7 +83,9 @@ def make_queue(rng: random.Random, count: int, peers: list[PeerSnapshot]) -> lis
     return jobs
 
 
-def time_pass(jobs: list[QueuedJob], peers: list[PeerSnapshot], cap: int, repeat: int) -> tuple[float, tuple[Promotion, ...]]:
+def time_pass(
+    jobs: list[QueuedJob], peers: list[PeerSnapshot], cap: int, repeat: int
+) -> tuple[float, tuple[Promotion, ...]]:
     best, promotions = float("inf"), ()
     for _ in range(repeat):
         start = time.perf_counter()

@@ -31,7 +31,9 @@ from iris.scheduler import PendingTask, RunningTask, SchedulingSnapshot, WorkerS
 G = 1024**3
 REGIONS = ("us-east5", "us-central1", "eu-west4")
 CPU_SHAPES = [Resources(cpu=c, memory=m * G) for c in (0.5, 1, 2, 4, 8) for m in (1, 4, 16)]
-GPU_SHAPES = [Resources(cpu=8, memory=64 * G, device=Device("gpu", v, n)) for v in ("h100", "a100", "") for n in (1, 4, 8)]
+GPU_SHAPES = [
+    Resources(cpu=8, memory=64 * G, device=Device("gpu", v, n)) for v in ("h100", "a100", "") for n in (1, 4, 8)
+]
 
 
 def build_workers(count: int, rng: random.Random) -> list[WorkerSnapshot]:
@@ -46,8 +48,14 @@ def build_workers(count: int, rng: random.Random) -> list[WorkerSnapshot]:
         else:
             variant = "h100" if i % 2 else "a100"
             capacity = Resources(cpu=96, memory=1024 * G, disk=2000 * G, device=Device("gpu", variant, 8))
-            attrs = {"device-type": "gpu", "device-variant": variant, "gpu-count": "8", "region": region,
-                     "zone": zone, "pool": f"{variant}-{region}-{i // 64}"}
+            attrs = {
+                "device-type": "gpu",
+                "device-variant": variant,
+                "gpu-count": "8",
+                "region": region,
+                "zone": zone,
+                "pool": f"{variant}-{region}-{i // 64}",
+            }
             backend = f"gpu-{variant}"
         workers.append(WorkerSnapshot(f"w{i:05d}", backend, capacity, attrs, alive=rng.random() > 0.01))
     return workers
@@ -66,8 +74,17 @@ def build_running(workers: list[WorkerSnapshot], rng: random.Random) -> list[Run
             else:
                 resources = Resources(cpu=4, memory=16 * G)
             band = Band.BATCH if rng.random() < 0.7 else Band.INTERACTIVE
-            running.append(RunningTask(f"/r/{worker.worker_id}-{j}/0", f"/r/{worker.worker_id}-{j}", worker.worker_id,
-                                       resources, band, rng.randint(0, 10**6), f"user{rng.randint(0, 19)}"))
+            running.append(
+                RunningTask(
+                    f"/r/{worker.worker_id}-{j}/0",
+                    f"/r/{worker.worker_id}-{j}",
+                    worker.worker_id,
+                    resources,
+                    band,
+                    rng.randint(0, 10**6),
+                    f"user{rng.randint(0, 19)}",
+                )
+            )
     return running
 
 
@@ -77,7 +94,9 @@ def build_pending(count: int, rng: random.Random) -> list[PendingTask]:
     while len(pending) < count:
         gpu = rng.random() < 0.2
         resources = rng.choice(GPU_SHAPES if gpu else CPU_SHAPES)
-        replicas = min(count - len(pending), rng.choice((1, 1, 2, 4, 8, 16, 32)) if not gpu else rng.choice((1, 1, 2, 4)))
+        replicas = min(
+            count - len(pending), rng.choice((1, 1, 2, 4, 8, 16, 32)) if not gpu else rng.choice((1, 1, 2, 4))
+        )
         constraints: tuple[Constraint, ...] = ()
         if rng.random() < 0.3:
             constraints += (Constraint("region", Op.EQ, (rng.choice(REGIONS),)),)
@@ -87,9 +106,22 @@ def build_pending(count: int, rng: random.Random) -> list[PendingTask]:
         user = f"user{rng.randint(0, 19)}"
         job_id = f"/{user}/job-{job}"
         for index in range(replicas):
-            pending.append(PendingTask(f"{job_id}/{index}", job_id, index, resources, constraints, band, user,
-                                       depth=int(rng.random() < 0.1), root_submitted_ms=job, insertion=job,
-                                       replicas=replicas, coschedule=gpu))
+            pending.append(
+                PendingTask(
+                    f"{job_id}/{index}",
+                    job_id,
+                    index,
+                    resources,
+                    constraints,
+                    band,
+                    user,
+                    depth=int(rng.random() < 0.1),
+                    root_submitted_ms=job,
+                    insertion=job,
+                    replicas=replicas,
+                    coschedule=gpu,
+                )
+            )
         job += 1
     return pending
 
@@ -98,8 +130,9 @@ def build_snapshot(pending: int, workers: int, seed: int = 7) -> SchedulingSnaps
     rng = random.Random(seed)
     worker_list = build_workers(workers, rng)
     budgets = {f"user{i}": 50_000 for i in range(0, 20, 5)}
-    return SchedulingSnapshot(10**6, tuple(worker_list), tuple(build_running(worker_list, rng)),
-                              tuple(build_pending(pending, rng)), budgets)
+    return SchedulingSnapshot(
+        10**6, tuple(worker_list), tuple(build_running(worker_list, rng)), tuple(build_pending(pending, rng)), budgets
+    )
 
 
 def measure(pending: int, workers: int, repeat: int) -> dict:
@@ -131,8 +164,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="ticks per size; the median is printed")
     parser.add_argument("--skip-largest", action="store_true", help="leave out 100k pending × 5,000 workers")
     args = parser.parse_args()
-    header = (f"{'pending':>8} {'workers':>8} {'tick ms':>9} {'decisions/s':>12} {'placed':>7} "
-              f"{'placed/s':>10} {'preempt':>8} {'unsched':>8} {'waiting jobs':>13}")
+    header = (
+        f"{'pending':>8} {'workers':>8} {'tick ms':>9} {'decisions/s':>12} {'placed':>7} "
+        f"{'placed/s':>10} {'preempt':>8} {'unsched':>8} {'waiting jobs':>13}"
+    )
     print(header)
     for pending in args.pending:
         for workers in args.workers:
@@ -140,9 +175,12 @@ def main() -> None:
                 print(f"{pending:>8} {workers:>8}  skipped (--skip-largest)")
                 continue
             row = measure(pending, workers, args.repeat)
-            print(f"{row['pending']:>8} {row['workers']:>8} {row['tick_ms']:>9.1f} {row['decisions_per_s']:>12,.0f} "
-                  f"{row['placements']:>7} {row['placements_per_s']:>10,.0f} {row['preemptions']:>8} "
-                  f"{row['unschedulable']:>8} {row['waiting_jobs']:>13}", flush=True)
+            print(
+                f"{row['pending']:>8} {row['workers']:>8} {row['tick_ms']:>9.1f} {row['decisions_per_s']:>12,.0f} "
+                f"{row['placements']:>7} {row['placements_per_s']:>10,.0f} {row['preemptions']:>8} "
+                f"{row['unschedulable']:>8} {row['waiting_jobs']:>13}",
+                flush=True,
+            )
     print("target: 10,000 pending x 1,000 workers under 100 ms and at least 5,000 decisions/s")
 
 

@@ -86,7 +86,7 @@ class SlurmCluster:
     def env(self) -> dict[str, str]:
         return {**os.environ, "SLURM_CONF": str(self.conf)}
 
-    def start(self, timeout: float = 30.0) -> "SlurmCluster":
+    def start(self, timeout: float = 30.0) -> SlurmCluster:
         try:
             self._start(timeout)
         except BaseException:
@@ -99,16 +99,22 @@ class SlurmCluster:
         self.base.chmod(0o755)  # munged (user munge) must reach its socket folder
         for parent in self.base.resolve().parents:
             if not parent.stat().st_mode & 0o001:
-                raise SlurmError(f"{parent} is not searchable by other users, so munged cannot reach "
-                                 f"{self.munge_dir}; put the Slurm folder elsewhere (e.g. its own tempfile.mkdtemp)")
+                raise SlurmError(
+                    f"{parent} is not searchable by other users, so munged cannot reach "
+                    f"{self.munge_dir}; put the Slurm folder elsewhere (e.g. its own tempfile.mkdtemp)"
+                )
         for d in ("state", "spool", "log", "out"):
             (self.base / d).mkdir(exist_ok=True)
         self._start_munged(timeout)
         self.conf.write_text(self._config())
         log = open(self.base / "log" / "daemons.out", "ab")
         self.procs["slurmctld"] = subprocess.Popen(
-            [_which("slurmctld"), "-D", "-i", "-f", str(self.conf)], env=self.env, stdin=subprocess.DEVNULL,
-            stdout=log, stderr=log, start_new_session=True,
+            [_which("slurmctld"), "-D", "-i", "-f", str(self.conf)],
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         while not self._ping():
@@ -117,8 +123,12 @@ class SlurmCluster:
                 raise SlurmError(f"slurmctld did not answer within {timeout:g}s; see {self.base}/log")
             time.sleep(0.1)
         self.procs["slurmd"] = subprocess.Popen(
-            [_which("slurmd"), "-D", "-N", "localhost", "-f", str(self.conf)], env=self.env,
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+            [_which("slurmd"), "-D", "-N", "localhost", "-f", str(self.conf)],
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
         )
         log.close()
         while True:
@@ -141,11 +151,21 @@ class SlurmCluster:
         self.munge_dir.chmod(0o755)  # the socket folder must be reachable by every client
         key.chmod(0o400)
         self.procs["munged"] = subprocess.Popen(
-            [_which("munged"), "-F", f"--socket={self.socket}", f"--key-file={key}",
-             f"--pid-file={self.munge_dir / 'munged.pid'}", f"--log-file={self.munge_dir / 'munged.log'}",
-             f"--seed-file={self.munge_dir / 'munged.seed'}"],
-            user="munge", group="munge", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=open(self.base / "log" / "munged.err", "ab"), start_new_session=True,
+            [
+                _which("munged"),
+                "-F",
+                f"--socket={self.socket}",
+                f"--key-file={key}",
+                f"--pid-file={self.munge_dir / 'munged.pid'}",
+                f"--log-file={self.munge_dir / 'munged.log'}",
+                f"--seed-file={self.munge_dir / 'munged.seed'}",
+            ],
+            user="munge",
+            group="munge",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.base / "log" / "munged.err", "ab"),
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         while not self.socket.exists():
@@ -193,8 +213,11 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
         proc = self.procs.get(name)
         if proc is not None and proc.poll() is not None:
             tail: list[str] = []
-            for logs in (self.base / "log" / f"{name}.log", self.base / "log" / f"{name}.err",
-                         self.base / "log" / "daemons.out"):
+            for logs in (
+                self.base / "log" / f"{name}.log",
+                self.base / "log" / f"{name}.err",
+                self.base / "log" / "daemons.out",
+            ):
                 if logs.exists() and logs.stat().st_size:
                     tail = logs.read_text(errors="replace").strip().splitlines()[-3:]
                     break
@@ -245,7 +268,7 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
                 continue
         return found
 
-    def __enter__(self) -> "SlurmCluster":
+    def __enter__(self) -> SlurmCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -255,8 +278,9 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 
     def _run(self, argv: list[str], timeout: float = 30, check: bool = True) -> str | None:
         try:
-            res = subprocess.run([_which(argv[0]) or argv[0], *argv[1:]], env=self.env, capture_output=True,
-                                 text=True, timeout=timeout)
+            res = subprocess.run(
+                [_which(argv[0]) or argv[0], *argv[1:]], env=self.env, capture_output=True, text=True, timeout=timeout
+            )
         except subprocess.TimeoutExpired:
             if check:
                 raise SlurmError(f"{argv[0]} timed out after {timeout:g}s") from None
@@ -286,7 +310,7 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
         out = self._run(["squeue", "-h", "-o", "%i"], timeout=10, check=False) or ""
         ids = [int(x) for x in out.split() if x.isdigit()]
         for i in range(0, len(ids), 500):
-            self._run(["scancel", *map(str, ids[i:i + 500])], timeout=30, check=False)
+            self._run(["scancel", *map(str, ids[i : i + 500])], timeout=30, check=False)
 
     def queue_empty(self) -> bool:
         out = self._run(["squeue", "-h", "-o", "%i"], timeout=5, check=False)
@@ -348,8 +372,10 @@ def main() -> int:
         deadline = time.monotonic() + 30
         while job not in cluster.finished() and time.monotonic() < deadline:
             time.sleep(0.005)
-        print(f"sbatch {submit * 1000:.1f} ms; job {job} {cluster.finished().get(job, 'NOT FINISHED')} "
-              f"{time.perf_counter() - t0:.2f}s after submit")
+        print(
+            f"sbatch {submit * 1000:.1f} ms; job {job} {cluster.finished().get(job, 'NOT FINISHED')} "
+            f"{time.perf_counter() - t0:.2f}s after submit"
+        )
     finally:
         cluster.stop()
         shutil.rmtree(base, ignore_errors=True)

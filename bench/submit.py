@@ -51,6 +51,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import slurm as slurm_mod  # noqa: E402
 from common import (  # noqa: E402
     IRIS_CLI,
     PYTHON,
@@ -72,17 +73,13 @@ from common import (  # noqa: E402
 from iris.client import IrisClient  # noqa: E402
 from iris.core.errors import IrisError  # noqa: E402
 
-import slurm as slurm_mod  # noqa: E402
-
 TERMINAL = {"SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE"}
 TWO_SLOTS = [local_backend("cpu", workers=2, cpu=1)]
 MANY_SLOTS = [local_backend("cpu", workers=4, cpu=16, memory="64G")]
 USER = "bench"
 
-FULL = dict(a1=2000, a4=600, b=25, c=40, d=200, e=15, f=10_000,
-            s_a1=150, s_a4=50, s_c=10, s_d=200, s_e=6)
-QUICK = dict(a1=400, a4=150, b=8, c=15, d=200, e=5, f=2_000,
-             s_a1=40, s_a4=15, s_c=4, s_d=40, s_e=3)
+FULL = dict(a1=2000, a4=600, b=25, c=40, d=200, e=15, f=10_000, s_a1=150, s_a4=50, s_c=10, s_d=200, s_e=6)
+QUICK = dict(a1=400, a4=150, b=8, c=15, d=200, e=5, f=2_000, s_a1=40, s_a4=15, s_c=4, s_d=40, s_e=3)
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -111,8 +108,17 @@ def _submit_worker(url: str, prefix: str, count: int, time_limit: float, barrier
         latencies.append(time.perf_counter() - t)
         ends.append(time.monotonic())
     end = time.monotonic()
-    results.put({"start": start, "end": end, "submitted": len(latencies), "errors": errors,
-                 "first_error": first_error, "latencies": latencies, "ends": ends})
+    results.put(
+        {
+            "start": start,
+            "end": end,
+            "submitted": len(latencies),
+            "errors": errors,
+            "first_error": first_error,
+            "latencies": latencies,
+            "ends": ends,
+        }
+    )
     client.close()
 
 
@@ -120,8 +126,10 @@ def submit_throughput(url: str, clients: int, per_client: int, time_limit: float
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(clients)
     results = ctx.Queue()
-    procs = [ctx.Process(target=_submit_worker, args=(url, f"{tag}-c{i}", per_client, time_limit, barrier, results))
-             for i in range(clients)]
+    procs = [
+        ctx.Process(target=_submit_worker, args=(url, f"{tag}-c{i}", per_client, time_limit, barrier, results))
+        for i in range(clients)
+    ]
     try:
         for p in procs:
             p.start()
@@ -143,11 +151,18 @@ def submit_throughput(url: str, clients: int, per_client: int, time_limit: float
     q = len(ends) // 4
     first_q = q / (ends[q - 1] - start) if q and ends[q - 1] > start else 0.0
     last_q = q / (ends[-1] - ends[-q - 1]) if q and ends[-1] > ends[-q - 1] else 0.0
-    return {"clients": clients, "submitted": submitted, "errors": sum(o["errors"] for o in outs),
-            "first_quarter_jobs_per_s": first_q, "last_quarter_jobs_per_s": last_q,
-            "first_error": next((o["first_error"] for o in outs if o["first_error"]), ""),
-            "seconds": end - start, "jobs_per_s": submitted / (end - start) if end > start else 0.0,
-            "call_ms_p50": percentile(lat, 50) * 1000, "call_ms_p99": percentile(lat, 99) * 1000}
+    return {
+        "clients": clients,
+        "submitted": submitted,
+        "errors": sum(o["errors"] for o in outs),
+        "first_quarter_jobs_per_s": first_q,
+        "last_quarter_jobs_per_s": last_q,
+        "first_error": next((o["first_error"] for o in outs if o["first_error"]), ""),
+        "seconds": end - start,
+        "jobs_per_s": submitted / (end - start) if end > start else 0.0,
+        "call_ms_p50": percentile(lat, 50) * 1000,
+        "call_ms_p99": percentile(lat, 99) * 1000,
+    }
 
 
 def count_terminal(client: IrisClient) -> int:
@@ -201,10 +216,14 @@ def iris_cli(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
         t = time.perf_counter()
         subprocess.run([PYTHON, "-c", "pass"], check=True)
         floor.append(time.perf_counter() - t)
-    out["cli_submit"] = {"calls": count, "ms_p50": percentile(samples, 50) * 1000,
-                         "ms_p90": percentile(samples, 90) * 1000, "ms_min": min(samples) * 1000,
-                         "python_startup_ms_p50": percentile(floor, 50) * 1000,
-                         "without_bytecode_cache_ms_p50": percentile(uncached, 50) * 1000 if uncached else None}
+    out["cli_submit"] = {
+        "calls": count,
+        "ms_p50": percentile(samples, 50) * 1000,
+        "ms_p90": percentile(samples, 90) * 1000,
+        "ms_min": min(samples) * 1000,
+        "python_startup_ms_p50": percentile(floor, 50) * 1000,
+        "without_bytecode_cache_ms_p50": percentile(uncached, 50) * 1000 if uncached else None,
+    }
 
 
 def iris_latency(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
@@ -238,8 +257,10 @@ def iris_latency(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
         client.close()
     out["latency"] = {
         "samples": count,
-        "to_running_p50_s": percentile(running, 50), "to_running_p90_s": percentile(running, 90),
-        "to_succeeded_p50_s": percentile(done, 50), "to_succeeded_p90_s": percentile(done, 90),
+        "to_running_p50_s": percentile(running, 50),
+        "to_running_p90_s": percentile(running, 90),
+        "to_succeeded_p50_s": percentile(done, 50),
+        "to_succeeded_p90_s": percentile(done, 90),
         "server_to_started_p50_s": percentile(srv_start, 50),
         "server_to_finished_p50_s": percentile(srv_done, 50),
     }
@@ -259,8 +280,13 @@ def iris_drain(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
         failed = client.cluster_info().job_counts.get("FAILED", 0)
     finally:
         client.close()
-    out["drain"] = {"jobs": count, "submit_s": submitted, "seconds": total, "jobs_per_s": count / total,
-                    "failed": failed}
+    out["drain"] = {
+        "jobs": count,
+        "submit_s": submitted,
+        "seconds": total,
+        "jobs_per_s": count / total,
+        "failed": failed,
+    }
 
 
 def iris_cancel(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
@@ -281,8 +307,12 @@ def iris_cancel(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
 
             pid = wait_until(running_pid, timeout=30, interval=0.01, what=f"{job} running")
             # The wrapper shell starts `sleep` just after it records its pid: wait for both.
-            members = wait_until(lambda: m if len(m := process_group(pid)) >= 2 else None, timeout=5,
-                                 interval=0.005, what=f"the processes of {job}")
+            members = wait_until(
+                lambda: m if len(m := process_group(pid)) >= 2 else None,
+                timeout=5,
+                interval=0.005,
+                what=f"the processes of {job}",
+            )
             time.sleep(0.05)
             t0 = time.perf_counter()
             client.cancel(job)
@@ -296,8 +326,12 @@ def iris_cancel(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
             call.append(t_call)
     finally:
         client.close()
-    out["cancel"] = {"samples": count, "call_ms_p50": percentile(call, 50) * 1000,
-                     "gone_ms_p50": percentile(gone, 50) * 1000, "gone_ms_p90": percentile(gone, 90) * 1000}
+    out["cancel"] = {
+        "samples": count,
+        "call_ms_p50": percentile(call, 50) * 1000,
+        "gone_ms_p50": percentile(gone, 50) * 1000,
+        "gone_ms_p90": percentile(gone, 90) * 1000,
+    }
 
 
 def iris_memory(base: Path, count: int, out: dict, quiet: bool) -> None:
@@ -311,8 +345,12 @@ def iris_memory(base: Path, count: int, out: dict, quiet: bool) -> None:
         sub = submit_throughput(ctl.url, 4, count // 4, time_limit=300, tag="mem")
         client = IrisClient(ctl.url)
         try:
-            wait_until(lambda: count_terminal(client) >= sub["submitted"], timeout=600, interval=0.5,
-                       what=f"{sub['submitted']:,} jobs to finish")
+            wait_until(
+                lambda: count_terminal(client) >= sub["submitted"],
+                timeout=600,
+                interval=0.5,
+                what=f"{sub['submitted']:,} jobs to finish",
+            )
             fill_s = time.perf_counter() - t0
             counts = dict(client.cluster_info().job_counts)
             time.sleep(1.0)
@@ -325,11 +363,17 @@ def iris_memory(base: Path, count: int, out: dict, quiet: bool) -> None:
         time.sleep(2.0)
         restarted = rss_kb(ctl.pid)
         out["memory"] = {
-            "jobs": sub["submitted"], "job_counts": counts, "fill_s": fill_s,
+            "jobs": sub["submitted"],
+            "job_counts": counts,
+            "fill_s": fill_s,
             "how": f"{sub['submitted']:,} `true` jobs submitted through the SDK by 4 processes "
-                   f"({sub['jobs_per_s']:.0f}/s) to 4 workers × 16 cpu and run to completion in {fill_s:.1f} s",
-            "idle_rss_mb": idle["VmRSS"] / 1024, "rss_mb": after["VmRSS"] / 1024, "peak_rss_mb": after["VmHWM"] / 1024,
-            "rss_after_restart_mb": restarted["VmRSS"] / 1024, "db_mb": db_bytes / 2**20, "db": str(db),
+            f"({sub['jobs_per_s']:.0f}/s) to 4 workers × 16 cpu and run to completion in {fill_s:.1f} s",
+            "idle_rss_mb": idle["VmRSS"] / 1024,
+            "rss_mb": after["VmRSS"] / 1024,
+            "peak_rss_mb": after["VmHWM"] / 1024,
+            "rss_after_restart_mb": restarted["VmRSS"] / 1024,
+            "db_mb": db_bytes / 2**20,
+            "db": str(db),
         }
     finally:
         ctl.stop()
@@ -356,16 +400,22 @@ def slurm_rows(n: dict, only: set[str], out: dict, quiet: bool, keep: bool) -> N
                 job = cluster.sbatch("true")
                 wait_until(lambda: job in cluster.finished(), timeout=30, interval=0.005, what=f"Slurm job {job}")
                 done.append(time.perf_counter() - t0)
-            out["latency"] = {"samples": len(done), "to_finished_p50_s": percentile(done, 50),
-                              "to_finished_p90_s": percentile(done, 90)}
+            out["latency"] = {
+                "samples": len(done),
+                "to_finished_p50_s": percentile(done, 50),
+                "to_finished_p90_s": percentile(done, 90),
+            }
         if "e" in only:
             log(f"[slurm e] {n['s_e']} × scancel of a running `sleep 300` …", quiet)
             gone = []
             for _ in range(n["s_e"]):
                 job = cluster.sbatch("sleep 300")
-                pids = wait_until(lambda: cluster.state(job) == "RUNNING" and
-                                  (p := cluster.job_pids(job)) and len(p) >= 2 and p,
-                                  timeout=30, interval=0.02, what=f"Slurm job {job} running")
+                pids = wait_until(
+                    lambda: cluster.state(job) == "RUNNING" and (p := cluster.job_pids(job)) and len(p) >= 2 and p,
+                    timeout=30,
+                    interval=0.02,
+                    what=f"Slurm job {job} running",
+                )
                 time.sleep(0.05)
                 t0 = time.perf_counter()
                 cluster.scancel(job)
@@ -375,8 +425,11 @@ def slurm_rows(n: dict, only: set[str], out: dict, quiet: bool, keep: bool) -> N
                         raise BenchTimeout(f"Slurm job {job}'s processes still alive 30 s after scancel")
                     time.sleep(0.0005)
                 gone.append(time.perf_counter() - t0)
-            out["cancel"] = {"samples": len(gone), "gone_ms_p50": percentile(gone, 50) * 1000,
-                             "gone_ms_p90": percentile(gone, 90) * 1000}
+            out["cancel"] = {
+                "samples": len(gone),
+                "gone_ms_p50": percentile(gone, 50) * 1000,
+                "gone_ms_p90": percentile(gone, 90) * 1000,
+            }
         if "a" in only or "b" in only:
             log(f"[slurm a] {n['s_a1']} sequential sbatch, then 4 × {n['s_a4']} concurrent …", quiet)
             lat = []
@@ -403,8 +456,11 @@ def slurm_rows(n: dict, only: set[str], out: dict, quiet: bool, keep: bool) -> N
                 t.join(timeout=120)
             par = time.perf_counter() - t0
             out["submit_1_client"] = {"submitted": n["s_a1"], "jobs_per_s": n["s_a1"] / seq}
-            out["submit_4_client"] = {"submitted": 4 * n["s_a4"] - len(errors), "errors": len(errors),
-                                      "jobs_per_s": (4 * n["s_a4"] - len(errors)) / par}
+            out["submit_4_client"] = {
+                "submitted": 4 * n["s_a4"] - len(errors),
+                "errors": len(errors),
+                "jobs_per_s": (4 * n["s_a4"] - len(errors)) / par,
+            }
             out["cli_submit"] = {"ms_p50": percentile(lat, 50) * 1000, "ms_p90": percentile(lat, 90) * 1000}
             cluster.cancel_all()
             wait_until(cluster.queue_empty, timeout=60, interval=0.2, what="the Slurm queue to empty")
@@ -414,8 +470,12 @@ def slurm_rows(n: dict, only: set[str], out: dict, quiet: bool, keep: bool) -> N
             t0 = time.perf_counter()
             ids = [cluster.sbatch("true") for _ in range(count)]
             submitted = time.perf_counter() - t0
-            wait_until(lambda: all(i in cluster.finished() for i in ids), timeout=count * 2 + 60, interval=0.05,
-                       what="the Slurm drain")
+            wait_until(
+                lambda: all(i in cluster.finished() for i in ids),
+                timeout=count * 2 + 60,
+                interval=0.05,
+                what="the Slurm drain",
+            )
             total = time.perf_counter() - t0
             out["drain"] = {"jobs": count, "submit_s": submitted, "seconds": total, "jobs_per_s": count / total}
     finally:
@@ -441,39 +501,114 @@ def table_rows(iris: dict, slurm: dict) -> list[dict]:
         return None if v is None else v * 1000
 
     rows = [
-        ("a", "submit, 1 client, jobs/s (SDK; sbatch)", g(iris, "submit_1_client", "jobs_per_s"), "≥ 430",
-         g(slurm, "submit_1_client", "jobs_per_s"), True),
-        ("a", "submit, 4 client processes, jobs/s", g(iris, "submit_4_client", "jobs_per_s"), "—",
-         g(slurm, "submit_4_client", "jobs_per_s"), True),
-        ("b", "CLI submit, no wait, ms per call (p50)", g(iris, "cli_submit", "ms_p50"), "≤ 50",
-         g(slurm, "cli_submit", "ms_p50"), False),
-        ("b", "CLI submit, no wait, ms per call (p90)", g(iris, "cli_submit", "ms_p90"), "—",
-         g(slurm, "cli_submit", "ms_p90"), False),
+        (
+            "a",
+            "submit, 1 client, jobs/s (SDK; sbatch)",
+            g(iris, "submit_1_client", "jobs_per_s"),
+            "≥ 430",
+            g(slurm, "submit_1_client", "jobs_per_s"),
+            True,
+        ),
+        (
+            "a",
+            "submit, 4 client processes, jobs/s",
+            g(iris, "submit_4_client", "jobs_per_s"),
+            "—",
+            g(slurm, "submit_4_client", "jobs_per_s"),
+            True,
+        ),
+        (
+            "b",
+            "CLI submit, no wait, ms per call (p50)",
+            g(iris, "cli_submit", "ms_p50"),
+            "≤ 50",
+            g(slurm, "cli_submit", "ms_p50"),
+            False,
+        ),
+        (
+            "b",
+            "CLI submit, no wait, ms per call (p90)",
+            g(iris, "cli_submit", "ms_p90"),
+            "—",
+            g(slurm, "cli_submit", "ms_p90"),
+            False,
+        ),
         ("c", "submit → running `true`, ms (p50)", ms(g(iris, "latency", "to_running_p50_s")), "—", None, False),
         ("c", "submit → running `true`, ms (p90)", ms(g(iris, "latency", "to_running_p90_s")), "—", None, False),
-        ("c", "submit → succeeded `true`, ms (p50)", ms(g(iris, "latency", "to_succeeded_p50_s")), "≤ 200",
-         ms(g(slurm, "latency", "to_finished_p50_s")), False),
-        ("c", "submit → succeeded `true`, ms (p90)", ms(g(iris, "latency", "to_succeeded_p90_s")), "—",
-         ms(g(slurm, "latency", "to_finished_p90_s")), False),
-        ("d", "drain tiny jobs on 2 slots, jobs/s", g(iris, "drain", "jobs_per_s"), "≥ 20",
-         g(slurm, "drain", "jobs_per_s"), True),
-        ("e", "cancel → processes gone, ms (p50)", g(iris, "cancel", "gone_ms_p50"), "≤ 16",
-         g(slurm, "cancel", "gone_ms_p50"), False),
-        ("e", "cancel → processes gone, ms (p90)", g(iris, "cancel", "gone_ms_p90"), "—",
-         g(slurm, "cancel", "gone_ms_p90"), False),
-        ("f", f"controller RSS, {g(iris, 'memory', 'jobs') or 0:,} finished jobs, MB",
-         g(iris, "memory", "rss_mb"), "—", None, False),
+        (
+            "c",
+            "submit → succeeded `true`, ms (p50)",
+            ms(g(iris, "latency", "to_succeeded_p50_s")),
+            "≤ 200",
+            ms(g(slurm, "latency", "to_finished_p50_s")),
+            False,
+        ),
+        (
+            "c",
+            "submit → succeeded `true`, ms (p90)",
+            ms(g(iris, "latency", "to_succeeded_p90_s")),
+            "—",
+            ms(g(slurm, "latency", "to_finished_p90_s")),
+            False,
+        ),
+        (
+            "d",
+            "drain tiny jobs on 2 slots, jobs/s",
+            g(iris, "drain", "jobs_per_s"),
+            "≥ 20",
+            g(slurm, "drain", "jobs_per_s"),
+            True,
+        ),
+        (
+            "e",
+            "cancel → processes gone, ms (p50)",
+            g(iris, "cancel", "gone_ms_p50"),
+            "≤ 16",
+            g(slurm, "cancel", "gone_ms_p50"),
+            False,
+        ),
+        (
+            "e",
+            "cancel → processes gone, ms (p90)",
+            g(iris, "cancel", "gone_ms_p90"),
+            "—",
+            g(slurm, "cancel", "gone_ms_p90"),
+            False,
+        ),
+        (
+            "f",
+            f"controller RSS, {g(iris, 'memory', 'jobs') or 0:,} finished jobs, MB",
+            g(iris, "memory", "rss_mb"),
+            "—",
+            None,
+            False,
+        ),
         ("f", "  … peak RSS while running them, MB", g(iris, "memory", "peak_rss_mb"), "—", None, False),
-        ("f", "  … RSS after a restart on that database, MB", g(iris, "memory", "rss_after_restart_mb"), "—", None,
-         False),
+        (
+            "f",
+            "  … RSS after a restart on that database, MB",
+            g(iris, "memory", "rss_after_restart_mb"),
+            "—",
+            None,
+            False,
+        ),
     ]
     out = []
     for key, figure, iv, target, sv, higher in rows:
         if iv is None and sv is None:
             continue
         ratio = iv / sv if iv is not None and sv else None
-        out.append({"row": key, "figure": figure, "iris": iv, "target": target, "slurm": sv, "iris_over_slurm": ratio,
-                    "higher_is_better": higher})
+        out.append(
+            {
+                "row": key,
+                "figure": figure,
+                "iris": iv,
+                "target": target,
+                "slurm": sv,
+                "iris_over_slurm": ratio,
+                "higher_is_better": higher,
+            }
+        )
     return out
 
 
@@ -515,8 +650,12 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 ctl.start()
                 time.sleep(0.5)
-                for key, name, fn in (("c", "c (latency)", iris_latency), ("e", "e (cancel)", iris_cancel),
-                                      ("b", "b (CLI)", iris_cli), ("d", "d (drain)", iris_drain)):
+                for key, name, fn in (
+                    ("c", "c (latency)", iris_latency),
+                    ("e", "e (cancel)", iris_cancel),
+                    ("b", "b (CLI)", iris_cli),
+                    ("d", "d (drain)", iris_drain),
+                ):
                     if key in only:
                         attempt(name, fn, ctl, n[key], iris, quiet)
             finally:
@@ -540,48 +679,93 @@ def main(argv: list[str] | None = None) -> int:
     rows = table_rows(iris, slurm)
     elapsed = time.perf_counter() - t_start
     if args.json:
-        dump_json({"bench": "submit", "quick": args.quick, "iris": iris, "slurm": slurm, "slurm_note": slurm_note,
-                   "rows": rows, "errors": errors, "elapsed_s": elapsed, "revision": revision(),
-                   "loadavg_start": load[0], "loadavg_end": os.getloadavg()[0]})
+        dump_json(
+            {
+                "bench": "submit",
+                "quick": args.quick,
+                "iris": iris,
+                "slurm": slurm,
+                "slurm_note": slurm_note,
+                "rows": rows,
+                "errors": errors,
+                "elapsed_s": elapsed,
+                "revision": revision(),
+                "loadavg_start": load[0],
+                "loadavg_end": os.getloadavg()[0],
+            }
+        )
         return 1 if errors else 0
-    print(f"\nIris ({revision()}) end to end on one machine ({os.cpu_count()} cores, load average {load[0]:.1f} at "
-          f"the start, {os.getloadavg()[0]:.1f} at the end); Iris cluster: 2 slots unless noted\n")
-    print_table(["", "figure", "Iris", "target", "Slurm", "Iris/Slurm"],
-                [(r["row"], r["figure"], r["iris"], r["target"], r["slurm"],
-                  None if r["iris_over_slurm"] is None else f"{r['iris_over_slurm']:.2f}×") for r in rows])
+    print(
+        f"\nIris ({revision()}) end to end on one machine ({os.cpu_count()} cores, load average {load[0]:.1f} at "
+        f"the start, {os.getloadavg()[0]:.1f} at the end); Iris cluster: 2 slots unless noted\n"
+    )
+    print_table(
+        ["", "figure", "Iris", "target", "Slurm", "Iris/Slurm"],
+        [
+            (
+                r["row"],
+                r["figure"],
+                r["iris"],
+                r["target"],
+                r["slurm"],
+                None if r["iris_over_slurm"] is None else f"{r['iris_over_slurm']:.2f}×",
+            )
+            for r in rows
+        ],
+    )
     print("\n(Iris/Slurm above 1 is better for jobs/s rows, below 1 is better for time rows.)")
     print(slurm_note)
     a1, a4 = iris.get("submit_1_client"), iris.get("submit_4_client")
     for r in (a1, a4):
         if r:
-            print(f"a: {r['clients']} client(s): {r['submitted']:,} jobs in {r['seconds']:.2f} s "
-                  f"({r['first_quarter_jobs_per_s']:.0f}/s over the first quarter, "
-                  f"{r['last_quarter_jobs_per_s']:.0f}/s over the last), "
-                  f"call p50 {r['call_ms_p50']:.2f} ms p99 {r['call_ms_p99']:.2f} ms, "
-                  f"controller CPU {r['controller_cpu_s']:.1f} s, errors {r['errors']}"
-                  + (f" (first: {r['first_error']})" if r["errors"] else ""))
+            print(
+                f"a: {r['clients']} client(s): {r['submitted']:,} jobs in {r['seconds']:.2f} s "
+                f"({r['first_quarter_jobs_per_s']:.0f}/s over the first quarter, "
+                f"{r['last_quarter_jobs_per_s']:.0f}/s over the last), "
+                f"call p50 {r['call_ms_p50']:.2f} ms p99 {r['call_ms_p99']:.2f} ms, "
+                f"controller CPU {r['controller_cpu_s']:.1f} s, errors {r['errors']}"
+                + (f" (first: {r['first_error']})" if r["errors"] else "")
+            )
     if "cli_submit" in iris:
         b = iris["cli_submit"]
-        print(f"b: {b['calls']} calls with a bytecode cache; min {b['ms_min']:.1f} ms; a bare `python -c pass` "
-              f"takes {b['python_startup_ms_p50']:.1f} ms here"
-              + (f"; without a bytecode cache (PYTHONDONTWRITEBYTECODE is set here) p50 "
-                 f"{b['without_bytecode_cache_ms_p50']:.1f} ms" if b.get("without_bytecode_cache_ms_p50") else ""))
+        print(
+            f"b: {b['calls']} calls with a bytecode cache; min {b['ms_min']:.1f} ms; a bare `python -c pass` "
+            f"takes {b['python_startup_ms_p50']:.1f} ms here"
+            + (
+                f"; without a bytecode cache (PYTHONDONTWRITEBYTECODE is set here) p50 "
+                f"{b['without_bytecode_cache_ms_p50']:.1f} ms"
+                if b.get("without_bytecode_cache_ms_p50")
+                else ""
+            )
+        )
     if "latency" in iris:
         lat = iris["latency"]
-        print(f"c: {lat['samples']} jobs; the controller's own timestamps: submitted → started "
-              f"{lat['server_to_started_p50_s'] * 1000:.0f} ms, submitted → finished "
-              f"{lat['server_to_finished_p50_s'] * 1000:.0f} ms (p50); client polls every 5 ms")
+        print(
+            f"c: {lat['samples']} jobs; the controller's own timestamps: submitted → started "
+            f"{lat['server_to_started_p50_s'] * 1000:.0f} ms, submitted → finished "
+            f"{lat['server_to_finished_p50_s'] * 1000:.0f} ms (p50); client polls every 5 ms"
+        )
     if "drain" in iris:
         d = iris["drain"]
-        print(f"d: {d['jobs']} jobs submitted in {d['submit_s']:.2f} s, all finished after {d['seconds']:.2f} s"
-              + (f"; Slurm: {slurm['drain']['jobs']} jobs in {slurm['drain']['seconds']:.1f} s" if "drain" in slurm else ""))
+        print(
+            f"d: {d['jobs']} jobs submitted in {d['submit_s']:.2f} s, all finished after {d['seconds']:.2f} s"
+            + (
+                f"; Slurm: {slurm['drain']['jobs']} jobs in {slurm['drain']['seconds']:.1f} s"
+                if "drain" in slurm
+                else ""
+            )
+        )
     if "cancel" in iris:
-        print(f"e: {iris['cancel']['samples']} cancels; the TerminateJob call itself returned in "
-              f"{iris['cancel']['call_ms_p50']:.1f} ms (p50); Slurm's figure includes starting `scancel`")
+        print(
+            f"e: {iris['cancel']['samples']} cancels; the TerminateJob call itself returned in "
+            f"{iris['cancel']['call_ms_p50']:.1f} ms (p50); Slurm's figure includes starting `scancel`"
+        )
     if "memory" in iris:
         m = iris["memory"]
-        print(f"f: {m['how']}; idle RSS {m['idle_rss_mb']:.0f} MB before; database {m['db_mb']:.1f} MB; "
-              f"final states {m['job_counts']}")
+        print(
+            f"f: {m['how']}; idle RSS {m['idle_rss_mb']:.0f} MB before; database {m['db_mb']:.1f} MB; "
+            f"final states {m['job_counts']}"
+        )
     for e in errors:
         print(f"FAILED {e}")
     print(f"\n(total {elapsed:.0f} s)")

@@ -24,10 +24,16 @@ def generate(out: Path) -> list[Path]:
     plugin = bin_dir / "protoc-gen-connectrpc"
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [
-            sys.executable, "-m", "grpc_tools.protoc", f"-I{RPC}",
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{RPC}",
             f"--plugin=protoc-gen-connectrpc={plugin}",
-            f"--python_out={tmp}", f"--pyi_out={tmp}", f"--connectrpc_out={tmp}",
-            "--connectrpc_opt=protobuf=google", *PROTOS,
+            f"--python_out={tmp}",
+            f"--pyi_out={tmp}",
+            f"--connectrpc_out={tmp}",
+            "--connectrpc_opt=protobuf=google",
+            *PROTOS,
         ]
         subprocess.run(cmd, check=True, cwd=RPC)
         out.mkdir(parents=True, exist_ok=True)

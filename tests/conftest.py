@@ -49,12 +49,15 @@ class RunningController:
     log: Path | None = None
     extra_env: dict = field(default_factory=dict)
 
-    def start(self, timeout: float = 30.0) -> "RunningController":
+    def start(self, timeout: float = 30.0) -> RunningController:
         self.log = self.state_dir.parent / f"{self.name}.log"
         out = open(self.log, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "iris.controller", str(self.config_path)],
-            stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True,
+            stdout=out,
+            stderr=out,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         out.close()
         deadline = time.monotonic() + timeout
@@ -87,15 +90,22 @@ class RunningController:
         config.update(changes)
         self.config_path.write_text(yaml.safe_dump(config))
 
-    def restart(self) -> "RunningController":
+    def restart(self) -> RunningController:
         self.stop()
         return self.start()
 
-    def cli(self, *args: str, check: bool = False, timeout: float = 60, input: str | None = None) -> subprocess.CompletedProcess:
+    def cli(
+        self, *args: str, check: bool = False, timeout: float = 60, input: str | None = None
+    ) -> subprocess.CompletedProcess:
         env = {**os.environ, "IRIS_CONTROLLER": self.url, **self.extra_env}
         return subprocess.run(
-            [sys.executable, "-m", "iris.cli.main", *args], env=env, capture_output=True, text=True,
-            timeout=timeout, check=check, input=input,
+            [sys.executable, "-m", "iris.cli.main", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=check,
+            input=input,
         )
 
 
@@ -104,7 +114,9 @@ class ControllerFactory:
         self.base = base
         self.started: list[RunningController] = []
 
-    def __call__(self, name: str = "test", backends: list[dict] | None = None, start: bool = True, **extra) -> RunningController:
+    def __call__(
+        self, name: str = "test", backends: list[dict] | None = None, start: bool = True, **extra
+    ) -> RunningController:
         port = free_port()
         state_dir = self.base / name / "state"
         config = {

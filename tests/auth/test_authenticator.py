@@ -61,7 +61,10 @@ def test_identify_peer_token_returns_federation_peer(auth, marin_key):
     token = mint_peer_token(marin_key, "marin", "cw-h100", now=NOW)
     ident = auth.identify(bearer(token), "10.9.9.9", now=NOW)
     assert (ident.principal, ident.role, ident.issuer, ident.local_admin) == (
-        "marin", Role.FEDERATION_PEER, "marin", False
+        "marin",
+        Role.FEDERATION_PEER,
+        "marin",
+        False,
     )
 
 

@@ -29,11 +29,25 @@ PEER = Identity("marin", Role.FEDERATION_PEER, "marin")
 
 ALL = sorted(CONTROLLER_METHODS)
 READS = [
-    "GetJobStatus", "ListJobs", "ListTasks", "FetchLogs", "ListBackends", "ListWorkers", "ListPeers",
-    "ExecuteRawQuery", "ExplainJob", "GetClusterInfo",
+    "GetJobStatus",
+    "ListJobs",
+    "ListTasks",
+    "FetchLogs",
+    "ListBackends",
+    "ListWorkers",
+    "ListPeers",
+    "ExecuteRawQuery",
+    "ExplainJob",
+    "GetClusterInfo",
 ]
 PEER_CALLS = [
-    "LaunchJob", "GetJobStatus", "ListTasks", "TerminateJob", "FetchLogs", "ListBackends", "FederationSync",
+    "LaunchJob",
+    "GetJobStatus",
+    "ListTasks",
+    "TerminateJob",
+    "FetchLogs",
+    "ListBackends",
+    "FederationSync",
     "GetClusterInfo",
 ]
 WORKER_CALLS = ["GetClusterInfo", "GetJobStatus", "ListJobs", "ListTasks"]

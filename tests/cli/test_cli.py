@@ -15,11 +15,53 @@ from iris.rpc import controller_pb2 as pb
 
 def test_job_run_flags_become_the_launch_request(iris, fake_controller):
     result = iris(
-        "job", "run", "--no-wait", "--cpu", "2", "--memory", "512M", "--disk", "1G", "--replicas", "2",
-        "--priority", "batch", "--region", "us-east5", "--zone", "us-east5-a", "--constraint", "preemptible=false",
-        "--target-cluster", "cw", "--coschedule", "-e", "A", "1", "-e", "B", "two words", "--job-name", "train",
-        "--user", "alice", "--max-retries", "2", "--max-retries-preemption", "5", "--timeout", "5m",
-        "--scheduling-timeout", "30s", "--existing", "replace", "--", "python", "train.py", "--lr", "3e-4",
+        "job",
+        "run",
+        "--no-wait",
+        "--cpu",
+        "2",
+        "--memory",
+        "512M",
+        "--disk",
+        "1G",
+        "--replicas",
+        "2",
+        "--priority",
+        "batch",
+        "--region",
+        "us-east5",
+        "--zone",
+        "us-east5-a",
+        "--constraint",
+        "preemptible=false",
+        "--target-cluster",
+        "cw",
+        "--coschedule",
+        "-e",
+        "A",
+        "1",
+        "-e",
+        "B",
+        "two words",
+        "--job-name",
+        "train",
+        "--user",
+        "alice",
+        "--max-retries",
+        "2",
+        "--max-retries-preemption",
+        "5",
+        "--timeout",
+        "5m",
+        "--scheduling-timeout",
+        "30s",
+        "--existing",
+        "replace",
+        "--",
+        "python",
+        "train.py",
+        "--lr",
+        "3e-4",
     )
     assert result.code == 0, result.err
     assert result.out == "/alice/train\n"
@@ -28,7 +70,9 @@ def test_job_run_flags_become_the_launch_request(iris, fake_controller):
     assert (req.name, req.user, req.replicas, req.priority) == ("train", "alice", 2, "batch")
     assert (req.resources.cpu, req.resources.memory_bytes, req.resources.disk_bytes) == (2, 512 << 20, 1 << 30)
     assert [(c.key, c.op, list(c.values)) for c in req.constraints] == [
-        ("preemptible", "EQ", ["false"]), ("region", "EQ", ["us-east5"]), ("zone", "EQ", ["us-east5-a"]),
+        ("preemptible", "EQ", ["false"]),
+        ("region", "EQ", ["us-east5"]),
+        ("zone", "EQ", ["us-east5-a"]),
         ("cluster", "EQ", ["cw"]),
     ]
     assert dict(req.env) == {"A": "1", "B": "two words"}
@@ -130,8 +174,20 @@ def test_job_list_shows_the_columns_and_filters(iris):
 
 
 def test_job_logs_tail_and_task_filter(iris):
-    iris("job", "run", "--user", "alice", "--job-name", "many", "--replicas", "2", "--",
-         "sh", "-c", "echo a$IRIS_TASK_INDEX; echo b$IRIS_TASK_INDEX")
+    iris(
+        "job",
+        "run",
+        "--user",
+        "alice",
+        "--job-name",
+        "many",
+        "--replicas",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        "echo a$IRIS_TASK_INDEX; echo b$IRIS_TASK_INDEX",
+    )
     out = iris("job", "logs", "/alice/many").out.splitlines()
     assert sorted(out) == ["[0] a0", "[0] b0", "[1] a1", "[1] b1"]
     assert iris("job", "logs", "/alice/many", "--task", "1").out.splitlines() == ["a1", "b1"]
@@ -215,8 +271,21 @@ def run_program(url: str, home, *args: str) -> tuple[subprocess.CompletedProcess
 
 
 def test_job_run_no_wait_imports_no_protobuf(fake_controller, tmp_path):
-    result, modules, _ = run_program(fake_controller.url, tmp_path, "job", "run", "--no-wait", "--user", "alice",
-                                     "--memory", "2G", "--constraint", "pool=a", "--", "true")
+    result, modules, _ = run_program(
+        fake_controller.url,
+        tmp_path,
+        "job",
+        "run",
+        "--no-wait",
+        "--user",
+        "alice",
+        "--memory",
+        "2G",
+        "--constraint",
+        "pool=a",
+        "--",
+        "true",
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("/alice/")
     assert "iris.client.launch" in modules  # the listing is real

@@ -18,8 +18,11 @@ from tests.conftest import free_port, wait_until
 
 def iris(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "iris.cli.main", *args], env={**os.environ, **(env or {})},
-        capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "-m", "iris.cli.main", *args],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -41,8 +44,19 @@ def test_e2e_job_run_exit_codes_follow_the_outcome(controller):
 
 
 def test_e2e_no_wait_prints_only_the_id_and_list_describe_logs_see_the_job(controller):
-    run = controller.cli("job", "run", "--no-wait", "--user", "alice", "--job-name", "rep", "--replicas", "2",
-                         "--", "echo replica $IRIS_TASK_INDEX")
+    run = controller.cli(
+        "job",
+        "run",
+        "--no-wait",
+        "--user",
+        "alice",
+        "--job-name",
+        "rep",
+        "--replicas",
+        "2",
+        "--",
+        "echo replica $IRIS_TASK_INDEX",
+    )
     assert run.returncode == 0 and run.stdout == "/alice/rep\n"
     logs = controller.cli("job", "logs", "-f", "/alice/rep")
     assert sorted(logs.stdout.splitlines()) == ["[0] replica 0", "[1] replica 1"]
@@ -59,8 +73,10 @@ def test_e2e_no_wait_prints_only_the_id_and_list_describe_logs_see_the_job(contr
 
 def test_e2e_job_stop_kills_a_running_job(controller):
     controller.cli("job", "run", "--no-wait", "--user", "alice", "--job-name", "sleeper", "--", "sleep", "300")
-    wait_until(lambda: json.loads(controller.cli("-o", "json", "job", "list").stdout)["jobs"][0]["state"] == "RUNNING",
-               message="the job to run")
+    wait_until(
+        lambda: json.loads(controller.cli("-o", "json", "job", "list").stdout)["jobs"][0]["state"] == "RUNNING",
+        message="the job to run",
+    )
     stop = controller.cli("job", "stop", "/alice/sleeper")
     assert stop.returncode == 0 and stop.stdout == "stopped /alice/sleeper\n"
     state = json.loads(controller.cli("-o", "json", "job", "describe", "/alice/sleeper").stdout)["job"]["state"]
@@ -70,7 +86,9 @@ def test_e2e_job_stop_kills_a_running_job(controller):
 def test_e2e_pending_job_shows_a_reason_in_list_and_describe(controller):
     # Two workers of 4 cpu: the third 4-cpu job waits for one to free up.
     for name in ("a", "b", "c"):
-        controller.cli("job", "run", "--no-wait", "--user", "alice", "--job-name", name, "--cpu", "4", "--", "sleep", "300")
+        controller.cli(
+            "job", "run", "--no-wait", "--user", "alice", "--job-name", name, "--cpu", "4", "--", "sleep", "300"
+        )
     wait_until(lambda: "PENDING" in controller.cli("job", "list", "--state", "PENDING").stdout, message="a pending job")
     pending = controller.cli("job", "list", "--state", "PENDING").stdout.splitlines()
     assert len(pending) == 2 and pending[1].split()[0] == "/alice/c"
@@ -96,7 +114,9 @@ def test_e2e_query_and_rpc(controller):
     assert backends["cluster"] == controller.name and backends["backends"][0]["id"] == "cpu"
     peers = json.loads(controller.cli("rpc", "controller", "list-peers").stdout)
     assert peers == {"peers": []}
-    status = json.loads(controller.cli("rpc", "controller", "get-job-status", "--json", '{"job_id": "/alice/q"}').stdout)
+    status = json.loads(
+        controller.cli("rpc", "controller", "get-job-status", "--json", '{"job_id": "/alice/q"}').stdout
+    )
     assert status["job"]["state"] == "SUCCEEDED"
 
 
@@ -114,10 +134,16 @@ def test_e2e_cluster_status_reports_health_and_backends(controller):
 def write_config(tmp_path: Path) -> tuple[Path, str]:
     port = free_port()
     path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": "detached", "listen": f"127.0.0.1:{port}", "state_dir": str(tmp_path / "state"),
-        "backends": [{"id": "cpu", "kind": "local", "workers": 1, "capacity": {"cpu": 2, "memory": "2G"}}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "detached",
+                "listen": f"127.0.0.1:{port}",
+                "state_dir": str(tmp_path / "state"),
+                "backends": [{"id": "cpu", "kind": "local", "workers": 1, "capacity": {"cpu": 2, "memory": "2G"}}],
+            }
+        )
+    )
     return path, f"http://127.0.0.1:{port}"
 
 
@@ -178,8 +204,12 @@ def test_e2e_cluster_start_needs_a_config_and_reports_a_bad_one(tmp_path):
 
 def test_e2e_cluster_start_foreground_stops_on_sigterm(tmp_path):
     path, url = write_config(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "iris.cli.main", "cluster", "start", "--config", str(path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "iris.cli.main", "cluster", "start", "--config", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_until(lambda: iris("--controller", url, "cluster", "status").returncode == 0, message="controller up")
         proc.send_signal(signal.SIGTERM)

@@ -21,8 +21,9 @@ STEPS = [
 def run_demo(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
     # A HOME of its own: the demo must not depend on (or touch) the caller's token file.
     env = {**os.environ, "HOME": str(tmp_path), "IRIS_TOKEN": "", "IRIS_CONTROLLER": ""}
-    return subprocess.run([sys.executable, "-m", "iris.cli.main", *args, "demo"], env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "iris.cli.main", *args, "demo"], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def pid_alive(pid: int) -> bool:

@@ -67,18 +67,36 @@ def test_format_tasks_counts_done_and_says_what_the_rest_do():
 
 
 def test_format_resources_names_devices_the_way_the_flags_take_them():
-    r = pb.Resources(cpu=2, memory_bytes=8 << 30, disk_bytes=10 << 30, device=pb.Device(kind="gpu", variant="h100", count=8))
+    r = pb.Resources(
+        cpu=2, memory_bytes=8 << 30, disk_bytes=10 << 30, device=pb.Device(kind="gpu", variant="h100", count=8)
+    )
     assert format_resources(r) == "cpu=2 memory=8G disk=10G gpu=h100x8"
-    tpu = pb.Resources(cpu=1, memory_bytes=1 << 30, device=pb.Device(kind="tpu", variant="v5p", count=8, topology="v5p-8"))
+    tpu = pb.Resources(
+        cpu=1, memory_bytes=1 << 30, device=pb.Device(kind="tpu", variant="v5p", count=8, topology="v5p-8")
+    )
     assert format_resources(tpu) == "cpu=1 memory=1G tpu=v5p-8"
 
 
 def test_jobs_table_has_the_documented_columns_and_a_reason_for_pending_jobs():
     jobs = [
-        pb.JobStatus(job_id="/alice/wait", state="PENDING", cluster="marin", replicas=1, task_counts={"PENDING": 1},
-                     submitted_ms=NOW - 60_000, pending_reason="Queued for peer cw-h100 to report free capacity"),
-        pb.JobStatus(job_id="/alice/bad", state="FAILED", cluster="marin", replicas=1, task_counts={"FAILED": 1},
-                     submitted_ms=NOW - 5_000, error="task 0 failed: exit code 3"),
+        pb.JobStatus(
+            job_id="/alice/wait",
+            state="PENDING",
+            cluster="marin",
+            replicas=1,
+            task_counts={"PENDING": 1},
+            submitted_ms=NOW - 60_000,
+            pending_reason="Queued for peer cw-h100 to report free capacity",
+        ),
+        pb.JobStatus(
+            job_id="/alice/bad",
+            state="FAILED",
+            cluster="marin",
+            replicas=1,
+            task_counts={"FAILED": 1},
+            submitted_ms=NOW - 5_000,
+            error="task 0 failed: exit code 3",
+        ),
         pb.JobStatus(job_id="/alice/new", state="PENDING", replicas=1, submitted_ms=NOW),
     ]
     lines = jobs_table(jobs, NOW).splitlines()
@@ -92,24 +110,63 @@ def test_jobs_table_has_the_documented_columns_and_a_reason_for_pending_jobs():
 def test_describe_job_shows_the_job_its_tasks_and_attempts():
     resp = pb.GetJobStatusResponse(
         job=pb.JobStatus(
-            job_id="/alice/train", state="FAILED", user="alice", cluster="marin", priority="batch", replicas=1,
-            command=["python", "train.py", "--name", "a b"], resources=pb.Resources(cpu=2, memory_bytes=4 << 30),
+            job_id="/alice/train",
+            state="FAILED",
+            user="alice",
+            cluster="marin",
+            priority="batch",
+            replicas=1,
+            command=["python", "train.py", "--name", "a b"],
+            resources=pb.Resources(cpu=2, memory_bytes=4 << 30),
             constraints=[pb.Constraint(key="region", op="EQ", values=["us-east5"])],
-            submitted_ms=NOW - 10_000, started_ms=NOW - 9_000, finished_ms=NOW - 4_000,
-            error="task 0 failed: exit code 2", exit_code=2, has_exit_code=True, task_counts={"FAILED": 1},
+            submitted_ms=NOW - 10_000,
+            started_ms=NOW - 9_000,
+            finished_ms=NOW - 4_000,
+            error="task 0 failed: exit code 2",
+            exit_code=2,
+            has_exit_code=True,
+            task_counts={"FAILED": 1},
         ),
-        tasks=[pb.TaskStatus(
-            task_id="/alice/train/0", index=0, state="FAILED", attempt=1, backend_id="cpu", worker_id="cpu-1",
-            exit_code=2, has_exit_code=True, started_ms=NOW - 6_000, finished_ms=NOW - 4_000,
-            attempts=[
-                pb.AttemptStatus(attempt_id="/alice/train/0:0", attempt=0, state="FAILED", backend_id="cpu",
-                                 worker_id="cpu-0", exit_code=2, has_exit_code=True, pid=4242,
-                                 started_ms=NOW - 9_000, finished_ms=NOW - 7_000),
-                pb.AttemptStatus(attempt_id="/alice/train/0:1", attempt=1, state="FAILED", backend_id="cpu",
-                                 worker_id="cpu-1", exit_code=2, has_exit_code=True, pid=4343,
-                                 started_ms=NOW - 6_000, finished_ms=NOW - 4_000),
-            ],
-        )],
+        tasks=[
+            pb.TaskStatus(
+                task_id="/alice/train/0",
+                index=0,
+                state="FAILED",
+                attempt=1,
+                backend_id="cpu",
+                worker_id="cpu-1",
+                exit_code=2,
+                has_exit_code=True,
+                started_ms=NOW - 6_000,
+                finished_ms=NOW - 4_000,
+                attempts=[
+                    pb.AttemptStatus(
+                        attempt_id="/alice/train/0:0",
+                        attempt=0,
+                        state="FAILED",
+                        backend_id="cpu",
+                        worker_id="cpu-0",
+                        exit_code=2,
+                        has_exit_code=True,
+                        pid=4242,
+                        started_ms=NOW - 9_000,
+                        finished_ms=NOW - 7_000,
+                    ),
+                    pb.AttemptStatus(
+                        attempt_id="/alice/train/0:1",
+                        attempt=1,
+                        state="FAILED",
+                        backend_id="cpu",
+                        worker_id="cpu-1",
+                        exit_code=2,
+                        has_exit_code=True,
+                        pid=4343,
+                        started_ms=NOW - 6_000,
+                        finished_ms=NOW - 4_000,
+                    ),
+                ],
+            )
+        ],
     )
     text = describe_job(resp, NOW)
     fields = header_fields(text)
@@ -123,8 +180,9 @@ def test_describe_job_shows_the_job_its_tasks_and_attempts():
 
 
 def test_describe_job_of_a_pending_job_shows_its_reason():
-    resp = pb.GetJobStatusResponse(job=pb.JobStatus(job_id="/a/b", state="PENDING", replicas=1,
-                                                    pending_reason="Waiting for 8 h100 on one worker"))
+    resp = pb.GetJobStatusResponse(
+        job=pb.JobStatus(job_id="/a/b", state="PENDING", replicas=1, pending_reason="Waiting for 8 h100 on one worker")
+    )
     assert header_fields(describe_job(resp, NOW))["Pending reason"] == "Waiting for 8 h100 on one worker"
 
 
@@ -147,10 +205,16 @@ def test_query_rows_and_table_render_sql_values():
 
 
 def test_explain_text_lists_each_group_with_its_reasons():
-    resp = pb.ExplainJobResponse(job_id="/a/b", summary="fits nowhere", groups=[
-        pb.ExplainGroup(backend_id="cpu", group="cpu=4 memory=8G", workers=2, verdict="blocked",
-                        reasons=["needs 16 cpu, has 4"]),
-    ], lines=["try --cpu 4"])
+    resp = pb.ExplainJobResponse(
+        job_id="/a/b",
+        summary="fits nowhere",
+        groups=[
+            pb.ExplainGroup(
+                backend_id="cpu", group="cpu=4 memory=8G", workers=2, verdict="blocked", reasons=["needs 16 cpu, has 4"]
+            ),
+        ],
+        lines=["try --cpu 4"],
+    )
     text = explain_text(resp)
     assert text.splitlines()[0] == "/a/b: fits nowhere"
     assert "cpu      cpu=4 memory=8G  2        blocked  needs 16 cpu, has 4" in text

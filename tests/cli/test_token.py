@@ -32,21 +32,48 @@ from tests.conftest import free_port
 def iris(*args: str, home: Path, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
     """`iris ARGS` as a subprocess with its own HOME (so its own token file) and no token in the environment."""
     base = {k: v for k, v in os.environ.items() if k not in ("IRIS_TOKEN", "IRIS_CONTROLLER")}
-    return subprocess.run([sys.executable, "-m", "iris.cli.main", *args], env={**base, "HOME": str(home), **(env or {})},
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "iris.cli.main", *args],
+        env={**base, "HOME": str(home), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def write_config(tmp_path: Path, **extra) -> Path:
     path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump({"name": "tok", "listen": f"127.0.0.1:{free_port()}", "state_dir": "state",
-                                    "backends": [{"id": "cpu"}], **extra}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "tok",
+                "listen": f"127.0.0.1:{free_port()}",
+                "state_dir": "state",
+                "backends": [{"id": "cpu"}],
+                **extra,
+            }
+        )
+    )
     return path
 
 
 def owner_of_new_job(ctl, name: str, *args: str, home: Path, env: dict | None = None) -> str:
     """Submits `true` as alice through the CLI with `args` before the subcommand; the owner the controller recorded."""
-    run = iris("--controller", ctl.url, *args, "job", "run", "--user", "alice", "--job-name", name, "--", "true",
-               home=home, env=env)
+    run = iris(
+        "--controller",
+        ctl.url,
+        *args,
+        "job",
+        "run",
+        "--user",
+        "alice",
+        "--job-name",
+        name,
+        "--",
+        "true",
+        home=home,
+        env=env,
+    )
     assert run.returncode == 0, run.stderr
     described = iris("--controller", ctl.url, "-o", "json", "job", "describe", f"/alice/{name}", home=home)
     assert described.returncode == 0, described.stderr
@@ -69,8 +96,21 @@ def test_token_create_mints_with_the_state_dir_key_creating_it(tmp_path):
 def test_token_create_json_reports_user_role_and_expiry(tmp_path):
     config = write_config(tmp_path)
     before_ms = time.time() * 1000
-    result = iris("-o", "json", "token", "create", "--config", str(config), "--user", "bob", "--role", "dashboard",
-                  "--ttl", "2h", home=tmp_path)
+    result = iris(
+        "-o",
+        "json",
+        "token",
+        "create",
+        "--config",
+        str(config),
+        "--user",
+        "bob",
+        "--role",
+        "dashboard",
+        "--ttl",
+        "2h",
+        home=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert (doc["user"], doc["role"], doc["cluster"], doc["saved"]) == ("bob", "dashboard", "tok", False)
@@ -175,11 +215,21 @@ def test_token_minted_by_the_cli_is_sent_from_flag_env_and_store(controller, tmp
     # `--config` names the same controller URL as `--controller`, so the stored token goes with it too.
     run = iris("--config", cfg, "job", "run", "--user", "alice", "--job-name", "by-config", "--", "true", home=tmp_path)
     assert run.returncode == 0, run.stderr
-    rows = iris("--controller", controller.url, "-o", "json", "query",
-                "SELECT job_id, owner FROM jobs ORDER BY job_id", home=tmp_path)
+    rows = iris(
+        "--controller",
+        controller.url,
+        "-o",
+        "json",
+        "query",
+        "SELECT job_id, owner FROM jobs ORDER BY job_id",
+        home=tmp_path,
+    )
     assert json.loads(rows.stdout)["rows"] == [
-        ["/alice/by-config", "alice"], ["/alice/by-env", "alice"], ["/alice/by-flag", "alice"],
-        ["/alice/by-store", "alice"], ["/alice/no-token", "local_admin"],
+        ["/alice/by-config", "alice"],
+        ["/alice/by-env", "alice"],
+        ["/alice/by-flag", "alice"],
+        ["/alice/by-store", "alice"],
+        ["/alice/no-token", "local_admin"],
     ]
 
 
@@ -211,11 +261,26 @@ def test_cluster_status_with_config_sends_the_stored_token(controller, tmp_path)
 
 
 def test_job_run_with_a_user_token_submits_as_the_tokens_user(controller, tmp_path):
-    token = iris("token", "create", "--config", str(controller.config_path), "--user", "alice", home=tmp_path).stdout.strip()
-    run = iris("--controller", controller.url, "--token", token, "job", "run", "--job-name", "mine", "--", "true",
-               home=tmp_path, env={"USER": "bob"})
+    token = iris(
+        "token", "create", "--config", str(controller.config_path), "--user", "alice", home=tmp_path
+    ).stdout.strip()
+    run = iris(
+        "--controller",
+        controller.url,
+        "--token",
+        token,
+        "job",
+        "run",
+        "--job-name",
+        "mine",
+        "--",
+        "true",
+        home=tmp_path,
+        env={"USER": "bob"},
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines()[0] == "/alice/mine"
-    other = iris("--controller", controller.url, "--token", token, "job", "run", "--user", "bob", "--", "true",
-                 home=tmp_path)
+    other = iris(
+        "--controller", controller.url, "--token", token, "job", "run", "--user", "bob", "--", "true", home=tmp_path
+    )
     assert other.returncode == 2 and "cannot submit jobs as bob" in other.stderr  # refused by the controller

@@ -56,7 +56,9 @@ class FakeService:
     def _log(self, job: FakeJob, index: int, stream: str, text: str) -> None:
         with self.lock:
             self.seq += 1
-            job.logs.append(pb.LogLine(seq=self.seq, task_index=index, attempt=0, stream=stream, ts_ms=now_ms(), text=text))
+            job.logs.append(
+                pb.LogLine(seq=self.seq, task_index=index, attempt=0, stream=stream, ts_ms=now_ms(), text=text)
+            )
 
     def _derive(self, job: FakeJob) -> None:
         states = [t.state for t in job.tasks]
@@ -84,7 +86,10 @@ class FakeService:
 
         task = job.tasks[index]
         proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
             env={**os.environ, **env, "IRIS_JOB_ID": job.status.job_id, "IRIS_TASK_INDEX": str(index)},
             start_new_session=True,
         )
@@ -124,20 +129,44 @@ class FakeService:
                 return pb.LaunchJobResponse(job_id=job_id, state=st.state, disposition="existing")
             raise ConnectError(Code.ALREADY_EXISTS, f"job {job_id} already exists; pass --existing replace or keep")
         status = pb.JobStatus(
-            job_id=job_id, state="PENDING", user=request.user, priority=request.priority or "interactive",
-            cluster="fake", replicas=request.replicas or 1, submitted_ms=now_ms(), resources=request.resources,
-            command=request.command, constraints=request.constraints, parent_job_id=request.parent_job_id,
+            job_id=job_id,
+            state="PENDING",
+            user=request.user,
+            priority=request.priority or "interactive",
+            cluster="fake",
+            replicas=request.replicas or 1,
+            submitted_ms=now_ms(),
+            resources=request.resources,
+            command=request.command,
+            constraints=request.constraints,
+            parent_job_id=request.parent_job_id,
         )
         job = FakeJob(status)
         unschedulable = request.resources.cpu > MAX_CPU
         for i in range(status.replicas):
             job.tasks.append(
                 pb.TaskStatus(
-                    task_id=f"{job_id}/{i}", job_id=job_id, index=i,
+                    task_id=f"{job_id}/{i}",
+                    job_id=job_id,
+                    index=i,
                     state="UNSCHEDULABLE" if unschedulable else "RUNNING",
-                    backend_id="local", worker_id="local-0", started_ms=0 if unschedulable else now_ms(),
-                    error=f"needs {request.resources.cpu:g} cpu; the largest worker has {MAX_CPU:g}" if unschedulable else "",
-                    attempts=[] if unschedulable else [pb.AttemptStatus(attempt_id=f"{job_id}/{i}:0", state="RUNNING", backend_id="local", worker_id="local-0", started_ms=now_ms())],
+                    backend_id="local",
+                    worker_id="local-0",
+                    started_ms=0 if unschedulable else now_ms(),
+                    error=f"needs {request.resources.cpu:g} cpu; the largest worker has {MAX_CPU:g}"
+                    if unschedulable
+                    else "",
+                    attempts=[]
+                    if unschedulable
+                    else [
+                        pb.AttemptStatus(
+                            attempt_id=f"{job_id}/{i}:0",
+                            state="RUNNING",
+                            backend_id="local",
+                            worker_id="local-0",
+                            started_ms=now_ms(),
+                        )
+                    ],
                 )
             )
         if unschedulable:
@@ -148,7 +177,9 @@ class FakeService:
         self.jobs[job_id] = job
         if not unschedulable:
             for i in range(status.replicas):
-                threading.Thread(target=self._run, args=(job, i, list(request.command), dict(request.env)), daemon=True).start()
+                threading.Thread(
+                    target=self._run, args=(job, i, list(request.command), dict(request.env)), daemon=True
+                ).start()
         return pb.LaunchJobResponse(job_id=job_id, state=status.state, disposition="local")
 
     async def get_job_status(self, request: pb.GetJobStatusRequest, ctx) -> pb.GetJobStatusResponse:
@@ -158,9 +189,11 @@ class FakeService:
 
     async def list_jobs(self, request: pb.ListJobsRequest, ctx) -> pb.ListJobsResponse:
         with self.lock:
-            jobs = [j.status for j in self.jobs.values()
-                    if (not request.state or j.status.state == request.state)
-                    and j.status.job_id.startswith(request.prefix)]
+            jobs = [
+                j.status
+                for j in self.jobs.values()
+                if (not request.state or j.status.state == request.state) and j.status.job_id.startswith(request.prefix)
+            ]
         return pb.ListJobsResponse(jobs=list(reversed(jobs)))
 
     async def list_tasks(self, request: pb.ListTasksRequest, ctx) -> pb.ListTasksResponse:
@@ -182,17 +215,35 @@ class FakeService:
         job = self._job(request.job_id)
         with self.lock:
             finished = job.status.state in ("SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE")
-            lines = [line for line in job.logs if line.seq > request.after_seq
-                     and (request.task_index < 0 or line.task_index == request.task_index)]
+            lines = [
+                line
+                for line in job.logs
+                if line.seq > request.after_seq and (request.task_index < 0 or line.task_index == request.task_index)
+            ]
         if request.tail > 0:
-            lines = lines[-request.tail:]
-        return pb.FetchLogsResponse(lines=lines, next_seq=lines[-1].seq if lines else request.after_seq,
-                                    job_finished=finished, job_state=job.status.state)
+            lines = lines[-request.tail :]
+        return pb.FetchLogsResponse(
+            lines=lines,
+            next_seq=lines[-1].seq if lines else request.after_seq,
+            job_finished=finished,
+            job_state=job.status.state,
+        )
 
     async def list_backends(self, request, ctx) -> pb.ListBackendsResponse:
-        return pb.ListBackendsResponse(cluster="fake", backends=[pb.BackendInfo(
-            id="local", kind="local", workers=1, worker_capacity=pb.Resources(cpu=MAX_CPU, memory_bytes=8 << 30),
-            availability=pb.Availability(version=1, observation_epoch_ms=now_ms(), amounts={"cpu": 60}, total_amounts={"cpu": 64}))])
+        return pb.ListBackendsResponse(
+            cluster="fake",
+            backends=[
+                pb.BackendInfo(
+                    id="local",
+                    kind="local",
+                    workers=1,
+                    worker_capacity=pb.Resources(cpu=MAX_CPU, memory_bytes=8 << 30),
+                    availability=pb.Availability(
+                        version=1, observation_epoch_ms=now_ms(), amounts={"cpu": 60}, total_amounts={"cpu": 64}
+                    ),
+                )
+            ],
+        )
 
     async def list_workers(self, request, ctx) -> pb.ListWorkersResponse:
         return pb.ListWorkersResponse(workers=[pb.WorkerInfo(worker_id="local-0", backend_id="local", alive=True)])
@@ -213,16 +264,33 @@ class FakeService:
         job = self._job(request.job_id)
         fits = job.status.state != "UNSCHEDULABLE"
         return pb.ExplainJobResponse(
-            job_id=request.job_id, summary="fits on local" if fits else "fits nowhere",
-            groups=[pb.ExplainGroup(backend_id="local", group=f"cpu={MAX_CPU:g}", workers=1,
-                                    verdict="fits" if fits else "blocked", reasons=[] if fits else [job.status.error])])
+            job_id=request.job_id,
+            summary="fits on local" if fits else "fits nowhere",
+            groups=[
+                pb.ExplainGroup(
+                    backend_id="local",
+                    group=f"cpu={MAX_CPU:g}",
+                    workers=1,
+                    verdict="fits" if fits else "blocked",
+                    reasons=[] if fits else [job.status.error],
+                )
+            ],
+        )
 
     async def get_cluster_info(self, request, ctx) -> pb.GetClusterInfoResponse:
         counts: dict[str, int] = {}
         for j in self.jobs.values():
             counts[j.status.state] = counts.get(j.status.state, 0) + 1
-        return pb.GetClusterInfoResponse(name="fake", version="0.1.0", revision_date="2026-11-29", uptime_s=1.5,
-                                         job_counts=counts, backends=1, pid=0, state_dir="/tmp/fake")
+        return pb.GetClusterInfoResponse(
+            name="fake",
+            version="0.1.0",
+            revision_date="2026-11-29",
+            uptime_s=1.5,
+            job_counts=counts,
+            backends=1,
+            pid=0,
+            state_dir="/tmp/fake",
+        )
 
     async def federation_sync(self, request, ctx) -> pb.FederationSyncResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "no federation here")
@@ -244,8 +312,13 @@ class FakeController:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(ControllerServiceASGIApplication(self.service), host="127.0.0.1", port=self.port,
-                                log_level="warning", lifespan="off")
+        config = uvicorn.Config(
+            ControllerServiceASGIApplication(self.service),
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="off",
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self._serve, daemon=True)
 

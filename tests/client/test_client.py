@@ -75,7 +75,14 @@ def test_launch_response_carries_the_disposition(client):
 
 def test_launch_json_sends_the_same_request_as_launch(client, fake_controller, monkeypatch):
     monkeypatch.setenv("IRIS_JOB_ID", "/alice/driver")
-    options = {"name": "step", "memory": "2G", "gpu": "H100x2", "region": "us-east5", "env": {"A": "1"}, "max_retries_preemption": 0}
+    options = {
+        "name": "step",
+        "memory": "2G",
+        "gpu": "H100x2",
+        "region": "us-east5",
+        "env": {"A": "1"},
+        "max_retries_preemption": 0,
+    }
     assert client.prepare_json("true", **options)["parent_job_id"] == "/alice/driver"
     reply = client.launch_json(client.prepare_json("true", **options))
     assert reply == {"jobId": "/alice/driver/step", "state": "RUNNING", "disposition": "local"}

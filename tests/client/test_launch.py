@@ -27,8 +27,15 @@ def constraints(req) -> list[tuple[str, str, tuple[str, ...], bool]]:
 
 
 def test_build_launch_request_document_is_connect_json_and_the_message_arguments_alike():
-    options = {"user": "alice", "memory": "2G", "gpu": "v100x2", "constraints": ["pool=a"], "env": {"A": "1"},
-               "max_retries_preemption": 0, "timeout": "5m"}
+    options = {
+        "user": "alice",
+        "memory": "2G",
+        "gpu": "v100x2",
+        "constraints": ["pool=a"],
+        "env": {"A": "1"},
+        "max_retries_preemption": 0,
+        "timeout": "5m",
+    }
     doc = launch.build_launch_request(["true"], **options)
     assert json.loads(json.dumps(doc)) == doc
     # What the controller's JSON codec makes of the document (strictly: no unknown fields) is the SDK's message.
@@ -52,8 +59,16 @@ def test_build_launch_request_defaults_are_one_core_one_gig_interactive():
 
 def test_build_launch_request_sizes_devices_and_durations_are_parsed():
     req = build_launch_request(
-        "true", user="a", cpu=2.5, memory="8G", disk="10G", gpu="H100x8", timeout="5m", scheduling_timeout=30,
-        max_retries=2, max_retries_preemption=0,
+        "true",
+        user="a",
+        cpu=2.5,
+        memory="8G",
+        disk="10G",
+        gpu="H100x8",
+        timeout="5m",
+        scheduling_timeout=30,
+        max_retries=2,
+        max_retries_preemption=0,
     )
     assert req.resources.cpu == 2.5
     assert req.resources.memory_bytes == 8 * 1024**3 and req.resources.disk_bytes == 10 * 1024**3
@@ -71,7 +86,11 @@ def test_build_launch_request_tpu_slice_sets_topology():
 
 def test_build_launch_request_region_zone_target_and_text_constraints_become_constraints():
     req = build_launch_request(
-        "true", user="a", region="us-east5", zone="us-east5-a", target_cluster="cw-h100",
+        "true",
+        user="a",
+        region="us-east5",
+        zone="us-east5-a",
+        target_cluster="cw-h100",
         constraints=["gpu-count>=4", "preemptible=false"],
     )
     assert constraints(req) == [

@@ -49,9 +49,16 @@ class ScriptedServer:
                         head += chunk
                     if not head:
                         break
-                    length = int(next(
-                        (ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")), b"0"
-                    ))
+                    length = int(
+                        next(
+                            (
+                                ln.split(b":")[1]
+                                for ln in head.split(b"\r\n")
+                                if ln.lower().startswith(b"content-length")
+                            ),
+                            b"0",
+                        )
+                    )
                     self.requests.append(head + f.read(length))
                     conn.sendall(self.responses.pop(0))
                     served += 1
@@ -139,7 +146,9 @@ def test_connect_error_body_becomes_the_typed_error_with_the_server_message(scri
         b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
     )
     with pytest.raises(errors.NotFound) as err:
-        ConnectTransport(server.url).call("GetJobStatus", pb.GetJobStatusRequest(job_id="/a/b"), pb.GetJobStatusResponse)
+        ConnectTransport(server.url).call(
+            "GetJobStatus", pb.GetJobStatusRequest(job_id="/a/b"), pb.GetJobStatusResponse
+        )
     assert err.value.message == "job /a/b does not exist"
 
 

@@ -78,4 +78,16 @@ def job_count(c) -> int:
     return len(c.list_jobs(pb.ListJobsRequest(limit=100000)).jobs)
 
 
-__all__ = ["client", "user_token", "launch", "status", "wait_state", "logs", "error_code", "pid_alive", "job_count", "os", "pb"]
+__all__ = [
+    "client",
+    "user_token",
+    "launch",
+    "status",
+    "wait_state",
+    "logs",
+    "error_code",
+    "pid_alive",
+    "job_count",
+    "os",
+    "pb",
+]

@@ -60,9 +60,11 @@ def test_a_task_submits_child_jobs_as_its_owner_with_the_token_in_its_env(contro
     from tests.controller.helpers import logs, status, wait_state
 
     alice = client(controller, token(controller, "alice"))
-    script = ("import os; from iris.client.client import IrisClient; "
-              "print('has token', bool(os.environ.get('IRIS_TOKEN'))); "
-              "print(IrisClient().submit(['true'], name='kid'))")
+    script = (
+        "import os; from iris.client.client import IrisClient; "
+        "print('has token', bool(os.environ.get('IRIS_TOKEN'))); "
+        "print(IrisClient().submit(['true'], name='kid'))"
+    )
     parent = launch(alice, "driver", [sys.executable, "-c", script])
     assert wait_state(alice, parent).job.state == "SUCCEEDED", logs(alice, parent)
     assert logs(alice, parent) == ["has token True", "/alice/driver/kid"]

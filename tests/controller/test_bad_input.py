@@ -10,17 +10,56 @@ def test_bad_requests_are_refused_and_write_nothing(controller):
     c = client(controller)
     before = job_count(c)
     cases = [
-        (pb.LaunchJobRequest(name="x", user="alice", command=["true"], constraints=[pb.Constraint(key="colour", op="EQ", values=["red"])]), "invalid_argument", "colour"),
-        (pb.LaunchJobRequest(name="x", user="alice", command=["true"], constraints=[pb.Constraint(key="region", op="ROUGHLY", values=["a"])]), "invalid_argument", "ROUGHLY"),
-        (pb.LaunchJobRequest(name="x", user="alice", command=["true"], constraints=[pb.Constraint(key="region", op="GT", values=["a"])]), "invalid_argument", "not allowed"),
+        (
+            pb.LaunchJobRequest(
+                name="x",
+                user="alice",
+                command=["true"],
+                constraints=[pb.Constraint(key="colour", op="EQ", values=["red"])],
+            ),
+            "invalid_argument",
+            "colour",
+        ),
+        (
+            pb.LaunchJobRequest(
+                name="x",
+                user="alice",
+                command=["true"],
+                constraints=[pb.Constraint(key="region", op="ROUGHLY", values=["a"])],
+            ),
+            "invalid_argument",
+            "ROUGHLY",
+        ),
+        (
+            pb.LaunchJobRequest(
+                name="x",
+                user="alice",
+                command=["true"],
+                constraints=[pb.Constraint(key="region", op="GT", values=["a"])],
+            ),
+            "invalid_argument",
+            "not allowed",
+        ),
         (pb.LaunchJobRequest(name="x", user="alice", command=[]), "invalid_argument", "command"),
         (pb.LaunchJobRequest(name="bad name!", user="alice", command=["true"]), "invalid_argument", "not valid"),
         (pb.LaunchJobRequest(name="x", user="", command=["true"]), "invalid_argument", "user"),
         (pb.LaunchJobRequest(name="x", user="alice", command=["true"], replicas=-2), "invalid_argument", "replicas"),
         (pb.LaunchJobRequest(name="x", user="alice", command=["true"], priority="urgent"), "invalid_argument", "band"),
-        (pb.LaunchJobRequest(name="x", user="alice", command=["true"], parent_job_id="/alice/nobody"), "invalid_argument", "parent"),
-        (pb.LaunchJobRequest(name="x", user="alice", command=["true"], client_revision_date="2020-01-01"), "failed_precondition", "upgrade"),
-        (pb.LaunchJobRequest(name="x", user="alice", command=["true"], existing_job_policy="merge"), "invalid_argument", "existing_job_policy"),
+        (
+            pb.LaunchJobRequest(name="x", user="alice", command=["true"], parent_job_id="/alice/nobody"),
+            "invalid_argument",
+            "parent",
+        ),
+        (
+            pb.LaunchJobRequest(name="x", user="alice", command=["true"], client_revision_date="2020-01-01"),
+            "failed_precondition",
+            "upgrade",
+        ),
+        (
+            pb.LaunchJobRequest(name="x", user="alice", command=["true"], existing_job_policy="merge"),
+            "invalid_argument",
+            "existing_job_policy",
+        ),
     ]
     for req, code, fragment in cases:
         got_code, message = error_code(lambda: c.launch_job(req))
@@ -40,8 +79,12 @@ def test_duplicate_job_name_is_an_error_unless_keep_or_replace(controller):
 
 def test_client_freshness_exempts_children_and_empty_dates(controller):
     c = client(controller)
-    root = c.launch_job(pb.LaunchJobRequest(name="fresh", user="alice", command=["sleep", "30"], client_revision_date=""))
-    child = c.launch_job(pb.LaunchJobRequest(name="kid", parent_job_id=root.job_id, command=["true"], client_revision_date="2020-01-01"))
+    root = c.launch_job(
+        pb.LaunchJobRequest(name="fresh", user="alice", command=["sleep", "30"], client_revision_date="")
+    )
+    child = c.launch_job(
+        pb.LaunchJobRequest(name="kid", parent_job_id=root.job_id, command=["true"], client_revision_date="2020-01-01")
+    )
     assert child.job_id == "/alice/fresh/kid"
     c.terminate_job(pb.TerminateJobRequest(job_id=root.job_id))
 
@@ -49,8 +92,14 @@ def test_client_freshness_exempts_children_and_empty_dates(controller):
 def test_query_refuses_writes_and_leaves_the_database_unchanged(controller):
     c = client(controller)
     launch(c, "keepme", ["true"])
-    for sql in ("DELETE FROM jobs", "UPDATE jobs SET state='X'", "DROP TABLE jobs", "INSERT INTO bundles VALUES ('a',1,1)",
-                "PRAGMA journal_mode=DELETE", "ATTACH DATABASE '/tmp/x.db' AS x"):
+    for sql in (
+        "DELETE FROM jobs",
+        "UPDATE jobs SET state='X'",
+        "DROP TABLE jobs",
+        "INSERT INTO bundles VALUES ('a',1,1)",
+        "PRAGMA journal_mode=DELETE",
+        "ATTACH DATABASE '/tmp/x.db' AS x",
+    ):
         code, message = error_code(lambda: c.execute_raw_query(pb.ExecuteRawQueryRequest(sql=sql)))
         assert code == "invalid_argument" and "read-only" in message, (sql, message)
     rows = c.execute_raw_query(pb.ExecuteRawQueryRequest(sql="SELECT job_id FROM jobs")).rows

@@ -21,7 +21,9 @@ def test_sigkill_during_a_burst_of_submissions_loses_no_acknowledged_job(control
             if stop.is_set():
                 return
             try:
-                acknowledged.append(c.launch_job(pb.LaunchJobRequest(name=f"burst-{worker}-{i}", user="alice", command=["true"])).job_id)
+                acknowledged.append(
+                    c.launch_job(pb.LaunchJobRequest(name=f"burst-{worker}-{i}", user="alice", command=["true"])).job_id
+                )
             except (ConnectError, OSError):
                 return
 
@@ -40,7 +42,9 @@ def test_sigkill_during_a_burst_of_submissions_loses_no_acknowledged_job(control
     assert len(stored) == len(set(stored)), "a job id stored twice"
     missing = set(acknowledged) - set(stored)
     assert not missing, f"{len(missing)} acknowledged jobs lost"
-    tasks = c.execute_raw_query(pb.ExecuteRawQueryRequest(sql="SELECT COUNT(*), COUNT(DISTINCT job_id) FROM tasks")).rows[0]
+    tasks = c.execute_raw_query(
+        pb.ExecuteRawQueryRequest(sql="SELECT COUNT(*), COUNT(DISTINCT job_id) FROM tasks")
+    ).rows[0]
     assert tasks.values[0].number_value == tasks.values[1].number_value == len(stored)
 
 
@@ -62,8 +66,10 @@ def test_running_attempt_survives_a_controller_crash_and_is_readopted(controller
 def test_attempt_that_died_while_the_controller_was_down_is_retried(controller):
     c = client(controller)
     job = launch(c, "orphan", ["sh", "-c", "echo start $IRIS_ATTEMPT; sleep 300"])
-    wait_until(lambda: status(c, job).tasks and status(c, job).tasks[0].attempts and status(c, job).tasks[0].attempts[0].pid,
-               message="pid")
+    wait_until(
+        lambda: status(c, job).tasks and status(c, job).tasks[0].attempts and status(c, job).tasks[0].attempts[0].pid,
+        message="pid",
+    )
     pid = status(c, job).tasks[0].attempts[0].pid
     controller.kill()
     import os

@@ -21,10 +21,16 @@ def test_controller_without_peers_builds_no_federation_machinery(tmp_path):
 
 
 def test_controller_with_peers_builds_one_client_per_peer(tmp_path):
-    controller = Controller(parse_config({
-        "name": "parent", "state_dir": str(tmp_path), "backends": [{"id": "cpu"}],
-        "peers": {"a": {"address": "http://127.0.0.1:1"}, "b": {"address": "http://127.0.0.1:2"}},
-    }))
+    controller = Controller(
+        parse_config(
+            {
+                "name": "parent",
+                "state_dir": str(tmp_path),
+                "backends": [{"id": "cpu"}],
+                "peers": {"a": {"address": "http://127.0.0.1:1"}, "b": {"address": "http://127.0.0.1:2"}},
+            }
+        )
+    )
     try:
         assert set(controller.federation.clients) == {"a", "b"}
     finally:

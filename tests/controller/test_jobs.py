@@ -65,11 +65,24 @@ def test_timeout_fails_an_attempt_that_runs_too_long(controller):
 
 
 def test_child_job_nests_inherits_env_and_region_and_dies_with_its_parent(controller_factory):
-    ctl = controller_factory("kids", backends=[{"id": "cpu", "kind": "local", "workers": 2, "capacity": {"cpu": 4, "memory": "8G"},
-                                                "attributes": {"region": "us-east5"}}])
+    ctl = controller_factory(
+        "kids",
+        backends=[
+            {
+                "id": "cpu",
+                "kind": "local",
+                "workers": 2,
+                "capacity": {"cpu": 4, "memory": "8G"},
+                "attributes": {"region": "us-east5"},
+            }
+        ],
+    )
     c = client(ctl)
     parent = launch(
-        c, "parent", ["sleep", "300"], env={"SHARED": "from-parent"},
+        c,
+        "parent",
+        ["sleep", "300"],
+        env={"SHARED": "from-parent"},
         constraints=[pb.Constraint(key="region", op="EQ", values=["us-east5"])],
     )
     wait_state(c, parent, {"RUNNING"})
@@ -80,8 +93,12 @@ def test_child_job_nests_inherits_env_and_region_and_dies_with_its_parent(contro
     child = status(c, child_id)
     assert [(k.key, k.op, list(k.values)) for k in child.job.constraints] == [("region", "EQ", ["us-east5"])]
     free = c.launch_job(
-        pb.LaunchJobRequest(name="free", parent_job_id=parent, command=["sh", "-c", "echo $SHARED; sleep 300"],
-                            constraints=[pb.Constraint(key="region", op="EQ", values=["any"])])
+        pb.LaunchJobRequest(
+            name="free",
+            parent_job_id=parent,
+            command=["sh", "-c", "echo $SHARED; sleep 300"],
+            constraints=[pb.Constraint(key="region", op="EQ", values=["any"])],
+        )
     ).job_id
     assert list(status(c, free).job.constraints) == []  # `--region any` opts out and is dropped
     wait_state(c, free, {"RUNNING"})
@@ -102,12 +119,25 @@ def test_impossible_resources_fail_unschedulable_with_a_reason(controller):
 
 def test_gpu_tasks_get_distinct_visible_devices(controller_factory):
     ctl = controller_factory(
-        "gpu", backends=[{"id": "h100", "kind": "local", "workers": 1, "capacity": {"cpu": 8, "memory": "16G"},
-                          "devices": {"gpu": "h100", "count": 4}}],
+        "gpu",
+        backends=[
+            {
+                "id": "h100",
+                "kind": "local",
+                "workers": 1,
+                "capacity": {"cpu": 8, "memory": "16G"},
+                "devices": {"gpu": "h100", "count": 4},
+            }
+        ],
     )
     c = client(ctl)
-    job = launch(c, "g", ["sh", "-c", "echo $CUDA_VISIBLE_DEVICES; sleep 1"], replicas=2,
-                 resources=pb.Resources(device=pb.Device(kind="gpu", variant="h100", count=2)))
+    job = launch(
+        c,
+        "g",
+        ["sh", "-c", "echo $CUDA_VISIBLE_DEVICES; sleep 1"],
+        replicas=2,
+        resources=pb.Resources(device=pb.Device(kind="gpu", variant="h100", count=2)),
+    )
     assert wait_state(c, job).job.state == "SUCCEEDED"
     assert sorted(logs(c, job)) == ["0,1", "2,3"]
     backends = c.list_backends(pb.ListBackendsRequest()).backends
@@ -150,8 +180,13 @@ def test_workspace_files_and_bundle_are_unpacked_where_the_job_runs(controller):
     with zipfile.ZipFile(buf, "w") as zf:
         zf.writestr("pkg/data.txt", "from-bundle")
     c = client(controller)
-    job = launch(c, "ws", ["sh", "-c", "cat pkg/data.txt; echo; cat notes/extra.txt"],
-                 workspace_bundle=buf.getvalue(), workdir_files={"notes/extra.txt": b"from-file"})
+    job = launch(
+        c,
+        "ws",
+        ["sh", "-c", "cat pkg/data.txt; echo; cat notes/extra.txt"],
+        workspace_bundle=buf.getvalue(),
+        workdir_files={"notes/extra.txt": b"from-file"},
+    )
     assert wait_state(c, job).job.state == "SUCCEEDED"
     assert logs(c, job) == ["from-bundle", "from-file"]
 

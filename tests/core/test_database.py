@@ -36,9 +36,12 @@ def test_changelog_pruning_keeps_the_newest_window(tmp_path):
 
     db = Database(tmp_path / "c.db")
     with db.write() as conn:
-        conn.execute(text(
-            "INSERT INTO federation_changelog (job_id, requester, task_index, tombstone, ts_ms) VALUES ('/a/j', 'marin', 0, 0, 1)"
-        ), [{}] * 10)
+        conn.execute(
+            text(
+                "INSERT INTO federation_changelog (job_id, requester, task_index, tombstone, ts_ms) VALUES ('/a/j', 'marin', 0, 0, 1)"
+            ),
+            [{}] * 10,
+        )
         prune_changelog(conn, keep=3)
         seqs = [r[0] for r in conn.execute(text("SELECT seq FROM federation_changelog ORDER BY seq"))]
         assert seqs == [8, 9, 10]

@@ -11,7 +11,9 @@ from iris.federation.model import PeerBackend, PeerSnapshot, QueuedJob
 EPOCH = 1_764_400_000_000
 
 
-def availability(free: dict[str, float], held: dict[Band, dict[str, float]] | None = None, epoch: int = EPOCH) -> Availability:
+def availability(
+    free: dict[str, float], held: dict[Band, dict[str, float]] | None = None, epoch: int = EPOCH
+) -> Availability:
     holdings = tuple(BandHolding(band, amounts) for band, amounts in (held or {}).items())
     total = {k: v + sum(h.amounts.get(k, 0.0) for h in holdings) for k, v in free.items()}
     return Availability(observation_epoch_ms=epoch, amounts=free, total_amounts=total, held_by_band=holdings)
@@ -30,7 +32,9 @@ def peer(peer_id: str, *backends: PeerBackend, reachable: bool = True) -> PeerSn
     return PeerSnapshot(peer_id, reachable, tuple(backends))
 
 
-def h100_peer(peer_id: str, free: float, held: dict[Band, dict[str, float]] | None = None, epoch: int = EPOCH) -> PeerSnapshot:
+def h100_peer(
+    peer_id: str, free: float, held: dict[Band, dict[str, float]] | None = None, epoch: int = EPOCH
+) -> PeerSnapshot:
     return peer(peer_id, gpu_backend("h100", "h100", availability({"h100": free}, held, epoch)))
 
 

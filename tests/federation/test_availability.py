@@ -8,7 +8,17 @@ from iris.core.resources import Device, Resources
 from iris.federation.availability import ReservationLedger, assign_queued
 from iris.federation.model import Promotion
 from iris.federation.shape import capacity_gate
-from tests.federation.federation_builders import EPOCH, availability, cpu, cpu_backend, gpu, gpu_backend, h100_peer, job, peer
+from tests.federation.federation_builders import (
+    EPOCH,
+    availability,
+    cpu,
+    cpu_backend,
+    gpu,
+    gpu_backend,
+    h100_peer,
+    job,
+    peer,
+)
 
 
 def placements(promotions: tuple[Promotion, ...]) -> dict[str, str]:
@@ -110,7 +120,9 @@ def test_assign_capacity_split_across_backends_is_never_summed():
 
 
 def test_assign_two_jobs_one_pass_do_not_double_book():
-    promotions = assign_queued([job("/u/a"), job("/u/b", submitted_ms=1)], [h100_peer("cw", 12)], ReservationLedger(), 8)
+    promotions = assign_queued(
+        [job("/u/a"), job("/u/b", submitted_ms=1)], [h100_peer("cw", 12)], ReservationLedger(), 8
+    )
     assert placements(promotions) == {"/u/a": "cw"}
 
 
@@ -122,9 +134,7 @@ def test_assign_two_same_shape_peers_share_two_jobs():
 
 def test_assign_equal_peers_spread_single_jobs_by_stable_hash():
     peers = [h100_peer("cw-a", 64), h100_peer("cw-b", 64)]
-    chosen = {
-        assign_queued([job(f"/u/job-{i}")], peers, ReservationLedger(), 8)[0].peer_id for i in range(16)
-    }
+    chosen = {assign_queued([job(f"/u/job-{i}")], peers, ReservationLedger(), 8)[0].peer_id for i in range(16)}
     assert chosen == {"cw-a", "cw-b"}
     again = assign_queued([job("/u/job-3")], peers, ReservationLedger(), 8)
     assert again == assign_queued([job("/u/job-3")], list(reversed(peers)), ReservationLedger(), 8)

@@ -20,8 +20,7 @@ def test_pending_reason_promoted_awaits_acceptance():
 
 def test_pending_reason_handed_off_awaits_first_report():
     assert (
-        pending_reason(HandoffState.HANDED_OFF, "cw-h100")
-        == "Handed off to peer cw-h100; awaiting first status report"
+        pending_reason(HandoffState.HANDED_OFF, "cw-h100") == "Handed off to peer cw-h100; awaiting first status report"
     )
 
 

@@ -17,7 +17,9 @@ CPU_ONLY = [LocalBackendShape("cpu", Resources(cpu=8, memory=32 * 1024**3), {"re
 PEERS = [h100_peer("cw-h100", 8), peer("cw-gb200", gpu_backend("gb200", "gb200", availability({"gb200": 4})))]
 
 
-def submitted(job_id: str = "/alice/train", resources: Resources | None = None, *constraints: Constraint) -> SubmittedJob:
+def submitted(
+    job_id: str = "/alice/train", resources: Resources | None = None, *constraints: Constraint
+) -> SubmittedJob:
     return SubmittedJob(job_id, resources if resources is not None else gpu("h100", 8), tuple(constraints))
 
 
@@ -110,7 +112,9 @@ def test_classify_local_backend_pin_never_federates():
 
 
 def test_classify_local_gpu_backend_keeps_gpu_work_local():
-    shapes = CPU_ONLY + [LocalBackendShape("h100", Resources(cpu=16, memory=128 * 1024**3, device=Device("gpu", "h100", 8)))]
+    shapes = CPU_ONLY + [
+        LocalBackendShape("h100", Resources(cpu=16, memory=128 * 1024**3, device=Device("gpu", "h100", 8)))
+    ]
     assert PeerRouter(shapes).classify(submitted(), PEERS, USER).kind is DispositionKind.LOCAL
     too_many = submitted("/alice/a", gpu("h100", 16))
     assert PeerRouter(shapes).classify(too_many, PEERS, USER).kind is DispositionKind.QUEUE

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 from dataclasses import dataclass
+
+import pytest
 
 from iris.controller.auth import load_or_create_signing_key, public_key_pem
 from iris.rpc import controller_pb2 as pb
@@ -15,8 +15,15 @@ FAST = {"tick_interval": "1s", "federation_heartbeat_interval": "0.5s", "federat
 
 
 def gpu_backend(variant: str, workers: int = 1, count: int = 8) -> list[dict]:
-    return [{"id": variant, "kind": "local", "workers": workers, "capacity": {"cpu": 8, "memory": "16G"},
-             "devices": {"gpu": variant, "count": count}}]
+    return [
+        {
+            "id": variant,
+            "kind": "local",
+            "workers": workers,
+            "capacity": {"cpu": 8, "memory": "16G"},
+            "devices": {"gpu": variant, "count": count},
+        }
+    ]
 
 
 @dataclass
@@ -33,7 +40,9 @@ class Federation:
 def start_federation(controller_factory, peer_auth: dict | None = None) -> Federation:
     """marin (CPU only) peered with cw-h100 and cw-gb200, which trust marin's key."""
     marin = controller_factory(
-        "marin", start=False, controller=FAST,
+        "marin",
+        start=False,
+        controller=FAST,
         backends=[{"id": "cpu", "kind": "local", "workers": 2, "capacity": {"cpu": 4, "memory": "8G"}}],
     )
     marin_key = public_key_pem(load_or_create_signing_key(None, marin.state_dir))
@@ -41,11 +50,18 @@ def start_federation(controller_factory, peer_auth: dict | None = None) -> Feder
     defaults = {"task_env": {"SHARED": "peer-default", "PEER_ONLY": "peer-set"}}
     h100 = controller_factory("cw-h100", backends=gpu_backend("h100"), controller=FAST, auth=auth, defaults=defaults)
     gb200 = controller_factory("cw-gb200", backends=gpu_backend("gb200"), controller=FAST, auth=auth)
-    marin.rewrite(peers={"cw-h100": {"address": h100.url}, "cw-gb200": {"address": gb200.url},
-                         "cw-gone": {"address": f"http://127.0.0.1:{free_port()}"}})
+    marin.rewrite(
+        peers={
+            "cw-h100": {"address": h100.url},
+            "cw-gb200": {"address": gb200.url},
+            "cw-gone": {"address": f"http://127.0.0.1:{free_port()}"},
+        }
+    )
     marin.start()
     c = client(marin)
-    wait_until(lambda: sum(p.reachable for p in c.list_peers(pb.ListPeersRequest()).peers) == 2, message="peers reachable")
+    wait_until(
+        lambda: sum(p.reachable for p in c.list_peers(pb.ListPeersRequest()).peers) == 2, message="peers reachable"
+    )
     return Federation(marin, h100, gb200, user_token(marin, "alice"))
 
 
@@ -54,9 +70,20 @@ def federation(controller_factory) -> Federation:
     return start_federation(controller_factory)
 
 
-def gpu_job(name: str, variant: str, count: int = 8, command=("sh", "-c", "echo on $IRIS_CLUSTER gpus=$CUDA_VISIBLE_DEVICES"), **kw):
-    return pb.LaunchJobRequest(name=name, user="alice", command=list(command),
-                               resources=pb.Resources(device=pb.Device(kind="gpu", variant=variant, count=count)), **kw)
+def gpu_job(
+    name: str,
+    variant: str,
+    count: int = 8,
+    command=("sh", "-c", "echo on $IRIS_CLUSTER gpus=$CUDA_VISIBLE_DEVICES"),
+    **kw,
+):
+    return pb.LaunchJobRequest(
+        name=name,
+        user="alice",
+        command=list(command),
+        resources=pb.Resources(device=pb.Device(kind="gpu", variant=variant, count=count)),
+        **kw,
+    )
 
 
 def test_cpu_job_runs_locally_and_gpu_job_runs_on_the_peer_with_state_and_logs_mirrored(federation):
@@ -64,9 +91,15 @@ def test_cpu_job_runs_locally_and_gpu_job_runs_on_the_peer_with_state_and_logs_m
     c = client(marin, federation.token)
     local = c.launch_job(pb.LaunchJobRequest(name="cpu-work", user="alice", command=["true"]))
     assert local.disposition == "local"
-    sent = c.launch_job(gpu_job("train", "h100", command=("sh", "-c", "echo on $IRIS_CLUSTER gpus=$CUDA_VISIBLE_DEVICES $(cat cfg.txt)"
-                                                                           " $SHARED $PEER_ONLY"),
-                                workdir_files={"cfg.txt": b"with-files"}, env={"SHARED": "from-parent"}))
+    sent = c.launch_job(
+        gpu_job(
+            "train",
+            "h100",
+            command=("sh", "-c", "echo on $IRIS_CLUSTER gpus=$CUDA_VISIBLE_DEVICES $(cat cfg.txt) $SHARED $PEER_ONLY"),
+            workdir_files={"cfg.txt": b"with-files"},
+            env={"SHARED": "from-parent"},
+        )
+    )
     assert sent.disposition == "queued" and sent.peer_id == ""
     assert status(c, sent.job_id).job.cluster in ("", "cw-h100")  # no peer chosen yet, never "marin"
     final = wait_state(c, sent.job_id, timeout=30)
@@ -75,18 +108,28 @@ def test_cpu_job_runs_locally_and_gpu_job_runs_on_the_peer_with_state_and_logs_m
     assert final.tasks and final.tasks[0].cluster == "cw-h100" and final.tasks[0].exit_code == 0
     on_peer = status(client(h100), sent.job_id)
     assert on_peer.job.state == "SUCCEEDED"
-    wait_until(lambda: logs(c, sent.job_id) == ["on cw-h100 gpus=0,1,2,3,4,5,6,7 with-files from-parent peer-set"], message="relayed logs")
+    wait_until(
+        lambda: logs(c, sent.job_id) == ["on cw-h100 gpus=0,1,2,3,4,5,6,7 with-files from-parent peer-set"],
+        message="relayed logs",
+    )
     assert wait_state(c, local.job_id).job.cluster == "marin"
-    rows = c.execute_raw_query(pb.ExecuteRawQueryRequest(
-        sql="SELECT job_id, peer_id, owner_principal, handoff_state FROM federated_jobs")).rows
+    rows = c.execute_raw_query(
+        pb.ExecuteRawQueryRequest(sql="SELECT job_id, peer_id, owner_principal, handoff_state FROM federated_jobs")
+    ).rows
     assert [[v.string_value for v in r.values] for r in rows] == [[sent.job_id, "cw-h100", "alice", "HANDED_OFF"]]
 
 
 def test_pinned_job_goes_to_its_peer_even_when_it_could_run_locally(federation):
     marin, _, gb200 = federation
     c = client(marin, federation.token)
-    resp = c.launch_job(pb.LaunchJobRequest(name="pinned", user="alice", command=["true"],
-                                            constraints=[pb.Constraint(key="cluster", op="EQ", values=["cw-gb200"])]))
+    resp = c.launch_job(
+        pb.LaunchJobRequest(
+            name="pinned",
+            user="alice",
+            command=["true"],
+            constraints=[pb.Constraint(key="cluster", op="EQ", values=["cw-gb200"])],
+        )
+    )
     assert resp.disposition == "queued" and resp.peer_id == "cw-gb200"
     assert wait_state(c, resp.job_id).job.cluster == "cw-gb200"
     assert status(client(gb200), resp.job_id).job.state == "SUCCEEDED"
@@ -104,8 +147,16 @@ def test_a_job_nothing_can_host_fails_at_once(federation):
 def test_refusals_unknown_pin_and_child_job(federation):
     marin, _, _ = federation
     c = client(marin, federation.token)
-    code, message = error_code(lambda: c.launch_job(pb.LaunchJobRequest(
-        name="x", user="alice", command=["true"], constraints=[pb.Constraint(key="cluster", op="EQ", values=["nowhere"])])))
+    code, message = error_code(
+        lambda: c.launch_job(
+            pb.LaunchJobRequest(
+                name="x",
+                user="alice",
+                command=["true"],
+                constraints=[pb.Constraint(key="cluster", op="EQ", values=["nowhere"])],
+            )
+        )
+    )
     assert code == "invalid_argument" and "nowhere" in message
     parent = c.launch_job(pb.LaunchJobRequest(name="parent", user="alice", command=["sleep", "60"])).job_id
     wait_state(c, parent, {"RUNNING"})
@@ -119,8 +170,14 @@ def test_refusals_unknown_pin_and_child_job(federation):
 def test_cancel_while_queued_is_never_delivered(federation):
     marin, _, _ = federation
     c = client(marin, federation.token)
-    resp = c.launch_job(pb.LaunchJobRequest(name="stuck", user="alice", command=["true"],
-                                            constraints=[pb.Constraint(key="cluster", op="EQ", values=["cw-gone"])]))
+    resp = c.launch_job(
+        pb.LaunchJobRequest(
+            name="stuck",
+            user="alice",
+            command=["true"],
+            constraints=[pb.Constraint(key="cluster", op="EQ", values=["cw-gone"])],
+        )
+    )
     assert status(c, resp.job_id).job.pending_reason == "Queued for peer cw-gone to report free capacity"
     c.terminate_job(pb.TerminateJobRequest(job_id=resp.job_id))
     job = status(c, resp.job_id).job
@@ -133,8 +190,10 @@ def test_cancel_after_handoff_stops_the_process_on_the_peer(federation):
     c, p = client(marin, federation.token), client(h100)
     resp = c.launch_job(gpu_job("long", "h100", command=("sleep", "300")))
     wait_until(lambda: status(c, resp.job_id).job.state == "RUNNING", timeout=30, message="running on the peer")
-    pid = wait_until(lambda: status(p, resp.job_id).tasks[0].attempts[0].pid if status(p, resp.job_id).tasks[0].attempts else 0,
-                     message="peer pid")
+    pid = wait_until(
+        lambda: status(p, resp.job_id).tasks[0].attempts[0].pid if status(p, resp.job_id).tasks[0].attempts else 0,
+        message="peer pid",
+    )
     assert pid_alive(pid)
     c.terminate_job(pb.TerminateJobRequest(job_id=resp.job_id))
     wait_until(lambda: not pid_alive(pid), timeout=20, message="peer process gone")
@@ -175,8 +234,9 @@ def test_handoff_signed_by_an_unknown_key_or_for_another_requester_is_refused(fe
     def handoff(token: str, requester: str):
         req = gpu_job("sneaky", "h100")
         req.name = "/alice/sneaky"
-        req.handoff.CopyFrom(pb.HandoffRecord(requester_cluster=requester, owner_principal="alice",
-                                              submitting_user="alice", nonce="n1"))
+        req.handoff.CopyFrom(
+            pb.HandoffRecord(requester_cluster=requester, owner_principal="alice", submitting_user="alice", nonce="n1")
+        )
         return lambda: client(h100, token).launch_job(req)
 
     rogue = mint_peer_token(SigningKey.generate(), "rogue", "cw-h100")
@@ -201,8 +261,14 @@ def test_submitter_outside_the_peer_allowlist_is_refused(controller_factory):
 def test_explain_of_a_queued_job_shows_its_stage_and_what_peers_report(federation):
     marin, _, _ = federation
     c = client(marin, federation.token)
-    job = c.launch_job(pb.LaunchJobRequest(name="waiting", user="alice", command=["true"],
-                                           constraints=[pb.Constraint(key="cluster", op="EQ", values=["cw-gone"])])).job_id
+    job = c.launch_job(
+        pb.LaunchJobRequest(
+            name="waiting",
+            user="alice",
+            command=["true"],
+            constraints=[pb.Constraint(key="cluster", op="EQ", values=["cw-gone"])],
+        )
+    ).job_id
     explained = c.explain_job(pb.ExplainJobRequest(job_id=job))
     assert explained.summary == "Queued for peer cw-gone to report free capacity"
     assert explained.lines[0].startswith("peer cw-gone: unreachable")

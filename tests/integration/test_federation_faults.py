@@ -41,8 +41,15 @@ def test_parent_killed_between_promotion_and_delivery_ack_runs_the_job_exactly_o
     assert runs.read_text().splitlines() == ["run"]
     on_peer = status(client(h100), job)
     assert len(on_peer.tasks) == 1 and len(on_peer.tasks[0].attempts) == 1
-    handles = client(h100).execute_raw_query(pb.ExecuteRawQueryRequest(
-        sql=f"SELECT COUNT(*) FROM federated_jobs WHERE job_id = '{job}' AND direction = 'RECEIVED'")).rows
+    handles = (
+        client(h100)
+        .execute_raw_query(
+            pb.ExecuteRawQueryRequest(
+                sql=f"SELECT COUNT(*) FROM federated_jobs WHERE job_id = '{job}' AND direction = 'RECEIVED'"
+            )
+        )
+        .rows
+    )
     assert handles[0].values[0].number_value == 1
 
 

@@ -10,14 +10,29 @@ from iris.scheduler import PendingTask, RunningTask, SchedulingSnapshot, WorkerS
 G = 1024**3
 
 
-def cpu_worker(worker_id: str, backend: str = "cpu", cpu: float = 8, memory: int = 32 * G, disk: int = 100 * G,
-               alive: bool = True, **attributes: str) -> WorkerSnapshot:
+def cpu_worker(
+    worker_id: str,
+    backend: str = "cpu",
+    cpu: float = 8,
+    memory: int = 32 * G,
+    disk: int = 100 * G,
+    alive: bool = True,
+    **attributes: str,
+) -> WorkerSnapshot:
     attrs = {"device-type": "cpu", **{k.replace("_", "-"): v for k, v in attributes.items()}}
     return WorkerSnapshot(worker_id, backend, Resources(cpu=cpu, memory=memory, disk=disk), attrs, alive)
 
 
-def gpu_worker(worker_id: str, backend: str = "gpu", variant: str = "h100", count: int = 8, cpu: float = 64,
-               memory: int = 512 * G, alive: bool = True, **attributes: str) -> WorkerSnapshot:
+def gpu_worker(
+    worker_id: str,
+    backend: str = "gpu",
+    variant: str = "h100",
+    count: int = 8,
+    cpu: float = 64,
+    memory: int = 512 * G,
+    alive: bool = True,
+    **attributes: str,
+) -> WorkerSnapshot:
     attrs = {
         "device-type": "gpu",
         "device-variant": variant,
@@ -36,21 +51,47 @@ def gpu_request(count: int = 8, variant: str = "h100", cpu: float = 1, memory: i
     return Resources(cpu=cpu, memory=memory, device=Device("gpu", variant, count))
 
 
-def job(job_id: str, resources: Resources | None = None, replicas: int = 1, band: Band = Band.INTERACTIVE,
-        constraints: tuple[Constraint, ...] = (), user: str = "alice", insertion: int = 0, **fields) -> tuple[PendingTask, ...]:
+def job(
+    job_id: str,
+    resources: Resources | None = None,
+    replicas: int = 1,
+    band: Band = Band.INTERACTIVE,
+    constraints: tuple[Constraint, ...] = (),
+    user: str = "alice",
+    insertion: int = 0,
+    **fields,
+) -> tuple[PendingTask, ...]:
     """The pending tasks of one job, `<job>/0 … <job>/N-1`."""
     resources = resources or cpu_request()
     return tuple(
-        PendingTask(f"{job_id}/{i}", job_id, i, resources, tuple(constraints), band, user,
-                    insertion=insertion, replicas=replicas, **fields)
+        PendingTask(
+            f"{job_id}/{i}",
+            job_id,
+            i,
+            resources,
+            tuple(constraints),
+            band,
+            user,
+            insertion=insertion,
+            replicas=replicas,
+            **fields,
+        )
         for i in range(replicas)
     )
 
 
-def running(task_id: str, worker_id: str, resources: Resources | None = None, band: Band = Band.BATCH,
-            started_ms: int = 0, user: str = "bob", job_id: str | None = None) -> RunningTask:
-    return RunningTask(task_id, job_id or task_id.rsplit("/", 1)[0], worker_id, resources or cpu_request(), band,
-                       started_ms, user)
+def running(
+    task_id: str,
+    worker_id: str,
+    resources: Resources | None = None,
+    band: Band = Band.BATCH,
+    started_ms: int = 0,
+    user: str = "bob",
+    job_id: str | None = None,
+) -> RunningTask:
+    return RunningTask(
+        task_id, job_id or task_id.rsplit("/", 1)[0], worker_id, resources or cpu_request(), band, started_ms, user
+    )
 
 
 def require(key: str, op: Op, *values: str) -> Constraint:

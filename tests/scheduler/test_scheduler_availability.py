@@ -40,7 +40,9 @@ def test_availability_cpu_backend_present_with_no_tokens():
 
 
 def test_availability_any_variant_task_holds_its_workers_variant():
-    block = compute_availability([gpu_worker("g0", variant="a100")], [running("/a/x/0", "g0", gpu_request(3, ""))], 0)["gpu"]
+    block = compute_availability([gpu_worker("g0", variant="a100")], [running("/a/x/0", "g0", gpu_request(3, ""))], 0)[
+        "gpu"
+    ]
     assert dict(block.amounts) == {"a100": 5}
     assert block.held(Band.BATCH, "a100") == 3
 

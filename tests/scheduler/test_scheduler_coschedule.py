@@ -23,9 +23,16 @@ def test_coschedule_gpu_replicas_placed_together_in_one_pool():
 
 
 def test_coschedule_split_across_pools_places_none():
-    workers = [gpu_worker("a0", pool="a"), gpu_worker("a1", pool="a"), gpu_worker("b0", pool="b"), gpu_worker("b1", pool="b")]
-    held = [running("/i/x/0", "a1", gpu_request(8), band=Band.INTERACTIVE),
-            running("/i/y/0", "b1", gpu_request(8), band=Band.INTERACTIVE)]
+    workers = [
+        gpu_worker("a0", pool="a"),
+        gpu_worker("a1", pool="a"),
+        gpu_worker("b0", pool="b"),
+        gpu_worker("b1", pool="b"),
+    ]
+    held = [
+        running("/i/x/0", "a1", gpu_request(8), band=Band.INTERACTIVE),
+        running("/i/y/0", "b1", gpu_request(8), band=Band.INTERACTIVE),
+    ]
     result = schedule(snapshot(workers, [job("/a/train", gpu_request(8), replicas=2)], held))
     assert result.assignments == ()
     assert result.pending_reasons["/a/train"] == (
@@ -79,8 +86,11 @@ def test_coschedule_largest_group_too_small_unschedulable_with_reason():
 
 def test_coschedule_preempts_in_one_group_all_or_nothing():
     workers = [gpu_worker("a0", pool="a"), gpu_worker("a1", pool="a"), gpu_worker("b0", pool="b")]
-    held = [running("/b/x/0", "a0", gpu_request(8)), running("/b/x/1", "a1", gpu_request(8)),
-            running("/b/y/0", "b0", gpu_request(8))]
+    held = [
+        running("/b/x/0", "a0", gpu_request(8)),
+        running("/b/x/1", "a1", gpu_request(8)),
+        running("/b/y/0", "b0", gpu_request(8)),
+    ]
     result = schedule(snapshot(workers, [job("/a/train", gpu_request(8), replicas=2)], held))
     assert placements(result) == {"/a/train/0": "a0", "/a/train/1": "a1"}
     assert {p.task_id for p in result.preemptions} == {"/b/x/0", "/b/x/1"}
@@ -95,7 +105,12 @@ def test_coschedule_preemption_insufficient_evicts_nothing():
 
 
 def test_coschedule_pending_replicas_join_running_siblings_group():
-    workers = [gpu_worker("a0", pool="a"), gpu_worker("a1", pool="a"), gpu_worker("b0", pool="b"), gpu_worker("b1", pool="b")]
+    workers = [
+        gpu_worker("a0", pool="a"),
+        gpu_worker("a1", pool="a"),
+        gpu_worker("b0", pool="b"),
+        gpu_worker("b1", pool="b"),
+    ]
     held = [running("/a/train/0", "b0", gpu_request(8), band=Band.INTERACTIVE, job_id="/a/train")]
     pending = [job("/a/train", gpu_request(8), replicas=2)[1]]
     result = schedule(snapshot(workers, pending, held))
@@ -104,15 +119,21 @@ def test_coschedule_pending_replicas_join_running_siblings_group():
 
 def test_coschedule_smaller_job_fits_after_larger_job_failed_in_same_group():
     workers = [gpu_worker("a0", pool="a"), gpu_worker("a1", pool="a")]
-    pending = [job("/a/big", gpu_request(8), replicas=3, insertion=0), job("/a/small", gpu_request(8), replicas=2, insertion=1)]
+    pending = [
+        job("/a/big", gpu_request(8), replicas=3, insertion=0),
+        job("/a/small", gpu_request(8), replicas=2, insertion=1),
+    ]
     result = schedule(snapshot(workers, pending))
     assert set(placements(result)) == {"/a/small/0", "/a/small/1"}
 
 
 def test_coschedule_later_job_uses_room_left_by_earlier_one():
     workers = [gpu_worker(f"a{i}", pool="a") for i in range(4)]
-    pending = [job("/a/first", gpu_request(8), replicas=2, insertion=0), job("/a/second", gpu_request(8), replicas=2, insertion=1),
-               job("/a/third", gpu_request(8), replicas=2, insertion=2)]
+    pending = [
+        job("/a/first", gpu_request(8), replicas=2, insertion=0),
+        job("/a/second", gpu_request(8), replicas=2, insertion=1),
+        job("/a/third", gpu_request(8), replicas=2, insertion=2),
+    ]
     result = schedule(snapshot(workers, pending))
     assert len(result.assignments) == 4
     assert "/a/third" in result.pending_reasons

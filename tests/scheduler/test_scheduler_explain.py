@@ -45,8 +45,10 @@ def test_explain_groups_identical_workers_per_backend():
 
 def test_explain_notes_what_preemption_could_free():
     workers = [gpu_worker("g0")]
-    held = [running("/b/x/0", "g0", gpu_request(2), band=Band.BATCH),
-            running("/i/y/0", "g0", gpu_request(6), band=Band.INTERACTIVE)]
+    held = [
+        running("/b/x/0", "g0", gpu_request(2), band=Band.BATCH),
+        running("/i/y/0", "g0", gpu_request(6), band=Band.INTERACTIVE),
+    ]
     explanation = explain(snapshot(workers, [job("/a/j", gpu_request(8))], held), "/a/j")
     reasons = explanation.backends[0].groups[0].reasons
     assert reasons[1] == (
@@ -94,7 +96,9 @@ def test_explain_dead_workers_counted_in_group():
 def test_explain_groups_carry_verdict_and_description():
     workers = [cpu_worker("c0", cpu=1), cpu_worker("c1", cpu=1)]
     held = [running("/b/x/0", "c0", cpu_request(cpu=1), band=Band.INTERACTIVE)]
-    explanation = explain(snapshot(workers, [job("/a/j", cpu_request(cpu=1), replicas=2, coschedule=True)], held), "/a/j")
+    explanation = explain(
+        snapshot(workers, [job("/a/j", cpu_request(cpu=1), replicas=2, coschedule=True)], held), "/a/j"
+    )
     (group,) = explanation.groups
     assert group.group == "2 workers like c0"
     assert group.verdict == "fits"

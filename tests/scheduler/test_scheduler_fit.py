@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import pytest
+
+from iris.core.bands import Band
+from iris.core.constraints import Constraint, Op
+from iris.scheduler import schedule
+from iris.scheduler.fit import compile_shape, failing_constraints, fits, preference_score
 from tests.scheduler.scheduler_builders import (
     G,
     cpu_request,
@@ -16,11 +21,6 @@ from tests.scheduler.scheduler_builders import (
     running,
     snapshot,
 )
-
-from iris.core.bands import Band
-from iris.core.constraints import Constraint, Op
-from iris.scheduler import schedule
-from iris.scheduler.fit import compile_shape, failing_constraints, fits, preference_score
 
 
 @pytest.mark.parametrize(
@@ -137,8 +137,6 @@ def test_schedule_gpu_waiting_reason_names_free_devices():
     busy = [running("/b/x/0", "g0", gpu_request(4), band=Band.INTERACTIVE)]
     result = schedule(snapshot(workers, [job("/a/j", gpu_request(8))], busy))
     assert result.pending_reasons == {"/a/j": "Waiting for 8 h100 on one worker; at most 4 free (backend gpu)"}
-
-
 
 
 def test_schedule_best_fit_prefers_fullest_worker_that_fits():

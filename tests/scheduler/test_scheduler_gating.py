@@ -66,7 +66,9 @@ def test_schedule_over_budget_user_cannot_preempt_batch():
         running("/alice/old/0", "g0", gpu_request(4), band=Band.INTERACTIVE, user="alice"),
         running("/bob/batch/0", "g0", gpu_request(4), band=Band.BATCH, user="bob"),
     ]
-    result = schedule(snapshot(workers, [job("/alice/new", gpu_request(4), user="alice")], held, budgets={"alice": 100}))
+    result = schedule(
+        snapshot(workers, [job("/alice/new", gpu_request(4), user="alice")], held, budgets={"alice": 100})
+    )
     assert result.preemptions == ()
     assert result.assignments == ()
 
@@ -77,7 +79,9 @@ def test_schedule_deadline_passed_unschedulable_with_reason():
     pending = [job("/a/late", cpu_request(cpu=1), scheduling_deadline_ms=500)]
     result = schedule(snapshot(workers, pending, held, now_ms=1000))
     assert [u.task_id for u in result.unschedulable] == ["/a/late/0"]
-    assert result.unschedulable[0].reason.startswith("Scheduling timeout reached before it could be placed. Waiting for 1 cpu")
+    assert result.unschedulable[0].reason.startswith(
+        "Scheduling timeout reached before it could be placed. Waiting for 1 cpu"
+    )
     assert result.pending_reasons == {}
 
 

@@ -32,7 +32,9 @@ def test_best_fit_after_lazy_updates_matches_brute_force(takes, cpu):
         need = compile_shape(cpu_request(cpu=amount, memory=0), ()).need
         if fits(ledger.free[w], need):
             ledger.take(w, need)
-        assert best_fit(plan, shape.need, ledger.free) == brute_best_fit(ledger, ledger.matching(shape.hard), shape.need)
+        assert best_fit(plan, shape.need, ledger.free) == brute_best_fit(
+            ledger, ledger.matching(shape.hard), shape.need
+        )
 
 
 def test_best_fit_rolled_back_trial_restores_order():
@@ -60,8 +62,10 @@ def test_class_index_matches_constraint_semantics(regions, op, values):
 
 
 @FAST
-@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([1, 2, 4]), st.integers(0, 50)), max_size=12),
-       st.integers(1, 4))
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.sampled_from([1, 2, 4]), st.integers(0, 50)), max_size=12),
+    st.integers(1, 4),
+)
 def test_victim_index_agrees_with_full_scan_across_preemptions(tasks, rounds):
     workers = [gpu_worker(f"g{i}") for i in range(4)]
     held, used = [], [0] * 4

@@ -18,7 +18,10 @@ def winner(*jobs) -> str:
 
 
 def test_order_production_before_interactive_before_batch():
-    assert winner(("/a/batch", {"band": Band.BATCH}), ("/a/inter", {}), ("/a/prod", {"band": Band.PRODUCTION})) == "/a/prod"
+    assert (
+        winner(("/a/batch", {"band": Band.BATCH}), ("/a/inter", {}), ("/a/prod", {"band": Band.PRODUCTION}))
+        == "/a/prod"
+    )
     assert winner(("/a/batch", {"band": Band.BATCH, "insertion": 0}), ("/a/inter", {"insertion": 9})) == "/a/inter"
 
 
@@ -35,16 +38,21 @@ def test_order_insertion_breaks_ties():
 
 
 def test_order_band_beats_depth_and_age():
-    assert winner(
-        ("/a/old-batch-child", {"band": Band.BATCH, "depth": 3, "root_submitted_ms": 1}),
-        ("/a/new-interactive", {"root_submitted_ms": 999}),
-    ) == "/a/new-interactive"
+    assert (
+        winner(
+            ("/a/old-batch-child", {"band": Band.BATCH, "depth": 3, "root_submitted_ms": 1}),
+            ("/a/new-interactive", {"root_submitted_ms": 999}),
+        )
+        == "/a/new-interactive"
+    )
 
 
 def test_order_input_order_does_not_change_decisions():
     workers = [cpu_worker(f"w{i}", cpu=4) for i in range(5)]
-    jobs = [job(f"/u/j{i}", cpu_request(cpu=1 + i % 3), replicas=1 + i % 4, insertion=i,
-                band=list(Band)[i % 3]) for i in range(12)]
+    jobs = [
+        job(f"/u/j{i}", cpu_request(cpu=1 + i % 3), replicas=1 + i % 4, insertion=i, band=list(Band)[i % 3])
+        for i in range(12)
+    ]
     tasks = [t for j in jobs for t in j]
     expected = schedule(snapshot(workers, tasks))
     for seed in range(5):

@@ -113,7 +113,10 @@ def test_preempt_cpu_task_never_evicts_on_gpu_hosts():
 def test_preempt_freed_remainder_not_reused_this_tick():
     workers = [gpu_worker("g0")]
     held = [running("/b/x/0", "g0", gpu_request(8))]
-    pending = [job("/a/first", gpu_request(4), insertion=0), job("/a/second", gpu_request(4), band=Band.BATCH, insertion=1)]
+    pending = [
+        job("/a/first", gpu_request(4), insertion=0),
+        job("/a/second", gpu_request(4), band=Band.BATCH, insertion=1),
+    ]
     result = schedule(snapshot(workers, pending, held))
     assert placements(result) == {"/a/first/0": "g0"}
     assert "/a/second" in result.pending_reasons

@@ -34,8 +34,12 @@ def workers(draw) -> list[WorkerSnapshot]:
         if pool:
             attrs["pool"] = pool
         device = Device("gpu", variant, count) if gpu else Device()
-        capacity = Resources(cpu=draw(st.sampled_from([2, 4, 8])), memory=draw(st.sampled_from([4, 16])) * G, device=device)
-        out.append(WorkerSnapshot(f"w{i}", draw(st.sampled_from(["b1", "b2"])), capacity, attrs, draw(st.booleans()) or i == 0))
+        capacity = Resources(
+            cpu=draw(st.sampled_from([2, 4, 8])), memory=draw(st.sampled_from([4, 16])) * G, device=device
+        )
+        out.append(
+            WorkerSnapshot(f"w{i}", draw(st.sampled_from(["b1", "b2"])), capacity, attrs, draw(st.booleans()) or i == 0)
+        )
     return out
 
 
@@ -58,9 +62,17 @@ def snapshots(draw) -> SchedulingSnapshot:
         if not worker.alive or not fits(free[worker.worker_id], need):
             continue
         free[worker.worker_id] = tuple(a - b for a, b in zip(free[worker.worker_id], need))
-        running.append(RunningTask(f"/r/j{i}/0", f"/r/j{i}", worker.worker_id, resources,
-                                   draw(st.sampled_from(list(Band))), draw(st.integers(0, 100)),
-                                   draw(st.sampled_from(["alice", "bob"]))))
+        running.append(
+            RunningTask(
+                f"/r/j{i}/0",
+                f"/r/j{i}",
+                worker.worker_id,
+                resources,
+                draw(st.sampled_from(list(Band))),
+                draw(st.integers(0, 100)),
+                draw(st.sampled_from(["alice", "bob"])),
+            )
+        )
     pending = []
     for j in range(draw(st.integers(0, 8))):
         resources = request(draw, worker_list)
@@ -68,8 +80,12 @@ def snapshots(draw) -> SchedulingSnapshot:
         constraints = (Constraint("region", Op.EQ, ("us",)),) if draw(st.integers(0, 4)) == 0 else ()
         band = draw(st.sampled_from(list(Band)))
         fields = dict(
-            band=band, user=draw(st.sampled_from(["alice", "bob"])), depth=draw(st.integers(0, 1)),
-            root_submitted_ms=draw(st.integers(0, 5)), insertion=j, replicas=replicas,
+            band=band,
+            user=draw(st.sampled_from(["alice", "bob"])),
+            depth=draw(st.integers(0, 1)),
+            root_submitted_ms=draw(st.integers(0, 5)),
+            insertion=j,
+            replicas=replicas,
             coschedule=draw(st.booleans()),
             scheduling_deadline_ms=draw(st.sampled_from([None, None, None, 50])),
         )
@@ -127,8 +143,11 @@ def test_property_coscheduled_job_all_or_nothing_in_one_group(snap):
             continue
         count = sum(1 for t in tasks if t.task_id in placed)
         assert count in (0, len(tasks))
-        groups = {group_of(worker_attributes(workers_by_id[placed[t.task_id]]), workers_by_id[placed[t.task_id]].backend_id)
-                  for t in tasks if t.task_id in placed}
+        groups = {
+            group_of(worker_attributes(workers_by_id[placed[t.task_id]]), workers_by_id[placed[t.task_id]].backend_id)
+            for t in tasks
+            if t.task_id in placed
+        }
         assert len(groups) <= 1
 
 
@@ -139,7 +158,9 @@ def test_property_same_snapshot_same_decisions(snap, rng: random.Random):
     shuffled = [list(snap.workers), list(snap.running), list(snap.pending)]
     for items in shuffled:
         rng.shuffle(items)
-    again = SchedulingSnapshot(snap.now_ms, tuple(shuffled[0]), tuple(shuffled[1]), tuple(shuffled[2]), snap.user_budgets)
+    again = SchedulingSnapshot(
+        snap.now_ms, tuple(shuffled[0]), tuple(shuffled[1]), tuple(shuffled[2]), snap.user_budgets
+    )
     assert schedule(again) == expected
     assert schedule(snap) == expected
 

@@ -42,11 +42,23 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--controller", metavar="URL", help="Controller URL (default: $IRIS_CONTROLLER, else http://127.0.0.1:10000).")
+@click.option(
+    "--controller", metavar="URL", help="Controller URL (default: $IRIS_CONTROLLER, else http://127.0.0.1:10000)."
+)
 @click.option("--config", "config_path", metavar="FILE", help="A cluster YAML; its public URL is the controller.")
-@click.option("--token", metavar="TOKEN", help="Bearer token for the controller (default: $IRIS_TOKEN, else the one saved for its URL).")
-@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True,
-              help="table for people, json (one document per command) for scripts; also accepted after a subcommand.")
+@click.option(
+    "--token",
+    metavar="TOKEN",
+    help="Bearer token for the controller (default: $IRIS_TOKEN, else the one saved for its URL).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="table for people, json (one document per command) for scripts; also accepted after a subcommand.",
+)
 @click.version_option(package_name="iris", prog_name="iris")
 @click.pass_context
 def cli(ctx: click.Context, controller: str | None, config_path: str | None, token: str | None, output: str) -> None:

@@ -56,12 +56,20 @@ def start(obj: CliContext, config_path: str | None, local: bool, port: int | Non
 
     if not detach:
         if not obj.json:
-            click.echo(f"cluster {config.name}: serving on {config.url}, state in {config.state_path} (Ctrl-C stops it)", err=True)
+            click.echo(
+                f"cluster {config.name}: serving on {config.url}, state in {config.state_path} (Ctrl-C stops it)",
+                err=True,
+            )
         process.run_foreground(config)
         return EXIT_OK
     pid = process.start_detached(config, argv, timeout=timeout)
-    doc = {"cluster": config.name, "url": config.url, "pid": pid, "state_dir": str(config.state_path),
-           "log": str(process.log_path(config))}
+    doc = {
+        "cluster": config.name,
+        "url": config.url,
+        "pid": pid,
+        "state_dir": str(config.state_path),
+        "log": str(process.log_path(config)),
+    }
     if obj.json:
         obj.emit(doc)
     else:
@@ -107,13 +115,18 @@ def status(obj: CliContext, config_path: str | None, local: bool, port: int | No
     backends = client.backends()
     workers = client.workers()
     if obj.json:
-        obj.emit({"url": client.url, "healthy": True, "cluster": message_to_dict(info),
-                  "backends": [message_to_dict(b) for b in backends.backends],
-                  "workers": [message_to_dict(w) for w in workers]})
+        obj.emit(
+            {
+                "url": client.url,
+                "healthy": True,
+                "cluster": message_to_dict(info),
+                "backends": [message_to_dict(b) for b in backends.backends],
+                "workers": [message_to_dict(w) for w in workers],
+            }
+        )
     else:
         click.echo(cluster_status_text(client.url, info, backends, workers))
     return EXIT_OK
-
 
 
 @cluster.command("public-key")

@@ -63,22 +63,55 @@ class Step:
 
 
 STEPS = (
-    Step("a CPU job runs at home", "cpu-hello",
-         'echo "hello from $IRIS_CLUSTER: task $IRIS_TASK_INDEX of $IRIS_JOB_ID"',
-         {"cpu": 1, "memory": "256M"}, "local", "SUCCEEDED", PARENT, "hello from marin: task 0 of /demo/cpu-hello"),
-    Step("an 8xH100 job goes to the peer with free H100s", "train-h100",
-         'echo "training on $IRIS_CLUSTER with GPUs $CUDA_VISIBLE_DEVICES"; sleep 0.2; echo "step 100: loss 1.23"',
-         {"cpu": 2, "memory": "1G", "gpu": "H100x8"}, "queued", "SUCCEEDED", "cw-h100",
-         "training on cw-h100 with GPUs 0,1,2,3,4,5,6,7"),
-    Step("a job pinned with --target-cluster cw-gb200 goes there, though marin could run it", "pinned-eval",
-         'echo "eval on $IRIS_CLUSTER"', {"cpu": 1, "memory": "256M", "target_cluster": "cw-gb200"},
-         "queued", "SUCCEEDED", "cw-gb200", "eval on cw-gb200"),
-    Step("a job no cluster can host is rejected at once", "needs-b300", "echo never runs",
-         {"cpu": 1, "memory": "256M", "gpu": "B300x8"}, "rejected", "UNSCHEDULABLE", PARENT),
+    Step(
+        "a CPU job runs at home",
+        "cpu-hello",
+        'echo "hello from $IRIS_CLUSTER: task $IRIS_TASK_INDEX of $IRIS_JOB_ID"',
+        {"cpu": 1, "memory": "256M"},
+        "local",
+        "SUCCEEDED",
+        PARENT,
+        "hello from marin: task 0 of /demo/cpu-hello",
+    ),
+    Step(
+        "an 8xH100 job goes to the peer with free H100s",
+        "train-h100",
+        'echo "training on $IRIS_CLUSTER with GPUs $CUDA_VISIBLE_DEVICES"; sleep 0.2; echo "step 100: loss 1.23"',
+        {"cpu": 2, "memory": "1G", "gpu": "H100x8"},
+        "queued",
+        "SUCCEEDED",
+        "cw-h100",
+        "training on cw-h100 with GPUs 0,1,2,3,4,5,6,7",
+    ),
+    Step(
+        "a job pinned with --target-cluster cw-gb200 goes there, though marin could run it",
+        "pinned-eval",
+        'echo "eval on $IRIS_CLUSTER"',
+        {"cpu": 1, "memory": "256M", "target_cluster": "cw-gb200"},
+        "queued",
+        "SUCCEEDED",
+        "cw-gb200",
+        "eval on cw-gb200",
+    ),
+    Step(
+        "a job no cluster can host is rejected at once",
+        "needs-b300",
+        "echo never runs",
+        {"cpu": 1, "memory": "256M", "gpu": "B300x8"},
+        "rejected",
+        "UNSCHEDULABLE",
+        PARENT,
+    ),
 )
-CANCEL_STEP = Step("a job running on a peer is cancelled from marin", "sleeper",
-                   'echo "sleeping on $IRIS_CLUSTER"; exec sleep 300', {"cpu": 1, "memory": "256M", "gpu": "H100x8"},
-                   "queued", "KILLED", "cw-h100")
+CANCEL_STEP = Step(
+    "a job running on a peer is cancelled from marin",
+    "sleeper",
+    'echo "sleeping on $IRIS_CLUSTER"; exec sleep 300',
+    {"cpu": 1, "memory": "256M", "gpu": "H100x8"},
+    "queued",
+    "KILLED",
+    "cw-h100",
+)
 
 
 @dataclass(frozen=True)
@@ -109,20 +142,31 @@ def write_configs(workdir: Path) -> dict[str, Cluster]:
 
     def write(name: str, backend: dict, **extra: Any) -> Cluster:
         backend = {"kind": "local", "workers": 2, **backend}
-        doc = {"name": name, "listen": f"127.0.0.1:{ports[name]}", "state_dir": "state", "backends": [backend],
-               **extra, "controller": INTERVALS}
+        doc = {
+            "name": name,
+            "listen": f"127.0.0.1:{ports[name]}",
+            "state_dir": "state",
+            "backends": [backend],
+            **extra,
+            "controller": INTERVALS,
+        }
         path = workdir / name / "cluster.yaml"
         path.parent.mkdir(parents=True)
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         return Cluster(name, path, load_config(path))
 
     peers = {peer: {"address": f"http://127.0.0.1:{ports[peer]}"} for peer in PEER_GPUS}
-    clusters = {PARENT: write(PARENT, {"id": "cpu", "capacity": {"cpu": 4, "memory": "8G", "disk": "10G"}}, peers=peers)}
+    clusters = {
+        PARENT: write(PARENT, {"id": "cpu", "capacity": {"cpu": 4, "memory": "8G", "disk": "10G"}}, peers=peers)
+    }
     # What `iris cluster public-key --config marin/cluster.yaml` prints; marin's key is created here, before it starts.
     marin_key = public_key_pem(cluster_signing_key(clusters[PARENT].config))
     for name, (variant, count) in PEER_GPUS.items():
-        backend = {"id": variant, "capacity": {"cpu": 8, "memory": "16G", "disk": "10G"},
-                   "devices": {"gpu": variant, "count": count}}
+        backend = {
+            "id": variant,
+            "capacity": {"cpu": 8, "memory": "16G", "disk": "10G"},
+            "devices": {"gpu": variant, "count": count},
+        }
         clusters[name] = write(name, backend, auth={"federation_peers": {PARENT: marin_key}})
     return clusters
 
@@ -171,8 +215,9 @@ def wait_for_peers(client, deadline_s: float) -> list:
 
 def availability_text(backend) -> str:
     a = backend.availability
-    amounts = ", ".join(f"{token} {a.amounts.get(token, 0):g} free of {total:g}"
-                        for token, total in sorted(a.total_amounts.items()))
+    amounts = ", ".join(
+        f"{token} {a.amounts.get(token, 0):g} free of {total:g}" for token, total in sorted(a.total_amounts.items())
+    )
     return f"backend {backend.id}: {amounts or 'no devices'}"
 
 
@@ -187,7 +232,9 @@ def where(status) -> str:
     return f"on {status.cluster or '-'}" + (f" (handoff {handoff})" if handoff else "")
 
 
-def watch(client, job_id: str, done: Callable[[Any], bool], started: float, echo: Echo, timeout: float = STEP_TIMEOUT_S):
+def watch(
+    client, job_id: str, done: Callable[[Any], bool], started: float, echo: Echo, timeout: float = STEP_TIMEOUT_S
+):
     """Polls marin until `done(status)`, narrating every change of state, handoff state, cluster or reason."""
     timeline: list[dict] = []
     last = None
@@ -200,10 +247,20 @@ def watch(client, job_id: str, done: Callable[[Any], bool], started: float, echo
             at = time.monotonic() - started
             exit_code = f", exit {status.exit_code}" if status.has_exit_code else ""
             why = status.pending_reason or status.error
-            echo(f"   {f'+{at:.2f}s':>7}  {status.state:<13}  {where(status)}{exit_code}" + (f"  ({why})" if why else ""))
-            timeline.append({"at_s": round(at, 3), "state": status.state, "handoff_state": status.handoff_state,
-                             "cluster": status.cluster, "peer_id": status.peer_id, "reason": why,
-                             "exit_code": status.exit_code if status.has_exit_code else None})
+            echo(
+                f"   {f'+{at:.2f}s':>7}  {status.state:<13}  {where(status)}{exit_code}" + (f"  ({why})" if why else "")
+            )
+            timeline.append(
+                {
+                    "at_s": round(at, 3),
+                    "state": status.state,
+                    "handoff_state": status.handoff_state,
+                    "cluster": status.cluster,
+                    "peer_id": status.peer_id,
+                    "reason": why,
+                    "exit_code": status.exit_code if status.has_exit_code else None,
+                }
+            )
         if done(status):
             return status, timeline
         if time.monotonic() > deadline:
@@ -222,13 +279,21 @@ def why_text(step: Step, launched, peers_before: list) -> str:
     if launched.disposition == "rejected":
         return "no backend on marin and no peer's advertised backends can host it, so marin refuses it at submit"
     if launched.peer_id:
-        return (f"pinned with --target-cluster {launched.peer_id}: a pin wins over running at home "
-                f"(disposition queued for {launched.peer_id})")
+        return (
+            f"pinned with --target-cluster {launched.peer_id}: a pin wins over running at home "
+            f"(disposition queued for {launched.peer_id})"
+        )
     variant = (step.options.get("gpu") or "").lower().partition("x")[0]
-    hosts = [f"{p.peer_id} ({availability_text(b)})" for p in peers_before for b in p.backends
-             if b.attributes.get("device-variant") == variant]
-    return (f"no backend on marin has {variant or 'that shape'}; queued for a peer, and placement picks one "
-            f"that reports free capacity: {', '.join(hosts) or 'none advertise it'}")
+    hosts = [
+        f"{p.peer_id} ({availability_text(b)})"
+        for p in peers_before
+        for b in p.backends
+        if b.attributes.get("device-variant") == variant
+    ]
+    return (
+        f"no backend on marin has {variant or 'that shape'}; queued for a peer, and placement picks one "
+        f"that reports free capacity: {', '.join(hosts) or 'none advertise it'}"
+    )
 
 
 def tasks_text(cluster_name: str, detail) -> tuple[list[str], list[dict], list[int]]:
@@ -237,10 +302,21 @@ def tasks_text(cluster_name: str, detail) -> tuple[list[str], list[dict], list[i
     for task in detail.tasks:
         for a in task.attempts:
             code = f"exit {a.exit_code}" if a.has_exit_code else a.state.lower()
-            lines.append(f"   ran on {cluster_name} (as {cluster_name} reports it): task {task.index} attempt {a.attempt} "
-                         f"on backend {a.backend_id}, worker {a.worker_id}, pid {a.pid or '-'}, {code}")
-            rows.append({"task": task.index, "attempt": a.attempt, "state": a.state, "backend": a.backend_id,
-                         "worker": a.worker_id, "pid": a.pid, "exit_code": a.exit_code if a.has_exit_code else None})
+            lines.append(
+                f"   ran on {cluster_name} (as {cluster_name} reports it): task {task.index} attempt {a.attempt} "
+                f"on backend {a.backend_id}, worker {a.worker_id}, pid {a.pid or '-'}, {code}"
+            )
+            rows.append(
+                {
+                    "task": task.index,
+                    "attempt": a.attempt,
+                    "state": a.state,
+                    "backend": a.backend_id,
+                    "worker": a.worker_id,
+                    "pid": a.pid,
+                    "exit_code": a.exit_code if a.has_exit_code else None,
+                }
+            )
             if a.pid:
                 pids.append(a.pid)
     return lines, rows, pids
@@ -260,8 +336,10 @@ def submit(marin, step: Step, echo: Echo):
     started = time.monotonic()
     launched = marin.launch(step.script, name=step.name, user=USER, existing_job_policy="replace", **step.options)
     why = why_text(step, launched, peers_before)
-    echo(f"   marin answers: {launched.job_id} {launched.state}, disposition {launched.disposition}"
-         + (f" ({launched.message})" if launched.message else ""))
+    echo(
+        f"   marin answers: {launched.job_id} {launched.state}, disposition {launched.disposition}"
+        + (f" ({launched.message})" if launched.message else "")
+    )
     echo(f"   why: {why}")
     return launched, why, started
 
@@ -283,16 +361,34 @@ def run_step(marin, peers: dict, step: Step, echo: Echo, seen_pids: list[int]) -
     launched, why, started = submit(marin, step, echo)
     final, timeline = watch(marin, launched.job_id, lambda s: s.state in TERMINAL_STATES, started, echo)
     report: dict[str, Any] = {
-        "title": step.title, "job_id": launched.job_id, "submitted_to": PARENT, "command": step.script,
-        "options": step.options, "disposition": launched.disposition, "pinned_peer": launched.peer_id,
-        "message": launched.message, "why": why, "timeline": timeline, "state": final.state,
-        "cluster": final.cluster, "handoff_state": final.handoff_state, "peer_id": final.peer_id,
-        "exit_code": final.exit_code if final.has_exit_code else None, "error": final.error,
-        "expected": {"disposition": step.expect_disposition, "state": step.expect_state,
-                     "cluster": step.expect_cluster, "log": step.expect_log},
+        "title": step.title,
+        "job_id": launched.job_id,
+        "submitted_to": PARENT,
+        "command": step.script,
+        "options": step.options,
+        "disposition": launched.disposition,
+        "pinned_peer": launched.peer_id,
+        "message": launched.message,
+        "why": why,
+        "timeline": timeline,
+        "state": final.state,
+        "cluster": final.cluster,
+        "handoff_state": final.handoff_state,
+        "peer_id": final.peer_id,
+        "exit_code": final.exit_code if final.has_exit_code else None,
+        "error": final.error,
+        "expected": {
+            "disposition": step.expect_disposition,
+            "state": step.expect_state,
+            "cluster": step.expect_cluster,
+            "log": step.expect_log,
+        },
     }
     ok = (launched.disposition, final.state, final.cluster) == (
-        step.expect_disposition, step.expect_state, step.expect_cluster)
+        step.expect_disposition,
+        step.expect_state,
+        step.expect_cluster,
+    )
     ran_on = peers.get(final.cluster, marin)
     lines, rows, pids = tasks_text(final.cluster, ran_on.describe(launched.job_id))
     for line in lines:
@@ -315,9 +411,11 @@ def run_step(marin, peers: dict, step: Step, echo: Echo, seen_pids: list[int]) -
     report["seconds"] = round(elapsed, 3)
     report["as_expected"] = ok
     landed = f"on {final.cluster}" if rows else "before running anywhere"
-    echo(f"   {'as expected' if ok else 'NOT as expected'}: {launched.disposition}, {final.state} {landed}, "
-         f"{elapsed:.2f}s after submit" + ("" if ok else f" (expected {step.expect_disposition}, "
-                                                        f"{step.expect_state} on {step.expect_cluster})"))
+    echo(
+        f"   {'as expected' if ok else 'NOT as expected'}: {launched.disposition}, {final.state} {landed}, "
+        f"{elapsed:.2f}s after submit"
+        + ("" if ok else f" (expected {step.expect_disposition}, {step.expect_state} on {step.expect_cluster})")
+    )
     return report
 
 
@@ -344,21 +442,45 @@ def run_cancel_step(marin, peers: dict, step: Step, echo: Echo, seen_pids: list[
     wait_for(lambda: not pid_alive(pid), 15, f"pid {pid} to exit on {running.cluster}")
     gone_s = time.monotonic() - cancelled
     echo(f"   pid {pid} on {running.cluster} is gone {gone_s:.2f}s after the cancel")
-    peer_state = wait_for(lambda: (s := peer.status(job_id).state) in TERMINAL_STATES and s, 15,
-                          f"{job_id} to end on {running.cluster}")
+    peer_state = wait_for(
+        lambda: (s := peer.status(job_id).state) in TERMINAL_STATES and s, 15, f"{job_id} to end on {running.cluster}"
+    )
     final, more = watch(marin, job_id, lambda s: s.state in TERMINAL_STATES, started, echo)
     elapsed = time.monotonic() - started
-    ok = (alive_before and launched.disposition == step.expect_disposition and final.state == step.expect_state
-          and peer_state == "KILLED" and running.cluster == step.expect_cluster)
-    echo(f"   {'as expected' if ok else 'NOT as expected'}: {final.state} on marin, {peer_state} on {running.cluster}, "
-         f"process gone; {elapsed:.2f}s in all")
+    ok = (
+        alive_before
+        and launched.disposition == step.expect_disposition
+        and final.state == step.expect_state
+        and peer_state == "KILLED"
+        and running.cluster == step.expect_cluster
+    )
+    echo(
+        f"   {'as expected' if ok else 'NOT as expected'}: {final.state} on marin, {peer_state} on {running.cluster}, "
+        f"process gone; {elapsed:.2f}s in all"
+    )
     return {
-        "title": step.title, "job_id": job_id, "submitted_to": PARENT, "command": step.script, "options": step.options,
-        "disposition": launched.disposition, "why": why, "cluster": running.cluster, "timeline": timeline + more,
-        "peer_pid": pid, "pid_alive_before_cancel": alive_before, "pid_gone_after_s": round(gone_s, 3),
-        "peer_state": peer_state, "state": final.state, "error": final.error,
-        "expected": {"disposition": step.expect_disposition, "state": step.expect_state, "cluster": step.expect_cluster},
-        "seconds": round(elapsed, 3), "as_expected": ok,
+        "title": step.title,
+        "job_id": job_id,
+        "submitted_to": PARENT,
+        "command": step.script,
+        "options": step.options,
+        "disposition": launched.disposition,
+        "why": why,
+        "cluster": running.cluster,
+        "timeline": timeline + more,
+        "peer_pid": pid,
+        "pid_alive_before_cancel": alive_before,
+        "pid_gone_after_s": round(gone_s, 3),
+        "peer_state": peer_state,
+        "state": final.state,
+        "error": final.error,
+        "expected": {
+            "disposition": step.expect_disposition,
+            "state": step.expect_state,
+            "cluster": step.expect_cluster,
+        },
+        "seconds": round(elapsed, 3),
+        "as_expected": ok,
     }
 
 
@@ -437,12 +559,15 @@ def run_demo(echo: Echo = print) -> tuple[int, dict]:
                 variant, count = PEER_GPUS[name]
                 role = f"peer, 2 workers x {count} {variant} (advertised), trusts marin's public key"
             echo(f"   {name:<9} {c.config.url:<24} pid {pids[name]:<7} {role}")
-            report["clusters"].append({"name": name, "url": c.config.url, "pid": pids[name], "role": role,
-                                       "config": str(c.config_path)})
+            report["clusters"].append(
+                {"name": name, "url": c.config.url, "pid": pids[name], "role": role, "config": str(c.config_path)}
+            )
         echo(f"   all three answering after {time.monotonic() - began:.2f}s")
         token = issue_token(clusters[PARENT].config, USER, "user", 3600)
-        echo(f"   jobs go to marin as user '{USER}', with a token marin's key minted (`iris token create`): "
-             "tokenless loopback callers are local_admin, whose jobs never federate")
+        echo(
+            f"   jobs go to marin as user '{USER}', with a token marin's key minted (`iris token create`): "
+            "tokenless loopback callers are local_admin, whose jobs never federate"
+        )
         with IrisClient(clusters[PARENT].config.url, token=token.token) as marin:
             peers = {name: IrisClient(clusters[name].config.url, token="") for name in PEER_GPUS}
             for peer in wait_for_peers(marin, 15):
@@ -473,8 +598,10 @@ def run_demo(echo: Echo = print) -> tuple[int, dict]:
         echo("== stopping the three controllers")
         stopping = time.monotonic()
         stopped = stop_all(clusters) if clusters else {}
-        echo(f"   {', '.join(f'{n} (pid {pids[n]})' for n, s in stopped.items() if s) or 'none was running'} "
-             f"stopped in {time.monotonic() - stopping:.2f}s")
+        echo(
+            f"   {', '.join(f'{n} (pid {pids[n]})' for n, s in stopped.items() if s) or 'none was running'} "
+            f"stopped in {time.monotonic() - stopping:.2f}s"
+        )
         left = leftovers(workdir, [*pids.values(), *seen_pids])
         report["stopped"] = stopped
         report["pids_seen"] = {"controllers": pids, "tasks": sorted(set(seen_pids))}
@@ -484,16 +611,24 @@ def run_demo(echo: Echo = print) -> tuple[int, dict]:
             for p in left:
                 echo(f"   still running: pid {p['pid']}: {p['command']}")
         else:
-            echo(f"   nothing the demo started is left running: checked /proc for its {len(pids)} controllers, "
-                 f"the {len(set(seen_pids))} task processes it saw, and anything else in {workdir}")
+            echo(
+                f"   nothing the demo started is left running: checked /proc for its {len(pids)} controllers, "
+                f"the {len(set(seen_pids))} task processes it saw, and anything else in {workdir}"
+            )
         if ok:
             shutil.rmtree(workdir, ignore_errors=True)
         else:
             echo(f"   kept {workdir} for inspection (each cluster's controller.log is in <name>/state/)")
     elapsed = time.monotonic() - began
     echo("")
-    echo(f"== demo finished in {elapsed:.1f}s: "
-         + ("every job landed where it should, and nothing is left running" if ok else "something did not go as expected"))
+    echo(
+        f"== demo finished in {elapsed:.1f}s: "
+        + (
+            "every job landed where it should, and nothing is left running"
+            if ok
+            else "something did not go as expected"
+        )
+    )
     report["seconds"] = round(elapsed, 3)
     report["ok"] = ok
     return (0 if ok else 1), report

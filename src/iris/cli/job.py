@@ -46,7 +46,11 @@ _CONSTRAINT = _checked(_core("iris.core.constraints.parse_constraint_text"))
 
 # LaunchJobResponse fields: the name `job run -o json` prints (the proto's) and the Connect JSON name.
 _LAUNCHED_FIELDS = (
-    ("job_id", "jobId"), ("state", "state"), ("disposition", "disposition"), ("peer_id", "peerId"), ("message", "message"),
+    ("job_id", "jobId"),
+    ("state", "state"),
+    ("disposition", "disposition"),
+    ("peer_id", "peerId"),
+    ("message", "message"),
 )
 # Final job state -> exit code of `iris job run`.
 STATE_EXIT_CODES = {"SUCCEEDED": EXIT_OK, "FAILED": EXIT_FAILED, "KILLED": EXIT_FAILED, "UNSCHEDULABLE": EXIT_REJECTED}
@@ -68,24 +72,51 @@ def job() -> None:
 @click.option("--gpu", metavar="SPEC", callback=_GPU, help="GPUs per task: H100x8, 8 (any variant) or H100 (one).")
 @click.option("--tpu", metavar="SLICE", callback=_TPU, help="A TPU slice, e.g. v5p-8.")
 @click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True, help="Number of tasks.")
-@click.option("--priority", type=click.Choice(["production", "interactive", "batch"]), help="Band (default interactive).")
+@click.option(
+    "--priority", type=click.Choice(["production", "interactive", "batch"]), help="Band (default interactive)."
+)
 @click.option("--region", help="Run in this region; `any` opts out of the parent job's region.")
 @click.option("--zone", help="Run in this zone.")
-@click.option("--constraint", "constraints", multiple=True, metavar="EXPR", callback=_CONSTRAINT,
-              help="A placement constraint: key=value, key!=value, key>=N, 'key in a,b', 'key exists'. Repeatable.")
+@click.option(
+    "--constraint",
+    "constraints",
+    multiple=True,
+    metavar="EXPR",
+    callback=_CONSTRAINT,
+    help="A placement constraint: key=value, key!=value, key>=N, 'key in a,b', 'key exists'. Repeatable.",
+)
 @click.option("--target-cluster", metavar="PEER", help="Hand the job to this federation peer.")
 @click.option("--coschedule", is_flag=True, help="Start all replicas together or not at all.")
-@click.option("-e", "--env", "env", nargs=2, multiple=True, metavar="KEY VALUE", help="Set an env variable. Repeatable.")
+@click.option(
+    "-e", "--env", "env", nargs=2, multiple=True, metavar="KEY VALUE", help="Set an env variable. Repeatable."
+)
 @click.option("--job-name", metavar="NAME", help="Short name (/<user>/<NAME>) or full id; generated when omitted.")
 @click.option("--user", help="The submitting user (default: the token's user, else $USER).")
-@click.option("--max-retries", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Retries of a task whose attempt fails.")
-@click.option("--max-retries-preemption", type=click.IntRange(min=0),
-              help="Retries after preemption or a lost worker (default 100).")
-@click.option("--timeout", metavar="DURATION", callback=_DURATION, help="Kill the job after this long running, e.g. 30m.")
-@click.option("--scheduling-timeout", metavar="DURATION", callback=_DURATION, help="Give up if not placed within this long.")
-@click.option("--existing", type=click.Choice(["error", "keep", "replace"]), default="error", show_default=True,
-              help="What to do when a job of this name exists.")
+@click.option(
+    "--max-retries",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Retries of a task whose attempt fails.",
+)
+@click.option(
+    "--max-retries-preemption",
+    type=click.IntRange(min=0),
+    help="Retries after preemption or a lost worker (default 100).",
+)
+@click.option(
+    "--timeout", metavar="DURATION", callback=_DURATION, help="Kill the job after this long running, e.g. 30m."
+)
+@click.option(
+    "--scheduling-timeout", metavar="DURATION", callback=_DURATION, help="Give up if not placed within this long."
+)
+@click.option(
+    "--existing",
+    type=click.Choice(["error", "keep", "replace"]),
+    default="error",
+    show_default=True,
+    help="What to do when a job of this name exists.",
+)
 @click.option("--no-wait", is_flag=True, help="Print the job id and return at once.")
 @click.option("-t", "--timestamps", is_flag=True, help="Prefix each log line with its time.")
 @output_option
@@ -111,9 +142,7 @@ def run(
     started = time.monotonic()
     # Everything checkable here (sizes, devices, constraints, names) fails before any request: exit 3.
     # The request and its answer travel as Connect JSON, so this path never imports protobuf.
-    request = client.prepare_json(
-        list(command), name=job_name, env=dict(env), existing_job_policy=existing, **options
-    )
+    request = client.prepare_json(list(command), name=job_name, env=dict(env), existing_job_policy=existing, **options)
     try:
         reply = client.launch_json(request)
     except (Unavailable, Unauthenticated):
@@ -137,7 +166,9 @@ def run(
     return _follow_to_end(obj, job_id, launched, timestamps, replicas, started)
 
 
-def _follow_to_end(obj: CliContext, job_id: str, launched: dict, timestamps: bool, replicas: int, started: float) -> int:
+def _follow_to_end(
+    obj: CliContext, job_id: str, launched: dict, timestamps: bool, replicas: int, started: float
+) -> int:
     from iris.cli.output import message_to_dict, write_log_line
 
     client = obj.client()
@@ -154,9 +185,16 @@ def _follow_to_end(obj: CliContext, job_id: str, launched: dict, timestamps: boo
         return 130
     code = STATE_EXIT_CODES.get(status.state, EXIT_FAILED)
     if obj.json:
-        obj.emit({**launched, "state": status.state, "exit_code": status.exit_code if status.has_exit_code else None,
-                  "error": status.error, "status": message_to_dict(status),
-                  "logs": [message_to_dict(line) for line in lines]})
+        obj.emit(
+            {
+                **launched,
+                "state": status.state,
+                "exit_code": status.exit_code if status.has_exit_code else None,
+                "error": status.error,
+                "status": message_to_dict(status),
+                "logs": [message_to_dict(line) for line in lines],
+            }
+        )
         return code
     elapsed = time.monotonic() - started
     detail = status.error or (f"exit code {status.exit_code}" if status.has_exit_code else "")
@@ -188,7 +226,10 @@ def list_jobs(obj: CliContext, state: str | None, prefix: str | None, user: str 
     elif jobs:
         click.echo(jobs_table(jobs))
     else:
-        click.echo("no jobs" + (f" in state {state.upper()}" if state else "") + (f" under {prefix}" if prefix else ""), err=True)
+        click.echo(
+            "no jobs" + (f" in state {state.upper()}" if state else "") + (f" under {prefix}" if prefix else ""),
+            err=True,
+        )
 
 
 @job.command("describe")
@@ -222,7 +263,9 @@ def logs(obj: CliContext, job_id: str, follow: bool, tail: int, task: int | None
     show_task = task is None and client.status(job_id).replicas > 1
     if obj.json:
         # One document: with -f it is printed once the job has ended.
-        lines = list(client.follow(job_id, task=task, tail=tail)) if follow else client.logs(job_id, task=task, tail=tail)
+        lines = (
+            list(client.follow(job_id, task=task, tail=tail)) if follow else client.logs(job_id, task=task, tail=tail)
+        )
         obj.emit({"job_id": job_id, "lines": [message_to_dict(line) for line in lines]})
         return EXIT_OK
     try:
@@ -277,4 +320,3 @@ def explain(obj: CliContext, job_id: str) -> None:
         obj.emit(message_to_dict(resp))
     else:
         click.echo(explain_text(resp))
-

@@ -82,8 +82,14 @@ def output_option(fn):
             ctx.find_object(CliContext).output = value
 
     return click.option(
-        "-o", "--output", type=click.Choice(["table", "json"]), default=None, expose_value=False,
-        callback=set_output, is_eager=True, help="table or json (overrides the global -o).",
+        "-o",
+        "--output",
+        type=click.Choice(["table", "json"]),
+        default=None,
+        expose_value=False,
+        callback=set_output,
+        is_eager=True,
+        help="table or json (overrides the global -o).",
     )(fn)
 
 
@@ -154,7 +160,9 @@ def _run(args: list[str]) -> None:
     except Exception as exc:  # a bug, not a user error: say so in one line, traceback on request
         if os.environ.get("IRIS_DEBUG"):
             raise
-        _report("internal", f"internal error: {type(exc).__name__}: {exc} (set IRIS_DEBUG=1 for the traceback)", json_mode)
+        _report(
+            "internal", f"internal error: {type(exc).__name__}: {exc} (set IRIS_DEBUG=1 for the traceback)", json_mode
+        )
         sys.exit(EXIT_FAILED)
     sys.exit(rv if isinstance(rv, int) else EXIT_OK)
 

@@ -189,9 +189,13 @@ def describe_job(resp: Any, now_ms: int | None = None) -> str:
             )
             for t in resp.tasks
         ]
-        out.append(_indent(render_table(
-            ("TASK", "STATE", "ATTEMPT", "BACKEND", "WORKER", "EXIT", "STARTED", "RUN TIME", "ERROR"), rows
-        )))
+        out.append(
+            _indent(
+                render_table(
+                    ("TASK", "STATE", "ATTEMPT", "BACKEND", "WORKER", "EXIT", "STARTED", "RUN TIME", "ERROR"), rows
+                )
+            )
+        )
         attempts = [(t, a) for t in resp.tasks for a in t.attempts]
         if attempts:
             out += ["", "Attempts:"]
@@ -209,9 +213,13 @@ def describe_job(resp: Any, now_ms: int | None = None) -> str:
                 )
                 for t, a in attempts
             ]
-            out.append(_indent(render_table(
-                ("ATTEMPT", "STATE", "BACKEND", "WORKER", "PID", "EXIT", "STARTED", "RUN TIME", "ERROR"), rows
-            )))
+            out.append(
+                _indent(
+                    render_table(
+                        ("ATTEMPT", "STATE", "BACKEND", "WORKER", "PID", "EXIT", "STARTED", "RUN TIME", "ERROR"), rows
+                    )
+                )
+            )
     return "\n".join(out)
 
 
@@ -236,10 +244,7 @@ def write_log_line(line: Any, *, show_task: bool, timestamps: bool) -> None:
 def explain_text(resp: Any) -> str:
     out = [f"{resp.job_id}: {resp.summary}" if resp.summary else resp.job_id]
     if resp.groups:
-        rows = [
-            (g.backend_id, g.group, g.workers, g.verdict, "; ".join(g.reasons) or "-")
-            for g in resp.groups
-        ]
+        rows = [(g.backend_id, g.group, g.workers, g.verdict, "; ".join(g.reasons) or "-") for g in resp.groups]
         out += ["", render_table(("BACKEND", "WORKERS GROUP", "WORKERS", "VERDICT", "REASONS"), rows)]
     if resp.lines:
         out += [""] + list(resp.lines)
@@ -279,10 +284,14 @@ def cluster_status_text(url: str, info: Any, backends: Any, workers: Sequence[An
             total = sum(w.capacity.cpu for w in mine)
             tasks = sum(w.running_tasks for w in mine)
             use = f"cpu {_num(used)}/{_num(total)}, {tasks} task(s)" if mine else "-"
-            free = ", ".join(
-                f"{token} {_num(amount)}/{_num(b.availability.total_amounts.get(token, 0))}"
-                for token, amount in sorted(b.availability.amounts.items())
-            ) if b.HasField("availability") else ""
+            free = (
+                ", ".join(
+                    f"{token} {_num(amount)}/{_num(b.availability.total_amounts.get(token, 0))}"
+                    for token, amount in sorted(b.availability.amounts.items())
+                )
+                if b.HasField("availability")
+                else ""
+            )
             rows.append((b.id, b.kind, b.workers, format_resources(b.worker_capacity), use, free or "-"))
         out += ["", render_table(("BACKEND", "KIND", "WORKERS", "PER WORKER", "IN USE", "FREE DEVICES"), rows)]
     return "\n".join(out)

@@ -9,7 +9,9 @@ from iris.cli.main import CliContext, output_option
 
 @click.command("query")
 @click.argument("sql")
-@click.option("--limit", type=click.IntRange(min=0), default=0, help="At most this many rows (0: the server's default).")
+@click.option(
+    "--limit", type=click.IntRange(min=0), default=0, help="At most this many rows (0: the server's default)."
+)
 @output_option
 @click.pass_obj
 def query(obj: CliContext, sql: str, limit: int) -> None:

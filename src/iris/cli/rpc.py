@@ -77,8 +77,13 @@ class ServiceGroup(click.Group):
         return click.Command(
             name,
             callback=callback,
-            params=[click.Option(["--json", "json_body"], metavar="BODY",
-                                 help=f"The {descriptor.input_type.name} as JSON, @FILE, or - for stdin (default {{}}).")],
+            params=[
+                click.Option(
+                    ["--json", "json_body"],
+                    metavar="BODY",
+                    help=f"The {descriptor.input_type.name} as JSON, @FILE, or - for stdin (default {{}}).",
+                )
+            ],
             help=f"Calls {descriptor.name}({descriptor.input_type.name}) and prints its {descriptor.output_type.name} as JSON.",
             short_help=f"{descriptor.name}({descriptor.input_type.name})",
         )

@@ -72,15 +72,34 @@ def token() -> None:
 @token.command("create")
 @config_options
 @click.option("--user", required=True, help="The user the token identifies; jobs submitted with it are theirs.")
-@click.option("--role", type=click.Choice(PERSON_ROLES), default="user", show_default=True,
-              help="user: runs and stops own jobs; admin: everything; dashboard: read-only.")
-@click.option("--ttl", default=DEFAULT_TTL, show_default=True, callback=_ttl, metavar="DURATION",
-              help="How long the token is valid, e.g. 12h, 30d.")
+@click.option(
+    "--role",
+    type=click.Choice(PERSON_ROLES),
+    default="user",
+    show_default=True,
+    help="user: runs and stops own jobs; admin: everything; dashboard: read-only.",
+)
+@click.option(
+    "--ttl",
+    default=DEFAULT_TTL,
+    show_default=True,
+    callback=_ttl,
+    metavar="DURATION",
+    help="How long the token is valid, e.g. 12h, 30d.",
+)
 @click.option("--save", is_flag=True, help="Remember it for this cluster's URL: later commands send it by themselves.")
 @output_option
 @click.pass_obj
-def create(obj: CliContext, config_path: str | None, local: bool, port: int | None,
-           user: str, role: str, ttl: float, save: bool) -> int:
+def create(
+    obj: CliContext,
+    config_path: str | None,
+    local: bool,
+    port: int | None,
+    user: str,
+    role: str,
+    ttl: float,
+    save: bool,
+) -> int:
     """Mints a token for USER signed with the cluster's key and prints it.
 
     `export IRIS_TOKEN=$(iris token create --config cluster.yaml --user alice)`, or `--save` to keep
@@ -95,8 +114,17 @@ def create(obj: CliContext, config_path: str | None, local: bool, port: int | No
 
         TokenStore(token_file()).put(config.url, issued.token)
     if obj.json:
-        obj.emit({"token": issued.token, "user": issued.user, "role": issued.role, "expires_ms": issued.expires_ms,
-                  "cluster": config.name, "url": config.url, "saved": save})
+        obj.emit(
+            {
+                "token": issued.token,
+                "user": issued.user,
+                "role": issued.role,
+                "expires_ms": issued.expires_ms,
+                "cluster": config.name,
+                "url": config.url,
+                "saved": save,
+            }
+        )
         return EXIT_OK
     click.echo(issued.token)
     if save:

@@ -111,7 +111,9 @@ def build_launch_request(
     band = Band.parse(priority)
     policy = (existing_job_policy or "error").strip().lower()
     if policy not in EXISTING_JOB_POLICIES:
-        raise InvalidArgument(f"existing-job policy {existing_job_policy!r} is not one of {', '.join(EXISTING_JOB_POLICIES)}")
+        raise InvalidArgument(
+            f"existing-job policy {existing_job_policy!r} is not one of {', '.join(EXISTING_JOB_POLICIES)}"
+        )
     if max_retries < 0:
         raise InvalidArgument(f"max retries {max_retries} must not be negative")
     if max_retries_preemption is not None and max_retries_preemption < 0:
@@ -146,7 +148,12 @@ def build_launch_request(
             "cpu": resources.cpu,
             "memory_bytes": resources.memory,
             "disk_bytes": resources.disk,
-            "device": {"kind": device.kind, "variant": device.variant, "count": device.count, "topology": device.topology},
+            "device": {
+                "kind": device.kind,
+                "variant": device.variant,
+                "count": device.count,
+                "topology": device.topology,
+            },
         },
         "replicas": replicas,
         "priority": band.label,

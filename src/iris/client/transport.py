@@ -99,7 +99,9 @@ class ConnectTransport:
         try:
             return response_type.FromString(payload)
         except DecodeError as exc:
-            raise errors.IrisError(f"{self.url} answered {method} with a body that is not a {response_type.__name__}: {exc}") from None
+            raise errors.IrisError(
+                f"{self.url} answered {method} with a body that is not a {response_type.__name__}: {exc}"
+            ) from None
 
     def call_json(self, method: str, request: dict[str, Any]) -> dict[str, Any]:
         """Calls `method` with a request given as its Connect JSON document; returns the response's document."""

@@ -42,8 +42,14 @@ class Controller:
         self.backends = {b.id: LocalBackend(b, state, wake=self._wake) for b in config.backends}
         self.federation = self._federation() if config.peers else None
         self.tick = ControlLoop(
-            self.db, self.backends, self.base_env(), config.controller.tick_interval, clock=clock,
-            federation=self.federation, workspace_root=state / "workspaces", task_token=self.task_token,
+            self.db,
+            self.backends,
+            self.base_env(),
+            config.controller.tick_interval,
+            clock=clock,
+            federation=self.federation,
+            workspace_root=state / "workspaces",
+            task_token=self.task_token,
         )
 
     def _federation(self):
@@ -110,9 +116,13 @@ class Controller:
         now = self.now_ms()
         with self.db.write() as conn:
             live = conn.execute(
-                sql("SELECT attempt_id FROM attempts WHERE state IN ('ASSIGNED','BUILDING','RUNNING') AND cluster IS NULL")
+                sql(
+                    "SELECT attempt_id FROM attempts WHERE state IN ('ASSIGNED','BUILDING','RUNNING') AND cluster IS NULL"
+                )
             ).all()
-            jobs = [attempt_db.end_attempt(conn, r[0], TaskState.WORKER_FAILED, now, "the controller stopped") for r in live]
+            jobs = [
+                attempt_db.end_attempt(conn, r[0], TaskState.WORKER_FAILED, now, "the controller stopped") for r in live
+            ]
             refresh_jobs(conn, [j for j in jobs if j], now)
         for backend in self.backends.values():
             backend.shutdown()
@@ -156,7 +166,8 @@ class Controller:
         with self.db.read() as conn:
             row = require_job(conn, job_id)
             handle = conn.execute(
-                sql("SELECT handoff_state, peer_id FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
+                sql("SELECT handoff_state, peer_id FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"),
+                {"j": job_id},
             ).first()
             token = self.tick.loader.config(conn, job_id).resources.device.token if handle else ""
         resp = pb.ExplainJobResponse(job_id=job_id)
@@ -171,7 +182,9 @@ class Controller:
         result = scheduler.explain(self.tick.loader.load(self.now_ms(), workers), job_id)
         resp.summary = result.summary
         for g in result.groups:
-            resp.groups.add(backend_id=g.backend_id, group=g.group, workers=g.workers, verdict=g.verdict, reasons=list(g.reasons))
+            resp.groups.add(
+                backend_id=g.backend_id, group=g.group, workers=g.workers, verdict=g.verdict, reasons=list(g.reasons)
+            )
         resp.lines.extend(result.lines)
         return resp
 
@@ -189,9 +202,16 @@ class Controller:
                 if a is None:
                     lines.append(f"  backend {b.backend_id}: reports no availability; matched on shape only")
                 elif token:
-                    lines.append(f"  backend {b.backend_id}: {token} {a.amounts.get(token, 0):g} free of "
-                                 f"{a.total_amounts.get(token, 0):g}")
+                    lines.append(
+                        f"  backend {b.backend_id}: {token} {a.amounts.get(token, 0):g} free of "
+                        f"{a.total_amounts.get(token, 0):g}"
+                    )
                 else:
-                    lines.append(f"  backend {b.backend_id}: " + (", ".join(
-                        f"{k} {a.amounts.get(k, 0):g} free of {v:g}" for k, v in a.total_amounts.items()) or "no devices"))
+                    lines.append(
+                        f"  backend {b.backend_id}: "
+                        + (
+                            ", ".join(f"{k} {a.amounts.get(k, 0):g} free of {v:g}" for k, v in a.total_amounts.items())
+                            or "no devices"
+                        )
+                    )
         return lines

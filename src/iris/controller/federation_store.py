@@ -8,7 +8,6 @@ live state because a report from before the cancel arrives late.
 
 from __future__ import annotations
 
-
 from iris.controller.db import federation as fed
 from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import TERMINAL_JOB_SQL
@@ -32,8 +31,10 @@ class ControllerFederationStore:
 
     def pending_deliveries(self) -> list[tuple[str, str, bool]]:
         with self.db.read() as conn:
-            return [(h["job_id"], h["peer_id"], bool(h["cancel_requested"]))
-                    for h in fed.sent_handles(conn, ("PENDING_HANDOFF",))]
+            return [
+                (h["job_id"], h["peer_id"], bool(h["cancel_requested"]))
+                for h in fed.sent_handles(conn, ("PENDING_HANDOFF",))
+            ]
 
     def delivery_request(self, job_id: str) -> pb.LaunchJobRequest:
         with self.db.read() as conn:
@@ -49,9 +50,11 @@ class ControllerFederationStore:
 
     def pending_cancels(self) -> list[tuple[str, str, int]]:
         with self.db.read() as conn:
-            return [(h["job_id"], h["peer_id"], h["cancel_intent_version"])
-                    for h in fed.sent_handles(conn, ("HANDED_OFF",))
-                    if h["cancel_intent_version"] > h["cancel_relayed_version"]]
+            return [
+                (h["job_id"], h["peer_id"], h["cancel_intent_version"])
+                for h in fed.sent_handles(conn, ("HANDED_OFF",))
+                if h["cancel_intent_version"] > h["cancel_relayed_version"]
+            ]
 
     def mark_cancel_relayed(self, job_id: str, version: int) -> None:
         with self.db.write() as conn:
@@ -59,25 +62,32 @@ class ControllerFederationStore:
 
     def sync_cursor(self, peer_id: str) -> int:
         with self.db.read() as conn:
-            return conn.execute(
-                sql("SELECT cursor FROM federation_sync_state WHERE peer_id = :p"), {"p": peer_id}
-            ).scalar() or 0
+            return (
+                conn.execute(
+                    sql("SELECT cursor FROM federation_sync_state WHERE peer_id = :p"), {"p": peer_id}
+                ).scalar()
+                or 0
+            )
 
     def mark_stale(self, peer_id: str) -> None:
         """The last sync failed: mirrored jobs keep their state, flagged stale until one succeeds."""
         with self.db.write() as conn:
             conn.execute(
-                sql("INSERT INTO federation_sync_state (peer_id, cursor, stale) VALUES (:p, 0, 1)"
-                     " ON CONFLICT(peer_id) DO UPDATE SET stale = 1"),
+                sql(
+                    "INSERT INTO federation_sync_state (peer_id, cursor, stale) VALUES (:p, 0, 1)"
+                    " ON CONFLICT(peer_id) DO UPDATE SET stale = 1"
+                ),
                 {"p": peer_id},
             )
 
     def peers_with_handles(self) -> set[str]:
         with self.db.read() as conn:
             rows = conn.execute(
-                sql(f"SELECT DISTINCT f.peer_id FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
-                     f" WHERE f.direction = 'SENT' AND f.handoff_state IN ('PENDING_HANDOFF','HANDED_OFF')"
-                     f" AND (j.state NOT IN {TERMINAL_JOB_SQL} OR f.first_report = 0 OR j.finished_ms > :recent)"),
+                sql(
+                    f"SELECT DISTINCT f.peer_id FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
+                    f" WHERE f.direction = 'SENT' AND f.handoff_state IN ('PENDING_HANDOFF','HANDED_OFF')"
+                    f" AND (j.state NOT IN {TERMINAL_JOB_SQL} OR f.first_report = 0 OR j.finished_ms > :recent)"
+                ),
                 {"recent": self.now_ms() - 60_000},
             ).all()
         return {r[0] for r in rows if r[0]}
@@ -85,9 +95,11 @@ class ControllerFederationStore:
     def log_targets(self, peer_id: str) -> list[tuple[str, int]]:
         with self.db.read() as conn:
             rows = conn.execute(
-                sql("SELECT f.job_id, f.log_cursor FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
-                     " WHERE f.direction = 'SENT' AND f.peer_id = :p AND f.handoff_state = 'HANDED_OFF'"
-                     " AND f.first_report = 1 AND (j.finished_ms IS NULL OR j.finished_ms > :recent)"),
+                sql(
+                    "SELECT f.job_id, f.log_cursor FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
+                    " WHERE f.direction = 'SENT' AND f.peer_id = :p AND f.handoff_state = 'HANDED_OFF'"
+                    " AND f.first_report = 1 AND (j.finished_ms IS NULL OR j.finished_ms > :recent)"
+                ),
                 {"p": peer_id, "recent": self.now_ms() - 60_000},
             ).all()
         return [(r[0], r[1]) for r in rows]
@@ -95,8 +107,13 @@ class ControllerFederationStore:
     def append_relayed_logs(self, job_id: str, lines: list[pb.LogLine], cursor: int) -> None:
         with self.db.write() as conn:
             conn.execute(
-                sql("INSERT INTO logs (job_id, task_index, attempt, stream, ts_ms, text) VALUES (:j, :i, :a, :s, :ts, :x)"),
-                [{"j": job_id, "i": ln.task_index, "a": ln.attempt, "s": ln.stream, "ts": ln.ts_ms, "x": ln.text} for ln in lines],
+                sql(
+                    "INSERT INTO logs (job_id, task_index, attempt, stream, ts_ms, text) VALUES (:j, :i, :a, :s, :ts, :x)"
+                ),
+                [
+                    {"j": job_id, "i": ln.task_index, "a": ln.attempt, "s": ln.stream, "ts": ln.ts_ms, "x": ln.text}
+                    for ln in lines
+                ],
             )
             conn.execute(
                 sql("UPDATE federated_jobs SET log_cursor = :c WHERE job_id = :j AND direction = 'SENT'"),
@@ -119,15 +136,19 @@ class ControllerFederationStore:
             dropped = list(resp.tombstones)
             if resp.cursor_stale:
                 live = conn.execute(
-                    sql("SELECT job_id FROM federated_jobs WHERE direction = 'SENT' AND peer_id = :p AND handoff_state = 'HANDED_OFF'"),
+                    sql(
+                        "SELECT job_id FROM federated_jobs WHERE direction = 'SENT' AND peer_id = :p AND handoff_state = 'HANDED_OFF'"
+                    ),
                     {"p": peer_id},
                 ).all()
                 dropped += [r[0] for r in live if r[0] not in reported]
             for job_id in dropped:
                 _drop_handle(conn, peer_id, job_id, now)
             conn.execute(
-                sql("INSERT INTO federation_sync_state (peer_id, cursor, last_sync_ms, stale) VALUES (:p, :c, :now, 0)"
-                     " ON CONFLICT(peer_id) DO UPDATE SET cursor = :c, last_sync_ms = :now, stale = 0"),
+                sql(
+                    "INSERT INTO federation_sync_state (peer_id, cursor, last_sync_ms, stale) VALUES (:p, :c, :now, 0)"
+                    " ON CONFLICT(peer_id) DO UPDATE SET cursor = :c, last_sync_ms = :now, stale = 0"
+                ),
                 {"p": peer_id, "c": resp.cursor, "now": now},
             )
 
@@ -141,40 +162,84 @@ def _mirror_job(conn, peer_id: str, synced: pb.SyncedJob, now_ms: int) -> None:
     if handle is None:
         return  # not a job this cluster handed to that peer
     local = conn.execute(sql("SELECT state, cancel_requested FROM jobs WHERE job_id = :j"), {"j": job.job_id}).first()
-    keep_local_state = local is not None and local[1] and local[0] in ("KILLED",) and job.state not in (
-        "SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE")
+    keep_local_state = (
+        local is not None
+        and local[1]
+        and local[0] in ("KILLED",)
+        and job.state not in ("SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE")
+    )
     if not keep_local_state:
         conn.execute(
-            sql("UPDATE jobs SET state = :s, started_ms = :st, finished_ms = :fin, error = :e, pending_reason = :r,"
-                 " cluster = :p WHERE job_id = :j"),
-            {"s": job.state, "st": job.started_ms or None, "fin": job.finished_ms or None, "e": job.error,
-             "r": job.pending_reason, "p": peer_id, "j": job.job_id},
+            sql(
+                "UPDATE jobs SET state = :s, started_ms = :st, finished_ms = :fin, error = :e, pending_reason = :r,"
+                " cluster = :p WHERE job_id = :j"
+            ),
+            {
+                "s": job.state,
+                "st": job.started_ms or None,
+                "fin": job.finished_ms or None,
+                "e": job.error,
+                "r": job.pending_reason,
+                "p": peer_id,
+                "j": job.job_id,
+            },
         )
     conn.execute(sql("DELETE FROM tasks WHERE job_id = :j"), {"j": job.job_id})
     conn.execute(sql("DELETE FROM attempts WHERE job_id = :j"), {"j": job.job_id})
     for t in synced.tasks:
         conn.execute(
-            sql("INSERT INTO tasks (task_id, job_id, idx, state, attempt, backend_id, worker_id, failure_count,"
-                 " preemption_count, exit_code, started_ms, finished_ms, error, cluster)"
-                 " VALUES (:t, :j, :i, :s, :a, :b, :w, :f, :pc, :c, :st, :fin, :e, :p)"),
-            {"t": t.task_id, "j": job.job_id, "i": t.index, "s": t.state, "a": t.attempt, "b": t.backend_id,
-             "w": t.worker_id, "f": t.failure_count, "pc": t.preemption_count,
-             "c": t.exit_code if t.has_exit_code else None, "st": t.started_ms or None, "fin": t.finished_ms or None,
-             "e": t.error, "p": peer_id},
+            sql(
+                "INSERT INTO tasks (task_id, job_id, idx, state, attempt, backend_id, worker_id, failure_count,"
+                " preemption_count, exit_code, started_ms, finished_ms, error, cluster)"
+                " VALUES (:t, :j, :i, :s, :a, :b, :w, :f, :pc, :c, :st, :fin, :e, :p)"
+            ),
+            {
+                "t": t.task_id,
+                "j": job.job_id,
+                "i": t.index,
+                "s": t.state,
+                "a": t.attempt,
+                "b": t.backend_id,
+                "w": t.worker_id,
+                "f": t.failure_count,
+                "pc": t.preemption_count,
+                "c": t.exit_code if t.has_exit_code else None,
+                "st": t.started_ms or None,
+                "fin": t.finished_ms or None,
+                "e": t.error,
+                "p": peer_id,
+            },
         )
         for a in t.attempts:
             conn.execute(
-                sql("INSERT INTO attempts (attempt_id, task_id, job_id, idx, attempt, state, backend_id, worker_id,"
-                     " exit_code, created_ms, started_ms, finished_ms, error, cluster)"
-                     " VALUES (:id, :t, :j, :i, :a, :s, :b, :w, :c, :now, :st, :fin, :e, :p)"),
-                {"id": a.attempt_id, "t": t.task_id, "j": job.job_id, "i": t.index, "a": a.attempt, "s": a.state,
-                 "b": a.backend_id, "w": a.worker_id, "c": a.exit_code if a.has_exit_code else None, "now": now_ms,
-                 "st": a.started_ms or None, "fin": a.finished_ms or None, "e": a.error, "p": peer_id},
+                sql(
+                    "INSERT INTO attempts (attempt_id, task_id, job_id, idx, attempt, state, backend_id, worker_id,"
+                    " exit_code, created_ms, started_ms, finished_ms, error, cluster)"
+                    " VALUES (:id, :t, :j, :i, :a, :s, :b, :w, :c, :now, :st, :fin, :e, :p)"
+                ),
+                {
+                    "id": a.attempt_id,
+                    "t": t.task_id,
+                    "j": job.job_id,
+                    "i": t.index,
+                    "a": a.attempt,
+                    "s": a.state,
+                    "b": a.backend_id,
+                    "w": a.worker_id,
+                    "c": a.exit_code if a.has_exit_code else None,
+                    "now": now_ms,
+                    "st": a.started_ms or None,
+                    "fin": a.finished_ms or None,
+                    "e": a.error,
+                    "p": peer_id,
+                },
             )
     conn.execute(
-        sql("UPDATE federated_jobs SET first_report = 1, updated_ms = :now,"
-             " handoff_state = CASE WHEN handoff_state = 'PENDING_HANDOFF' THEN 'HANDED_OFF' ELSE handoff_state END"
-             " WHERE job_id = :j AND direction = 'SENT'"),
+        sql(
+            "UPDATE federated_jobs SET first_report = 1, updated_ms = :now,"
+            " handoff_state = CASE WHEN handoff_state = 'PENDING_HANDOFF' THEN 'HANDED_OFF' ELSE handoff_state END"
+            " WHERE job_id = :j AND direction = 'SENT'"
+        ),
         {"now": now_ms, "j": job.job_id},
     )
 
@@ -182,9 +247,12 @@ def _mirror_job(conn, peer_id: str, synced: pb.SyncedJob, now_ms: int) -> None:
 def _drop_handle(conn, peer_id: str, job_id: str, now_ms: int) -> None:
     """The peer no longer knows the job: fail it here if it was still live, and drop the handle."""
     conn.execute(
-        sql(f"UPDATE jobs SET state = 'FAILED', finished_ms = :now, error = :e WHERE job_id = :j AND state NOT IN {TERMINAL_JOB_SQL}"),
+        sql(
+            f"UPDATE jobs SET state = 'FAILED', finished_ms = :now, error = :e WHERE job_id = :j AND state NOT IN {TERMINAL_JOB_SQL}"
+        ),
         {"now": now_ms, "e": f"peer {peer_id} no longer has this job", "j": job_id},
     )
     conn.execute(
-        sql("DELETE FROM federated_jobs WHERE job_id = :j AND direction = 'SENT' AND peer_id = :p"), {"j": job_id, "p": peer_id}
+        sql("DELETE FROM federated_jobs WHERE job_id = :j AND direction = 'SENT' AND peer_id = :p"),
+        {"j": job_id, "p": peer_id},
     )

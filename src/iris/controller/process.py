@@ -100,7 +100,8 @@ def run_foreground(config: ClusterConfig) -> None:
     except BlockingIOError:
         pid = read_pid(config)
         raise FailedPrecondition(
-            f"a controller is already running on {config.state_path}" + (f" (pid {pid})" if pid else "")
+            f"a controller is already running on {config.state_path}"
+            + (f" (pid {pid})" if pid else "")
             + "; stop it with `iris cluster stop` first"
         ) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -109,8 +110,14 @@ def run_foreground(config: ClusterConfig) -> None:
     try:
         controller.start()
         server = _Server(
-            uvicorn.Config(build_app(controller), host=config.host, port=config.port, log_level="warning",
-                           lifespan="off", access_log=False)
+            uvicorn.Config(
+                build_app(controller),
+                host=config.host,
+                port=config.port,
+                log_level="warning",
+                lifespan="off",
+                access_log=False,
+            )
         )
         logging.getLogger("iris.controller").info(
             "cluster %s serving on %s (state in %s)", config.name, config.url, config.state_path
@@ -133,7 +140,11 @@ def start_detached(config: ClusterConfig, argv: list[str], timeout: float = 30) 
     log = open(log_path(config), "ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "iris.cli.main", "cluster", "start", *argv],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+        close_fds=True,
     )
     log.close()
     deadline = time.monotonic() + timeout

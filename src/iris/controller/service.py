@@ -16,17 +16,17 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from iris import REVISION_DATE, __version__
-from iris.controller.db import reads
+from iris.controller import workspace
 from iris.controller.auth import Identity, authorize, check_may_stop, check_sync_requester
+from iris.controller.db import federation as fed
+from iris.controller.db import reads
+from iris.controller.db.database import sql
 from iris.controller.db.jobs import insert_job, require_job, terminate_job
 from iris.controller.submit import build_spec, check_client_freshness, parent_context, resolve_job_id
-from iris.controller import workspace
-from iris.controller.db import federation as fed
 from iris.core.errors import InvalidArgument, IrisError
 from iris.federation.model import DispositionKind, SubmittedJob
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import fill_availability, resources_to_proto
-from iris.controller.db.database import sql
 
 if TYPE_CHECKING:
     from iris.controller.app import Controller
@@ -54,7 +54,7 @@ def rpc(fn):
 
 
 class ControllerServiceImpl:
-    def __init__(self, controller: "Controller"):
+    def __init__(self, controller: Controller):
         self.c = controller
 
     @property
@@ -105,7 +105,9 @@ class ControllerServiceImpl:
         handoff = req.handoff
         if not handoff.requester_cluster or not handoff.nonce:
             raise InvalidArgument("a handoff needs the requesting cluster and a nonce")
-        self.c.auth.check_handoff(identity, handoff.requester_cluster, handoff.owner_principal or handoff.submitting_user)
+        self.c.auth.check_handoff(
+            identity, handoff.requester_cluster, handoff.owner_principal or handoff.submitting_user
+        )
         name = resolve_job_id(req)
         if not name.is_root:
             raise InvalidArgument(f"only root jobs can be handed off; {name} is a child job")
@@ -115,7 +117,9 @@ class ControllerServiceImpl:
         with self.c.db.write() as conn:
             outcome = fed.admit_received(conn, spec, handoff, req.workspace_bundle, files, self.c.now_ms())
         self.c.tick.wake()
-        return pb.LaunchJobResponse(job_id=spec.job_id, state="PENDING", disposition="local" if outcome == "created" else "existing")
+        return pb.LaunchJobResponse(
+            job_id=spec.job_id, state="PENDING", disposition="local" if outcome == "created" else "existing"
+        )
 
     @rpc
     def get_job_status(self, req: pb.GetJobStatusRequest, identity: Identity) -> pb.GetJobStatusResponse:
@@ -127,7 +131,9 @@ class ControllerServiceImpl:
     @rpc
     def list_jobs(self, req: pb.ListJobsRequest, identity: Identity) -> pb.ListJobsResponse:
         with self.c.db.read() as conn:
-            return pb.ListJobsResponse(jobs=reads.list_jobs(conn, req.state, req.prefix, req.user, req.limit, self.name))
+            return pb.ListJobsResponse(
+                jobs=reads.list_jobs(conn, req.state, req.prefix, req.user, req.limit, self.name)
+            )
 
     @rpc
     def list_tasks(self, req: pb.ListTasksRequest, identity: Identity) -> pb.ListTasksResponse:
@@ -165,7 +171,9 @@ class ControllerServiceImpl:
         availability = self.c.tick.availability()
         for backend in self.c.backends.values():
             d = backend.describe()
-            info = resp.backends.add(id=d.id, kind=d.kind, attributes=dict(d.attributes), workers=len(backend.workers()))
+            info = resp.backends.add(
+                id=d.id, kind=d.kind, attributes=dict(d.attributes), workers=len(backend.workers())
+            )
             if d.worker_capacity is not None:
                 info.worker_capacity.CopyFrom(resources_to_proto(d.worker_capacity))
             avail = availability.get(d.id)
@@ -185,12 +193,21 @@ class ControllerServiceImpl:
                 continue
             for w in backend.workers():
                 rs = used.get(w.worker_id, [])
-                u = pb.Resources(cpu=sum(r.cpu for r in rs), memory_bytes=sum(r.memory for r in rs),
-                                 disk_bytes=sum(r.disk for r in rs))
+                u = pb.Resources(
+                    cpu=sum(r.cpu for r in rs),
+                    memory_bytes=sum(r.memory for r in rs),
+                    disk_bytes=sum(r.disk for r in rs),
+                )
                 u.device.count = sum(r.device.count for r in rs)
-                resp.workers.add(worker_id=w.worker_id, backend_id=w.backend_id, alive=w.alive,
-                                 capacity=resources_to_proto(w.capacity), used=u, attributes=dict(w.attributes),
-                                 running_tasks=len(rs))
+                resp.workers.add(
+                    worker_id=w.worker_id,
+                    backend_id=w.backend_id,
+                    alive=w.alive,
+                    capacity=resources_to_proto(w.capacity),
+                    used=u,
+                    attributes=dict(w.attributes),
+                    running_tasks=len(rs),
+                )
         return resp
 
     @rpc
@@ -208,11 +225,16 @@ class ControllerServiceImpl:
     @rpc
     def get_cluster_info(self, req: pb.GetClusterInfoRequest, identity: Identity) -> pb.GetClusterInfoResponse:
         with self.c.db.read() as conn:
-            
             counts = {s: n for s, n in conn.execute(sql("SELECT state, COUNT(*) FROM jobs GROUP BY state"))}
         return pb.GetClusterInfoResponse(
-            name=self.name, version=__version__, revision_date=REVISION_DATE, uptime_s=time.time() - self.c.started_at,
-            job_counts=counts, backends=len(self.c.backends), peers=len(self.c.config.peers), pid=os.getpid(),
+            name=self.name,
+            version=__version__,
+            revision_date=REVISION_DATE,
+            uptime_s=time.time() - self.c.started_at,
+            job_counts=counts,
+            backends=len(self.c.backends),
+            peers=len(self.c.config.peers),
+            pid=os.getpid(),
             state_dir=str(self.c.config.state_path),
         )
 
@@ -225,6 +247,7 @@ class ControllerServiceImpl:
             changed, tombstones, cursor, full = fed.changes_since(conn, req.requester, req.cursor)
             resp = pb.FederationSyncResponse(cursor=cursor, cursor_stale=full, tombstones=tombstones)
             for job_id in changed:
-                resp.jobs.add(job=reads.get_job(conn, job_id, self.name),
-                              tasks=reads.list_tasks(conn, job_id, True, self.name))
+                resp.jobs.add(
+                    job=reads.get_job(conn, job_id, self.name), tasks=reads.list_tasks(conn, job_id, True, self.name)
+                )
         return resp

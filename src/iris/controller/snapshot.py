@@ -7,10 +7,9 @@ a tick with ten thousand pending tasks parses each job's JSON once, not once per
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-
+from pathlib import Path
 
 from iris.backends.local.backend import safe_dirname
 from iris.backends.protocol import LaunchSpec
@@ -44,8 +43,12 @@ def parse_constraints(raw: str) -> tuple[Constraint, ...]:
 
 
 class SnapshotLoader:
-    def __init__(self, db: Database, workspace_root: Path | None = None,
-                 task_token: Callable[[str], str | None] = lambda owner: None):
+    def __init__(
+        self,
+        db: Database,
+        workspace_root: Path | None = None,
+        task_token: Callable[[str], str | None] = lambda owner: None,
+    ):
         self.db = db
         self.workspace_root = workspace_root
         self.task_token = task_token
@@ -55,12 +58,18 @@ class SnapshotLoader:
         cached = self._configs.get(job_id)
         if cached is None:
             row = conn.execute(
-                sql("SELECT command, resources, constraints, env, workdir, coschedule FROM job_config WHERE job_id = :j"),
+                sql(
+                    "SELECT command, resources, constraints, env, workdir, coschedule FROM job_config WHERE job_id = :j"
+                ),
                 {"j": job_id},
             ).first()
             cached = JobConfig(
-                tuple(json.loads(row[0])), parse_resources(row[1]), parse_constraints(row[2]),
-                json.loads(row[3]), row[4], bool(row[5]),
+                tuple(json.loads(row[0])),
+                parse_resources(row[1]),
+                parse_constraints(row[2]),
+                json.loads(row[3]),
+                row[4],
+                bool(row[5]),
             )
             self._configs[job_id] = cached
         return cached
@@ -81,9 +90,19 @@ class SnapshotLoader:
                 cfg = self.config(conn, r[1])
                 pending.append(
                     PendingTask(
-                        task_id=r[0], job_id=r[1], index=r[2], resources=cfg.resources, constraints=cfg.constraints,
-                        band=Band.parse(r[3]), user=r[4], depth=r[5], root_submitted_ms=r[6], insertion=r[7],
-                        replicas=r[8], coschedule=cfg.coschedule, scheduling_deadline_ms=r[9],
+                        task_id=r[0],
+                        job_id=r[1],
+                        index=r[2],
+                        resources=cfg.resources,
+                        constraints=cfg.constraints,
+                        band=Band.parse(r[3]),
+                        user=r[4],
+                        depth=r[5],
+                        root_submitted_ms=r[6],
+                        insertion=r[7],
+                        replicas=r[8],
+                        coschedule=cfg.coschedule,
+                        scheduling_deadline_ms=r[9],
                         parent_running=r[10] == "RUNNING",
                     )
                 )
@@ -111,8 +130,17 @@ class SnapshotLoader:
             RunningTask(r[0], r[1], r[2], self.config(conn, r[1]).resources, Band.parse(r[4]), r[3], r[5]) for r in rows
         )
 
-    def launch_spec(self, conn, job_id: str, index: int, attempt: int, attempt_id: str, worker_id: str,
-                    backend_id: str, base_env: Mapping[str, str]) -> LaunchSpec:
+    def launch_spec(
+        self,
+        conn,
+        job_id: str,
+        index: int,
+        attempt: int,
+        attempt_id: str,
+        worker_id: str,
+        backend_id: str,
+        base_env: Mapping[str, str],
+    ) -> LaunchSpec:
         """What a backend needs to start one attempt; `conn` is the tick's open transaction."""
         cfg = self.config(conn, job_id)
         replicas, owner = conn.execute(sql("SELECT replicas, owner FROM jobs WHERE job_id = :j"), {"j": job_id}).one()

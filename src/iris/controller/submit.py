@@ -13,6 +13,7 @@ import secrets
 import time
 
 from iris import REVISION_DATE
+from iris.controller.db.database import sql
 from iris.core.bands import Band
 from iris.core.constraints import ANY_REGION, Constraint, Op, inherit_constraints
 from iris.core.errors import FailedPrecondition, InvalidArgument
@@ -20,7 +21,6 @@ from iris.core.job import DEFAULT_MAX_RETRIES_PREEMPTION, EXISTING_JOB_POLICIES,
 from iris.core.names import JobName, validate_component
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import constraints_from_proto, resources_from_proto
-from iris.controller.db.database import sql
 
 MAX_REPLICAS = 100_000
 
@@ -60,8 +60,13 @@ def resolve_job_id(req: pb.LaunchJobRequest) -> JobName:
     return JobName.root(req.user, req.name or generated_name())
 
 
-def build_spec(req: pb.LaunchJobRequest, parent: dict | None, parent_constraints: tuple[Constraint, ...],
-               parent_env: dict[str, str], owner: str) -> JobSpec:
+def build_spec(
+    req: pb.LaunchJobRequest,
+    parent: dict | None,
+    parent_constraints: tuple[Constraint, ...],
+    parent_env: dict[str, str],
+    owner: str,
+) -> JobSpec:
     """Validates the request; `parent` is the parent job row for a child submission."""
     name = resolve_job_id(req)
     if not name.is_root and parent is None:
@@ -82,7 +87,9 @@ def build_spec(req: pb.LaunchJobRequest, parent: dict | None, parent_constraints
         constraints = tuple(c for c in constraints if not (c.key in ("region", "zone") and ANY_REGION in c.values))
     band = Band.parse(req.priority) if req.priority else (Band.parse(parent["band"]) if parent else Band.INTERACTIVE)
     if req.existing_job_policy and req.existing_job_policy not in EXISTING_JOB_POLICIES:
-        raise InvalidArgument(f"existing_job_policy {req.existing_job_policy!r} must be one of {', '.join(EXISTING_JOB_POLICIES)}")
+        raise InvalidArgument(
+            f"existing_job_policy {req.existing_job_policy!r} must be one of {', '.join(EXISTING_JOB_POLICIES)}"
+        )
     if req.max_retries_failure < 0 or req.max_retries_preemption < 0:
         raise InvalidArgument("retry budgets must not be negative")
     if req.timeout_s < 0 or req.scheduling_timeout_s < 0:
@@ -104,7 +111,8 @@ def build_spec(req: pb.LaunchJobRequest, parent: dict | None, parent_constraints
         constraints=constraints,
         env=env,
         max_retries_failure=req.max_retries_failure,
-        max_retries_preemption=req.max_retries_preemption if req.HasField("max_retries_preemption")
+        max_retries_preemption=req.max_retries_preemption
+        if req.HasField("max_retries_preemption")
         else DEFAULT_MAX_RETRIES_PREEMPTION,
         timeout_s=req.timeout_s,
         scheduling_timeout_s=req.scheduling_timeout_s,
@@ -118,7 +126,7 @@ def build_spec(req: pb.LaunchJobRequest, parent: dict | None, parent_constraints
 
 def parent_context(conn, parent_job_id: str) -> tuple[dict | None, tuple[Constraint, ...], dict[str, str]]:
     """The parent's row, constraints and env, for inheritance (None when there is no such job)."""
-    
+
     row = conn.execute(sql("SELECT * FROM jobs WHERE job_id = :j"), {"j": parent_job_id}).mappings().first()
     if row is None:
         return None, (), {}

@@ -12,10 +12,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from pathlib import Path
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-
+from pathlib import Path
 
 from iris.backends.protocol import AdoptRecord, Backend, LaunchError, LaunchSpec
 from iris.controller.db import attempts as attempt_db
@@ -77,8 +76,10 @@ class ControlLoop:
         """Hands every attempt the database believes is live back to its backend (after a restart)."""
         with self.db.read() as conn:
             rows = conn.execute(
-                sql("SELECT attempt_id, backend_id, worker_id, pid, devices, stdout_offset, stderr_offset"
-                     " FROM attempts WHERE state IN ('ASSIGNED','BUILDING','RUNNING') AND cluster IS NULL")
+                sql(
+                    "SELECT attempt_id, backend_id, worker_id, pid, devices, stdout_offset, stderr_offset"
+                    " FROM attempts WHERE state IN ('ASSIGNED','BUILDING','RUNNING') AND cluster IS NULL"
+                )
             ).all()
         by_backend: dict[str, list[AdoptRecord]] = {}
         orphans = []
@@ -92,7 +93,10 @@ class ControlLoop:
         if orphans:
             now = self.now_ms()
             with self.db.write() as conn:
-                jobs = [attempt_db.end_attempt(conn, a, TaskState.WORKER_FAILED, now, "its backend is no longer configured") for a in orphans]
+                jobs = [
+                    attempt_db.end_attempt(conn, a, TaskState.WORKER_FAILED, now, "its backend is no longer configured")
+                    for a in orphans
+                ]
                 refresh_jobs(conn, [j for j in jobs if j], now)
 
     def start(self) -> None:
@@ -181,9 +185,11 @@ class ControlLoop:
         held = {bid: b.running() for bid, b in self.backends.items()}
         with self.db.read() as conn:
             live = conn.execute(
-                sql("SELECT a.attempt_id, a.backend_id, a.started_ms, c.timeout_s, a.state FROM attempts a"
-                     " JOIN job_config c ON c.job_id = a.job_id"
-                     " WHERE a.state IN ('ASSIGNED','BUILDING','RUNNING') AND a.cluster IS NULL")
+                sql(
+                    "SELECT a.attempt_id, a.backend_id, a.started_ms, c.timeout_s, a.state FROM attempts a"
+                    " JOIN job_config c ON c.job_id = a.job_id"
+                    " WHERE a.state IN ('ASSIGNED','BUILDING','RUNNING') AND a.cluster IS NULL"
+                )
             ).all()
         live_ids = {r[0] for r in live}
         for backend_id, attempt_ids in held.items():
@@ -199,8 +205,14 @@ class ControlLoop:
         if not (timed_out or lost):
             return
         with self.db.write() as conn:
-            jobs = [attempt_db.end_attempt(conn, a, TaskState.FAILED, now, f"timed out after {t:g}s") for a, _, t in timed_out]
-            jobs += [attempt_db.end_attempt(conn, a, TaskState.WORKER_FAILED, now, "its backend lost the attempt") for a in lost]
+            jobs = [
+                attempt_db.end_attempt(conn, a, TaskState.FAILED, now, f"timed out after {t:g}s")
+                for a, _, t in timed_out
+            ]
+            jobs += [
+                attempt_db.end_attempt(conn, a, TaskState.WORKER_FAILED, now, "its backend lost the attempt")
+                for a in lost
+            ]
             refresh_jobs(conn, [j for j in jobs if j], now)
         for attempt_id, backend_id, _ in timed_out:
             self.backends[backend_id].stop(attempt_id)
@@ -236,7 +248,9 @@ class ControlLoop:
             jobs: list[str] = []
             for p in result.preemptions:
                 row = conn.execute(
-                    sql("SELECT attempt, backend_id FROM tasks WHERE task_id = :t AND state IN ('ASSIGNED','BUILDING','RUNNING')"),
+                    sql(
+                        "SELECT attempt, backend_id FROM tasks WHERE task_id = :t AND state IN ('ASSIGNED','BUILDING','RUNNING')"
+                    ),
                     {"t": p.task_id},
                 ).first()
                 if row is None:
@@ -248,8 +262,10 @@ class ControlLoop:
                     victims.append((row[1], attempt_id))
             for u in result.unschedulable:
                 conn.execute(
-                    sql("UPDATE tasks SET state = 'UNSCHEDULABLE', error = :e, finished_ms = :now"
-                         " WHERE task_id = :t AND state = 'PENDING'"),
+                    sql(
+                        "UPDATE tasks SET state = 'UNSCHEDULABLE', error = :e, finished_ms = :now"
+                        " WHERE task_id = :t AND state = 'PENDING'"
+                    ),
                     {"e": u.reason, "now": now, "t": u.task_id},
                 )
                 jobs.append(u.task_id.rpartition("/")[0])
@@ -259,13 +275,17 @@ class ControlLoop:
                     continue
                 attempt_id, attempt = placed
                 job_id, _, idx = a.task_id.rpartition("/")
-                spec = self.loader.launch_spec(conn, job_id, int(idx), attempt, attempt_id, a.worker_id, a.backend_id, self.base_env)
+                spec = self.loader.launch_spec(
+                    conn, job_id, int(idx), attempt, attempt_id, a.worker_id, a.backend_id, self.base_env
+                )
                 launches.append((self.backends[a.backend_id], spec))
                 jobs.append(job_id)
             refresh_jobs(conn, jobs, now)
             changed = [{"r": r, "j": j} for j, r in result.pending_reasons.items() if self._reasons.get(j) != r]
             if changed:
-                conn.execute(sql("UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = 'PENDING'"), changed)
+                conn.execute(
+                    sql("UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = 'PENDING'"), changed
+                )
         # Remember what is stored, so an unchanged reason costs no write on the next pass.
         self._reasons = dict(result.pending_reasons)
         return launches, victims

@@ -13,8 +13,8 @@ from pathlib import Path, PurePosixPath
 
 from sqlalchemy.engine import Connection
 
-from iris.core.errors import InvalidArgument
 from iris.controller.db.database import sql
+from iris.core.errors import InvalidArgument
 
 BUNDLE = "__bundle__"
 MAX_WORKSPACE_BYTES = 64 * 1024**2

@@ -22,12 +22,12 @@ class Band(enum.IntEnum):
     def label(self) -> str:
         return self.name.lower()
 
-    def outranks(self, other: "Band") -> bool:
+    def outranks(self, other: Band) -> bool:
         """True when work of this band may preempt work of `other`."""
         return self.value < other.value
 
     @staticmethod
-    def parse(value: "str | Band | None") -> "Band":
+    def parse(value: str | Band | None) -> Band:
         if value is None or value == "":
             return Band.INTERACTIVE
         if isinstance(value, Band):
@@ -35,9 +35,7 @@ class Band(enum.IntEnum):
         try:
             return Band[str(value).strip().upper()]
         except KeyError:
-            raise InvalidArgument(
-                f"priority {value!r} is not a band; use production, interactive or batch"
-            ) from None
+            raise InvalidArgument(f"priority {value!r} is not a band; use production, interactive or batch") from None
 
 
 DEFAULT_BAND = Band.INTERACTIVE

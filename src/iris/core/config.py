@@ -50,7 +50,7 @@ class DevicesConfig(_Model):
     count: int = Field(default=1, ge=1)
 
     @model_validator(mode="after")
-    def _one_kind(self) -> "DevicesConfig":
+    def _one_kind(self) -> DevicesConfig:
         if bool(self.gpu) == bool(self.tpu):
             raise ValueError("set exactly one of gpu or tpu (e.g. {gpu: h100, count: 8})")
         return self
@@ -85,7 +85,10 @@ class ControllerSettings(_Model):
     client_max_age_days: int = Field(default=14, ge=0)
 
     _durations = field_validator(
-        "tick_interval", "federation_heartbeat_interval", "federation_sync_interval", "worker_grace_period",
+        "tick_interval",
+        "federation_heartbeat_interval",
+        "federation_sync_interval",
+        "worker_grace_period",
         mode="before",
     )(lambda cls, v: _duration(v))
 
@@ -121,7 +124,7 @@ class ClusterConfig(_Model):
         return v
 
     @model_validator(mode="after")
-    def _unique_backends(self) -> "ClusterConfig":
+    def _unique_backends(self) -> ClusterConfig:
         ids = [b.id for b in self.backends]
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
@@ -182,10 +185,12 @@ def _resolve_paths(config: ClusterConfig, base_dir: Path) -> ClusterConfig:
 
     auth = config.auth
     peers = {k: v if "-----BEGIN" in v else resolve(v) for k, v in auth.federation_peers.items()}
-    auth = auth.model_copy(update={
-        "signing_key": resolve(auth.signing_key) if auth.signing_key else None,
-        "federation_peers": peers,
-    })
+    auth = auth.model_copy(
+        update={
+            "signing_key": resolve(auth.signing_key) if auth.signing_key else None,
+            "federation_peers": peers,
+        }
+    )
     return config.model_copy(update={"state_dir": resolve(config.state_dir), "auth": auth})
 
 

@@ -28,7 +28,7 @@ class Op(str, enum.Enum):
     LE = "LE"
 
     @staticmethod
-    def parse(value: str) -> "Op":
+    def parse(value: str) -> Op:
         try:
             return Op[str(value).strip().upper()]
         except KeyError:
@@ -78,9 +78,7 @@ def spec_for(key: str) -> KeySpec:
         return KeySpec(key, "consumable", frozenset({Op.GE, Op.GT}), False, "advertised free capacity")
     spec = REGISTRY.get(key)
     if spec is None:
-        raise InvalidArgument(
-            f"constraint key {key!r} is not known; known keys: {', '.join(sorted(REGISTRY))}"
-        )
+        raise InvalidArgument(f"constraint key {key!r} is not known; known keys: {', '.join(sorted(REGISTRY))}")
     return spec
 
 

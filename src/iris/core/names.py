@@ -35,7 +35,7 @@ class JobName:
     parts: tuple[str, ...]
 
     @staticmethod
-    def parse(job_id: str) -> "JobName":
+    def parse(job_id: str) -> JobName:
         if not job_id or not job_id.startswith("/"):
             raise InvalidArgument(f"job id {job_id!r} must start with '/': /<user>/<name>[/<child>…]")
         pieces = job_id.strip("/").split("/")
@@ -49,10 +49,10 @@ class JobName:
         return JobName(pieces[0], tuple(pieces[1:]))
 
     @staticmethod
-    def root(user: str, name: str) -> "JobName":
+    def root(user: str, name: str) -> JobName:
         return JobName(validate_component("user", user), (validate_component("job name", name),))
 
-    def child(self, name: str) -> "JobName":
+    def child(self, name: str) -> JobName:
         if len(self.parts) >= MAX_DEPTH:
             raise InvalidArgument(f"job {self} is already {MAX_DEPTH} levels deep; it cannot have children")
         return JobName(self.user, self.parts + (validate_component("job name", name),))
@@ -66,11 +66,11 @@ class JobName:
         return len(self.parts) - 1
 
     @property
-    def parent(self) -> "JobName | None":
+    def parent(self) -> JobName | None:
         return None if self.is_root else JobName(self.user, self.parts[:-1])
 
     @property
-    def root_job(self) -> "JobName":
+    def root_job(self) -> JobName:
         return JobName(self.user, self.parts[:1])
 
     def __str__(self) -> str:

@@ -56,7 +56,9 @@ def parse_gpu(value: str) -> Device:
     text = value.strip()
     match = _GPU_RE.match(text)
     if not match:
-        raise InvalidArgument(f"--gpu {value!r} is not understood; use VARIANTxCOUNT (H100x8), COUNT (8) or VARIANT (H100)")
+        raise InvalidArgument(
+            f"--gpu {value!r} is not understood; use VARIANTxCOUNT (H100x8), COUNT (8) or VARIANT (H100)"
+        )
     variant, count, bare_count = match.groups()
     if bare_count is not None:
         n = int(bare_count)

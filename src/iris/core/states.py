@@ -59,9 +59,7 @@ TERMINAL_TASK_STATES = frozenset(
         TaskState.UNSCHEDULABLE,
     }
 )
-TERMINAL_JOB_STATES = frozenset(
-    {JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED, JobState.UNSCHEDULABLE}
-)
+TERMINAL_JOB_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED, JobState.UNSCHEDULABLE})
 PREEMPTION_LIKE = frozenset({TaskState.PREEMPTED, TaskState.WORKER_FAILED})
 
 
@@ -103,9 +101,7 @@ class RetryDecision:
         return self.task_state is TaskState.PENDING
 
 
-def decide_retry(
-    outcome: TaskState, budget: RetryBudget, failure_count: int, preemption_count: int
-) -> RetryDecision:
+def decide_retry(outcome: TaskState, budget: RetryBudget, failure_count: int, preemption_count: int) -> RetryDecision:
     """Applies the failure and preemption budgets to an attempt that ended in `outcome`.
 
     FAILED counts against `max_retries_failure`; PREEMPTED and WORKER_FAILED count against

@@ -26,7 +26,7 @@ from typing import Protocol
 
 from iris.core.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, Unauthenticated, Unavailable
 from iris.federation.availability import ReservationLedger, assign_queued
-from iris.federation.model import PeerBackend, PeerSnapshot, Promotion, QueuedJob, Submitter, SubmittedJob
+from iris.federation.model import PeerBackend, PeerSnapshot, Promotion, QueuedJob, SubmittedJob, Submitter
 from iris.federation.peer import PeerClient
 from iris.federation.router import PeerRouter
 from iris.rpc import controller_pb2 as pb
@@ -90,7 +90,9 @@ class FederationManager:
         self.max_per_peer = max_per_peer
         self.clock = clock
         self.ledger = ReservationLedger()
-        self.clients = {pid: PeerClient(pid, addr, lambda pid=pid: token_source(pid), timeout_s=3.0) for pid, addr in peers.items()}
+        self.clients = {
+            pid: PeerClient(pid, addr, lambda pid=pid: token_source(pid), timeout_s=3.0) for pid, addr in peers.items()
+        }
         self._status = {pid: PeerStatus(pid, addr) for pid, addr in peers.items()}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -159,8 +161,14 @@ class FederationManager:
                     self._status[peer_id] = replace(status, reachable=False, last_error=str(outcome))
                 else:
                     cluster, backends = outcome
-                    self._status[peer_id] = replace(status, reachable=True, last_contact_ms=self.now_ms(),
-                                                    backends=backends, last_error="", cluster=cluster)
+                    self._status[peer_id] = replace(
+                        status,
+                        reachable=True,
+                        last_contact_ms=self.now_ms(),
+                        backends=backends,
+                        last_error="",
+                        cluster=cluster,
+                    )
             self.ledger.prune(tuple(s.snapshot() for s in self._status.values()))
 
     @staticmethod
@@ -259,9 +267,15 @@ class FederationManager:
         counts = self.store.active_counts()
         resp = pb.ListPeersResponse()
         for s in self.statuses():
-            info = resp.peers.add(peer_id=s.peer_id, address=s.address, reachable=s.reachable,
-                                  last_contact_ms=s.last_contact_ms, active_federated_jobs=counts.get(s.peer_id, 0),
-                                  last_error=s.last_error, cluster=s.cluster)
+            info = resp.peers.add(
+                peer_id=s.peer_id,
+                address=s.address,
+                reachable=s.reachable,
+                last_contact_ms=s.last_contact_ms,
+                active_federated_jobs=counts.get(s.peer_id, 0),
+                last_error=s.last_error,
+                cluster=s.cluster,
+            )
             for b in s.backends:
                 bi = info.backends.add(id=b.backend_id, kind=b.kind, attributes=dict(b.attributes))
                 if b.availability is not None:

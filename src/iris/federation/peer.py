@@ -53,8 +53,9 @@ def backend_from_proto(m: pb.BackendInfo) -> PeerBackend:
 
 
 class PeerClient:
-    def __init__(self, peer_id: str, address: str, token_source: Callable[[], str | None] = lambda: None,
-                 timeout_s: float = 5.0):
+    def __init__(
+        self, peer_id: str, address: str, token_source: Callable[[], str | None] = lambda: None, timeout_s: float = 5.0
+    ):
         from iris.rpc.controller_connect import ControllerServiceClientSync
 
         self.peer_id = peer_id
@@ -72,7 +73,9 @@ class PeerClient:
             error = _ERRORS.get(exc.code)
             if error is not None:
                 raise error(f"peer {self.peer_id}: {exc.message}") from None
-            raise Unavailable(f"peer {self.peer_id} at {self.address}: {exc.code.name.lower()}: {exc.message}") from None
+            raise Unavailable(
+                f"peer {self.peer_id} at {self.address}: {exc.code.name.lower()}: {exc.message}"
+            ) from None
         except IrisError:
             raise
         except Exception as exc:  # transport errors come from several layers; all mean unreachable
@@ -92,7 +95,9 @@ class PeerClient:
         return self._call("federation_sync", pb.FederationSyncRequest(requester=requester, cursor=cursor))
 
     def fetch_logs(self, job_id: str, after_seq: int, limit: int = 5000) -> pb.FetchLogsResponse:
-        return self._call("fetch_logs", pb.FetchLogsRequest(job_id=job_id, task_index=-1, after_seq=after_seq, limit=limit))
+        return self._call(
+            "fetch_logs", pb.FetchLogsRequest(job_id=job_id, task_index=-1, after_seq=after_seq, limit=limit)
+        )
 
     def close(self) -> None:
         self._client.close()

@@ -29,8 +29,8 @@ from iris.federation.model import (
     DispositionKind,
     LocalBackendShape,
     PeerSnapshot,
-    Submitter,
     SubmittedJob,
+    Submitter,
 )
 from iris.federation.reasons import queued_reason
 from iris.federation.shape import (
@@ -100,11 +100,7 @@ def _peers_hosting(job: SubmittedJob, peers: Sequence[PeerSnapshot]) -> tuple[st
     """The reachable peers with at least one backend that satisfies every routing constraint."""
     routing = routing_constraints(job.resources, job.constraints)
     return tuple(
-        sorted(
-            p.peer_id
-            for p in peers
-            if p.reachable and any(peer_backend_hosts(b, routing) for b in p.backends)
-        )
+        sorted(p.peer_id for p in peers if p.reachable and any(peer_backend_hosts(b, routing) for b in p.backends))
     )
 
 

@@ -14,7 +14,9 @@ def resources_to_proto(r: Resources) -> pb.Resources:
         cpu=r.cpu,
         memory_bytes=r.memory,
         disk_bytes=r.disk,
-        device=pb.Device(kind=r.device.kind, variant=r.device.variant, count=r.device.count, topology=r.device.topology),
+        device=pb.Device(
+            kind=r.device.kind, variant=r.device.variant, count=r.device.count, topology=r.device.topology
+        ),
     )
 
 

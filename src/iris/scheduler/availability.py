@@ -14,7 +14,6 @@ from collections.abc import Iterable
 
 from iris.core.availability import Availability, BandHolding
 from iris.core.bands import Band
-
 from iris.scheduler.fit import worker_token
 from iris.scheduler.snapshot import RunningTask, WorkerSnapshot
 

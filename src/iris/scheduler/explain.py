@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from iris.core.bands import Band
-
 from iris.scheduler.fit import (
     DEVICES,
     DIMENSIONS,
@@ -121,7 +120,9 @@ def explain_group(ledger: Ledger, outcome: JobOutcome, cls: WorkerClass) -> Grou
         short = short_dimensions(most, shape.need)
         if short:
             d = short[0]
-            reasons.append(f"needs {_word(shape, d, shape.need[d])} free; at most {_word(shape, d, max(most[d], 0))} free")
+            reasons.append(
+                f"needs {_word(shape, d, shape.need[d])} free; at most {_word(shape, d, max(most[d], 0))} free"
+            )
         else:
             d = next((d for d in DIMENSIONS if shape.need[d] > 0), DEVICES)
             reasons.append(f"no worker has {shape.describe()} free at once")

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from iris.core.constraints import AVAILABLE_PREFIX, Constraint, device_constraints, matches
 from iris.core.resources import Resources
 from iris.core.units import format_size
-
 from iris.scheduler.snapshot import PendingTask, WorkerSnapshot
 
 Vector = tuple[int, int, int, int]

@@ -14,7 +14,6 @@ from collections.abc import Iterable, Mapping
 
 from iris.core.bands import Band
 from iris.core.resources import Resources
-
 from iris.scheduler.snapshot import PendingTask, RunningTask
 
 GIB = 1024**3

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 from iris.core.bands import Band
 from iris.core.constraints import Constraint, Op, matches
-
 from iris.scheduler.fit import (
     Shape,
     Vector,
@@ -162,8 +161,9 @@ class Ledger:
             key = (w.backend_id, tuple(sorted(self.attributes[i].items())), self.capacity[i])
             grouped[key].append(i)
         return [
-            WorkerClass(backend, self.attributes[members[0]], capacity, tuple(members),
-                        any(self.alive[w] for w in members))
+            WorkerClass(
+                backend, self.attributes[members[0]], capacity, tuple(members), any(self.alive[w] for w in members)
+            )
             for (backend, _, capacity), members in grouped.items()
         ]
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from iris.core.bands import Band
-
 from iris.scheduler.fit import Shape
 from iris.scheduler.snapshot import PendingTask
 

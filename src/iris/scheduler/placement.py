@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from iris.core.bands import Band
-
 from iris.scheduler.fit import Shape, copies
 from iris.scheduler.ledger import Ledger, Pool, best_fit
 from iris.scheduler.preemption import (

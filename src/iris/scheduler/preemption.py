@@ -19,7 +19,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from iris.core.bands import Band
-
 from iris.scheduler.fit import Vector, add, demand, fits, lower, subtract
 from iris.scheduler.ledger import Ledger
 from iris.scheduler.snapshot import RunningTask

@@ -105,7 +105,9 @@ def _waiting_for_one(ledger: Ledger, stats: PoolStats, shape: Shape, members: tu
         if best[d] < shape.need[d]:
             free = max(best[d], 0)
             what = str(free) if d == DEVICES else amount(d, free, word)
-            return f"Waiting for {amount(d, shape.need[d], word)} on one worker; at most {what} free (backend {backend})"
+            return (
+                f"Waiting for {amount(d, shape.need[d], word)} on one worker; at most {what} free (backend {backend})"
+            )
     return f"Waiting for {shape.describe()} on one worker; no worker has all of it free at once"
 
 

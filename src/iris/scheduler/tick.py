@@ -168,8 +168,14 @@ def _explain_waits(tick: Tick) -> None:
         count = max(waiting, len(request.expired))
         if count <= 0:
             continue
-        key = (request.shape, request.coscheduled, request.pinned_group, count if request.coscheduled else 0,
-               request.downgraded, request.user if request.downgraded else "")
+        key = (
+            request.shape,
+            request.coscheduled,
+            request.pinned_group,
+            count if request.coscheduled else 0,
+            request.downgraded,
+            request.user if request.downgraded else "",
+        )
         sentence = sentences.get(key)
         if sentence is None:
             sentence = sentences[key] = waiting_reason(tick.ledger, stats, request, count)

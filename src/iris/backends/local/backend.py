@@ -168,7 +168,9 @@ class LocalBackend:
         folder.mkdir(parents=True, exist_ok=True)
         for name in ("pid", "exit", "stdout", "stderr"):
             (folder / name).unlink(missing_ok=True)
-        devices = self._take_devices(spec.worker_id, spec.resources.device.count if spec.resources.device.kind == "gpu" else 0)
+        devices = self._take_devices(
+            spec.worker_id, spec.resources.device.count if spec.resources.device.kind == "gpu" else 0
+        )
         env = dict(spec.env)
         env["IRIS_ATTEMPT_ID"] = spec.attempt_id
         if devices or (spec.resources.device.kind == "gpu"):
@@ -248,7 +250,9 @@ class LocalBackend:
         with self._lock:
             free = sorted(self._free_devices.get(worker_id, set()))
             if len(free) < count:
-                raise LaunchError(f"worker {worker_id} has {len(free)} free devices; the attempt needs {count}", retryable=True)
+                raise LaunchError(
+                    f"worker {worker_id} has {len(free)} free devices; the attempt needs {count}", retryable=True
+                )
             taken = free[:count]
             self._free_devices[worker_id].difference_update(taken)
             return taken
@@ -293,7 +297,9 @@ class LocalBackend:
     def _escalate_stops(self) -> None:
         now = time.monotonic()
         with self._lock:
-            late = [r for r in self._attempts.values() if r.exited is None and r.stop_deadline and r.stop_deadline < now]
+            late = [
+                r for r in self._attempts.values() if r.exited is None and r.stop_deadline and r.stop_deadline < now
+            ]
         for record in late:
             self._signal(record, signal.SIGKILL)
 

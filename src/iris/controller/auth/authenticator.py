@@ -86,9 +86,7 @@ class Authenticator:
             allowed_submitters=auth.allowed_submitters,
         )
 
-    def identify(
-        self, authorization_header: str | None, client_host: str | None, now: float | None = None
-    ) -> Identity:
+    def identify(self, authorization_header: str | None, client_host: str | None, now: float | None = None) -> Identity:
         """The caller's identity from its Authorization header, or from its address when it sent none."""
         if authorization_header is not None and authorization_header.strip():
             return self.verify(_bearer_token(authorization_header), now=now)
@@ -167,9 +165,7 @@ def _parse_address(host: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Ad
 def _bearer_token(header: str) -> str:
     scheme, _, token = header.strip().partition(" ")
     if scheme.lower() != "bearer":
-        raise Unauthenticated(
-            f"malformed Authorization header: expected 'Bearer <token>', got the {scheme!r} scheme"
-        )
+        raise Unauthenticated(f"malformed Authorization header: expected 'Bearer <token>', got the {scheme!r} scheme")
     if not token.strip():
         raise Unauthenticated("malformed Authorization header: 'Bearer' with no token after it")
     return token.strip()

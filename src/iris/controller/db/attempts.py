@@ -13,16 +13,16 @@ from collections.abc import Iterable
 from sqlalchemy.engine import Connection
 
 from iris.backends.protocol import AttemptExit, LogChunk
-from iris.core.states import RetryBudget, TaskState, decide_retry
 from iris.controller.db.database import sql
+from iris.core.states import RetryBudget, TaskState, decide_retry
 
 
-def assign_attempt(conn: Connection, task_id: str, backend_id: str, worker_id: str, now_ms: int) -> tuple[str, int] | None:
+def assign_attempt(
+    conn: Connection, task_id: str, backend_id: str, worker_id: str, now_ms: int
+) -> tuple[str, int] | None:
     """Moves a PENDING task to ASSIGNED with a new attempt; returns (attempt_id, attempt) or None
     when the task is no longer pending (a cancel won the race)."""
-    row = conn.execute(
-        sql("SELECT job_id, idx, attempt, state FROM tasks WHERE task_id = :t"), {"t": task_id}
-    ).first()
+    row = conn.execute(sql("SELECT job_id, idx, attempt, state FROM tasks WHERE task_id = :t"), {"t": task_id}).first()
     if row is None or row[3] != TaskState.PENDING.value:
         return None
     job_id, idx, attempt = row[0], row[1], row[2] + 1
@@ -39,7 +39,16 @@ def assign_attempt(conn: Connection, task_id: str, backend_id: str, worker_id: s
             "INSERT INTO attempts (attempt_id, task_id, job_id, idx, attempt, state, backend_id, worker_id, created_ms)"
             " VALUES (:id, :t, :j, :i, :a, 'ASSIGNED', :b, :w, :now)"
         ),
-        {"id": attempt_id, "t": task_id, "j": job_id, "i": idx, "a": attempt, "b": backend_id, "w": worker_id, "now": now_ms},
+        {
+            "id": attempt_id,
+            "t": task_id,
+            "j": job_id,
+            "i": idx,
+            "a": attempt,
+            "b": backend_id,
+            "w": worker_id,
+            "now": now_ms,
+        },
     )
     return attempt_id, attempt
 
@@ -52,8 +61,10 @@ def mark_started(conn: Connection, attempt_id: str, pid: int, devices: str, now_
     if row is None:
         return None
     conn.execute(
-        sql("UPDATE attempts SET pid = :p, devices = :d, started_ms = :now,"
-             " state = CASE WHEN state = 'ASSIGNED' THEN 'RUNNING' ELSE state END WHERE attempt_id = :a"),
+        sql(
+            "UPDATE attempts SET pid = :p, devices = :d, started_ms = :now,"
+            " state = CASE WHEN state = 'ASSIGNED' THEN 'RUNNING' ELSE state END WHERE attempt_id = :a"
+        ),
         {"p": pid, "d": devices, "now": now_ms, "a": attempt_id},
     )
     if row[2] != "ASSIGNED":
@@ -65,8 +76,9 @@ def mark_started(conn: Connection, attempt_id: str, pid: int, devices: str, now_
     return row[1]
 
 
-def end_attempt(conn: Connection, attempt_id: str, outcome: TaskState, now_ms: int, error: str = "",
-                exit_code: int | None = None) -> str | None:
+def end_attempt(
+    conn: Connection, attempt_id: str, outcome: TaskState, now_ms: int, error: str = "", exit_code: int | None = None
+) -> str | None:
     """Ends a live attempt with `outcome` and applies the task's retry budget.
 
     Returns the job id when the attempt was live (so the caller refreshes the job), else None; an
@@ -102,8 +114,13 @@ def end_attempt(conn: Connection, attempt_id: str, outcome: TaskState, now_ms: i
                 "UPDATE tasks SET state = 'PENDING', worker_id = NULL, backend_id = NULL, failure_count = :f,"
                 " preemption_count = :p, exit_code = :c, error = :e WHERE task_id = :t"
             ),
-            {"f": decision.failure_count, "p": decision.preemption_count, "c": exit_code,
-             "e": f"retrying after {outcome.value.lower().replace('_', ' ')}" + (f": {error}" if error else ""), "t": row[0]},
+            {
+                "f": decision.failure_count,
+                "p": decision.preemption_count,
+                "c": exit_code,
+                "e": f"retrying after {outcome.value.lower().replace('_', ' ')}" + (f": {error}" if error else ""),
+                "t": row[0],
+            },
         )
     else:
         conn.execute(
@@ -111,8 +128,15 @@ def end_attempt(conn: Connection, attempt_id: str, outcome: TaskState, now_ms: i
                 "UPDATE tasks SET state = :s, failure_count = :f, preemption_count = :p, exit_code = :c,"
                 " finished_ms = :now, error = :e WHERE task_id = :t"
             ),
-            {"s": decision.task_state.value, "f": decision.failure_count, "p": decision.preemption_count,
-             "c": exit_code, "now": now_ms, "e": error, "t": row[0]},
+            {
+                "s": decision.task_state.value,
+                "f": decision.failure_count,
+                "p": decision.preemption_count,
+                "c": exit_code,
+                "now": now_ms,
+                "e": error,
+                "t": row[0],
+            },
         )
     return row[1]
 

@@ -46,8 +46,9 @@ def new_nonce() -> str:
 # -- parent side ------------------------------------------------------------------------------------
 
 
-def queue_job(conn: Connection, spec: JobSpec, peer_id: str | None, owner: str, now_ms: int,
-              existing_policy: str = "error") -> bool:
+def queue_job(
+    conn: Connection, spec: JobSpec, peer_id: str | None, owner: str, now_ms: int, existing_policy: str = "error"
+) -> bool:
     """Writes a job (no tasks), its config and a SENT handle in QUEUED_HANDOFF; False if kept."""
     # cluster '' (not NULL, which means "here"): the job runs on a peer not yet chosen.
     state, created = insert_job(conn, spec, now_ms, existing_policy, cluster=peer_id or "", with_tasks=False)
@@ -71,7 +72,9 @@ def reject_job(conn: Connection, spec: JobSpec, reason: str, now_ms: int, existi
     _, created = insert_job(conn, spec, now_ms, existing_policy, with_tasks=False)
     if created:
         conn.execute(
-            sql("UPDATE jobs SET state = 'UNSCHEDULABLE', error = :e, finished_ms = :now, pending_reason = '' WHERE job_id = :j"),
+            sql(
+                "UPDATE jobs SET state = 'UNSCHEDULABLE', error = :e, finished_ms = :now, pending_reason = '' WHERE job_id = :j"
+            ),
             {"e": f"no local backend or federation peer can host it: {reason}", "now": now_ms, "j": spec.job_id},
         )
     return created
@@ -113,11 +116,17 @@ def promote(conn: Connection, p: Promotion, now_ms: int) -> bool:
 
 def sent_handles(conn: Connection, states: tuple[str, ...]) -> list[dict]:
     marks = ",".join(f":s{i}" for i in range(len(states)))
-    rows = conn.execute(
-        sql(f"SELECT f.*, j.state AS job_state, j.cancel_requested FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
-             f" WHERE f.direction = 'SENT' AND f.handoff_state IN ({marks})"),
-        {f"s{i}": s for i, s in enumerate(states)},
-    ).mappings().all()
+    rows = (
+        conn.execute(
+            sql(
+                f"SELECT f.*, j.state AS job_state, j.cancel_requested FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
+                f" WHERE f.direction = 'SENT' AND f.handoff_state IN ({marks})"
+            ),
+            {f"s{i}": s for i, s in enumerate(states)},
+        )
+        .mappings()
+        .all()
+    )
     return [dict(r) for r in rows]
 
 
@@ -125,9 +134,11 @@ def delivery_request(conn: Connection, job_id: str, requester: str) -> pb.Launch
     """The LaunchJob a peer receives: same id, env and shape, files inline, a handoff record."""
     job = job_row(conn, job_id)
     cfg = conn.execute(sql("SELECT * FROM job_config WHERE job_id = :j"), {"j": job_id}).mappings().first()
-    handle = conn.execute(
-        sql("SELECT * FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
-    ).mappings().first()
+    handle = (
+        conn.execute(sql("SELECT * FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id})
+        .mappings()
+        .first()
+    )
     req = pb.LaunchJobRequest(
         name=job_id,
         user=job["user"],
@@ -135,15 +146,19 @@ def delivery_request(conn: Connection, job_id: str, requester: str) -> pb.Launch
         resources=resources_to_proto(parse_resources(cfg["resources"])),
         replicas=job["replicas"],
         priority=job["band"],
-        constraints=[constraint_to_proto(c) for c in parse_constraints(cfg["constraints"]) if c.key not in ("cluster", "backend")],
+        constraints=[
+            constraint_to_proto(c) for c in parse_constraints(cfg["constraints"]) if c.key not in ("cluster", "backend")
+        ],
         env=json.loads(cfg["env"]),
         max_retries_failure=cfg["max_retries_failure"],
         max_retries_preemption=cfg["max_retries_preemption"],
         timeout_s=cfg["timeout_s"],
         coschedule=bool(cfg["coschedule"]),
         handoff=pb.HandoffRecord(
-            requester_cluster=requester, owner_principal=handle["owner_principal"],
-            submitting_user=handle["submitting_user"] or job["user"], nonce=handle["nonce"],
+            requester_cluster=requester,
+            owner_principal=handle["owner_principal"],
+            submitting_user=handle["submitting_user"] or job["user"],
+            nonce=handle["nonce"],
         ),
     )
     for name, data in conn.execute(sql("SELECT name, data FROM job_files WHERE job_id = :j"), {"j": job_id}):
@@ -156,8 +171,10 @@ def delivery_request(conn: Connection, job_id: str, requester: str) -> pb.Launch
 
 def mark_handed_off(conn: Connection, job_id: str, now_ms: int) -> None:
     conn.execute(
-        sql("UPDATE federated_jobs SET handoff_state = 'HANDED_OFF', updated_ms = :now"
-             " WHERE job_id = :j AND direction = 'SENT' AND handoff_state = 'PENDING_HANDOFF'"),
+        sql(
+            "UPDATE federated_jobs SET handoff_state = 'HANDED_OFF', updated_ms = :now"
+            " WHERE job_id = :j AND direction = 'SENT' AND handoff_state = 'PENDING_HANDOFF'"
+        ),
         {"now": now_ms, "j": job_id},
     )
     conn.execute(
@@ -168,21 +185,28 @@ def mark_handed_off(conn: Connection, job_id: str, now_ms: int) -> None:
 
 def mark_rejected(conn: Connection, job_id: str, message: str, now_ms: int) -> None:
     conn.execute(
-        sql("UPDATE federated_jobs SET handoff_state = 'HANDOFF_REJECTED', error = :e, updated_ms = :now"
-             " WHERE job_id = :j AND direction = 'SENT'"),
+        sql(
+            "UPDATE federated_jobs SET handoff_state = 'HANDOFF_REJECTED', error = :e, updated_ms = :now"
+            " WHERE job_id = :j AND direction = 'SENT'"
+        ),
         {"e": message, "now": now_ms, "j": job_id},
     )
     conn.execute(
-        sql(f"UPDATE jobs SET state = 'FAILED', error = :e, finished_ms = :now, pending_reason = ''"
-             f" WHERE job_id = :j AND state NOT IN {TERMINAL_JOB_SQL}"),
+        sql(
+            f"UPDATE jobs SET state = 'FAILED', error = :e, finished_ms = :now, pending_reason = ''"
+            f" WHERE job_id = :j AND state NOT IN {TERMINAL_JOB_SQL}"
+        ),
         {"e": f"the peer refused the handoff: {message}", "now": now_ms, "j": job_id},
     )
 
 
 def _peer_of(conn: Connection, job_id: str) -> str:
-    return conn.execute(
-        sql("SELECT peer_id FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
-    ).scalar() or ""
+    return (
+        conn.execute(
+            sql("SELECT peer_id FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
+        ).scalar()
+        or ""
+    )
 
 
 def cancel_sent(conn: Connection, job_id: str, reason: str, now_ms: int) -> bool:
@@ -197,14 +221,18 @@ def cancel_sent(conn: Connection, job_id: str, reason: str, now_ms: int) -> bool
     if handle is None:
         return False
     conn.execute(
-        sql("UPDATE federated_jobs SET cancel_intent_version = cancel_intent_version + 1, updated_ms = :now"
-             " WHERE job_id = :j AND direction = 'SENT'"),
+        sql(
+            "UPDATE federated_jobs SET cancel_intent_version = cancel_intent_version + 1, updated_ms = :now"
+            " WHERE job_id = :j AND direction = 'SENT'"
+        ),
         {"now": now_ms, "j": job_id},
     )
     before_handoff = handle[0] in (HandoffState.QUEUED_HANDOFF.value, HandoffState.PENDING_HANDOFF.value)
     conn.execute(
-        sql(f"UPDATE jobs SET state = 'KILLED', cancel_requested = 1, finished_ms = :now, pending_reason = '',"
-             f" error = :e WHERE job_id = :j AND state NOT IN {TERMINAL_JOB_SQL}"),
+        sql(
+            f"UPDATE jobs SET state = 'KILLED', cancel_requested = 1, finished_ms = :now, pending_reason = '',"
+            f" error = :e WHERE job_id = :j AND state NOT IN {TERMINAL_JOB_SQL}"
+        ),
         {"now": now_ms, "j": job_id, "e": "Cancelled before handoff" if before_handoff else reason},
     )
     return True
@@ -212,16 +240,20 @@ def cancel_sent(conn: Connection, job_id: str, reason: str, now_ms: int) -> bool
 
 def mark_cancel_relayed(conn: Connection, job_id: str, version: int) -> None:
     conn.execute(
-        sql("UPDATE federated_jobs SET cancel_relayed_version = MAX(cancel_relayed_version, :v)"
-             " WHERE job_id = :j AND direction = 'SENT'"),
+        sql(
+            "UPDATE federated_jobs SET cancel_relayed_version = MAX(cancel_relayed_version, :v)"
+            " WHERE job_id = :j AND direction = 'SENT'"
+        ),
         {"v": version, "j": job_id},
     )
 
 
 def active_counts(conn: Connection) -> dict[str, int]:
     rows = conn.execute(
-        sql(f"SELECT f.peer_id, COUNT(*) FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
-             f" WHERE f.direction = 'SENT' AND f.peer_id != '' AND j.state NOT IN {TERMINAL_JOB_SQL} GROUP BY f.peer_id")
+        sql(
+            f"SELECT f.peer_id, COUNT(*) FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
+            f" WHERE f.direction = 'SENT' AND f.peer_id != '' AND j.state NOT IN {TERMINAL_JOB_SQL} GROUP BY f.peer_id"
+        )
     ).all()
     return {r[0]: r[1] for r in rows}
 
@@ -229,8 +261,9 @@ def active_counts(conn: Connection) -> dict[str, int]:
 # -- peer side ------------------------------------------------------------------------------------
 
 
-def admit_received(conn: Connection, spec: JobSpec, handoff: pb.HandoffRecord, bundle: bytes, files: dict[str, bytes],
-                   now_ms: int) -> str:
+def admit_received(
+    conn: Connection, spec: JobSpec, handoff: pb.HandoffRecord, bundle: bytes, files: dict[str, bytes], now_ms: int
+) -> str:
     """Admits a handed-off job under the parent's id. Returns 'created' or 'existing'.
 
     The same nonce again is a replay (idempotent); a new nonce over a finished run re-runs it; over
@@ -243,11 +276,15 @@ def admit_received(conn: Connection, spec: JobSpec, handoff: pb.HandoffRecord, b
             {"j": spec.job_id},
         ).first()
         if handle is None or handle[1] != handoff.requester_cluster:
-            raise AlreadyExists(f"job {spec.job_id} already exists on this cluster and was not handed off by {handoff.requester_cluster}")
+            raise AlreadyExists(
+                f"job {spec.job_id} already exists on this cluster and was not handed off by {handoff.requester_cluster}"
+            )
         if handle[0] == handoff.nonce:
             return "existing"
         if not JobState(existing["state"]).is_terminal:
-            raise AlreadyExists(f"job {spec.job_id} is still {existing['state']} here; a new run must wait until it ends")
+            raise AlreadyExists(
+                f"job {spec.job_id} is still {existing['state']} here; a new run must wait until it ends"
+            )
         delete_job_tree(conn, spec.job_id)
     insert_job(conn, spec, now_ms)
     workspace.store_files(conn, spec.job_id, bundle, files)
@@ -256,11 +293,19 @@ def admit_received(conn: Connection, spec: JobSpec, handoff: pb.HandoffRecord, b
             "INSERT INTO federated_jobs (job_id, direction, peer_id, owner_principal, submitting_user, handoff_state,"
             " nonce, updated_ms) VALUES (:j, 'RECEIVED', :p, :o, :u, 'HANDED_OFF', :n, :now)"
         ),
-        {"j": spec.job_id, "p": handoff.requester_cluster, "o": handoff.owner_principal,
-         "u": handoff.submitting_user, "n": handoff.nonce, "now": now_ms},
+        {
+            "j": spec.job_id,
+            "p": handoff.requester_cluster,
+            "o": handoff.owner_principal,
+            "u": handoff.submitting_user,
+            "n": handoff.nonce,
+            "now": now_ms,
+        },
     )
     conn.execute(
-        sql("INSERT INTO federation_changelog (job_id, requester, task_index, tombstone, ts_ms) VALUES (:j, :r, NULL, 0, :now)"),
+        sql(
+            "INSERT INTO federation_changelog (job_id, requester, task_index, tombstone, ts_ms) VALUES (:j, :r, NULL, 0, :now)"
+        ),
         {"j": spec.job_id, "r": handoff.requester_cluster, "now": now_ms},
     )
     return "created"
@@ -281,12 +326,18 @@ def changes_since(conn: Connection, requester: str, cursor: int) -> tuple[list[s
     head = conn.execute(sql("SELECT COALESCE(MAX(seq), 0), COALESCE(MIN(seq), 1) FROM federation_changelog")).first()
     max_seq, min_seq = head[0], head[1]
     if cursor <= 0 or cursor < min_seq - 1 or cursor > max_seq:
-        jobs = [r[0] for r in conn.execute(
-            sql("SELECT job_id FROM federated_jobs WHERE direction = 'RECEIVED' AND peer_id = :r"), {"r": requester})]
+        jobs = [
+            r[0]
+            for r in conn.execute(
+                sql("SELECT job_id FROM federated_jobs WHERE direction = 'RECEIVED' AND peer_id = :r"), {"r": requester}
+            )
+        ]
         return jobs, [], max_seq, True
     rows = conn.execute(
-        sql("SELECT job_id, MAX(tombstone) FROM federation_changelog WHERE requester = :r AND seq > :c AND seq <= :m"
-             " GROUP BY job_id"),
+        sql(
+            "SELECT job_id, MAX(tombstone) FROM federation_changelog WHERE requester = :r AND seq > :c AND seq <= :m"
+            " GROUP BY job_id"
+        ),
         {"r": requester, "c": cursor, "m": max_seq},
     ).all()
     changed = [r[0] for r in rows if not r[1]]
@@ -296,6 +347,8 @@ def changes_since(conn: Connection, requester: str, cursor: int) -> tuple[list[s
 
 def prune_changelog(conn: Connection, keep: int = CHANGELOG_RETAIN) -> None:
     conn.execute(
-        sql("DELETE FROM federation_changelog WHERE seq <= (SELECT COALESCE(MAX(seq), 0) FROM federation_changelog) - :k"),
+        sql(
+            "DELETE FROM federation_changelog WHERE seq <= (SELECT COALESCE(MAX(seq), 0) FROM federation_changelog) - :k"
+        ),
         {"k": keep},
     )

@@ -141,7 +141,12 @@ def insert_job(
                     "cpu": r.cpu,
                     "memory": r.memory,
                     "disk": r.disk,
-                    "device": {"kind": r.device.kind, "variant": r.device.variant, "count": r.device.count, "topology": r.device.topology},
+                    "device": {
+                        "kind": r.device.kind,
+                        "variant": r.device.variant,
+                        "count": r.device.count,
+                        "topology": r.device.topology,
+                    },
                 }
             ),
             "cons": dumps([[c.key, c.op.value, list(c.values), c.preferred] for c in spec.constraints]),
@@ -200,9 +205,7 @@ def terminate_job(conn: Connection, job_id: str, reason: str, now_ms: int) -> li
     ]
     if not live:
         return []
-    conn.execute(
-        sql(f"UPDATE jobs SET cancel_requested = 1 WHERE job_id IN ({_placeholders(live)})"), _params(live)
-    )
+    conn.execute(sql(f"UPDATE jobs SET cancel_requested = 1 WHERE job_id IN ({_placeholders(live)})"), _params(live))
     kill_tasks(conn, live, reason, now_ms)
     refresh_jobs(conn, live, now_ms)
     return live
@@ -218,12 +221,12 @@ def refresh_jobs(conn: Connection, job_ids: Iterable[str], now_ms: int) -> list[
     pending = list(dict.fromkeys(job_ids))
     while pending:
         job_id = pending.pop(0)
-        row = conn.execute(
-            sql("SELECT state, started_ms, error FROM jobs WHERE job_id = :j"), {"j": job_id}
-        ).first()
+        row = conn.execute(sql("SELECT state, started_ms, error FROM jobs WHERE job_id = :j"), {"j": job_id}).first()
         if row is None or JobState(row[0]).is_terminal:
             continue  # a finished job never changes state again
-        if conn.execute(sql("SELECT 1 FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}).first():
+        if conn.execute(
+            sql("SELECT 1 FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
+        ).first():
             continue  # a federated job mirrors its state from its peer instead
         tasks = conn.execute(
             sql("SELECT state, error, idx FROM tasks WHERE job_id = :j ORDER BY idx"), {"j": job_id}
@@ -234,10 +237,14 @@ def refresh_jobs(conn: Connection, job_ids: Iterable[str], now_ms: int) -> list[
         new_state = derive_job_state(states)
         error = row[2]
         if new_state.is_terminal and new_state is not JobState.SUCCEEDED and not error:
-            culprit = next((t for t in tasks if t[0] not in ("SUCCEEDED", "KILLED") and TaskState(t[0]).is_terminal), None)
+            culprit = next(
+                (t for t in tasks if t[0] not in ("SUCCEEDED", "KILLED") and TaskState(t[0]).is_terminal), None
+            )
             culprit = culprit or next((t for t in tasks if t[0] == "KILLED"), None)
             if culprit is not None:
-                error = f"task {culprit[2]} {culprit[0].lower().replace('_', ' ')}" + (f": {culprit[1]}" if culprit[1] else "")
+                error = f"task {culprit[2]} {culprit[0].lower().replace('_', ' ')}" + (
+                    f": {culprit[1]}" if culprit[1] else ""
+                )
         started = row[1]
         if started is None and new_state in (JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED):
             started = now_ms
@@ -248,15 +255,25 @@ def refresh_jobs(conn: Connection, job_ids: Iterable[str], now_ms: int) -> list[
                 " pending_reason = CASE WHEN :s = 'PENDING' THEN pending_reason ELSE '' END"
                 " WHERE job_id = :j"
             ),
-            {"s": new_state.value, "st": started, "e": error, "terminal": new_state.is_terminal, "now": now_ms, "j": job_id},
+            {
+                "s": new_state.value,
+                "st": started,
+                "e": error,
+                "terminal": new_state.is_terminal,
+                "now": now_ms,
+                "j": job_id,
+            },
         )
         if new_state.is_terminal:
             ended.append(job_id)
             if any(not s.is_terminal for s in states):
                 kill_tasks(conn, [job_id], f"job {new_state.value.lower()}", now_ms)
             children = [
-                c for c in descendant_ids(conn, job_id)
-                if conn.execute(sql(f"SELECT 1 FROM jobs WHERE job_id = :c AND state NOT IN {TERMINAL_JOB_SQL}"), {"c": c}).first()
+                c
+                for c in descendant_ids(conn, job_id)
+                if conn.execute(
+                    sql(f"SELECT 1 FROM jobs WHERE job_id = :c AND state NOT IN {TERMINAL_JOB_SQL}"), {"c": c}
+                ).first()
             ]
             if children:
                 kill_tasks(conn, children, f"parent job {job_id} ended ({new_state.value})", now_ms)

@@ -9,15 +9,15 @@ from __future__ import annotations
 import json
 import sqlite3
 
+from google.protobuf import struct_pb2
 from sqlalchemy.engine import Connection
 
+from iris.controller.db.database import sql
 from iris.controller.db.jobs import require_job
+from iris.controller.snapshot import parse_constraints, parse_resources
 from iris.core.errors import InvalidArgument
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import constraint_to_proto, resources_to_proto
-from iris.controller.snapshot import parse_constraints, parse_resources
-from iris.controller.db.database import sql
-from google.protobuf import struct_pb2
 
 MAX_LOG_LINES = 5000
 MAX_QUERY_ROWS = 10_000
@@ -27,15 +27,25 @@ def _stale_peers(conn: Connection) -> frozenset[str]:
     return frozenset(r[0] for r in conn.execute(sql("SELECT peer_id FROM federation_sync_state WHERE stale = 1")))
 
 
-def _job_message(row, counts: dict[str, int], cfg=None, fed=None, local_cluster: str = "",
-                 stale_peers: frozenset[str] = frozenset()) -> pb.JobStatus:
+def _job_message(
+    row, counts: dict[str, int], cfg=None, fed=None, local_cluster: str = "", stale_peers: frozenset[str] = frozenset()
+) -> pb.JobStatus:
     msg = pb.JobStatus(
-        job_id=row["job_id"], state=row["state"], user=row["user"], owner=row["owner"], priority=row["band"],
+        job_id=row["job_id"],
+        state=row["state"],
+        user=row["user"],
+        owner=row["owner"],
+        priority=row["band"],
         cluster=row["cluster"] if row["cluster"] is not None else local_cluster,
-        stale=row["cluster"] in stale_peers, replicas=row["replicas"], task_counts=counts,
-        submitted_ms=row["submitted_ms"], started_ms=row["started_ms"] or 0, finished_ms=row["finished_ms"] or 0,
+        stale=row["cluster"] in stale_peers,
+        replicas=row["replicas"],
+        task_counts=counts,
+        submitted_ms=row["submitted_ms"],
+        started_ms=row["started_ms"] or 0,
+        finished_ms=row["finished_ms"] or 0,
         pending_reason=row["pending_reason"] if row["state"] == "PENDING" else "",
-        error=row["error"] or "", parent_job_id=row["parent_job_id"] or "",
+        error=row["error"] or "",
+        parent_job_id=row["parent_job_id"] or "",
     )
     if cfg is not None:
         msg.command.extend(json.loads(cfg["command"]))
@@ -66,9 +76,11 @@ def _counts(conn: Connection, job_ids: list[str]) -> dict[str, dict[str, int]]:
 def get_job(conn: Connection, job_id: str, local_cluster: str) -> pb.JobStatus:
     row = require_job(conn, job_id)
     cfg = conn.execute(sql("SELECT * FROM job_config WHERE job_id = :j"), {"j": job_id}).mappings().first()
-    fed = conn.execute(
-        sql("SELECT * FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
-    ).mappings().first()
+    fed = (
+        conn.execute(sql("SELECT * FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id})
+        .mappings()
+        .first()
+    )
     msg = _job_message(row, _counts(conn, [job_id])[job_id], cfg, fed, local_cluster, _stale_peers(conn))
     if row["replicas"] == 1:
         code = conn.execute(sql("SELECT exit_code FROM tasks WHERE job_id = :j AND idx = 0"), {"j": job_id}).scalar()
@@ -77,7 +89,9 @@ def get_job(conn: Connection, job_id: str, local_cluster: str) -> pb.JobStatus:
     return msg
 
 
-def list_jobs(conn: Connection, state: str, prefix: str, user: str, limit: int, local_cluster: str) -> list[pb.JobStatus]:
+def list_jobs(
+    conn: Connection, state: str, prefix: str, user: str, limit: int, local_cluster: str
+) -> list[pb.JobStatus]:
     where, params = [], {}
     if state:
         states = [s.strip().upper() for s in state.split(",") if s.strip()]
@@ -89,7 +103,11 @@ def list_jobs(conn: Connection, state: str, prefix: str, user: str, limit: int, 
     if user:
         where.append("user = :user")
         params["user"] = user
-    statement = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY insertion DESC LIMIT :limit"
+    statement = (
+        "SELECT * FROM jobs"
+        + (" WHERE " + " AND ".join(where) if where else "")
+        + " ORDER BY insertion DESC LIMIT :limit"
+    )
     params["limit"] = limit if limit > 0 else 1000
     rows = conn.execute(sql(statement), params).mappings().all()
     counts = _counts(conn, [r["job_id"] for r in rows])
@@ -102,23 +120,40 @@ def list_tasks(conn: Connection, job_id: str, include_attempts: bool, local_clus
     tasks = conn.execute(sql("SELECT * FROM tasks WHERE job_id = :j ORDER BY idx"), {"j": job_id}).mappings().all()
     attempts: dict[int, list] = {}
     if include_attempts:
-        for a in conn.execute(sql("SELECT * FROM attempts WHERE job_id = :j ORDER BY idx, attempt"), {"j": job_id}).mappings():
+        for a in conn.execute(
+            sql("SELECT * FROM attempts WHERE job_id = :j ORDER BY idx, attempt"), {"j": job_id}
+        ).mappings():
             attempts.setdefault(a["idx"], []).append(a)
     out = []
     for t in tasks:
         msg = pb.TaskStatus(
-            task_id=t["task_id"], job_id=job_id, index=t["idx"], state=t["state"], attempt=t["attempt"],
-            backend_id=t["backend_id"] or "", worker_id=t["worker_id"] or "", started_ms=t["started_ms"] or 0,
-            finished_ms=t["finished_ms"] or 0, error=t["error"], failure_count=t["failure_count"],
-            preemption_count=t["preemption_count"], cluster=t["cluster"] or local_cluster,
+            task_id=t["task_id"],
+            job_id=job_id,
+            index=t["idx"],
+            state=t["state"],
+            attempt=t["attempt"],
+            backend_id=t["backend_id"] or "",
+            worker_id=t["worker_id"] or "",
+            started_ms=t["started_ms"] or 0,
+            finished_ms=t["finished_ms"] or 0,
+            error=t["error"],
+            failure_count=t["failure_count"],
+            preemption_count=t["preemption_count"],
+            cluster=t["cluster"] or local_cluster,
         )
         if t["exit_code"] is not None:
             msg.exit_code, msg.has_exit_code = t["exit_code"], True
         for a in attempts.get(t["idx"], []):
             am = msg.attempts.add(
-                attempt_id=a["attempt_id"], attempt=a["attempt"], state=a["state"], backend_id=a["backend_id"] or "",
-                worker_id=a["worker_id"] or "", started_ms=a["started_ms"] or 0, finished_ms=a["finished_ms"] or 0,
-                error=a["error"], pid=a["pid"] or 0,
+                attempt_id=a["attempt_id"],
+                attempt=a["attempt"],
+                state=a["state"],
+                backend_id=a["backend_id"] or "",
+                worker_id=a["worker_id"] or "",
+                started_ms=a["started_ms"] or 0,
+                finished_ms=a["finished_ms"] or 0,
+                error=a["error"],
+                pid=a["pid"] or 0,
             )
             if a["exit_code"] is not None:
                 am.exit_code, am.has_exit_code = a["exit_code"], True
@@ -126,7 +161,9 @@ def list_tasks(conn: Connection, job_id: str, include_attempts: bool, local_clus
     return out
 
 
-def fetch_logs(conn: Connection, job_id: str, task_index: int, after_seq: int, tail: int, limit: int) -> pb.FetchLogsResponse:
+def fetch_logs(
+    conn: Connection, job_id: str, task_index: int, after_seq: int, tail: int, limit: int
+) -> pb.FetchLogsResponse:
     row = require_job(conn, job_id)
     where = "job_id = :j AND seq > :after" + (" AND task_index = :i" if task_index >= 0 else "")
     params = {"j": job_id, "after": after_seq, "i": task_index}
@@ -138,9 +175,18 @@ def fetch_logs(conn: Connection, job_id: str, task_index: int, after_seq: int, t
         statement = f"SELECT * FROM logs WHERE {where} ORDER BY seq LIMIT :n"
         params["n"] = limit
     lines = conn.execute(sql(statement), params).mappings().all()
-    resp = pb.FetchLogsResponse(job_state=row["state"], job_finished=row["state"] in ("SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE"))
+    resp = pb.FetchLogsResponse(
+        job_state=row["state"], job_finished=row["state"] in ("SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE")
+    )
     for ln in lines:
-        resp.lines.add(seq=ln["seq"], task_index=ln["task_index"], attempt=ln["attempt"], stream=ln["stream"], ts_ms=ln["ts_ms"], text=ln["text"])
+        resp.lines.add(
+            seq=ln["seq"],
+            task_index=ln["task_index"],
+            attempt=ln["attempt"],
+            stream=ln["stream"],
+            ts_ms=ln["ts_ms"],
+            text=ln["text"],
+        )
     resp.next_seq = lines[-1]["seq"] if lines else after_seq
     if resp.job_finished and len(lines) == params["n"] and tail <= 0:
         resp.job_finished = False  # more lines remain: the caller should keep reading
@@ -157,7 +203,7 @@ def _authorize(action, *_args):
 def raw_query(db_path: str, query: str, limit: int) -> pb.ExecuteRawQueryResponse:
     """Runs one read-only statement on its own read-only connection; anything else is refused."""
     if not query.strip():
-        raise InvalidArgument("the query is empty; e.g. iris query \"SELECT job_id, state FROM jobs\"")
+        raise InvalidArgument('the query is empty; e.g. iris query "SELECT job_id, state FROM jobs"')
     conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=10)
     try:
         conn.execute("PRAGMA query_only=ON")
@@ -169,7 +215,9 @@ def raw_query(db_path: str, query: str, limit: int) -> pb.ExecuteRawQueryRespons
         except sqlite3.DatabaseError as exc:
             msg = str(exc)
             if "not authorized" in msg or "readonly" in msg or "query_only" in msg:
-                raise InvalidArgument("iris query is read-only: only SELECT (and WITH … SELECT) statements may run") from None
+                raise InvalidArgument(
+                    "iris query is read-only: only SELECT (and WITH … SELECT) statements may run"
+                ) from None
             raise InvalidArgument(f"query failed: {msg}") from None
         if cur.description is None:
             raise InvalidArgument("iris query is read-only: only SELECT (and WITH … SELECT) statements may run")

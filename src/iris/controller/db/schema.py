@@ -241,9 +241,7 @@ def migrate(engine: Engine) -> list[int]:
         )
     for version, description, statements in MIGRATIONS:
         with engine.begin() as conn:
-            done = conn.execute(
-                text("SELECT 1 FROM schema_migrations WHERE version = :v"), {"v": version}
-            ).first()
+            done = conn.execute(text("SELECT 1 FROM schema_migrations WHERE version = :v"), {"v": version}).first()
             if done:
                 continue
             for statement in statements:
