@@ -131,9 +131,7 @@ class ControllerServiceImpl:
     @rpc
     def list_jobs(self, req: pb.ListJobsRequest, identity: Identity) -> pb.ListJobsResponse:
         with self.c.db.read() as conn:
-            return pb.ListJobsResponse(
-                jobs=reads.list_jobs(conn, req.state, req.prefix, req.user, req.limit, self.name)
-            )
+            return reads.list_jobs(conn, req, self.name)
 
     @rpc
     def list_tasks(self, req: pb.ListTasksRequest, identity: Identity) -> pb.ListTasksResponse:
@@ -236,6 +234,8 @@ class ControllerServiceImpl:
             peers=len(self.c.config.peers),
             pid=os.getpid(),
             state_dir=str(self.c.config.state_path),
+            caller=identity.principal,
+            caller_role=identity.role.value,
         )
 
     @rpc

@@ -190,7 +190,7 @@ class TaskStatus(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., job_id: _Optional[str] = ..., index: _Optional[int] = ..., state: _Optional[str] = ..., attempt: _Optional[int] = ..., backend_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., exit_code: _Optional[int] = ..., has_exit_code: _Optional[bool] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., error: _Optional[str] = ..., failure_count: _Optional[int] = ..., preemption_count: _Optional[int] = ..., attempts: _Optional[_Iterable[_Union[AttemptStatus, _Mapping]]] = ..., cluster: _Optional[str] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "state", "user", "priority", "cluster", "replicas", "task_counts", "submitted_ms", "started_ms", "finished_ms", "pending_reason", "error", "parent_job_id", "resources", "command", "constraints", "handoff_state", "peer_id", "stale", "exit_code", "has_exit_code", "owner")
+    __slots__ = ("job_id", "state", "user", "priority", "cluster", "replicas", "task_counts", "submitted_ms", "started_ms", "finished_ms", "pending_reason", "error", "parent_job_id", "resources", "command", "constraints", "handoff_state", "peer_id", "stale", "exit_code", "has_exit_code", "owner", "last_sync_ms")
     class TaskCountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -220,6 +220,7 @@ class JobStatus(_message.Message):
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     HAS_EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
+    LAST_SYNC_MS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     state: str
     user: str
@@ -242,7 +243,8 @@ class JobStatus(_message.Message):
     exit_code: int
     has_exit_code: bool
     owner: str
-    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[str] = ..., user: _Optional[str] = ..., priority: _Optional[str] = ..., cluster: _Optional[str] = ..., replicas: _Optional[int] = ..., task_counts: _Optional[_Mapping[str, int]] = ..., submitted_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., pending_reason: _Optional[str] = ..., error: _Optional[str] = ..., parent_job_id: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., handoff_state: _Optional[str] = ..., peer_id: _Optional[str] = ..., stale: _Optional[bool] = ..., exit_code: _Optional[int] = ..., has_exit_code: _Optional[bool] = ..., owner: _Optional[str] = ...) -> None: ...
+    last_sync_ms: int
+    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[str] = ..., user: _Optional[str] = ..., priority: _Optional[str] = ..., cluster: _Optional[str] = ..., replicas: _Optional[int] = ..., task_counts: _Optional[_Mapping[str, int]] = ..., submitted_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., pending_reason: _Optional[str] = ..., error: _Optional[str] = ..., parent_job_id: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., handoff_state: _Optional[str] = ..., peer_id: _Optional[str] = ..., stale: _Optional[bool] = ..., exit_code: _Optional[int] = ..., has_exit_code: _Optional[bool] = ..., owner: _Optional[str] = ..., last_sync_ms: _Optional[int] = ...) -> None: ...
 
 class GetJobStatusRequest(_message.Message):
     __slots__ = ("job_id", "include_tasks", "include_attempts")
@@ -263,22 +265,32 @@ class GetJobStatusResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[JobStatus, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("state", "prefix", "limit", "user")
+    __slots__ = ("state", "prefix", "limit", "user", "cluster", "parent_job_id", "page_token")
     STATE_FIELD_NUMBER: _ClassVar[int]
     PREFIX_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    PARENT_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     state: str
     prefix: str
     limit: int
     user: str
-    def __init__(self, state: _Optional[str] = ..., prefix: _Optional[str] = ..., limit: _Optional[int] = ..., user: _Optional[str] = ...) -> None: ...
+    cluster: str
+    parent_job_id: str
+    page_token: str
+    def __init__(self, state: _Optional[str] = ..., prefix: _Optional[str] = ..., limit: _Optional[int] = ..., user: _Optional[str] = ..., cluster: _Optional[str] = ..., parent_job_id: _Optional[str] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
-    __slots__ = ("jobs",)
+    __slots__ = ("jobs", "next_page_token", "total")
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[JobStatus]
-    def __init__(self, jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    total: int
+    def __init__(self, jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total: _Optional[int] = ...) -> None: ...
 
 class ListTasksRequest(_message.Message):
     __slots__ = ("job_id", "include_attempts")
@@ -552,7 +564,7 @@ class GetClusterInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetClusterInfoResponse(_message.Message):
-    __slots__ = ("name", "version", "revision_date", "uptime_s", "job_counts", "backends", "peers", "pid", "state_dir")
+    __slots__ = ("name", "version", "revision_date", "uptime_s", "job_counts", "backends", "peers", "pid", "state_dir", "caller", "caller_role")
     class JobCountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -569,6 +581,8 @@ class GetClusterInfoResponse(_message.Message):
     PEERS_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     STATE_DIR_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
+    CALLER_ROLE_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     revision_date: str
@@ -578,7 +592,9 @@ class GetClusterInfoResponse(_message.Message):
     peers: int
     pid: int
     state_dir: str
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., revision_date: _Optional[str] = ..., uptime_s: _Optional[float] = ..., job_counts: _Optional[_Mapping[str, int]] = ..., backends: _Optional[int] = ..., peers: _Optional[int] = ..., pid: _Optional[int] = ..., state_dir: _Optional[str] = ...) -> None: ...
+    caller: str
+    caller_role: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., revision_date: _Optional[str] = ..., uptime_s: _Optional[float] = ..., job_counts: _Optional[_Mapping[str, int]] = ..., backends: _Optional[int] = ..., peers: _Optional[int] = ..., pid: _Optional[int] = ..., state_dir: _Optional[str] = ..., caller: _Optional[str] = ..., caller_role: _Optional[str] = ...) -> None: ...
 
 class SyncedAttempt(_message.Message):
     __slots__ = ("task_index", "attempt", "state", "worker_id", "exit_code", "has_exit_code", "started_ms", "finished_ms", "error")

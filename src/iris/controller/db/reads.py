@@ -57,6 +57,13 @@ def _job_message(
     return msg
 
 
+def _last_sync_ms(conn: Connection, peer_id: str) -> int:
+    if not peer_id:
+        return 0
+    found = conn.execute(sql("SELECT last_sync_ms FROM federation_sync_state WHERE peer_id = :p"), {"p": peer_id})
+    return found.scalar() or 0
+
+
 def _counts(conn: Connection, job_ids: list[str]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {j: {} for j in job_ids}
     if not job_ids:
@@ -82,6 +89,8 @@ def get_job(conn: Connection, job_id: str, local_cluster: str) -> pb.JobStatus:
         .first()
     )
     msg = _job_message(row, _counts(conn, [job_id])[job_id], cfg, fed, local_cluster, _stale_peers(conn))
+    if fed is not None:
+        msg.last_sync_ms = _last_sync_ms(conn, fed["peer_id"])
     if row["replicas"] == 1:
         code = conn.execute(sql("SELECT exit_code FROM tasks WHERE job_id = :j AND idx = 0"), {"j": job_id}).scalar()
         if code is not None:
@@ -89,30 +98,61 @@ def get_job(conn: Connection, job_id: str, local_cluster: str) -> pb.JobStatus:
     return msg
 
 
-def list_jobs(
-    conn: Connection, state: str, prefix: str, user: str, limit: int, local_cluster: str
-) -> list[pb.JobStatus]:
+def _page_after(token: str) -> int | None:
+    """The insertion number a page token continues after; a token this server never gave is refused."""
+    if not token:
+        return None
+    if not token.isdigit():
+        raise InvalidArgument(
+            f"page_token {token[:40]!r} is not one this server gave; pass the next_page_token of the previous "
+            "page, or leave it empty for the first page"
+        )
+    return int(token)
+
+
+def list_jobs(conn: Connection, req: pb.ListJobsRequest, local_cluster: str) -> pb.ListJobsResponse:
+    """One page of the jobs matching `req`'s filters, newest first, with the count over all pages.
+
+    Pages are keyed on the insertion number (not an offset), so a page stays cheap however deep it
+    is and jobs submitted while someone pages do not shift the pages they have not reached yet.
+    """
     where, params = [], {}
-    if state:
-        states = [s.strip().upper() for s in state.split(",") if s.strip()]
+    if req.state:
+        states = [s.strip().upper() for s in req.state.split(",") if s.strip()]
         where.append("state IN (" + ",".join(f":s{i}" for i in range(len(states))) + ")")
         params.update({f"s{i}": s for i, s in enumerate(states)})
-    if prefix:
+    if req.prefix:
         where.append("substr(job_id, 1, :plen) = :prefix")
-        params.update(plen=len(prefix), prefix=prefix)
-    if user:
+        params.update(plen=len(req.prefix), prefix=req.prefix)
+    if req.user:
         where.append("user = :user")
-        params["user"] = user
-    statement = (
-        "SELECT * FROM jobs"
-        + (" WHERE " + " AND ".join(where) if where else "")
-        + " ORDER BY insertion DESC LIMIT :limit"
-    )
-    params["limit"] = limit if limit > 0 else 1000
-    rows = conn.execute(sql(statement), params).mappings().all()
+        params["user"] = req.user
+    if req.cluster:
+        # Jobs that run here have no cluster stamped on their row; a peer's carry its name.
+        where.append("cluster IS NULL" if req.cluster == local_cluster else "cluster = :cluster")
+        params["cluster"] = req.cluster
+    if req.parent_job_id:
+        where.append("parent_job_id = :parent")
+        params["parent"] = req.parent_job_id
+    filters = " WHERE " + " AND ".join(where) if where else ""
+    total = conn.execute(sql("SELECT COUNT(*) FROM jobs" + filters), params).scalar() or 0
+    after = _page_after(req.page_token)
+    if after is not None:
+        filters += (" AND " if where else " WHERE ") + "insertion < :after"
+        params["after"] = after
+    limit = req.limit if req.limit > 0 else 1000
+    params["limit"] = limit + 1
+    rows = conn.execute(sql(f"SELECT * FROM jobs{filters} ORDER BY insertion DESC LIMIT :limit"), params).mappings()
+    rows = rows.all()
+    more = len(rows) > limit
+    rows = rows[:limit]
     counts = _counts(conn, [r["job_id"] for r in rows])
     stale = _stale_peers(conn)
-    return [_job_message(r, counts[r["job_id"]], local_cluster=local_cluster, stale_peers=stale) for r in rows]
+    return pb.ListJobsResponse(
+        jobs=[_job_message(r, counts[r["job_id"]], local_cluster=local_cluster, stale_peers=stale) for r in rows],
+        next_page_token=str(rows[-1]["insertion"]) if more else "",
+        total=total,
+    )
 
 
 def list_tasks(conn: Connection, job_id: str, include_attempts: bool, local_cluster: str) -> list[pb.TaskStatus]:
