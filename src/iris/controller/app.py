@@ -169,7 +169,7 @@ class Controller:
                 sql("SELECT handoff_state, peer_id FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"),
                 {"j": job_id},
             ).first()
-            token = self.tick.loader.config(conn, job_id).resources.device.token if handle else ""
+            token = self.tick.loader.config(conn, job_id, row["insertion"]).resources.device.token if handle else ""
         resp = pb.ExplainJobResponse(job_id=job_id)
         if row["state"] != "PENDING":
             resp.summary = f"job is {row['state']}" + (f": {row['error']}" if row["error"] else "")

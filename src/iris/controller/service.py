@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
+import secrets
 import time
 from typing import TYPE_CHECKING
 
@@ -26,19 +28,32 @@ from iris.controller.submit import build_spec, check_client_freshness, parent_co
 from iris.core.errors import InvalidArgument, IrisError
 from iris.federation.model import DispositionKind, SubmittedJob
 from iris.rpc import controller_pb2 as pb
+from iris.rpc.bounds import check_message
 from iris.rpc.codec import fill_availability, resources_to_proto
 
 if TYPE_CHECKING:
     from iris.controller.app import Controller
+
+log = logging.getLogger("iris.api")
 
 
 def _connect_error(exc: IrisError) -> ConnectError:
     return ConnectError(Code[exc.code.upper()], exc.message)
 
 
+def _internal_error(method: str, exc: BaseException) -> ConnectError:
+    """An unexpected fault, logged in full here and answered without its text: a driver's message
+    can carry SQL and values that are not the caller's to read."""
+    ref = secrets.token_hex(4)
+    log.error("%s failed (reference %s)", method, ref, exc_info=exc)
+    return ConnectError(
+        Code.INTERNAL, f"{method} failed inside the controller (reference {ref}); its log has the details"
+    )
+
+
 def rpc(fn):
-    """Authenticates and authorises the caller, runs the handler body on a worker thread, and maps
-    typed errors to Connect errors."""
+    """Authenticates and authorises the caller, checks the request's bounds, runs the handler body
+    on a worker thread, and maps typed errors to Connect errors (and any other fault to INTERNAL)."""
     method = "".join(part.title() for part in fn.__name__.split("_"))
 
     @functools.wraps(fn)
@@ -46,9 +61,14 @@ def rpc(fn):
         try:
             identity = self.c.identify(ctx.request_headers.get("authorization"), ctx.client_address)
             authorize(identity, method)
+            check_message(request)
             return await asyncio.to_thread(fn, self, request, identity)
         except IrisError as exc:
             raise _connect_error(exc) from None
+        except ConnectError:
+            raise
+        except Exception as exc:
+            raise _internal_error(method, exc) from None
 
     return handler
 

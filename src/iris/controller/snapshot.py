@@ -1,7 +1,14 @@
 """Loads the scheduler's frozen snapshot from the database, and the launch spec of a placed task.
 
 A job's config never changes after submit, so parsed resources and constraints are cached per job:
-a tick with ten thousand pending tasks parses each job's JSON once, not once per tick.
+a tick with ten thousand pending tasks parses each job's JSON once, not once per tick. The cache is
+keyed by the job's `insertion` as well as its id: replacing a job (`--existing replace`, or a
+handoff re-admitted under the same id) gives it a new insertion, so the old config can never be
+served for the new job.
+
+A row the loader cannot turn into a sane config (unparseable JSON, a number that is not finite or
+is out of range) is left out of the snapshot and reported in `poisoned`, for the tick to fail that
+one job; one bad row never stops the scheduling of the others.
 """
 
 from __future__ import annotations
@@ -15,9 +22,11 @@ from iris.backends.local.backend import safe_dirname
 from iris.backends.protocol import LaunchSpec
 from iris.controller import workspace
 from iris.controller.db.database import Database, sql
+from iris.controller.submit import MAX_BYTES, MAX_CPU, MAX_DEVICES
 from iris.core.bands import Band
 from iris.core.constraints import Constraint, Op
 from iris.core.resources import Device, Resources
+from iris.rpc.bounds import check_number
 from iris.scheduler.snapshot import PendingTask, RunningTask, SchedulingSnapshot, WorkerSnapshot
 
 
@@ -38,6 +47,14 @@ def parse_resources(raw: str) -> Resources:
     return Resources(cpu=float(d["cpu"]), memory=int(d["memory"]), disk=int(d["disk"]), device=device)
 
 
+def check_stored_resources(r: Resources) -> None:
+    """Refuses stored resources the scheduler could not do arithmetic on (the same bounds as submit)."""
+    check_number("cpu", r.cpu, 0, MAX_CPU)
+    check_number("memory", r.memory, 0, MAX_BYTES)
+    check_number("disk", r.disk, 0, MAX_BYTES)
+    check_number("device count", r.device.count, 0, MAX_DEVICES)
+
+
 def parse_constraints(raw: str) -> tuple[Constraint, ...]:
     return tuple(Constraint(k, Op(op), tuple(vals), bool(pref)) for k, op, vals, pref in json.loads(raw))
 
@@ -52,27 +69,35 @@ class SnapshotLoader:
         self.db = db
         self.workspace_root = workspace_root
         self.task_token = task_token
-        self._configs: dict[str, JobConfig] = {}
+        self._configs: dict[str, tuple[int, JobConfig]] = {}
+        # Jobs whose stored config could not be loaded, with why; the tick fails them and drains this.
+        self.poisoned: dict[str, str] = {}
 
-    def config(self, conn, job_id: str) -> JobConfig:
+    def config(self, conn, job_id: str, insertion: int | None = None) -> JobConfig:
+        """The parsed config of `job_id`; `insertion` (when the caller has it) saves a lookup."""
+        if insertion is None:
+            insertion = conn.execute(sql("SELECT insertion FROM jobs WHERE job_id = :j"), {"j": job_id}).scalar()
         cached = self._configs.get(job_id)
-        if cached is None:
-            row = conn.execute(
-                sql(
-                    "SELECT command, resources, constraints, env, workdir, coschedule FROM job_config WHERE job_id = :j"
-                ),
-                {"j": job_id},
-            ).first()
-            cached = JobConfig(
-                tuple(json.loads(row[0])),
-                parse_resources(row[1]),
-                parse_constraints(row[2]),
-                json.loads(row[3]),
-                row[4],
-                bool(row[5]),
-            )
-            self._configs[job_id] = cached
-        return cached
+        if cached is not None and cached[0] == insertion:
+            return cached[1]
+        row = conn.execute(
+            sql("SELECT command, resources, constraints, env, workdir, coschedule FROM job_config WHERE job_id = :j"),
+            {"j": job_id},
+        ).first()
+        config = JobConfig(
+            tuple(json.loads(row[0])),
+            parse_resources(row[1]),
+            parse_constraints(row[2]),
+            json.loads(row[3]),
+            row[4],
+            bool(row[5]),
+        )
+        check_stored_resources(config.resources)
+        self._configs[job_id] = (insertion, config)
+        return config
+
+    def _poison(self, job_id: str, exc: Exception) -> None:
+        self.poisoned[job_id] = f"its stored request cannot be used ({type(exc).__name__}: {exc})"
 
     def load(self, now_ms: int, workers: tuple[WorkerSnapshot, ...]) -> SchedulingSnapshot:
         with self.db.read() as conn:
@@ -87,25 +112,28 @@ class SnapshotLoader:
             ).all()
             pending = []
             for r in rows:
-                cfg = self.config(conn, r[1])
-                pending.append(
-                    PendingTask(
-                        task_id=r[0],
-                        job_id=r[1],
-                        index=r[2],
-                        resources=cfg.resources,
-                        constraints=cfg.constraints,
-                        band=Band.parse(r[3]),
-                        user=r[4],
-                        depth=r[5],
-                        root_submitted_ms=r[6],
-                        insertion=r[7],
-                        replicas=r[8],
-                        coschedule=cfg.coschedule,
-                        scheduling_deadline_ms=r[9],
-                        parent_running=r[10] == "RUNNING",
+                try:
+                    cfg = self.config(conn, r[1], r[7])
+                    pending.append(
+                        PendingTask(
+                            task_id=r[0],
+                            job_id=r[1],
+                            index=r[2],
+                            resources=cfg.resources,
+                            constraints=cfg.constraints,
+                            band=Band.parse(r[3]),
+                            user=r[4],
+                            depth=r[5],
+                            root_submitted_ms=r[6],
+                            insertion=r[7],
+                            replicas=r[8],
+                            coschedule=cfg.coschedule,
+                            scheduling_deadline_ms=r[9],
+                            parent_running=r[10] == "RUNNING",
+                        )
                     )
-                )
+                except Exception as exc:
+                    self._poison(r[1], exc)
         self._forget_finished({t.job_id for t in running} | {t.job_id for t in pending})
         return SchedulingSnapshot(now_ms=now_ms, workers=workers, running=running, pending=tuple(pending))
 
@@ -121,14 +149,19 @@ class SnapshotLoader:
     def _running(self, conn) -> tuple[RunningTask, ...]:
         rows = conn.execute(
             sql(
-                "SELECT t.task_id, t.job_id, t.worker_id, COALESCE(t.started_ms, j.submitted_ms), j.band, j.user"
-                " FROM tasks t JOIN jobs j ON j.job_id = t.job_id"
+                "SELECT t.task_id, t.job_id, t.worker_id, COALESCE(t.started_ms, j.submitted_ms), j.band, j.user,"
+                " j.insertion FROM tasks t JOIN jobs j ON j.job_id = t.job_id"
                 " WHERE t.state IN ('ASSIGNED','BUILDING','RUNNING') AND t.cluster IS NULL"
             )
         ).all()
-        return tuple(
-            RunningTask(r[0], r[1], r[2], self.config(conn, r[1]).resources, Band.parse(r[4]), r[3], r[5]) for r in rows
-        )
+        running = []
+        for r in rows:
+            try:
+                cfg = self.config(conn, r[1], r[6])
+                running.append(RunningTask(r[0], r[1], r[2], cfg.resources, Band.parse(r[4]), r[3], r[5]))
+            except Exception as exc:
+                self._poison(r[1], exc)
+        return tuple(running)
 
     def launch_spec(
         self,
@@ -142,8 +175,10 @@ class SnapshotLoader:
         base_env: Mapping[str, str],
     ) -> LaunchSpec:
         """What a backend needs to start one attempt; `conn` is the tick's open transaction."""
-        cfg = self.config(conn, job_id)
-        replicas, owner = conn.execute(sql("SELECT replicas, owner FROM jobs WHERE job_id = :j"), {"j": job_id}).one()
+        replicas, owner, insertion = conn.execute(
+            sql("SELECT replicas, owner, insertion FROM jobs WHERE job_id = :j"), {"j": job_id}
+        ).one()
+        cfg = self.config(conn, job_id, insertion)
         workdir = cfg.workdir
         if self.workspace_root is not None:
             unpacked = workspace.materialize(conn, job_id, self.workspace_root / safe_dirname(job_id))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import secrets
 import time
 
@@ -20,9 +21,25 @@ from iris.core.errors import FailedPrecondition, InvalidArgument
 from iris.core.job import DEFAULT_MAX_RETRIES_PREEMPTION, EXISTING_JOB_POLICIES, JobSpec
 from iris.core.names import JobName, validate_component
 from iris.rpc import controller_pb2 as pb
+from iris.rpc.bounds import check_number, check_text
 from iris.rpc.codec import constraints_from_proto, resources_from_proto
 
+# What one job may ask for. Each bound is far above any real job and far below what would make a
+# sum, a product or a timestamp overflow in the scheduler or in SQLite's 64-bit integers.
 MAX_REPLICAS = 100_000
+MAX_CPU = 100_000.0
+MAX_BYTES = 2**50  # 1 PiB of memory or disk per task
+MAX_DEVICES = 65_536
+MAX_TIMEOUT_S = 10 * 365 * 86400.0
+MAX_RETRIES = 1000
+MAX_COMMAND_ARGS = 4096
+MAX_COMMAND_CHARS = 256 * 1024
+MAX_ENV_VARS = 1000
+MAX_ENV_CHARS = 256 * 1024
+MAX_CONSTRAINTS = 64
+MAX_CONSTRAINT_VALUES = 256
+MAX_WORKDIR_FILES = 1000
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,255}$")
 
 
 def generated_name() -> str:
@@ -71,15 +88,15 @@ def build_spec(
     name = resolve_job_id(req)
     if not name.is_root and parent is None:
         raise InvalidArgument(f"job {name} names a parent that does not exist: submit {name.parent} first")
-    command = tuple(req.command)
-    if not command or not command[0].strip():
-        raise InvalidArgument("a job needs a command: iris job run [flags] -- CMD ARGS…")
+    command = check_command(req.command)
     replicas = req.replicas or 1
     if not 1 <= replicas <= MAX_REPLICAS:
         raise InvalidArgument(f"replicas must be between 1 and {MAX_REPLICAS}, got {replicas}")
+    check_resources(req.resources)
     resources = resources_from_proto(req.resources)
     if resources.device.kind != "cpu" and resources.device.count <= 0:
         raise InvalidArgument(f"a {resources.device.kind} request needs a device count of at least 1")
+    check_constraints(req.constraints)
     constraints = constraints_from_proto(req.constraints)
     if parent is not None:
         constraints = inherit_constraints(parent_constraints, constraints)
@@ -90,13 +107,17 @@ def build_spec(
         raise InvalidArgument(
             f"existing_job_policy {req.existing_job_policy!r} must be one of {', '.join(EXISTING_JOB_POLICIES)}"
         )
-    if req.max_retries_failure < 0 or req.max_retries_preemption < 0:
-        raise InvalidArgument("retry budgets must not be negative")
-    if req.timeout_s < 0 or req.scheduling_timeout_s < 0:
-        raise InvalidArgument("timeouts must not be negative")
-    for key in req.env:
-        if not key or "=" in key or "\0" in key:
-            raise InvalidArgument(f"environment variable name {key!r} is not valid")
+    check_number("max_retries_failure", req.max_retries_failure, 0, MAX_RETRIES)
+    check_number("max_retries_preemption", req.max_retries_preemption, 0, MAX_RETRIES)
+    check_number("timeout_s", req.timeout_s, 0, MAX_TIMEOUT_S)
+    check_number("scheduling_timeout_s", req.scheduling_timeout_s, 0, MAX_TIMEOUT_S)
+    check_env(req.env)
+    check_text("workdir", req.workdir, 4096)
+    if len(req.workdir_files) > MAX_WORKDIR_FILES:
+        raise InvalidArgument(
+            f"a job may carry at most {MAX_WORKDIR_FILES} workdir files, got {len(req.workdir_files)};"
+            " bundle the directory instead"
+        )
     env = {**parent_env, **dict(req.env)}
     multi_device = replicas > 1 and resources.device.is_accelerator
     validate_component("user", name.user)
@@ -122,6 +143,64 @@ def build_spec(
         depth=name.depth,
         root_job_id=str(name.root_job),
     )
+
+
+def check_command(args) -> tuple[str, ...]:
+    """The command as a tuple, refused when empty, too long, or holding a NUL byte."""
+    command = tuple(args)
+    if not command or not command[0].strip():
+        raise InvalidArgument("a job needs a command: iris job run [flags] -- CMD ARGS…")
+    if len(command) > MAX_COMMAND_ARGS:
+        raise InvalidArgument(f"the command has {len(command)} arguments; at most {MAX_COMMAND_ARGS} are allowed")
+    total = sum(len(a) for a in command)
+    if total > MAX_COMMAND_CHARS:
+        raise InvalidArgument(
+            f"the command is {total} characters long; at most {MAX_COMMAND_CHARS} are allowed:"
+            " put long input in a workdir file instead"
+        )
+    for i, arg in enumerate(command):
+        check_text(f"command argument {i}", arg, MAX_COMMAND_CHARS)
+    return command
+
+
+def check_resources(m: pb.Resources) -> None:
+    """Refuses resources that are negative, not finite, or beyond what any worker could offer."""
+    check_number("resources.cpu", m.cpu, 0, MAX_CPU)
+    check_number("resources.memory_bytes", m.memory_bytes, 0, MAX_BYTES)
+    check_number("resources.disk_bytes", m.disk_bytes, 0, MAX_BYTES)
+    check_number("resources.device.count", m.device.count, 0, MAX_DEVICES)
+    for name in ("kind", "variant", "topology"):
+        check_text(f"resources.device.{name}", getattr(m.device, name), 64)
+
+
+def check_constraints(items) -> None:
+    if len(items) > MAX_CONSTRAINTS:
+        raise InvalidArgument(f"a job may carry at most {MAX_CONSTRAINTS} constraints, got {len(items)}")
+    for c in items:
+        if len(c.values) > MAX_CONSTRAINT_VALUES:
+            raise InvalidArgument(
+                f"constraint {c.key[:64]!r} has {len(c.values)} values; at most {MAX_CONSTRAINT_VALUES} are allowed"
+            )
+        check_text("constraint key", c.key, 256)
+        for v in c.values:
+            check_text(f"a value of constraint {c.key!r}", v, 256)
+
+
+def check_env(env) -> None:
+    """Refuses env names a process could not hold, NUL bytes in values, and oversize envs."""
+    if len(env) > MAX_ENV_VARS:
+        raise InvalidArgument(f"a job may set at most {MAX_ENV_VARS} environment variables, got {len(env)}")
+    total = 0
+    for key, value in env.items():
+        if not _ENV_KEY.match(key):
+            raise InvalidArgument(
+                f"environment variable name {key[:64]!r} is not valid: use letters, digits and '_',"
+                " not starting with a digit (at most 256 characters)"
+            )
+        check_text(f"environment variable {key}", value, MAX_ENV_CHARS)
+        total += len(key) + len(value)
+    if total > MAX_ENV_CHARS:
+        raise InvalidArgument(f"the job's environment is {total} characters; at most {MAX_ENV_CHARS} are allowed")
 
 
 def parent_context(conn, parent_job_id: str) -> tuple[dict | None, tuple[Constraint, ...], dict[str, str]]:

@@ -5,6 +5,10 @@ run, time out overlong attempts) → load a snapshot and call the pure scheduler
 decisions → start the placed attempts → commit their pids → promote queued federated jobs onto
 peers with room. It runs every `tick_interval` and at
 once when woken (a submit, a cancel, an attempt exit), so a short job does not wait for a timer.
+
+A fault while handling one job (its stored request cannot be parsed, the scheduler raises on it,
+its launch spec cannot be built or its process cannot be started) fails that job with the error
+and the pass goes on: nothing one job carries may stop the placement of every other job.
 """
 
 from __future__ import annotations
@@ -13,14 +17,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from iris.backends.protocol import AdoptRecord, Backend, LaunchError, LaunchSpec
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db.database import Database, sql
 from iris.controller.db.federation import prune_changelog
-from iris.controller.db.jobs import refresh_jobs
+from iris.controller.db.jobs import fail_jobs, refresh_jobs
 from iris.controller.snapshot import SnapshotLoader
 from iris.core.availability import Availability
 from iris.core.states import TaskState
@@ -198,10 +202,13 @@ class ControlLoop:
         now = self.now_ms()
         timed_out, lost = [], []
         for attempt_id, backend_id, started_ms, timeout_s, state in live:
-            if state != "ASSIGNED" and attempt_id not in held.get(backend_id, frozenset()):
-                lost.append(attempt_id)
-            elif timeout_s and started_ms and now - started_ms > timeout_s * 1000:
-                timed_out.append((attempt_id, backend_id, timeout_s))
+            try:
+                if state != "ASSIGNED" and attempt_id not in held.get(backend_id, frozenset()):
+                    lost.append(attempt_id)
+                elif timeout_s and started_ms and now - started_ms > timeout_s * 1000:
+                    timed_out.append((attempt_id, backend_id, timeout_s))
+            except Exception as exc:  # a poison timeout fails its own job, not the pass
+                self.loader.poisoned[attempt_id.rpartition("/")[0]] = f"its timeout {timeout_s!r} is not usable ({exc})"
         if not (timed_out or lost):
             return
         with self.db.write() as conn:
@@ -221,9 +228,10 @@ class ControlLoop:
         now = self.now_ms()
         workers = tuple(w for b in self.backends.values() for w in b.workers())
         snapshot = self.loader.load(now, workers)
+        self._fail_poisoned(now)
         if not snapshot.pending:
             return 0, 0
-        result = schedule(snapshot)
+        result = self._schedule_isolated(snapshot, now)
         launches: list[tuple[Backend, LaunchSpec]] = []
         if result.assignments or result.preemptions or result.unschedulable or result.pending_reasons:
             launches, victims = self._commit_decisions(result, now)
@@ -231,6 +239,35 @@ class ControlLoop:
                 self.backends[backend_id].stop(attempt_id)
         self._start(launches)
         return len(snapshot.pending), len(launches)
+
+    def _schedule_isolated(self, snapshot, now: int):
+        """The scheduler's result; when it raises, the jobs it raises on alone are failed and the
+        pass is scheduled again without them (only a fault pays for the search)."""
+        try:
+            return schedule(snapshot)
+        except Exception:
+            log.exception("the scheduler raised; looking for the jobs that cause it")
+        bad: dict[str, str] = {}
+        for job_id in dict.fromkeys(t.job_id for t in snapshot.pending):
+            try:
+                schedule(replace(snapshot, pending=tuple(t for t in snapshot.pending if t.job_id == job_id)))
+            except Exception as exc:
+                bad[job_id] = f"the scheduler cannot handle it ({type(exc).__name__}: {exc})"
+        if not bad:
+            raise RuntimeError("the scheduler raises on this snapshot but on no single job of it")
+        self.loader.poisoned.update(bad)
+        self._fail_poisoned(now)
+        return schedule(replace(snapshot, pending=tuple(t for t in snapshot.pending if t.job_id not in bad)))
+
+    def _fail_poisoned(self, now: int) -> None:
+        """Fails the jobs the loader (or the scheduler) could not handle, each with its reason."""
+        if not self.loader.poisoned:
+            return
+        poisoned, self.loader.poisoned = self.loader.poisoned, {}
+        for job_id, reason in poisoned.items():
+            log.error("failing job %s: %s", job_id, reason)
+        with self.db.write() as conn:
+            fail_jobs(conn, {j: f"the controller cannot run this job: {r}" for j, r in poisoned.items()}, now)
 
     def availability(self) -> dict[str, Availability]:
         """Each backend's availability block, from the placed work committed now.
@@ -269,17 +306,31 @@ class ControlLoop:
                     {"e": u.reason, "now": now, "t": u.task_id},
                 )
                 jobs.append(u.task_id.rpartition("/")[0])
+            broken: dict[str, str] = {}
             for a in result.assignments:
-                placed = attempt_db.assign_attempt(conn, a.task_id, a.backend_id, a.worker_id, now)
-                if placed is None:
-                    continue
-                attempt_id, attempt = placed
                 job_id, _, idx = a.task_id.rpartition("/")
-                spec = self.loader.launch_spec(
-                    conn, job_id, int(idx), attempt, attempt_id, a.worker_id, a.backend_id, self.base_env
-                )
+                if job_id in broken:
+                    continue
+                try:
+                    # A savepoint per placement: a job whose launch spec cannot be built (say, its
+                    # workspace cannot be unpacked) loses only its own writes.
+                    with conn.begin_nested():
+                        placed = attempt_db.assign_attempt(conn, a.task_id, a.backend_id, a.worker_id, now)
+                        if placed is None:
+                            continue
+                        attempt_id, attempt = placed
+                        spec = self.loader.launch_spec(
+                            conn, job_id, int(idx), attempt, attempt_id, a.worker_id, a.backend_id, self.base_env
+                        )
+                except Exception as exc:
+                    log.exception("cannot prepare %s for launch", a.task_id)
+                    broken[job_id] = f"the controller cannot run this job: it could not be prepared ({exc})"
+                    continue
                 launches.append((self.backends[a.backend_id], spec))
                 jobs.append(job_id)
+            if broken:
+                launches = [(b, spec) for b, spec in launches if spec.job_id not in broken]
+                fail_jobs(conn, broken, now)
             refresh_jobs(conn, jobs, now)
             changed = [{"r": r, "j": j} for j, r in result.pending_reasons.items() if self._reasons.get(j) != r]
             if changed:
@@ -299,6 +350,9 @@ class ControlLoop:
                 started.append(backend.start(spec))
             except LaunchError as exc:
                 failed.append((spec, exc))
+            except (ValueError, TypeError, UnicodeError) as exc:  # the request itself cannot be run
+                log.exception("backend %s cannot start %s", backend.id, spec.attempt_id)
+                failed.append((spec, LaunchError(f"the job's command or environment cannot be started: {exc}")))
             except Exception as exc:  # a backend fault must not leave the attempt ASSIGNED forever
                 log.exception("backend %s failed to start %s", backend.id, spec.attempt_id)
                 failed.append((spec, LaunchError(f"backend {backend.id} failed to start it: {exc}", retryable=True)))

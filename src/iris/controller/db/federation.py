@@ -18,7 +18,6 @@ from iris.controller import workspace
 from iris.controller.db.database import sql
 from iris.controller.db.jobs import (
     TERMINAL_JOB_SQL,
-    delete_job_tree,
     insert_job,
     job_row,
 )
@@ -285,8 +284,7 @@ def admit_received(
             raise AlreadyExists(
                 f"job {spec.job_id} is still {existing['state']} here; a new run must wait until it ends"
             )
-        delete_job_tree(conn, spec.job_id)
-    insert_job(conn, spec, now_ms)
+    insert_job(conn, spec, now_ms, "replace")  # a finished earlier run is replaced, under a new insertion
     workspace.store_files(conn, spec.job_id, bundle, files)
     conn.execute(
         sql(

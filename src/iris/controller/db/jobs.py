@@ -79,6 +79,9 @@ def insert_job(
     replace deletes a finished job of that id first (a live one must be stopped first).
     """
     existing = job_row(conn, spec.job_id)
+    # Taken before a replaced job is deleted, so a replacement always gets a new, higher insertion
+    # (what the tick's config cache keys on) even when the old job was the newest.
+    insertion = conn.execute(sql("SELECT COALESCE(MAX(insertion), 0) + 1 FROM jobs")).scalar_one()
     if existing is not None:
         if existing_policy == "keep":
             return existing["state"], False
@@ -100,7 +103,6 @@ def insert_job(
                 f"parent job {spec.parent_job_id} has already finished ({parent['state']}); a finished job cannot start children"
             )
         root_submitted_ms = parent["root_submitted_ms"]
-    insertion = conn.execute(sql("SELECT COALESCE(MAX(insertion), 0) + 1 FROM jobs")).scalar_one()
     deadline = int(now_ms + spec.scheduling_timeout_s * 1000) if spec.scheduling_timeout_s > 0 else None
     conn.execute(
         sql(
@@ -279,3 +281,27 @@ def refresh_jobs(conn: Connection, job_ids: Iterable[str], now_ms: int) -> list[
                 kill_tasks(conn, children, f"parent job {job_id} ended ({new_state.value})", now_ms)
                 pending.extend(children)
     return ended
+
+
+def fail_jobs(conn: Connection, errors: dict[str, str], now_ms: int) -> list[str]:
+    """Fails each job in `errors` (job id → why) outright: its unfinished tasks and live attempts
+    become FAILED with that error, with no retry. For a job the controller itself cannot handle
+    (a poison row), so that it stops taking part in every pass of the tick."""
+    for job_id, error in errors.items():
+        params = {"j": job_id, "e": error, "now": now_ms}
+        conn.execute(
+            sql(
+                "UPDATE attempts SET state = 'FAILED', finished_ms = :now, error = :e"
+                f" WHERE job_id = :j AND state IN {ACTIVE_TASK_SQL}"
+            ),
+            params,
+        )
+        conn.execute(
+            sql(
+                "UPDATE tasks SET state = 'FAILED', finished_ms = :now, error = :e"
+                f" WHERE job_id = :j AND state NOT IN {TERMINAL_TASK_SQL}"
+            ),
+            params,
+        )
+        conn.execute(sql("UPDATE jobs SET error = :e WHERE job_id = :j AND state NOT IN " + TERMINAL_JOB_SQL), params)
+    return refresh_jobs(conn, list(errors), now_ms)

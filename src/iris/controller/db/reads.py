@@ -16,11 +16,14 @@ from iris.controller.db.database import sql
 from iris.controller.db.jobs import require_job
 from iris.controller.snapshot import parse_constraints, parse_resources
 from iris.core.errors import InvalidArgument
+from iris.core.states import JobState
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import constraint_to_proto, resources_to_proto
 
 MAX_LOG_LINES = 5000
 MAX_QUERY_ROWS = 10_000
+MAX_LIST_JOBS = 100_000
+_JOB_STATES = tuple(s.value for s in JobState)
 
 
 def _stale_peers(conn: Connection) -> frozenset[str]:
@@ -48,9 +51,12 @@ def _job_message(
         parent_job_id=row["parent_job_id"] or "",
     )
     if cfg is not None:
-        msg.command.extend(json.loads(cfg["command"]))
-        msg.resources.CopyFrom(resources_to_proto(parse_resources(cfg["resources"])))
-        msg.constraints.extend(constraint_to_proto(c) for c in parse_constraints(cfg["constraints"]))
+        try:
+            msg.command.extend(json.loads(cfg["command"]))
+            msg.resources.CopyFrom(resources_to_proto(parse_resources(cfg["resources"])))
+            msg.constraints.extend(constraint_to_proto(c) for c in parse_constraints(cfg["constraints"]))
+        except (ValueError, TypeError, KeyError):
+            pass  # a stored request the controller cannot read (the job is failed for it); show the rest
     if fed is not None:
         msg.handoff_state = fed["handoff_state"]
         msg.peer_id = fed["peer_id"]
@@ -118,7 +124,12 @@ def list_jobs(conn: Connection, req: pb.ListJobsRequest, local_cluster: str) -> 
     """
     where, params = [], {}
     if req.state:
-        states = [s.strip().upper() for s in req.state.split(",") if s.strip()]
+        states = list(dict.fromkeys(s.strip().upper() for s in req.state.split(",") if s.strip()))
+        unknown = [s for s in states if s not in _JOB_STATES]
+        if unknown:
+            raise InvalidArgument(
+                f"job state {unknown[0][:40]!r} is not one of {', '.join(_JOB_STATES)} (comma-separate several)"
+            )
         where.append("state IN (" + ",".join(f":s{i}" for i in range(len(states))) + ")")
         params.update({f"s{i}": s for i, s in enumerate(states)})
     if req.prefix:
@@ -140,7 +151,7 @@ def list_jobs(conn: Connection, req: pb.ListJobsRequest, local_cluster: str) -> 
     if after is not None:
         filters += (" AND " if where else " WHERE ") + "insertion < :after"
         params["after"] = after
-    limit = req.limit if req.limit > 0 else 1000
+    limit = min(req.limit, MAX_LIST_JOBS) if req.limit > 0 else 1000
     params["limit"] = limit + 1
     rows = conn.execute(sql(f"SELECT * FROM jobs{filters} ORDER BY insertion DESC LIMIT :limit"), params).mappings()
     rows = rows.all()
