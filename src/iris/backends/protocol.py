@@ -3,16 +3,41 @@
 
 Backends never write the database. The tick is the only caller: it asks a backend to start what
 the scheduler placed, stops what the database says must not run, and commits what `poll` returns.
+
+Every type a backend exchanges with the controller and the scheduler lives here, below both, so a
+backend imports nothing above it: the scheduler reads `WorkerSnapshot` from this module rather
+than backends reaching up into the scheduler.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from iris.core.resources import Resources
-from iris.scheduler.snapshot import WorkerSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSnapshot:
+    """One unit of placement: its total capacity and attributes (device-type, region, pool, …)."""
+
+    worker_id: str
+    backend_id: str
+    capacity: Resources  # total; device.count is the number of devices on the host
+    attributes: Mapping[str, str]
+    alive: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class BackendContext:
+    """What the controller hands every backend it builds, whatever its kind."""
+
+    cluster: str  # this cluster's name
+    state_dir: Path  # the cluster's state folder; a backend keeps its files under it
+    controller_url: str  # how processes the backend starts reach the controller
+    wake: Callable[[], None] = lambda: None  # wakes the control tick (an attempt exited, …)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """The controller: one cluster's database, backends and control tick, wired from its config.
 
-Stopping it gracefully ends the attempts its local backends run, recording them WORKER_FAILED
+Stopping it gracefully ends the attempts its backends run, recording them WORKER_FAILED
 first so they are retried on the next start rather than counted as failures of the job. A crash
 (SIGKILL) leaves them running instead, to be re-adopted by the next controller.
 """
@@ -12,7 +12,8 @@ import os
 import time
 
 from iris import scheduler
-from iris.backends.local.backend import LocalBackend
+from iris.backends import registry
+from iris.backends.protocol import BackendContext
 from iris.controller.auth import LOCAL_ADMIN, Authenticator, Role, mint_token
 from iris.controller.auth.tokens import token_expiry
 from iris.controller.db import attempts as attempt_db
@@ -39,7 +40,8 @@ class Controller:
         self.db = Database(state / "controller.db")
         self.auth = Authenticator.from_config(config)
         self._verified: dict[str, tuple] = {}
-        self.backends = {b.id: LocalBackend(b, state, wake=self._wake) for b in config.backends}
+        context = BackendContext(config.name, state, config.url, wake=self._wake)
+        self.backends = {b.id: registry.build(b, context) for b in config.backends}
         self.federation = self._federation() if config.peers else None
         self.tick = ControlLoop(
             self.db,

@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from iris.backends.local.backend import safe_dirname
-from iris.backends.protocol import LaunchSpec
+from iris.backends.protocol import LaunchSpec, WorkerSnapshot
+from iris.backends.staging import safe_dirname
 from iris.controller import workspace
 from iris.controller.db.database import Database, sql
 from iris.controller.submit import MAX_BYTES, MAX_CPU, MAX_DEVICES
@@ -27,7 +27,7 @@ from iris.core.bands import Band
 from iris.core.constraints import Constraint, Op
 from iris.core.resources import Device, Resources
 from iris.rpc.bounds import check_number
-from iris.scheduler.snapshot import PendingTask, RunningTask, SchedulingSnapshot, WorkerSnapshot
+from iris.scheduler.snapshot import PendingTask, RunningTask, SchedulingSnapshot
 
 
 @dataclass(frozen=True, slots=True)

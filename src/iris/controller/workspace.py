@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath
 
 from sqlalchemy.engine import Connection
 
+from iris.backends.staging import Workspace, is_staged, stage_workspace
 from iris.controller.db.database import sql
 from iris.core.errors import InvalidArgument
 
@@ -46,22 +47,16 @@ def store_files(conn: Connection, job_id: str, bundle: bytes, files: dict[str, b
         conn.execute(sql("INSERT INTO job_files (job_id, name, data) VALUES (:j, :n, :d)"), rows)
 
 
+def load_workspace(conn: Connection, job_id: str) -> Workspace:
+    """The job's stored files; empty when it carried none."""
+    rows = conn.execute(sql("SELECT name, data FROM job_files WHERE job_id = :j"), {"j": job_id}).all()
+    bundle = next((bytes(d) for n, d in rows if n == BUNDLE), b"")
+    return Workspace(job_id, bundle, {n: bytes(d) for n, d in rows if n != BUNDLE})
+
+
 def materialize(conn: Connection, job_id: str, folder: Path) -> Path | None:
     """Unpacks the job's workspace into `folder` (once); None when the job carried no files."""
-    marker = folder / ".iris-workspace"
-    if marker.exists():
+    if is_staged(folder):
         return folder
-    rows = conn.execute(sql("SELECT name, data FROM job_files WHERE job_id = :j"), {"j": job_id}).all()
-    if not rows:
-        return None
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, data in sorted(rows, key=lambda r: r[0] != BUNDLE):  # the bundle first, files on top
-        if name == BUNDLE:
-            with zipfile.ZipFile(io.BytesIO(data)) as zf:
-                zf.extractall(folder)
-        else:
-            target = folder / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-    marker.write_text(job_id)
-    return folder
+    workspace = load_workspace(conn, job_id)
+    return None if workspace.empty else stage_workspace(workspace, folder)

@@ -9,10 +9,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from iris.core.errors import InvalidArgument
 from iris.core.units import parse_duration, parse_size
@@ -56,13 +65,44 @@ class DevicesConfig(_Model):
         return self
 
 
-class BackendConfig(_Model):
+class BackendModel(_Model):
+    """What every backend kind's config has: its id (unique in the cluster) and its `kind` tag."""
+
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    kind: str
+
+
+class LocalBackendConfig(BackendModel):
+    """`kind: local`: simulated hosts of one shape whose attempts run as subprocesses here."""
+
     kind: Literal["local"] = "local"
     workers: int = Field(default=1, ge=1, le=100_000)
     capacity: CapacityConfig = CapacityConfig()
     devices: DevicesConfig | None = None
     attributes: dict[str, str | int | float | bool] = {}
+
+
+def _backend_kind(value: Any) -> str | None:
+    """The tag that picks a backend's config model; a backend without `kind` is a local one."""
+    if isinstance(value, dict):
+        kind = value.get("kind", "local")
+        return kind if isinstance(kind, str) else None
+    return getattr(value, "kind", None)
+
+
+# One entry per backend kind: its `kind` value and its config model. The backend package of that
+# kind registers the same model with `iris.backends.registry` (see docs/backends.md).
+BACKEND_CONFIG_MODELS: dict[str, type[BackendModel]] = {"local": LocalBackendConfig}
+
+BackendConfig = Annotated[
+    LocalBackendConfig,  # with more kinds: Annotated[A, Tag("a")] | Annotated[B, Tag("b")] | …
+    Tag("local"),
+    Discriminator(
+        _backend_kind,
+        custom_error_type="backend_kind",
+        custom_error_message="is not a known backend kind",
+    ),
+]
 
 
 class PeerConfig(_Model):
@@ -150,15 +190,26 @@ class ClusterConfig(_Model):
         return Path(self.state_dir).expanduser()
 
 
+def _without_kind_tags(loc: tuple) -> tuple:
+    """`backends.0.local.workers` → `backends.0.workers`: the kind tag is not a key the user wrote."""
+    if len(loc) > 2 and loc[0] == "backends" and loc[2] in BACKEND_CONFIG_MODELS:
+        return loc[:2] + loc[3:]
+    return loc
+
+
 def _format_error(exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        where = ".".join(str(p) for p in _without_kind_tags(err["loc"])) or "(top level)"
         msg = err["msg"]
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, ") :]
         if err["type"] == "extra_forbidden":
             msg = "is not a known key"
+        if err["type"] == "backend_kind":
+            kind = err["input"].get("kind") if isinstance(err["input"], dict) else None
+            where += ".kind"
+            msg = f"{kind!r} is not a backend kind; use one of: {', '.join(BACKEND_CONFIG_MODELS)}"
         lines.append(f"{where}: {msg}")
     return "; ".join(lines)
 

@@ -2,7 +2,8 @@
 (which loads a snapshot from the database and commits the result) and the pure kernels.
 
 Nothing here does I/O. The tick builds a `SchedulingSnapshot`, calls `iris.scheduler.schedule`,
-and applies the returned `ScheduleResult` in one transaction.
+and applies the returned `ScheduleResult` in one transaction. Workers are described by the
+backends' own `WorkerSnapshot`, re-exported here for the kernels.
 """
 
 from __future__ import annotations
@@ -10,20 +11,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from iris.backends.protocol import WorkerSnapshot
 from iris.core.bands import Band
 from iris.core.constraints import Constraint
 from iris.core.resources import Resources
 
-
-@dataclass(frozen=True, slots=True)
-class WorkerSnapshot:
-    """One unit of placement: its total capacity and attributes (device-type, region, pool, …)."""
-
-    worker_id: str
-    backend_id: str
-    capacity: Resources  # total; device.count is the number of devices on the host
-    attributes: Mapping[str, str]
-    alive: bool = True
+__all__ = [
+    "Assignment",
+    "PendingTask",
+    "Preemption",
+    "RunningTask",
+    "ScheduleResult",
+    "SchedulingSnapshot",
+    "Unschedulable",
+    "WorkerSnapshot",
+]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,13 @@
+"""The `local` backend kind: attempts run as subprocesses on the controller's host."""
+
+from iris.backends.local.backend import LocalBackend
+from iris.backends.protocol import BackendContext
+from iris.backends.registry import register
+from iris.core.config import LocalBackendConfig
+
+
+def _build(config: LocalBackendConfig, context: BackendContext) -> LocalBackend:
+    return LocalBackend(config, context.state_dir, wake=context.wake)
+
+
+register("local", LocalBackendConfig, _build)

@@ -11,7 +11,6 @@ timestamps close to when they were written.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import selectors
@@ -32,10 +31,11 @@ from iris.backends.protocol import (
     LaunchSpec,
     LogChunk,
     Started,
+    WorkerSnapshot,
 )
-from iris.core.config import BackendConfig
+from iris.backends.staging import safe_dirname
+from iris.core.config import LocalBackendConfig
 from iris.core.resources import Device, Resources
-from iris.scheduler.snapshot import WorkerSnapshot
 
 # $0 is the attempt folder; the command follows as "$@". Only shell builtins, so an attempt costs
 # one extra fork (the command's) and nothing more; each file is written by one short write.
@@ -50,7 +50,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def worker_attributes(config: BackendConfig) -> dict[str, str]:
+def worker_attributes(config: LocalBackendConfig) -> dict[str, str]:
     """The attributes every worker of this backend carries: configured ones plus device facts."""
     attrs = {k: str(v).lower() for k, v in config.attributes.items()}
     attrs.setdefault("pool", config.id)
@@ -67,18 +67,12 @@ def worker_attributes(config: BackendConfig) -> dict[str, str]:
     return attrs
 
 
-def worker_capacity(config: BackendConfig) -> Resources:
+def worker_capacity(config: LocalBackendConfig) -> Resources:
     device = Device()
     if config.devices:
         kind = "gpu" if config.devices.gpu else "tpu"
         device = Device(kind, (config.devices.gpu or config.devices.tpu or "").lower(), config.devices.count)
     return Resources(cpu=config.capacity.cpu, memory=config.capacity.memory, disk=config.capacity.disk, device=device)
-
-
-def safe_dirname(attempt_id: str) -> str:
-    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", attempt_id.strip("/"))[:80]
-    digest = hashlib.sha1(attempt_id.encode()).hexdigest()[:10]
-    return f"{readable}-{digest}"
 
 
 def shell_argv(command: tuple[str, ...]) -> list[str]:
@@ -118,7 +112,7 @@ class _Attempt:
 class LocalBackend:
     kind = "local"
 
-    def __init__(self, config: BackendConfig, state_dir: Path, wake: Callable[[], None] = lambda: None):
+    def __init__(self, config: LocalBackendConfig, state_dir: Path, wake: Callable[[], None] = lambda: None):
         self.id = config.id
         self.config = config
         self.root = state_dir / "attempts"
