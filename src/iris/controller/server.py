@@ -1,4 +1,4 @@
-"""The controller's HTTP front: the Connect API under /iris.v1.*, and a plain /health.
+"""The controller's HTTP front: the Connect API under /iris.v1.*, the dashboard at /, and a plain /health.
 
 One ASGI callable dispatches on the path prefix, so the Connect application sees its own paths
 unchanged and later surfaces (dashboard, /proxy) mount beside it without touching the API.
@@ -10,6 +10,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from iris.controller import dashboard
 from iris.controller.app import Controller
 from iris.controller.service import ControllerServiceImpl
 from iris.rpc.controller_connect import ControllerServiceASGIApplication
@@ -23,7 +24,7 @@ def build_app(controller: Controller):
     async def health(_request):
         return JSONResponse({"cluster": controller.config.name, "ok": True})
 
-    web = Starlette(routes=[Route("/health", health)])
+    web = Starlette(routes=[Route("/health", health), *dashboard.routes()])
 
     async def app(scope, receive, send):
         if scope["type"] == "http" and scope["path"].startswith(API_PREFIX):
