@@ -2,7 +2,8 @@
 (attempt exits, log lines) it reports back to the control tick.
 
 Backends never write the database. The tick is the only caller: it asks a backend to start what
-the scheduler placed, stops what the database says must not run, and commits what `poll` returns.
+the scheduler placed, stops what the database says must not run, and commits what `poll` returns,
+then `ack`s it; a backend keeps an event until it is acknowledged, so a failed commit loses none.
 
 Every type a backend exchanges with the controller and the scheduler lives here, below both, so a
 backend imports nothing above it: the scheduler reads `WorkerSnapshot` from this module rather
@@ -38,6 +39,7 @@ class BackendContext:
     state_dir: Path  # the cluster's state folder; a backend keeps its files under it
     controller_url: str  # how processes the backend starts reach the controller
     wake: Callable[[], None] = lambda: None  # wakes the control tick (an attempt exited, …)
+    output_cap: int = 100 * 1024**2  # bytes of output kept per attempt (controller.log_max_output); 0: all
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +121,11 @@ class Backend(Protocol):
     def running(self) -> frozenset[str]:
         """Every attempt the backend holds, including exits not yet reported by `poll`."""
 
-    def poll(self) -> BackendEvents: ...
+    def poll(self) -> BackendEvents:
+        """Events not yet acknowledged: the same ones are returned again until `ack`."""
+
+    def ack(self, events: BackendEvents) -> None:
+        """The tick has committed `events` (a prefix of what `poll` returned): forget them."""
 
     def adopt(self, records: list[AdoptRecord]) -> None:
         """Takes over attempts that were live before a restart; those already gone are reported

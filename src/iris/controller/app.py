@@ -40,7 +40,9 @@ class Controller:
         self.db = Database(state / "controller.db")
         self.auth = Authenticator.from_config(config)
         self._verified: dict[str, tuple] = {}
-        context = BackendContext(config.name, state, config.url, wake=self._wake)
+        context = BackendContext(
+            config.name, state, config.url, wake=self._wake, output_cap=config.controller.log_max_output
+        )
         self.backends = {b.id: registry.build(b, context) for b in config.backends}
         self.federation = self._federation() if config.peers else None
         self.tick = ControlLoop(
@@ -130,7 +132,7 @@ class Controller:
             backend.shutdown()
         with self.db.write() as conn:
             for backend in self.backends.values():
-                attempt_db.store_logs(conn, backend.poll().logs)
+                attempt_db.store_logs(conn, backend.poll().logs)  # what was read before the stop
         self.db.close()
 
     # -- federation and explain seams ----------------------------------------------------------

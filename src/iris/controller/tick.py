@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from sqlalchemy.exc import OperationalError
+
 from iris.backends.protocol import AdoptRecord, Backend, LaunchError, LaunchSpec
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db.database import Database, sql
@@ -66,6 +68,7 @@ class ControlLoop:
         self._next_maintenance = 0.0
         self.generation = 0
         self.last_stats: TickStats | None = None
+        self.storage_error: str | None = None  # why the last commit of backend events failed
         self._wake = threading.Event()
         self._done = threading.Condition()
         self._stop = threading.Event()
@@ -169,20 +172,34 @@ class ControlLoop:
             prune_changelog(conn)
 
     def _collect_events(self) -> int:
-        events = [b.poll() for b in self.backends.values()]
-        if not any(e.exits or e.logs for e in events):
+        """Commits what the backends report, then acknowledges it. When the commit fails (a full
+        disk) the backends keep the events and offer them again next pass; nothing is lost, and
+        `storage_error` says why the cluster is not making progress until the write succeeds."""
+        polled = [(b, b.poll()) for b in self.backends.values()]
+        if not any(e.exits or e.logs for _, e in polled):
             return 0
         now = self.now_ms()
         jobs: list[str] = []
-        with self.db.write() as conn:
-            for e in events:
-                attempt_db.store_logs(conn, e.logs)
-                for ex in e.exits:
-                    job_id = attempt_db.record_exit(conn, ex, now)
-                    if job_id:
-                        jobs.append(job_id)
-            refresh_jobs(conn, jobs, now)
-        return sum(len(e.exits) for e in events)
+        try:
+            with self.db.write() as conn:
+                for _, e in polled:
+                    attempt_db.store_logs(conn, e.logs)
+                    for ex in e.exits:
+                        job_id = attempt_db.record_exit(conn, ex, now)
+                        if job_id:
+                            jobs.append(job_id)
+                refresh_jobs(conn, jobs, now)
+        except OperationalError as exc:
+            if self.storage_error is None:
+                log.error("cannot store attempt output and exits (kept, retried each pass): %s", exc.orig)
+            self.storage_error = f"cannot store attempt output and exits: {exc.orig}"
+            raise
+        if self.storage_error is not None:
+            log.warning("storing attempt output and exits works again")
+            self.storage_error = None
+        for backend, e in polled:
+            backend.ack(e)
+        return sum(len(e.exits) for _, e in polled)
 
     def _reconcile(self) -> None:
         """Stops attempts that must not run, and ends attempts past their timeout or lost."""

@@ -123,14 +123,21 @@ class ControllerSettings(_Model):
     max_federation_handoffs_per_cycle: int = Field(default=8, ge=1)
     worker_grace_period: float = 30.0
     client_max_age_days: int = Field(default=14, ge=0)
+    # Output kept per attempt (stdout and stderr together); past it, a marker line and the rest is
+    # discarded while the attempt runs on. 0 keeps everything.
+    log_max_output: int = Field(default=100 * 1024**2, ge=0)
+    # Finished jobs' logs and attempt folders are deleted this long after the job ended. 0 keeps them.
+    log_retention: float = Field(default=7 * 86400.0, ge=0)
 
     _durations = field_validator(
         "tick_interval",
         "federation_heartbeat_interval",
         "federation_sync_interval",
         "worker_grace_period",
+        "log_retention",
         mode="before",
     )(lambda cls, v: _duration(v))
+    _sizes = field_validator("log_max_output", mode="before")(lambda cls, v: _size(v))
 
     @field_validator("tick_interval")
     @classmethod

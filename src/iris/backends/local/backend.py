@@ -1,16 +1,23 @@
 """The local backend: simulated hosts whose attempts run as real subprocesses on this machine.
 
 Each attempt runs in its own process group under a tiny `sh` wrapper that records its pid and exit
-code in the attempt's folder, with stdout and stderr going to files there rather than to pipes.
-That is what lets a restarted controller re-adopt attempts that outlived it: the process keeps
-writing its logs, the new controller resumes reading at the offsets it had committed, and the exit
-code survives even though the process is no longer its child. Exits are noticed at once through
-pidfds (one watcher thread, no polling), and a pump reads log files every 100 ms so lines carry
-timestamps close to when they were written.
+code in the attempt's folder, with stdout and stderr going to spool files there rather than to
+pipes. That is what lets a restarted controller re-adopt attempts that outlived it: the process
+keeps writing its output, the new controller resumes reading at the offsets it had committed, and
+the exit code survives even though the process is no longer its child. Each attempt is contained
+(see `containment`), so stopping it ends every process it started. Exits are noticed at once
+through pidfds (one watcher thread, no polling); a pump reads the spools (see `spool`) every
+100 ms, or at once when the tick has stored what it handed over, so lines carry timestamps close
+to when they were written.
+
+Events are handed to the tick by `poll` and forgotten only on `ack`, after the tick has committed
+them: a failed commit (a full disk) loses nothing, and the pump stops reading while
+`MAX_PENDING_LINES` lines wait, so memory stays bounded however fast an attempt prints.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import selectors
@@ -19,9 +26,11 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from iris.backends.local.containment import Containment
+from iris.backends.local.spool import OutputSpool
 from iris.backends.protocol import (
     AdoptRecord,
     AttemptExit,
@@ -37,13 +46,19 @@ from iris.backends.staging import safe_dirname
 from iris.core.config import LocalBackendConfig
 from iris.core.resources import Device, Resources
 
-# $0 is the attempt folder; the command follows as "$@". Only shell builtins, so an attempt costs
-# one extra fork (the command's) and nothing more; each file is written by one short write.
-_WRAPPER = 'echo $$ > "$0/pid"; "$@"; rc=$?; echo $rc > "$0/exit"; exit $rc'
+log = logging.getLogger("iris.backends.local")
+
+# $0 is the attempt folder, $1 the cgroup to join (or ""); the command follows. Only shell builtins,
+# so an attempt costs one extra fork (the command's) and nothing more; each file is one short write.
+_WRAPPER = (
+    'cg=$1; shift; [ -n "$cg" ] && echo $$ > "$cg/cgroup.procs"; '
+    'echo $$ > "$0/pid"; "$@"; rc=$?; echo $rc > "$0/exit"; exit $rc'
+)
 _SHELL_CHARS = re.compile(r"[\s;&|<>$`'\"*?(){}]")
 STOP_GRACE_S = 10.0
 PUMP_INTERVAL_S = 0.1
-MAX_READ = 1 << 20
+MAX_PENDING_LINES = 100_000  # lines read but not yet stored: the pump waits beyond this
+DEFAULT_OUTPUT_CAP = 100 * 1024**2
 
 
 def now_ms() -> int:
@@ -102,21 +117,35 @@ class _Attempt:
     pid: int
     folder: Path
     devices: list[int]
+    spool: OutputSpool
     popen: subprocess.Popen | None = None
     pidfd: int | None = None
-    offsets: dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
-    exited: AttemptExit | None = None
+    ended: AttemptExit | None = None  # the process is gone; reported once its output is drained
+    reported: bool = False
     stop_deadline: float | None = None
+    emptied: bool = False  # nothing the attempt started is left running
+
+    @property
+    def name(self) -> str:
+        return self.folder.name
 
 
 class LocalBackend:
     kind = "local"
 
-    def __init__(self, config: LocalBackendConfig, state_dir: Path, wake: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        config: LocalBackendConfig,
+        state_dir: Path,
+        wake: Callable[[], None] = lambda: None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+    ):
         self.id = config.id
         self.config = config
         self.root = state_dir / "attempts"
         self.root.mkdir(parents=True, exist_ok=True)
+        self.output_cap = output_cap
+        self.containment = Containment(self.root)
         self._wake = wake
         self._capacity = worker_capacity(config)
         attrs = worker_attributes(config)
@@ -128,8 +157,11 @@ class LocalBackend:
         self._free_devices = {w.worker_id: set(range(self._capacity.device.count)) for w in self._workers}
         self._attempts: dict[str, _Attempt] = {}
         self._logs: list[LogChunk] = []
+        self._pending_lines = 0
         self._exits: list[AttemptExit] = []
+        self._finished: list[_Attempt] = []  # stored exits whose spool and cgroup are still to clean
         self._lock = threading.Lock()
+        self._pump_wake = threading.Event()
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -151,7 +183,7 @@ class LocalBackend:
         return self._workers
 
     def running(self) -> frozenset[str]:
-        """Attempts this backend holds, including exits not yet handed out by `poll`."""
+        """Attempts this backend holds, including exits not yet acknowledged by the tick."""
         with self._lock:
             return frozenset(self._attempts)
 
@@ -170,10 +202,11 @@ class LocalBackend:
         if devices or (spec.resources.device.kind == "gpu"):
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
         workdir = spec.workdir or str(folder)
+        cgroup = self.containment.prepare(folder.name)
         try:
             with open(folder / "stdout", "ab") as out, open(folder / "stderr", "ab") as err:
                 popen = subprocess.Popen(
-                    ["/bin/sh", "-c", _WRAPPER, str(folder), *shell_argv(spec.command)],
+                    ["/bin/sh", "-c", _WRAPPER, str(folder), cgroup, *shell_argv(spec.command)],
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=err,
@@ -181,19 +214,21 @@ class LocalBackend:
                     env=env,
                     start_new_session=True,
                     close_fds=True,
+                    preexec_fn=self.containment.preexec(),
                 )
         except OSError as exc:
             with self._lock:
                 self._free_devices[spec.worker_id].update(devices)
             raise LaunchError(f"cannot start the attempt in {workdir}: {exc.strerror or exc}") from None
-        record = _Attempt(spec.attempt_id, spec.worker_id, popen.pid, folder, devices, popen=popen)
+        spool = OutputSpool(folder, self.output_cap)
+        record = _Attempt(spec.attempt_id, spec.worker_id, popen.pid, folder, devices, spool, popen=popen)
         self._register(record)
         return Started(spec.attempt_id, popen.pid, ",".join(map(str, devices)))
 
     def stop(self, attempt_id: str) -> None:
         with self._lock:
             record = self._attempts.get(attempt_id)
-            if record is None or record.exited is not None:
+            if record is None or record.ended is not None:
                 return
             first = record.stop_deadline is None
             if first:
@@ -206,7 +241,7 @@ class LocalBackend:
 
     def _live(self) -> list[str]:
         with self._lock:
-            return sorted(a for a, rec in self._attempts.items() if rec.exited is None)
+            return sorted(a for a, rec in self._attempts.items() if rec.ended is None)
 
     def shutdown(self) -> list[str]:
         ids = self._live()
@@ -216,25 +251,22 @@ class LocalBackend:
         while self._live() and time.monotonic() < deadline:
             time.sleep(0.02)
         with self._lock:
-            left = [r for r in self._attempts.values() if r.exited is None]
+            left = [r for r in self._attempts.values() if r.ended is None]
         for record in left:
             self._signal(record, signal.SIGKILL)
+        with self._lock:
+            lingering = [r for r in self._attempts.values() if not r.emptied]
+        for record in lingering:
+            self.containment.end(record.name, record.attempt_id)
         self._closing.set()
+        self._pump_wake.set()
         os.write(self._wake_w, b"x")
         for t in self._threads:
             t.join(timeout=2)
         return ids
 
     def _signal(self, record: _Attempt, sig: int) -> None:
-        try:
-            os.killpg(record.pid, sig)
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            try:
-                os.kill(record.pid, sig)
-            except OSError:
-                pass
+        self.containment.signal(record.name, record.pid, record.attempt_id, sig)
 
     # -- devices -------------------------------------------------------------------------------
 
@@ -291,14 +323,23 @@ class LocalBackend:
     def _escalate_stops(self) -> None:
         now = time.monotonic()
         with self._lock:
-            late = [
-                r for r in self._attempts.values() if r.exited is None and r.stop_deadline and r.stop_deadline < now
-            ]
+            late = [r for r in self._attempts.values() if r.stop_deadline and r.stop_deadline < now and not r.emptied]
+            lingering = [r for r in self._attempts.values() if r.ended is not None and not r.emptied]
         for record in late:
-            self._signal(record, signal.SIGKILL)
+            if record.ended is None:
+                self._signal(record, signal.SIGKILL)
+        overdue = {id(r) for r in late}
+        for record in lingering:
+            if id(record) in overdue or not self.containment.members(record.name, -1, record.attempt_id):
+                self._empty(record)
+
+    def _empty(self, record: _Attempt) -> None:
+        self.containment.end(record.name, record.attempt_id)
+        record.emptied = True
+        self._pump_wake.set()
 
     def _finish(self, record: _Attempt) -> None:
-        """Records the exit of an attempt whose process is gone."""
+        """Notes the exit of an attempt whose wrapper is gone; the pump reports it once drained."""
         code: int | None = None
         if record.popen is not None:
             code = record.popen.wait()
@@ -314,54 +355,88 @@ class LocalBackend:
         if record.pidfd is not None:
             os.close(record.pidfd)
             record.pidfd = None
-        with self._lock:
-            self._read_logs(record, final=True)
-            record.exited = AttemptExit(record.attempt_id, code, error)
-            self._exits.append(record.exited)
+        record.ended = AttemptExit(record.attempt_id, code, error)
+        # Nothing the attempt started outlives it. A stopped attempt's processes keep their grace
+        # period to end on their own (the wrapper dies at the first SIGTERM; they may not).
+        if record.stop_deadline is None or not self.containment.members(record.name, -1, record.attempt_id):
+            self._empty(record)
         self._release_devices(record)
-        self._wake()
+        self._pump_wake.set()
+
+    # -- output ----------------------------------------------------------------------------------
 
     def _pump_logs(self) -> None:
-        while not self._closing.wait(PUMP_INTERVAL_S):
-            with self._lock:
-                for record in list(self._attempts.values()):
-                    if record.exited is None:
-                        self._read_logs(record, final=False)
-
-    def _read_logs(self, record: _Attempt, final: bool) -> None:
-        """Reads new complete lines of both streams (and, at exit, any unterminated last line)."""
-        ts = now_ms()
-        for stream in ("stdout", "stderr"):
-            path = record.folder / stream
+        while not self._closing.is_set():
+            self._pump_wake.wait(PUMP_INTERVAL_S)
+            self._pump_wake.clear()
             try:
-                with open(path, "rb") as f:
-                    f.seek(record.offsets[stream])
-                    data = f.read(MAX_READ)
-            except OSError:
-                continue
-            if not data:
-                continue
-            cut = len(data) if final else data.rfind(b"\n") + 1
-            if cut <= 0:
-                continue
-            chunk = data[:cut]
-            record.offsets[stream] += cut
-            lines = tuple((ts, line) for line in chunk.decode("utf-8", "replace").splitlines())
-            if lines:
-                self._logs.append(LogChunk(record.attempt_id, stream, lines, record.offsets[stream]))
-            if final and len(data) == MAX_READ:
-                self._read_logs(record, final)  # a large tail: keep reading to the end
-                return
+                self._pump_once()
+            except Exception:  # one attempt's unreadable spool must not stop every attempt's output
+                log.exception("reading attempt output failed; retrying")
+
+    def _pump_once(self) -> None:
+        """Reads every attempt's spool round-robin until each is caught up or the pending lines
+        reach their bound, then reports the exits whose output is all read."""
+        with self._lock:
+            records = [r for r in self._attempts.values() if not r.reported]
+            finished, self._finished = self._finished, []
+        for record in finished:
+            record.spool.remove()
+        active = list(records)
+        while active and self._pending_lines < MAX_PENDING_LINES:
+            still = []
+            for record in active:
+                pieces = record.spool.read(complete=record.ended is not None)
+                if not pieces:
+                    continue
+                ts = now_ms()
+                chunks = [
+                    LogChunk(record.attempt_id, p.stream, tuple((ts, line) for line in p.lines), p.end_offset)
+                    for p in pieces
+                ]
+                with self._lock:
+                    self._logs.extend(chunks)
+                    self._pending_lines += sum(len(c.lines) for c in chunks)
+                still.append(record)
+            active = still
+        for record in records:
+            record.spool.release()
+        if self._pending_lines >= MAX_PENDING_LINES // 2:
+            self._wake()
+        done = [r for r in records if r.ended is not None and r.emptied and r.spool.drained()]
+        if done:
+            with self._lock:
+                for record in done:
+                    record.reported = True
+                    self._exits.append(record.ended)
+            self._wake()
+        if self.containment.kind == "cgroup" and finished:
+            with self._lock:
+                live = {r.name for r in self._attempts.values()}
+            self.containment.sweep(live)
 
     # -- reporting -----------------------------------------------------------------------------
 
     def poll(self) -> BackendEvents:
+        """What happened since the last `ack`: the same events again until they are acknowledged."""
         with self._lock:
-            logs, self._logs = self._logs, []
-            exits, self._exits = self._exits, []
-            for e in exits:
-                self._attempts.pop(e.attempt_id, None)
-        return BackendEvents(tuple(exits), tuple(logs))
+            return BackendEvents(tuple(self._exits), tuple(self._logs))
+
+    def ack(self, events: BackendEvents) -> None:
+        """The tick committed `events`: forget them, and free the spool bytes they came from."""
+        with self._lock:
+            del self._logs[: len(events.logs)]
+            del self._exits[: len(events.exits)]
+            self._pending_lines -= sum(len(c.lines) for c in events.logs)
+            for chunk in events.logs:
+                record = self._attempts.get(chunk.attempt_id)
+                if record is not None:
+                    record.spool.commit(chunk.stream, chunk.end_offset)
+            for e in events.exits:
+                record = self._attempts.pop(e.attempt_id, None)
+                if record is not None:
+                    self._finished.append(record)
+        self._pump_wake.set()
 
     def adopt(self, records: list[AdoptRecord]) -> None:
         for rec in records:
@@ -373,8 +448,8 @@ class LocalBackend:
                 except ValueError:
                     pid = None
             devices = [int(d) for d in rec.devices.split(",") if d.strip().isdigit()]
-            attempt = _Attempt(rec.attempt_id, rec.worker_id, pid or -1, folder, devices)
-            attempt.offsets = {"stdout": rec.stdout_offset, "stderr": rec.stderr_offset}
+            spool = OutputSpool(folder, self.output_cap, {"stdout": rec.stdout_offset, "stderr": rec.stderr_offset})
+            attempt = _Attempt(rec.attempt_id, rec.worker_id, pid or -1, folder, devices, spool)
             with self._lock:
                 self._free_devices.setdefault(rec.worker_id, set()).difference_update(devices)
             if pid is not None and _process_alive(pid, rec.attempt_id):
@@ -386,22 +461,37 @@ class LocalBackend:
 
 
 def kill_leftover_attempts(state_dir: Path) -> list[int]:
-    """SIGKILLs the process group of every attempt still running from `state_dir`.
+    """SIGKILLs every process of every attempt still running from `state_dir`.
 
     Attempts outlive a controller that was killed, by design (the next one re-adopts them). When
     no controller will come back for a state folder (a test or a benchmark tearing down), this
-    stops what is left, checking each pid really is an attempt before signalling it.
+    stops what is left: each attempt's cgroup where there is one, and each wrapper's process group,
+    checking each pid really is an attempt before signalling it.
     """
     killed = []
     root = state_dir / "attempts"
-    for pid_file in root.glob("*/pid") if root.exists() else ():
+    if not root.exists():
+        return killed
+    containment = Containment(root)
+    for pid_file in root.glob("*/pid"):
         try:
             pid = int(pid_file.read_text().strip())
             with open(f"/proc/{pid}/environ", "rb") as f:
                 if b"IRIS_ATTEMPT_ID=" not in f.read():
-                    continue
-            os.killpg(pid, signal.SIGKILL)
-            killed.append(pid)
+                    pid = -1
         except (OSError, ValueError):
+            pid = -1
+        containment.end(pid_file.parent.name, "")
+        if pid > 0:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+                killed.append(pid)
+            except OSError:
+                pass
+    if containment.base is not None:
+        containment.sweep(set())
+        try:
+            containment.base.rmdir()
+        except OSError:
             pass
     return killed

@@ -1,0 +1,174 @@
+"""Keeps every process an attempt starts findable, so stopping the attempt ends all of them.
+
+It decides how an attempt is contained and which processes belong to it. A process group is not
+enough: `setsid cmd &` leaves it, and the process would outlive the attempt (holding its GPU). So:
+
+- **cgroup v2** where this host lets us create one (we run as root; the unified hierarchy is found
+  through /proc/self/mounts, also in a hybrid layout): each attempt gets its own cgroup, which the
+  wrapper joins before it starts the command. Nothing inside can leave it, `cgroup.procs` lists
+  every member, and `cgroup.kill` ends them all at once. The cgroup's path follows from the state
+  folder and the attempt's folder name, so a restarted controller finds the cgroups of the attempts
+  it re-adopts.
+- otherwise, a **child subreaper**: the wrapper is marked with PR_SET_CHILD_SUBREAPER before it
+  runs, so a process whose parent dies is re-parented to the wrapper and stays its descendant
+  (found with psutil); what is left when the wrapper itself has exited is found by the
+  IRIS_ATTEMPT_ID every attempt process inherits.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import hashlib
+import os
+import signal
+from pathlib import Path
+
+import psutil
+
+PR_SET_CHILD_SUBREAPER = 36
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+
+def _make_subreaper() -> None:  # runs in the child between fork and exec; survives the exec
+    _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def cgroup2_mount() -> Path | None:
+    """Where the unified (v2) cgroup hierarchy is mounted, if it is."""
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 2 and parts[2] == "cgroup2":
+                    return Path(parts[1])
+    except OSError:
+        pass
+    return None
+
+
+def _own_cgroup() -> str:
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    return line[3:].strip().lstrip("/")
+    except OSError:
+        pass
+    return ""
+
+
+def cgroup_base(state_root: Path) -> Path | None:
+    """The folder under which this state folder's attempts get their cgroups, or None when no cgroup
+    can be made here (no cgroup v2, not writable)."""
+    mount = cgroup2_mount()
+    if mount is None:
+        return None
+    key = hashlib.sha1(str(state_root.resolve()).encode()).hexdigest()[:12]
+    base = mount / _own_cgroup() / f"iris-{key}"
+    try:
+        base.mkdir(exist_ok=True)
+    except OSError:
+        return None
+    return base if (base / "cgroup.procs").exists() else None
+
+
+class Containment:
+    """One backend's way of containing attempts; `name` is the attempt's folder name."""
+
+    def __init__(self, state_root: Path):
+        self.base = cgroup_base(state_root)
+        self.kind = "cgroup" if self.base is not None else "subreaper"
+
+    # -- spawn -------------------------------------------------------------------------------------
+
+    def prepare(self, name: str) -> str:
+        """Makes the attempt's cgroup; returns the path the wrapper joins ("" with no cgroup)."""
+        if self.base is None:
+            return ""
+        path = self.base / name
+        try:
+            path.mkdir(exist_ok=True)
+        except OSError:
+            return ""
+        return str(path)
+
+    def preexec(self):
+        """The function run in the wrapper before exec, or None when the cgroup contains it."""
+        return None if self.base is not None else _make_subreaper
+
+    # -- membership --------------------------------------------------------------------------------
+
+    def members(self, name: str, pid: int, attempt_id: str) -> set[int]:
+        """Every live process of the attempt, the wrapper `pid` included while it lives."""
+        found: set[int] = set()
+        if self.base is not None:
+            try:
+                found.update(int(p) for p in (self.base / name / "cgroup.procs").read_text().split())
+            except (OSError, ValueError):
+                pass
+        if pid > 0:
+            try:
+                root = psutil.Process(pid)
+                found.add(pid)
+                found.update(child.pid for child in root.children(recursive=True))
+            except psutil.Error:
+                pass
+        if self.base is None:
+            found.update(_marked(attempt_id))
+        return found
+
+    def signal(self, name: str, pid: int, attempt_id: str, sig: int) -> None:
+        """Sends `sig` to the whole attempt: its process group, and every member however it left it."""
+        if sig == signal.SIGKILL and self.base is not None:
+            try:
+                (self.base / name / "cgroup.kill").write_text("1")
+            except OSError:
+                pass
+        if pid > 0:
+            try:
+                os.killpg(pid, sig)
+            except OSError:
+                pass
+        for member in self.members(name, pid, attempt_id):
+            try:
+                os.kill(member, sig)
+            except OSError:
+                pass
+
+    def end(self, name: str, attempt_id: str) -> None:
+        """Kills whatever the attempt left behind after its wrapper exited, and removes its cgroup."""
+        self.signal(name, -1, attempt_id, signal.SIGKILL)
+        if self.base is not None:
+            try:
+                (self.base / name).rmdir()
+            except OSError:
+                pass  # members still dying; `sweep` retries
+
+    def sweep(self, live: set[str]) -> None:
+        """Removes empty cgroups of attempts no longer held (a retry of `end`)."""
+        if self.base is None:
+            return
+        for path in self.base.iterdir():
+            if path.is_dir() and path.name not in live:
+                try:
+                    path.rmdir()
+                except OSError:
+                    pass
+
+
+def _marked(attempt_id: str) -> set[int]:
+    """Processes carrying IRIS_ATTEMPT_ID=`attempt_id` in their environment."""
+    marker = f"IRIS_ATTEMPT_ID={attempt_id}".encode()
+    found = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    found.add(int(entry.name))
+        except OSError:
+            pass
+    found.discard(os.getpid())
+    return found

@@ -1,0 +1,98 @@
+"""Nothing an attempt starts outlives it: processes that leave its process group (`setsid`) end
+when the job is stopped and when its command exits, with a cgroup or, without one, a subreaper."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+from iris.backends.local import containment as containment_mod
+from iris.backends.local.backend import LocalBackend
+from iris.backends.protocol import LaunchSpec
+from iris.core.config import LocalBackendConfig
+from iris.core.resources import Resources
+from iris.rpc import controller_pb2 as pb
+from tests.conftest import wait_until
+from tests.controller.helpers import client, launch, logs, pid_alive, status, wait_state
+
+ESCAPE = "setsid sleep 300 & echo escaped=$!"
+
+
+def _escaped_pid(c, job: str) -> int:
+    line = wait_until(lambda: [x for x in logs(c, job) if x.startswith("escaped=")], message="escaped pid")[0]
+    return int(line.split("=")[1])
+
+
+def test_stop_ends_a_process_that_left_the_process_group(controller):
+    c = client(controller)
+    job = launch(c, "escape", ["sh", "-c", f"{ESCAPE}; sleep 300"])
+    wait_state(c, job, {"RUNNING"})
+    escaped = _escaped_pid(c, job)
+    wrapper = wait_until(lambda: status(c, job).tasks[0].attempts[0].pid, message="pid recorded")
+    assert os.getsid(escaped) != os.getsid(wrapper)  # it really left the attempt's session
+    c.terminate_job(pb.TerminateJobRequest(job_id=job))
+    wait_until(lambda: not pid_alive(escaped), timeout=15, message="escaped process gone")
+    assert status(c, job).job.state == "KILLED"
+
+
+def test_exit_of_the_command_ends_what_it_left_running(controller):
+    c = client(controller)
+    job = launch(c, "leaver", ["sh", "-c", ESCAPE])
+    assert wait_state(c, job).job.state == "SUCCEEDED"
+    escaped = _escaped_pid(c, job)
+    wait_until(lambda: not pid_alive(escaped), timeout=15, message="escaped process gone")
+
+
+def test_graceful_controller_stop_ends_escaped_processes(controller):
+    c = client(controller)
+    job = launch(c, "escape", ["sh", "-c", f"{ESCAPE}; sleep 300"])
+    escaped = _escaped_pid(c, job)
+    controller.stop()
+    wait_until(lambda: not pid_alive(escaped), timeout=15, message="escaped process gone")
+
+
+@pytest.fixture
+def subreaper_backend(tmp_path, monkeypatch):
+    monkeypatch.setattr(containment_mod, "cgroup_base", lambda root: None)
+    backend = LocalBackend(LocalBackendConfig(id="cpu"), tmp_path)
+    assert backend.containment.kind == "subreaper"
+    yield backend
+    backend.shutdown()
+
+
+def _spec(attempt_id: str, command: str) -> LaunchSpec:
+    job, _, rest = attempt_id.rpartition("/")
+    return LaunchSpec(attempt_id, job, 0, 0, "cpu-0", ("sh", "-c", command), dict(os.environ), Resources(cpu=1))
+
+
+def _escaped_from_spool(backend: LocalBackend, attempt_id: str) -> int:
+    def find():
+        for chunk in backend.poll().logs:
+            for _, line in chunk.lines:
+                if line.startswith("escaped="):
+                    return int(line.split("=")[1])
+        return None
+
+    return wait_until(find, message="escaped pid")
+
+
+def test_without_cgroups_a_subreaper_keeps_escaped_processes_and_stop_ends_them(subreaper_backend):
+    # The shell that starts the escaping process exits at once, orphaning it.
+    started = subreaper_backend.start(_spec("/u/a/0:0", f"sh -c '{ESCAPE}'; sleep 300"))
+    escaped = _escaped_from_spool(subreaper_backend, "/u/a/0:0")
+    # Orphaned and in its own session, it is re-parented to the wrapper, not to init.
+    wait_until(lambda: psutil.Process(escaped).ppid() == started.pid, message="re-parented to the wrapper")
+    t0 = time.monotonic()
+    subreaper_backend.stop("/u/a/0:0")
+    wait_until(lambda: not pid_alive(escaped) and not pid_alive(started.pid), timeout=15, message="tree gone")
+    assert time.monotonic() - t0 < 5  # ended by SIGTERM, not by the escalation
+
+
+def test_without_cgroups_exit_of_the_command_ends_what_it_left_running(subreaper_backend):
+    subreaper_backend.start(_spec("/u/b/0:0", ESCAPE))
+    escaped = _escaped_from_spool(subreaper_backend, "/u/b/0:0")
+    wait_until(lambda: any(e.attempt_id == "/u/b/0:0" for e in subreaper_backend.poll().exits), message="exit")
+    wait_until(lambda: not pid_alive(escaped), timeout=15, message="escaped process gone")
