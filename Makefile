@@ -29,6 +29,7 @@ bench: env
 	$(VENV)/bin/python bench/submit.py
 	$(VENV)/bin/python bench/scheduler.py
 	$(VENV)/bin/python bench/federation_placement.py
+	$(VENV)/bin/python bench/dashboard.py
 
 proto: env
 	$(VENV)/bin/python scripts/gen_proto.py
