@@ -12,7 +12,7 @@ than backends reaching up into the scheduler.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -126,6 +126,9 @@ class Backend(Protocol):
 
     def ack(self, events: BackendEvents) -> None:
         """The tick has committed `events` (a prefix of what `poll` returned): forget them."""
+
+    def discard(self, attempt_ids: Sequence[str]) -> None:
+        """Deletes what the backend keeps for these finished attempts (their retention ran out)."""
 
     def adopt(self, records: list[AdoptRecord]) -> None:
         """Takes over attempts that were live before a restart; those already gone are reported

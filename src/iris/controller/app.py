@@ -19,6 +19,7 @@ from iris.controller.auth.tokens import token_expiry
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import refresh_jobs, require_job
+from iris.controller.retention import LogRetention
 from iris.controller.tick import ControlLoop
 from iris.core.config import ClusterConfig
 from iris.core.errors import PermissionDenied
@@ -55,6 +56,7 @@ class Controller:
             workspace_root=state / "workspaces",
             task_token=self.task_token,
         )
+        self.retention = LogRetention(self.db, self.backends, config.controller.log_retention, clock=clock)
 
     def _federation(self):
         """The federation manager, built only when peers are configured: with no peers there are
@@ -106,7 +108,12 @@ class Controller:
         env.update(PYTHONUNBUFFERED="1", IRIS_CONTROLLER=self.config.url, IRIS_CLUSTER=self.config.name)
         return env
 
+    def problems(self) -> list[str]:
+        """What keeps this controller from doing its work right now (empty when healthy)."""
+        return [self.tick.storage_error] if self.tick.storage_error else []
+
     def start(self) -> None:
+        self.retention.start()
         self.tick.recover()
         self.tick.start()
         self.tick.wake()
@@ -116,6 +123,7 @@ class Controller:
     def shutdown(self) -> None:
         if self.federation is not None:
             self.federation.stop()
+        self.retention.stop()
         self.tick.stop()
         now = self.now_ms()
         with self.db.write() as conn:

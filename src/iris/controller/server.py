@@ -22,7 +22,11 @@ def build_app(controller: Controller):
     api = ControllerServiceASGIApplication(ControllerServiceImpl(controller))
 
     async def health(_request):
-        return JSONResponse({"cluster": controller.config.name, "ok": True})
+        problems = controller.problems()
+        return JSONResponse(
+            {"cluster": controller.config.name, "ok": not problems, "problems": problems},
+            status_code=503 if problems else 200,
+        )
 
     web = Starlette(routes=[Route("/health", health), *dashboard.routes()])
 

@@ -20,8 +20,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from sqlalchemy.exc import OperationalError
-
 from iris.backends.protocol import AdoptRecord, Backend, LaunchError, LaunchSpec
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db.database import Database, sql
@@ -29,6 +27,7 @@ from iris.controller.db.federation import prune_changelog
 from iris.controller.db.jobs import fail_jobs, refresh_jobs
 from iris.controller.snapshot import SnapshotLoader
 from iris.core.availability import Availability
+from iris.core.errors import DiskFull
 from iris.core.states import TaskState
 from iris.scheduler import compute_availability, schedule
 
@@ -68,7 +67,7 @@ class ControlLoop:
         self._next_maintenance = 0.0
         self.generation = 0
         self.last_stats: TickStats | None = None
-        self.storage_error: str | None = None  # why the last commit of backend events failed
+        self.storage_error: str | None = None  # set while the database cannot be written (a full disk)
         self._wake = threading.Event()
         self._done = threading.Condition()
         self._stop = threading.Event()
@@ -142,6 +141,13 @@ class ControlLoop:
             started = time.monotonic()
             try:
                 self.last_stats = self.tick_once()
+                if self.storage_error is not None:
+                    log.warning("the controller can write to its database again")
+                    self.storage_error = None
+            except DiskFull as exc:
+                if self.storage_error is None:
+                    log.error("%s; attempt exits and output are kept and stored once space is freed", exc.message)
+                self.storage_error = exc.message
             except Exception:
                 log.exception("control tick failed; retrying on the next pass")
             last_end = time.monotonic()
@@ -173,30 +179,21 @@ class ControlLoop:
 
     def _collect_events(self) -> int:
         """Commits what the backends report, then acknowledges it. When the commit fails (a full
-        disk) the backends keep the events and offer them again next pass; nothing is lost, and
-        `storage_error` says why the cluster is not making progress until the write succeeds."""
+        disk) the backends keep the events and offer them again next pass: nothing is lost, and
+        `storage_error` says why the cluster makes no progress until a write succeeds again."""
         polled = [(b, b.poll()) for b in self.backends.values()]
         if not any(e.exits or e.logs for _, e in polled):
             return 0
         now = self.now_ms()
         jobs: list[str] = []
-        try:
-            with self.db.write() as conn:
-                for _, e in polled:
-                    attempt_db.store_logs(conn, e.logs)
-                    for ex in e.exits:
-                        job_id = attempt_db.record_exit(conn, ex, now)
-                        if job_id:
-                            jobs.append(job_id)
-                refresh_jobs(conn, jobs, now)
-        except OperationalError as exc:
-            if self.storage_error is None:
-                log.error("cannot store attempt output and exits (kept, retried each pass): %s", exc.orig)
-            self.storage_error = f"cannot store attempt output and exits: {exc.orig}"
-            raise
-        if self.storage_error is not None:
-            log.warning("storing attempt output and exits works again")
-            self.storage_error = None
+        with self.db.write() as conn:
+            for _, e in polled:
+                attempt_db.store_logs(conn, e.logs)
+                for ex in e.exits:
+                    job_id = attempt_db.record_exit(conn, ex, now)
+                    if job_id:
+                        jobs.append(job_id)
+            refresh_jobs(conn, jobs, now)
         for backend, e in polled:
             backend.ack(e)
         return sum(len(e.exits) for _, e in polled)

@@ -41,5 +41,10 @@ class Unavailable(IrisError):
     code = "unavailable"
 
 
+class DiskFull(Unavailable):
+    """The controller's disk is full: the write was refused whole, and succeeds again once space
+    is freed."""
+
+
 class Unauthenticated(IrisError):
     code = "unauthenticated"

@@ -21,11 +21,12 @@ import logging
 import os
 import re
 import selectors
+import shutil
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -437,6 +438,14 @@ class LocalBackend:
                 if record is not None:
                     self._finished.append(record)
         self._pump_wake.set()
+
+    def discard(self, attempt_ids: Sequence[str]) -> None:
+        """Removes the folders of finished attempts (never of one this backend still holds)."""
+        with self._lock:
+            held = set(self._attempts)
+        for attempt_id in attempt_ids:
+            if attempt_id not in held:
+                shutil.rmtree(self.root / safe_dirname(attempt_id), ignore_errors=True)
 
     def adopt(self, records: list[AdoptRecord]) -> None:
         for rec in records:

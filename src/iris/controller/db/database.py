@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,8 +17,15 @@ from pathlib import Path
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import OperationalError
 
 from iris.controller.db.schema import migrate, open_engine
+from iris.core.errors import DiskFull
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    orig = getattr(exc, "orig", exc)
+    return getattr(orig, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(orig)
 
 
 class Database:
@@ -29,10 +37,20 @@ class Database:
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
-        """One write transaction: committed on exit, rolled back on an exception."""
-        with self._write_lock, self.engine.connect() as conn:
-            with conn.begin():
-                yield conn
+        """One write transaction: committed on exit, rolled back on an exception. A full disk
+        raises DiskFull: the transaction is rolled back whole, and the same write works again
+        once space is freed."""
+        try:
+            with self._write_lock, self.engine.connect() as conn:
+                with conn.begin():
+                    yield conn
+        except OperationalError as exc:
+            if is_disk_full(exc):
+                raise DiskFull(
+                    f"the controller's disk is full ({self.path.parent}): nothing was written; free space"
+                    " there and retry"
+                ) from None
+            raise
 
     @contextmanager
     def read(self) -> Iterator[Connection]:

@@ -1,0 +1,109 @@
+"""Deletes what finished jobs leave behind once `controller.log_retention` has passed since they
+ended: their log lines, and whatever their backends keep for their attempts (the local backend's
+attempt folders).
+
+Why a thread of its own that deletes in small batches: a long job may have millions of log lines,
+and deleting them in one transaction would hold the database's single write lock for seconds,
+stalling the control tick and every submit. Here each transaction deletes at most `BATCH` rows and
+the control tick never waits on retention. Each pass looks only at jobs that ended since the last
+pass (a high-water mark on `finished_ms`), so the cost of a pass does not grow with history; the
+first pass after a start catches up on everything already due.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from iris.backends.protocol import Backend
+from iris.controller.db.database import Database, sql
+
+log = logging.getLogger("iris.retention")
+BATCH = 5000
+JOBS_PER_PASS = 500
+TERMINAL = ("SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE")
+
+
+def sweep_interval(retention_s: float) -> float:
+    """How often to look for expired jobs: a quarter of the retention, between 1 s and a minute."""
+    return min(60.0, max(1.0, retention_s / 4))
+
+
+class LogRetention:
+    def __init__(
+        self,
+        db: Database,
+        backends: Mapping[str, Backend],
+        retention_s: float,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.db = db
+        self.backends = backends
+        self.retention_s = retention_s
+        self.clock = clock
+        self._mark = -1  # jobs that finished at or before this (ms) have been swept
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.retention_s <= 0:
+            return
+        self._thread = threading.Thread(target=self._run, name="log-retention", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(sweep_interval(self.retention_s)):
+            try:
+                while self.sweep_once() == JOBS_PER_PASS and not self._stop.is_set():
+                    pass
+            except Exception:  # a full disk or a busy database: try again next pass
+                log.exception("log retention pass failed; retrying on the next pass")
+
+    def sweep_once(self) -> int:
+        """Deletes the logs and attempt files of jobs whose retention has run out; returns how many
+        jobs it swept (at most JOBS_PER_PASS)."""
+        cutoff = int((self.clock() - self.retention_s) * 1000)
+        with self.db.read() as conn:
+            jobs = conn.execute(
+                sql(
+                    "SELECT job_id, finished_ms FROM jobs WHERE finished_ms > :mark AND finished_ms <= :cutoff"
+                    f" AND state IN {TERMINAL} ORDER BY finished_ms LIMIT :n"
+                ),
+                {"mark": self._mark, "cutoff": cutoff, "n": JOBS_PER_PASS},
+            ).all()
+        for job_id, finished_ms in jobs:
+            self._delete_logs(job_id)
+            self._discard_attempts(job_id)
+            self._mark = max(self._mark, finished_ms)
+        return len(jobs)
+
+    def _delete_logs(self, job_id: str) -> None:
+        while not self._stop.is_set():
+            with self.db.write() as conn:
+                deleted = conn.execute(
+                    sql("DELETE FROM logs WHERE seq IN (SELECT seq FROM logs WHERE job_id = :j ORDER BY seq LIMIT :n)"),
+                    {"j": job_id, "n": BATCH},
+                ).rowcount
+            if deleted < BATCH:
+                return
+
+    def _discard_attempts(self, job_id: str) -> None:
+        with self.db.read() as conn:
+            rows = conn.execute(
+                sql("SELECT attempt_id, backend_id FROM attempts WHERE job_id = :j AND cluster IS NULL"),
+                {"j": job_id},
+            ).all()
+        by_backend: dict[str, list[str]] = {}
+        for attempt_id, backend_id in rows:
+            by_backend.setdefault(backend_id, []).append(attempt_id)
+        for backend_id, attempt_ids in by_backend.items():
+            backend = self.backends.get(backend_id)
+            if backend is not None:
+                backend.discard(attempt_ids)
