@@ -1,12 +1,13 @@
 # Two commands on a fresh machine with python3, pip and make:
 #   make demo   — three throw-away clusters on loopback federate real jobs, then shut down
-#   make test   — the whole test suite
+#   make test   — lint, format, type and import-layer checks, then the whole test suite
+#   make test-fast — the checks and the unit tests only (no controller processes): the inner loop
 PYTHON ?= python3
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 VENV := .venv
 export UV_PYTHON := $(shell command -v $(PYTHON))
 
-.PHONY: demo test lint bench env proto clean
+.PHONY: demo test test-fast lint bench env proto clean
 
 $(VENV)/.synced: pyproject.toml uv.lock
 	@command -v uv >/dev/null 2>&1 || [ -x "$(UV)" ] || $(PYTHON) -m pip install --quiet --user uv || $(PYTHON) -m pip install --quiet uv
@@ -18,12 +19,23 @@ env: $(VENV)/.synced
 demo: env
 	$(VENV)/bin/iris demo
 
+# Each check names the rule a change breaks: ruff its lint code, mypy its error code, lint-imports
+# the contract (the layers of DESIGN §2, and the kernels' ban on I/O modules) in pyproject.toml.
 lint: env
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-logo
+
+UNIT_TESTS := tests/scheduler tests/federation tests/core tests/auth tests/backends/test_staging.py
 
 test: lint
-	$(VENV)/bin/pytest -n 2 -q
+	@start=$$(date +%s); $(VENV)/bin/pytest -n 2 -q; rc=$$?; \
+	echo "make test: the suite took $$(( $$(date +%s) - start ))s"; exit $$rc
+
+test-fast: lint
+	@start=$$(date +%s); $(VENV)/bin/pytest -q $(UNIT_TESTS); rc=$$?; \
+	echo "make test-fast: the unit tests took $$(( $$(date +%s) - start ))s"; exit $$rc
 
 bench: env
 	$(VENV)/bin/python bench/submit.py

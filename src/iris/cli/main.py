@@ -79,7 +79,7 @@ def output_option(fn):
 
     def set_output(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
         if value is not None:
-            ctx.find_object(CliContext).output = value
+            ctx.ensure_object(CliContext).output = value
 
     return click.option(
         "-o",
@@ -155,7 +155,7 @@ def _run(args: list[str]) -> None:
         sys.exit(130)
     except BrokenPipeError:
         # The reader went away (`iris job logs … | head`): not an error.
-        sys.stdout = None  # type: ignore[assignment]
+        sys.stdout = None
         os._exit(EXIT_OK)
     except Exception as exc:  # a bug, not a user error: say so in one line, traceback on request
         if os.environ.get("IRIS_DEBUG"):

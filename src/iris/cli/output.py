@@ -11,7 +11,7 @@ import json
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from iris.core.units import format_size
 
@@ -255,7 +255,7 @@ def query_rows(resp: Any) -> list[list[Any]]:
     """ExecuteRawQuery rows as plain Python lists (numbers, strings, None)."""
     from google.protobuf import json_format
 
-    return [json_format.MessageToDict(row) for row in resp.rows]
+    return [cast(list[Any], json_format.MessageToDict(row)) for row in resp.rows]  # a ListValue is a list
 
 
 def query_table(resp: Any) -> str:

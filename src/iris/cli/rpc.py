@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import re
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from iris.cli.main import CliContext
+
+if TYPE_CHECKING:
+    from google.protobuf.descriptor import MethodDescriptor
 
 
 def kebab(method: str) -> str:
@@ -19,7 +23,7 @@ def kebab(method: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "-", method).lower()
 
 
-def service_methods() -> dict[str, object]:
+def service_methods() -> dict[str, MethodDescriptor]:
     """kebab-case name → MethodDescriptor, for every ControllerService method."""
     from iris.rpc import controller_pb2 as pb
 

@@ -15,6 +15,7 @@ it stops them.
 
 from __future__ import annotations
 
+import builtins
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -229,7 +230,7 @@ class IrisClient:
         )
         return self._transport.call("FetchLogs", request, pb.FetchLogsResponse)
 
-    def logs(self, job: str, *, task: int | None = None, tail: int = 0) -> list[pb.LogLine]:
+    def logs(self, job: str, *, task: int | None = None, tail: int = 0) -> builtins.list[pb.LogLine]:
         """Every stored line of the job (or of one task), or only the last `tail` lines."""
         if tail > 0:
             return list(self.fetch_logs(job, task=task, tail=tail).lines)
@@ -286,11 +287,11 @@ class IrisClient:
     def backends(self) -> pb.ListBackendsResponse:
         return self._transport.call("ListBackends", pb.ListBackendsRequest(), pb.ListBackendsResponse)
 
-    def workers(self, backend: str | None = None) -> list[pb.WorkerInfo]:
+    def workers(self, backend: str | None = None) -> builtins.list[pb.WorkerInfo]:
         request = pb.ListWorkersRequest(backend_id=backend or "")
         return list(self._transport.call("ListWorkers", request, pb.ListWorkersResponse).workers)
 
-    def peers(self) -> list[pb.PeerInfo]:
+    def peers(self) -> builtins.list[pb.PeerInfo]:
         return list(self._transport.call("ListPeers", pb.ListPeersRequest(), pb.ListPeersResponse).peers)
 
     def cluster_info(self) -> pb.GetClusterInfoResponse:

@@ -262,7 +262,7 @@ class _SocketReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:  # type: ignore[override]
+    def readinto(self, buffer) -> int:
         return self._sock.recv_into(buffer)
 
 
@@ -329,7 +329,7 @@ class _Connection:
         return data
 
     def _read_chunked(self) -> bytes:
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             size_line = self._file.readline(_MAX_LINE)
             if not size_line:

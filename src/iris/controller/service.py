@@ -25,6 +25,7 @@ from iris.controller.db import reads
 from iris.controller.db.database import sql
 from iris.controller.db.jobs import insert_job, require_job, terminate_job
 from iris.controller.submit import build_spec, check_client_freshness, parent_context, resolve_job_id
+from iris.core.constraints import Constraint
 from iris.core.errors import InvalidArgument, IrisError
 from iris.federation.model import DispositionKind, SubmittedJob
 from iris.rpc import controller_pb2 as pb
@@ -94,7 +95,9 @@ class ControllerServiceImpl:
         files = dict(req.workdir_files)
         workspace.validate_files(req.workspace_bundle, files)
         with self.c.db.write() as conn:
-            parent, parent_constraints, parent_env = (None, (), {})
+            parent: dict | None = None
+            parent_constraints: tuple[Constraint, ...] = ()
+            parent_env: dict[str, str] = {}
             if name.parent is not None:
                 parent, parent_constraints, parent_env = parent_context(conn, str(name.parent))
             spec = build_spec(req, parent, parent_constraints, parent_env, owner=submitter.principal)

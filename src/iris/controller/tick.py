@@ -373,8 +373,8 @@ class ControlLoop:
         now = self.now_ms()
         with self.db.write() as conn:
             jobs = [attempt_db.mark_started(conn, s.attempt_id, s.pid, s.devices, now) for s in started]
-            for spec, exc in failed:
-                attempt_db.add_system_log(conn, spec.job_id, spec.task_index, spec.attempt, str(exc), now)
-                outcome = TaskState.WORKER_FAILED if exc.retryable else TaskState.FAILED
-                jobs.append(attempt_db.end_attempt(conn, spec.attempt_id, outcome, now, str(exc)))
+            for spec, error in failed:
+                attempt_db.add_system_log(conn, spec.job_id, spec.task_index, spec.attempt, str(error), now)
+                outcome = TaskState.WORKER_FAILED if error.retryable else TaskState.FAILED
+                jobs.append(attempt_db.end_attempt(conn, spec.attempt_id, outcome, now, str(error)))
             refresh_jobs(conn, [j for j in jobs if j], now)

@@ -16,6 +16,7 @@ A federated job's logs are relayed on each sync: they trail the peer by at most 
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -91,7 +92,8 @@ class FederationManager:
         self.clock = clock
         self.ledger = ReservationLedger()
         self.clients = {
-            pid: PeerClient(pid, addr, lambda pid=pid: token_source(pid), timeout_s=3.0) for pid, addr in peers.items()
+            pid: PeerClient(pid, addr, functools.partial(token_source, pid), timeout_s=3.0)
+            for pid, addr in peers.items()
         }
         self._status = {pid: PeerStatus(pid, addr) for pid, addr in peers.items()}
         self._lock = threading.Lock()

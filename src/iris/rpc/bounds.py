@@ -60,8 +60,10 @@ def check_message(msg: Message, where: str = "") -> None:
 
 
 def _check_map(path: str, field: FieldDescriptor, value) -> None:
-    key_field = field.message_type.fields_by_name["key"]
-    value_field = field.message_type.fields_by_name["value"]
+    entry = field.message_type
+    assert entry is not None  # a map field's entries are messages
+    key_field = entry.fields_by_name["key"]
+    value_field = entry.fields_by_name["value"]
     for key in value:
         if key_field.type == _STRING:
             check_text(f"{path} key {key[:40]!r}", key)

@@ -10,12 +10,14 @@ produced, and the details describe the capacity left after the tick's own placem
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from iris.core.bands import Band
 from iris.scheduler.fit import (
     DEVICES,
     DIMENSIONS,
     Shape,
+    Vector,
     amount,
     failing_constraints,
     fits,
@@ -116,7 +118,7 @@ def explain_group(ledger: Ledger, outcome: JobOutcome, cls: WorkerClass) -> Grou
         reasons.append(f"needs {_word(shape, d, shape.need[d])}; these workers have {_word(shape, d, cls.capacity[d])}")
     fitting = [w for w in alive if fits(ledger.free[w], shape.need)]
     if not reasons and alive and not fitting:
-        most = tuple(max(ledger.free[w][d] for w in alive) for d in DIMENSIONS)
+        most = cast(Vector, tuple(max(ledger.free[w][d] for w in alive) for d in DIMENSIONS))
         short = short_dimensions(most, shape.need)
         if short:
             d = short[0]

@@ -75,7 +75,8 @@ def _split_expired(tasks: list[PendingTask], now_ms: int) -> tuple[tuple[Pending
     """(tasks still eligible, tasks past their scheduling deadline), each in task order."""
     if all(t.scheduling_deadline_ms is None for t in tasks):
         return tuple(tasks), ()
-    live, expired = [], []
+    live: list[PendingTask] = []
+    expired: list[PendingTask] = []
     for task in tasks:
         (expired if deadline_passed(task, now_ms) else live).append(task)
     return tuple(live), tuple(expired)

@@ -409,7 +409,7 @@ class LocalBackend:
             with self._lock:
                 for record in done:
                     record.reported = True
-                    self._exits.append(record.ended)
+                    self._exits.append(record.ended)  # type: ignore[arg-type]  # `done` holds ended ones
             self._wake()
         if self.containment.kind == "cgroup" and finished:
             with self._lock:
@@ -477,7 +477,7 @@ def kill_leftover_attempts(state_dir: Path) -> list[int]:
     stops what is left: each attempt's cgroup where there is one, and each wrapper's process group,
     checking each pid really is an attempt before signalling it.
     """
-    killed = []
+    killed: list[int] = []
     root = state_dir / "attempts"
     if not root.exists():
         return killed

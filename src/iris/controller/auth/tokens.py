@@ -144,7 +144,7 @@ def _unverified_claims(token: str) -> dict[str, Any]:
 
 
 def _verified_claims(token: str, keys: list[Ed25519PublicKey], issuer: str) -> dict[str, Any]:
-    options = {
+    options: jwt.types.Options = {
         "verify_exp": False,
         "verify_iat": False,
         "verify_nbf": False,

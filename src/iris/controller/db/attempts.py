@@ -156,7 +156,7 @@ def record_exit(conn: Connection, exit: AttemptExit, now_ms: int) -> str | None:
 
 def store_logs(conn: Connection, chunks: Iterable[LogChunk]) -> None:
     """Appends log lines and advances the attempt's read offset in the same transaction."""
-    rows = []
+    rows: list[dict[str, object]] = []
     for chunk in chunks:
         job_id, _, rest = chunk.attempt_id.rpartition("/")
         idx, _, attempt = rest.partition(":")

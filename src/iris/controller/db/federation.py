@@ -132,11 +132,11 @@ def sent_handles(conn: Connection, states: tuple[str, ...]) -> list[dict]:
 def delivery_request(conn: Connection, job_id: str, requester: str) -> pb.LaunchJobRequest:
     """The LaunchJob a peer receives: same id, env and shape, files inline, a handoff record."""
     job = job_row(conn, job_id)
-    cfg = conn.execute(sql("SELECT * FROM job_config WHERE job_id = :j"), {"j": job_id}).mappings().first()
+    cfg = conn.execute(sql("SELECT * FROM job_config WHERE job_id = :j"), {"j": job_id}).mappings().one()
     handle = (
         conn.execute(sql("SELECT * FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id})
         .mappings()
-        .first()
+        .one()
     )
     req = pb.LaunchJobRequest(
         name=job_id,
@@ -321,7 +321,7 @@ def changes_since(conn: Connection, requester: str, cursor: int) -> tuple[list[s
     A cursor of 0, or one older than the retained window, gets a full resync: every job this
     requester handed here, so the parent can set-replace its mirror.
     """
-    head = conn.execute(sql("SELECT COALESCE(MAX(seq), 0), COALESCE(MIN(seq), 1) FROM federation_changelog")).first()
+    head = conn.execute(sql("SELECT COALESCE(MAX(seq), 0), COALESCE(MIN(seq), 1) FROM federation_changelog")).one()
     max_seq, min_seq = head[0], head[1]
     if cursor <= 0 or cursor < min_seq - 1 or cursor > max_seq:
         jobs = [

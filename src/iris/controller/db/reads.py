@@ -122,7 +122,8 @@ def list_jobs(conn: Connection, req: pb.ListJobsRequest, local_cluster: str) -> 
     Pages are keyed on the insertion number (not an offset), so a page stays cheap however deep it
     is and jobs submitted while someone pages do not shift the pages they have not reached yet.
     """
-    where, params = [], {}
+    where: list[str] = []
+    params: dict[str, object] = {}
     if req.state:
         states = list(dict.fromkeys(s.strip().upper() for s in req.state.split(",") if s.strip()))
         unknown = [s for s in states if s not in _JOB_STATES]
@@ -153,8 +154,9 @@ def list_jobs(conn: Connection, req: pb.ListJobsRequest, local_cluster: str) -> 
         params["after"] = after
     limit = min(req.limit, MAX_LIST_JOBS) if req.limit > 0 else 1000
     params["limit"] = limit + 1
-    rows = conn.execute(sql(f"SELECT * FROM jobs{filters} ORDER BY insertion DESC LIMIT :limit"), params).mappings()
-    rows = rows.all()
+    rows = (
+        conn.execute(sql(f"SELECT * FROM jobs{filters} ORDER BY insertion DESC LIMIT :limit"), params).mappings().all()
+    )
     more = len(rows) > limit
     rows = rows[:limit]
     counts = _counts(conn, [r["job_id"] for r in rows])
