@@ -19,7 +19,7 @@ import pytest
 
 from iris.controller.auth import load_or_create_signing_key, public_key_pem
 from iris.rpc import controller_pb2 as pb
-from tests.conftest import ROOT, ControllerFactory, RunningController, wait_until
+from tests.conftest import ROOT, ControllerFactory, RunningController, free_port, wait_until
 from tests.controller.helpers import client, status, user_token, wait_state
 from tests.dashboard.seed import seed_finished_jobs
 
@@ -177,7 +177,8 @@ def _build_site(factory: ControllerFactory, base: Path) -> Site:
             }
         ],
     )
-    marin.rewrite(peers={"cw-a100": {"address": peer.url}})
+    gone = f"http://127.0.0.1:{free_port()}"  # a peer that never answers
+    marin.rewrite(peers={"cw-a100": {"address": peer.url}, "cw-gone": {"address": gone}})
     marin.start()
     tokens = {
         "alice": user_token(marin, "alice"),
@@ -186,7 +187,9 @@ def _build_site(factory: ControllerFactory, base: Path) -> Site:
         "admin": user_token(marin, "root", role="admin"),
     }
     admin = client(marin, tokens["admin"])
-    wait_until(lambda: admin.list_peers(pb.ListPeersRequest()).peers[0].reachable, message="the peer reachable")
+    wait_until(
+        lambda: any(p.reachable for p in admin.list_peers(pb.ListPeersRequest()).peers), message="the peer reachable"
+    )
 
     alice, bob = client(marin, tokens["alice"]), client(marin, tokens["bob"])
     go_file = base / "go"

@@ -20,8 +20,8 @@ expect = pytest.importorskip("playwright.sync_api", reason="dashboard browser te
 WAIT_MS = 20_000
 
 
-def job_url(ctl, job_id: str) -> str:
-    return f"{ctl.url}/#/job/{quote(job_id, safe='')}"
+def job_path(job_id: str) -> str:
+    return f"/job/{quote(job_id, safe='')}"
 
 
 def sign_in(page, token: str) -> None:
@@ -31,6 +31,14 @@ def sign_in(page, token: str) -> None:
     page.fill("#token-input", token)
     page.click("#sign-in-submit")
     expect(page.locator("#sign-in-dialog")).not_to_be_visible()
+
+
+def open_as(page, ctl, token: str, fragment: str = "") -> None:
+    """Opens the dashboard, signs in with `token`, then goes to `#fragment` within the same session."""
+    page.goto(ctl.url + "/")
+    sign_in(page, token)
+    if fragment:
+        page.goto(f"{ctl.url}/#{fragment}")
 
 
 def shot(page, artifacts, name: str) -> None:
@@ -43,8 +51,7 @@ def rows(page):
 
 def test_jobs_page_shows_states_reasons_and_filters(site, new_page, artifacts):
     page = new_page()
-    page.goto(site.marin.url + "/")
-    sign_in(page, site.tokens["ops"])
+    open_as(page, site.marin, site.tokens["ops"])
     expect(page.locator("#who")).to_have_text("ops (dashboard)")
     waiting = page.locator(f'#jobs-rows tr[data-job="{site.jobs["waiting"]}"]')
     expect(waiting).to_contain_text("PENDING", timeout=WAIT_MS)
@@ -52,6 +59,7 @@ def test_jobs_page_shows_states_reasons_and_filters(site, new_page, artifacts):
     expect(page.locator(f'#jobs-rows tr[data-job="{site.jobs["failed"]}"]')).to_contain_text("FAILED")
     expect(page.locator(f'#jobs-rows tr[data-job="{site.jobs["done"]}"]')).to_contain_text("1 SUCCEEDED")
     expect(page.locator(f'#jobs-rows tr[data-job="{site.jobs["away"]}"]')).to_contain_text("cw-a100")
+    expect(page.locator('#state-counts a[data-state="PENDING"]')).to_have_text("1 PENDING")
     shot(page, artifacts, "jobs")
 
     page.select_option("#filter-state", "PENDING")
@@ -80,7 +88,7 @@ def test_jobs_page_shows_states_reasons_and_filters(site, new_page, artifacts):
 
 def test_job_page_follows_a_running_jobs_log_without_reload(site, new_page, artifacts):
     page = new_page()
-    page.goto(site.marin.url + "/#/jobs?prefix=/alice/trainer")
+    open_as(page, site.marin, site.tokens["ops"], "/jobs?prefix=/alice/trainer")
     page.click(f'#jobs-rows a:text-is("{site.jobs["follow"]}")')
     expect(page.locator("#job-summary")).to_contain_text("RUNNING", timeout=WAIT_MS)
     expect(page.locator("#log-lines")).to_contain_text("started", timeout=WAIT_MS)
@@ -107,7 +115,7 @@ def test_job_page_follows_a_running_jobs_log_without_reload(site, new_page, arti
 
 def test_pending_job_page_explains_why_it_waits(site, new_page, artifacts):
     page = new_page()
-    page.goto(job_url(site.marin, site.jobs["waiting"]))
+    open_as(page, site.marin, site.tokens["ops"], job_path(site.jobs["waiting"]))
     expect(page.locator("#explain-summary")).to_contain_text("h100", timeout=WAIT_MS)
     expect(page.locator("#job-explain table")).to_contain_text("blocked")
     expect(page.locator("#job-summary")).to_contain_text("Pending reason")
@@ -116,7 +124,7 @@ def test_pending_job_page_explains_why_it_waits(site, new_page, artifacts):
 
 def test_federated_job_page_shows_its_handle(site, new_page, artifacts):
     page = new_page()
-    page.goto(job_url(site.marin, site.jobs["away"]))
+    open_as(page, site.marin, site.tokens["ops"], job_path(site.jobs["away"]))
     expect(page.locator("#handle-peer")).to_have_text("cw-a100", timeout=WAIT_MS)
     expect(page.locator("#handle-state")).to_have_text("HANDED_OFF")
     expect(page.locator("#handle-owner")).to_have_text("alice")
@@ -128,7 +136,7 @@ def test_federated_job_page_shows_its_handle(site, new_page, artifacts):
 
 def test_backends_page_shows_free_total_meters_and_what_each_band_holds(site, new_page, artifacts):
     page = new_page()
-    page.goto(site.marin.url + "/#/backends")
+    open_as(page, site.marin, site.tokens["ops"], "/backends")
     h100 = page.locator('article[data-backend="h100"]')
     expect(h100.locator('.meter[data-token="h100"] .meter-free')).to_have_text("0 free / 8 total", timeout=WAIT_MS)
     expect(h100.locator(".meter-label")).to_contain_text("held: batch 8")
@@ -139,7 +147,7 @@ def test_backends_page_shows_free_total_meters_and_what_each_band_holds(site, ne
 
 def test_peers_page_shows_the_peer_its_capacity_and_the_jobs_it_runs(site, new_page, artifacts):
     page = new_page()
-    page.goto(site.marin.url + "/#/peers")
+    open_as(page, site.marin, site.tokens["ops"], "/peers")
     peer = page.locator('article[data-peer="cw-a100"]')
     expect(peer.locator(".reach")).to_have_text("reachable", timeout=WAIT_MS)
     expect(peer).to_contain_text("last contact")
@@ -147,15 +155,16 @@ def test_peers_page_shows_the_peer_its_capacity_and_the_jobs_it_runs(site, new_p
     expect(backend).to_contain_text("region=us-west1")
     expect(backend.locator('.meter[data-token="a100"] .meter-free')).to_have_text("8 free / 8 total")
     expect(peer.locator(f'.peer-jobs tr[data-job="{site.jobs["away"]}"]')).to_contain_text("RUNNING")
+    gone = page.locator('article[data-peer="cw-gone"]')
+    expect(gone.locator(".reach")).to_have_text("unreachable")
+    expect(gone.locator(".error")).to_contain_text("last error")
     shot(page, artifacts, "peers")
 
 
 def test_only_the_owner_is_offered_stop_and_a_dashboard_token_is_refused(site, new_page, artifacts):
     victim = site.jobs["victim"]
     viewer = new_page()
-    viewer.goto(site.marin.url + "/")
-    sign_in(viewer, site.tokens["ops"])
-    viewer.goto(job_url(site.marin, victim))
+    open_as(viewer, site.marin, site.tokens["ops"], job_path(victim))
     expect(viewer.locator("#stop-not-offered")).to_contain_text("read-only", timeout=WAIT_MS)
     expect(viewer.locator("#stop-job")).to_have_count(0)
     # The server refuses the dashboard role whatever the page offers: call the API as the page would.
@@ -174,15 +183,11 @@ def test_only_the_owner_is_offered_stop_and_a_dashboard_token_is_refused(site, n
     shot(viewer, artifacts, "job-read-only")
 
     other = new_page()
-    other.goto(site.marin.url + "/")
-    sign_in(other, site.tokens["bob"])
-    other.goto(job_url(site.marin, victim))
+    open_as(other, site.marin, site.tokens["bob"], job_path(victim))
     expect(other.locator("#stop-not-offered")).to_contain_text("only alice", timeout=WAIT_MS)
 
     owner = new_page()
-    owner.goto(site.marin.url + "/")
-    sign_in(owner, site.tokens["alice"])
-    owner.goto(job_url(site.marin, victim))
+    open_as(owner, site.marin, site.tokens["alice"], job_path(victim))
     owner.click("#stop-job", timeout=WAIT_MS)
     expect(owner.locator("#confirm-dialog")).to_be_visible()
     expect(owner.locator("#confirm-title")).to_contain_text(victim)
@@ -258,8 +263,7 @@ def test_dashboard_assets_are_served_with_a_strict_content_policy(site, path):
 def test_jobs_page_lists_what_list_jobs_answers(site, new_page):
     """The page is a view of the API: the rows it shows are the first page ListJobs gives the same caller."""
     page = new_page()
-    page.goto(site.marin.url + "/")
-    sign_in(page, site.tokens["ops"])
+    open_as(page, site.marin, site.tokens["ops"])
     api = client(site.marin, site.tokens["ops"]).list_jobs(pb.ListJobsRequest(limit=50))
     expect(page.locator("#jobs-summary")).to_have_text(f"1–{len(api.jobs)} of {api.total} jobs", timeout=WAIT_MS)
     assert [r.get_attribute("data-job") for r in rows(page).all()] == [j.job_id for j in api.jobs]

@@ -4,7 +4,7 @@
 
 import { ApiError, call } from "./api.js";
 import { confirmAction, mayStop, session } from "./session.js";
-import { TERMINAL, ago, amount, bytes, clock, el, errorBox, jobLink, stateBadge, table, taskCounts } from "./ui.js";
+import { TERMINAL, ago, amount, bytes, clock, el, errorBox, jobLink, num, stateBadge, table, taskCounts } from "./ui.js";
 
 const LOG_POLL_MS = 1000;
 const MAX_LOG_LINES = 20000; // kept in the page; older lines are dropped from the view
@@ -65,8 +65,9 @@ export function jobPage(root, route) {
       ["Cluster", job.cluster || "(choosing a peer)"],
       ["Band", job.priority],
       ["Tasks", `${job.replicas || 1} replica(s): ${taskCounts(job.taskCounts)}`],
-      ["Resources", `cpu ${amount(r.cpu)}, memory ${bytes(r.memoryBytes)}, disk ${bytes(r.diskBytes)}${device ? `, ${device}` : ""}`],
-      ["Command", (job.command || []).join(" ")],
+      ["Resources", [`cpu ${amount(r.cpu)}`, `memory ${bytes(r.memoryBytes)}`, num(r.diskBytes) ? `disk ${bytes(r.diskBytes)}` : "", device]
+        .filter(Boolean).join(", ")],
+      ["Command", el("code", {}, shellWords(job.command || []))],
       ["Constraints", (job.constraints || []).map((c) => `${c.key} ${c.op} ${(c.values || []).join(",")}`).join("; ")],
       ["Submitted", clock(job.submittedMs)],
       ["Started", clock(job.startedMs)],
@@ -163,6 +164,11 @@ export function jobPage(root, route) {
   }
 
   return { refresh, stop: () => logs.stop() };
+}
+
+// A command as one would type it in a shell: words with spaces or quotes are single-quoted.
+function shellWords(words) {
+  return words.map((w) => (/^[\w@%+=:,./-]+$/.test(w) ? w : `'${w.replaceAll("'", "'\\''")}'`)).join(" ");
 }
 
 // The log view: FetchLogs from the last line seen, every second while the job runs, appended to

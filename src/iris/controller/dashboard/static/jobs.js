@@ -40,6 +40,7 @@ export function jobsPage(root, route) {
   cluster.addEventListener("change", () => go(current()));
 
   const summary = el("span", { id: "jobs-summary", class: "muted" });
+  const counts = el("div", { class: "state-counts", id: "state-counts" });
   const prev = el("button", { type: "button", id: "page-prev", disabled: !pageToken }, "‹ Newer");
   const next = el("button", { type: "button", id: "page-next", disabled: true }, "Older ›");
   let nextToken = "";
@@ -54,11 +55,11 @@ export function jobsPage(root, route) {
   const grid = el(
     "table",
     { class: "jobs", id: "jobs-table" },
-    el("thead", {}, el("tr", {}, ["Job", "User", "State", "Cluster", "Tasks", "Age", "Pending reason"].map((h) => el("th", {}, h)))),
+    el("thead", {}, el("tr", {}, ["Job", "User", "State", "Cluster", "Tasks", "Age", "Pending reason or error"].map((h) => el("th", {}, h)))),
     tbody,
   );
   root.append(
-    el("section", {}, el("h1", {}, "Jobs"), form, el("div", { class: "pager" }, summary, prev, next), grid),
+    el("section", {}, el("div", { class: "title-row" }, el("h1", {}, "Jobs"), counts), form, el("div", { class: "pager" }, summary, prev, next), grid),
   );
 
   let peersLoaded = false;
@@ -80,7 +81,14 @@ export function jobsPage(root, route) {
       const value = params.get(key);
       if (value) request[key] = value;
     }
-    const [resp] = await Promise.all([call("ListJobs", request), clusters]);
+    const [resp, info] = await Promise.all([call("ListJobs", request), call("GetClusterInfo"), clusters]);
+    // The whole cluster at a glance: jobs per state, each a link to that filter.
+    const byState = info.jobCounts || {};
+    counts.replaceChildren(
+      ...STATES.filter((s) => byState[s]).map((s) =>
+        el("a", { href: `#/jobs?state=${s}`, class: `state state-${s.toLowerCase()}`, dataset: { state: s } }, `${byState[s]} ${s}`),
+      ),
+    );
     const jobs = resp.jobs || [];
     tbody.replaceChildren(
       ...jobs.map((j) =>

@@ -21,7 +21,7 @@ export function peersPage(root) {
             el("span", { class: `reach ${p.reachable ? "ok" : "bad"}` }, p.reachable ? "reachable" : "unreachable")),
           el("p", { class: "muted" }, `${p.address} · last contact ${ago(p.lastContactMs)} · ${p.activeFederatedJobs || 0} active federated job(s)`),
           p.lastError ? el("p", { class: "error" }, `last error: ${p.lastError}`) : "",
-          table(
+          !(p.backends || []).length ? el("p", { class: "muted" }, "no backends known yet: the peer has not answered a heartbeat") : table(
             ["Backend", "Kind", "Advertised attributes", "Free / total"],
             (p.backends || []).map((b) => el("tr", { dataset: { backend: b.id } },
               el("td", {}, b.id), el("td", {}, b.kind), el("td", {}, attributeChips(b.attributes)),
