@@ -19,6 +19,7 @@ from iris.controller.auth.tokens import token_expiry
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import refresh_jobs, require_job
+from iris.controller.raw_query import RawQueryRunner
 from iris.controller.retention import LogRetention
 from iris.controller.tick import ControlLoop
 from iris.core.config import ClusterConfig
@@ -46,6 +47,7 @@ class Controller:
         )
         self.backends = {b.id: registry.build(b, context) for b in config.backends}
         self.federation = self._federation() if config.peers else None
+        self.queries = RawQueryRunner(str(self.db.path), config.controller.query_timeout)
         self.tick = ControlLoop(
             self.db,
             self.backends,
@@ -121,6 +123,7 @@ class Controller:
             self.federation.start()
 
     def shutdown(self) -> None:
+        self.queries.close()
         if self.federation is not None:
             self.federation.stop()
         self.retention.stop()

@@ -75,11 +75,18 @@ def _server_class():
         """uvicorn re-raises SIGTERM/SIGINT after a graceful shutdown, which would kill the process
         before the controller stops its attempts; forget the captured signal instead."""
 
+        on_exit: tuple = ()  # called at once on SIGTERM/SIGINT, before uvicorn drains requests
+
         @contextlib.contextmanager
         def capture_signals(self):
             with super().capture_signals():
                 yield
                 self._captured_signals.clear()
+
+        def handle_exit(self, sig, frame):
+            for hook in self.on_exit:
+                hook()
+            super().handle_exit(sig, frame)
 
     return Server
 
@@ -117,8 +124,12 @@ def run_foreground(config: ClusterConfig) -> None:
                 log_level="warning",
                 lifespan="off",
                 access_log=False,
+                # No request may hold a stop for long: running raw queries are aborted on the
+                # signal, and anything else still open after this is cut off.
+                timeout_graceful_shutdown=5,
             )
         )
+        server.on_exit = (controller.queries.close,)
         logging.getLogger("iris.controller").info(
             "cluster %s serving on %s (state in %s)", config.name, config.url, config.state_path
         )

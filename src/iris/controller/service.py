@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import os
 import secrets
@@ -63,6 +64,8 @@ def rpc(fn):
             identity = self.c.identify(ctx.request_headers.get("authorization"), ctx.client_address)
             authorize(identity, method)
             check_message(request)
+            if inspect.iscoroutinefunction(fn):
+                return await fn(self, request, identity)  # it brings its own threads
             return await asyncio.to_thread(fn, self, request, identity)
         except IrisError as exc:
             raise _connect_error(exc) from None
@@ -236,8 +239,9 @@ class ControllerServiceImpl:
         return self.c.list_peers()
 
     @rpc
-    def execute_raw_query(self, req: pb.ExecuteRawQueryRequest, identity: Identity) -> pb.ExecuteRawQueryResponse:
-        return reads.raw_query(str(self.c.db.path), req.sql, req.limit)
+    async def execute_raw_query(self, req: pb.ExecuteRawQueryRequest, identity: Identity) -> pb.ExecuteRawQueryResponse:
+        # On the query pool's own threads: the API's threads never wait on a raw query.
+        return await asyncio.wrap_future(self.c.queries.submit(req.sql, req.limit))
 
     @rpc
     def explain_job(self, req: pb.ExplainJobRequest, identity: Identity) -> pb.ExplainJobResponse:

@@ -128,6 +128,7 @@ class ControllerSettings(_Model):
     log_max_output: int = Field(default=100 * 1024**2, ge=0)
     # Finished jobs' logs and attempt folders are deleted this long after the job ended. 0 keeps them.
     log_retention: float = Field(default=7 * 86400.0, ge=0)
+    query_timeout: float = 10.0  # the most one raw query (`iris query`) may run
 
     _durations = field_validator(
         "tick_interval",
@@ -135,11 +136,12 @@ class ControllerSettings(_Model):
         "federation_sync_interval",
         "worker_grace_period",
         "log_retention",
+        "query_timeout",
         mode="before",
     )(lambda cls, v: _duration(v))
     _sizes = field_validator("log_max_output", mode="before")(lambda cls, v: _size(v))
 
-    @field_validator("tick_interval")
+    @field_validator("tick_interval", "query_timeout")
     @classmethod
     def _positive(cls, v: float) -> float:
         if v <= 0:

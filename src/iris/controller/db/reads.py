@@ -7,9 +7,7 @@ Listings come straight from the denormalised `jobs` row (kept equal to the deriv
 from __future__ import annotations
 
 import json
-import sqlite3
 
-from google.protobuf import struct_pb2
 from sqlalchemy.engine import Connection
 
 from iris.controller.db.database import sql
@@ -21,7 +19,6 @@ from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import constraint_to_proto, resources_to_proto
 
 MAX_LOG_LINES = 5000
-MAX_QUERY_ROWS = 10_000
 MAX_LIST_JOBS = 100_000
 _JOB_STATES = tuple(s.value for s in JobState)
 
@@ -244,59 +241,3 @@ def fetch_logs(
     if resp.job_finished and len(lines) == params["n"] and tail <= 0:
         resp.job_finished = False  # more lines remain: the caller should keep reading
     return resp
-
-
-_READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
-
-
-def _authorize(action, *_args):
-    return sqlite3.SQLITE_OK if action in _READ_ACTIONS else sqlite3.SQLITE_DENY
-
-
-def raw_query(db_path: str, query: str, limit: int) -> pb.ExecuteRawQueryResponse:
-    """Runs one read-only statement on its own read-only connection; anything else is refused."""
-    if not query.strip():
-        raise InvalidArgument('the query is empty; e.g. iris query "SELECT job_id, state FROM jobs"')
-    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=10)
-    try:
-        conn.execute("PRAGMA query_only=ON")
-        conn.set_authorizer(_authorize)
-        try:
-            cur = conn.execute(query)
-        except sqlite3.Warning:
-            raise InvalidArgument("run one statement at a time") from None
-        except sqlite3.DatabaseError as exc:
-            msg = str(exc)
-            if "not authorized" in msg or "readonly" in msg or "query_only" in msg:
-                raise InvalidArgument(
-                    "iris query is read-only: only SELECT (and WITH … SELECT) statements may run"
-                ) from None
-            raise InvalidArgument(f"query failed: {msg}") from None
-        if cur.description is None:
-            raise InvalidArgument("iris query is read-only: only SELECT (and WITH … SELECT) statements may run")
-        limit = min(limit or MAX_QUERY_ROWS, MAX_QUERY_ROWS)
-        rows = cur.fetchmany(limit + 1)
-        resp = pb.ExecuteRawQueryResponse(columns=[d[0] for d in cur.description], truncated=len(rows) > limit)
-        for row in rows[:limit]:
-            lv = struct_pb2.ListValue()
-            for v in row:
-                if isinstance(v, bytes):
-                    v = v.hex()
-                lv.values.add().CopyFrom(_value(v))
-            resp.rows.append(lv)
-        return resp
-    finally:
-        conn.close()
-
-
-def _value(v) -> struct_pb2.Value:
-    out = struct_pb2.Value()
-    if v is None:
-        out.null_value = struct_pb2.NULL_VALUE
-    elif isinstance(v, bool):
-        out.bool_value = v
-    elif isinstance(v, (int, float)):
-        out.number_value = v
-    else:
-        out.string_value = str(v)
-    return out

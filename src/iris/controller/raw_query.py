@@ -1,0 +1,172 @@
+"""`ExecuteRawQuery`: runs one caller's read-only SQL so that no query can hurt the controller.
+
+A raw query is arbitrary SQL from a person, so every resource it could take is bounded:
+- its own small pool of daemon threads (`QUERY_THREADS`), never the API's: the rest of the API
+  never waits behind a query, and a full pool refuses new queries at once instead of queueing them;
+- its own connection, opened read-only (`mode=ro`) with `query_only` set, so nothing is written;
+- a time limit enforced inside SQLite by a progress handler, which also aborts every running query
+  when the controller shuts down (the threads are daemons: shutdown never waits on them);
+- a row limit, a result-size limit, and SQLite's own length limit, so no single value
+  (`zeroblob(1e9)`, `printf('%.*c', …)`) and no result can take the controller's memory;
+- an authorizer that admits only reading statements and the functions listed in
+  `ALLOWED_FUNCTIONS` (no zeroblob, randomblob, load_extension or file access).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from concurrent.futures import Future
+
+from google.protobuf import struct_pb2
+
+from iris.core.errors import InvalidArgument, Unavailable
+from iris.rpc import controller_pb2 as pb
+
+QUERY_THREADS = 2
+MAX_QUERY_ROWS = 10_000
+MAX_RESULT_BYTES = 8 * 1024**2
+MAX_VALUE_BYTES = 1024**2
+MAX_SQL_CHARS = 64 * 1024
+PROGRESS_STEPS = 10_000  # virtual-machine steps between checks of the deadline
+
+ALLOWED_FUNCTIONS = frozenset(
+    """abs avg count max min sum total group_concat string_agg coalesce ifnull nullif iif length
+    octet_length lower upper substr substring trim ltrim rtrim replace instr round typeof printf format
+    date time datetime julianday strftime unixepoch timediff hex unhex quote like glob char unicode
+    sign random likely unlikely row_number rank dense_rank lag lead first_value last_value nth_value
+    ntile percent_rank cume_dist json json_extract json_type json_valid json_array_length json_object
+    json_array json_group_array json_group_object json_each json_tree json_quote concat concat_ws
+    ceil ceiling floor trunc exp ln log log10 log2 pow power sqrt mod pi""".split()
+)
+_READ_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE})
+_READ_ONLY = "iris query is read-only: only SELECT (and WITH … SELECT) statements may run"
+
+
+def _authorize(action, arg1, arg2, _db, _source):
+    if action in _READ_ACTIONS:
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in ALLOWED_FUNCTIONS:
+        return sqlite3.SQLITE_OK
+    return sqlite3.SQLITE_DENY
+
+
+class RawQueryRunner:
+    """Runs raw queries on `QUERY_THREADS` daemon threads; `submit` refuses when all are busy."""
+
+    def __init__(self, db_path: str, time_limit_s: float = 10.0, threads: int = QUERY_THREADS):
+        self.db_path = db_path
+        self.time_limit_s = time_limit_s
+        self._slots = threading.BoundedSemaphore(threads)
+        self._threads = threads
+        self._closing = threading.Event()
+
+    def submit(self, query: str, limit: int) -> Future:
+        """Starts `query` on a pool thread; the future holds the response or a typed error."""
+        if self._closing.is_set():
+            raise Unavailable("the controller is shutting down; run the query again once it is back")
+        if not query.strip():
+            raise InvalidArgument('the query is empty; e.g. iris query "SELECT job_id, state FROM jobs"')
+        if len(query) > MAX_SQL_CHARS:
+            raise InvalidArgument(f"the query is {len(query)} characters long; at most {MAX_SQL_CHARS} are allowed")
+        if not self._slots.acquire(blocking=False):
+            raise Unavailable(
+                f"{self._threads} raw queries are already running (the most this controller runs at once);"
+                " try again when one has finished"
+            )
+        future: Future = Future()
+        thread = threading.Thread(target=self._run, args=(query, limit, future), name="raw-query", daemon=True)
+        try:
+            thread.start()
+        except BaseException:
+            self._slots.release()
+            raise
+        return future
+
+    def close(self) -> None:
+        """Aborts running queries (at their next progress check) and refuses new ones."""
+        self._closing.set()
+
+    def _run(self, query: str, limit: int, future: Future) -> None:
+        try:
+            future.set_result(self.run(query, limit))
+        except BaseException as exc:
+            future.set_exception(exc)
+        finally:
+            self._slots.release()
+
+    def run(self, query: str, limit: int) -> pb.ExecuteRawQueryResponse:
+        """Runs one query on this thread, within every limit of this module."""
+        deadline = time.monotonic() + self.time_limit_s
+        conn = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=5, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA query_only=ON")
+            conn.execute("PRAGMA temp_store=FILE")  # sorts and recursive CTEs spill to disk, not memory
+            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+            conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_CHARS)
+            conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+            conn.set_authorizer(_authorize)
+            conn.set_progress_handler(
+                lambda: int(self._closing.is_set() or time.monotonic() > deadline), PROGRESS_STEPS
+            )
+            try:
+                cur = conn.execute(query)
+                if cur.description is None:
+                    raise InvalidArgument(_READ_ONLY)
+                return self._collect(cur, limit)
+            except sqlite3.Warning:
+                raise InvalidArgument("run one statement at a time") from None
+            except sqlite3.DatabaseError as exc:
+                raise self._explain(str(exc)) from None
+        finally:
+            conn.close()
+
+    def _explain(self, msg: str) -> InvalidArgument | Unavailable:
+        if "interrupted" in msg:
+            if self._closing.is_set():
+                return Unavailable("the query was stopped because the controller is shutting down")
+            return InvalidArgument(
+                f"the query ran longer than {self.time_limit_s:g}s and was stopped; narrow it with WHERE or LIMIT"
+            )
+        if "not authorized" in msg or "readonly" in msg or "query_only" in msg:
+            return InvalidArgument(
+                _READ_ONLY + "; functions other than common scalar, aggregate, date and JSON ones are refused"
+            )
+        if "too big" in msg:
+            return InvalidArgument(f"a value of the query is larger than {MAX_VALUE_BYTES} bytes; select less")
+        return InvalidArgument(f"query failed: {msg}")
+
+    @staticmethod
+    def _collect(cur: sqlite3.Cursor, limit: int) -> pb.ExecuteRawQueryResponse:
+        limit = min(limit or MAX_QUERY_ROWS, MAX_QUERY_ROWS) if limit >= 0 else MAX_QUERY_ROWS
+        resp = pb.ExecuteRawQueryResponse(columns=[d[0] for d in cur.description])
+        size = 0
+        while True:
+            row = cur.fetchone()
+            if row is None:
+                break
+            if len(resp.rows) >= limit or size > MAX_RESULT_BYTES:
+                resp.truncated = True
+                break
+            lv = struct_pb2.ListValue()
+            for v in row:
+                if isinstance(v, bytes):
+                    v = v.hex()
+                size += len(v) if isinstance(v, str) else 8
+                lv.values.add().CopyFrom(_value(v))
+            resp.rows.append(lv)
+        return resp
+
+
+def _value(v) -> struct_pb2.Value:
+    out = struct_pb2.Value()
+    if v is None:
+        out.null_value = struct_pb2.NULL_VALUE
+    elif isinstance(v, bool):
+        out.bool_value = v
+    elif isinstance(v, (int, float)):
+        out.number_value = v
+    else:
+        out.string_value = str(v)
+    return out

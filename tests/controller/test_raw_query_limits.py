@@ -1,0 +1,86 @@
+"""A raw query cannot take the controller down: time, size and function limits, its own pool, and
+the rest of the API answering while endless queries run."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from iris.rpc import controller_pb2 as pb
+from tests.controller.helpers import client, error_code, launch, wait_state
+
+ENDLESS = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT max(x) FROM r"
+
+
+def _query(c, sql: str, limit: int = 0):
+    return c.execute_raw_query(pb.ExecuteRawQueryRequest(sql=sql, limit=limit))
+
+
+def test_endless_query_is_stopped_at_the_time_limit_while_other_calls_answer(controller_factory):
+    ctl = controller_factory(controller={"tick_interval": "1s", "query_timeout": "2s"})
+    c = client(ctl)
+    outcome: dict = {}
+
+    def run():
+        started = time.monotonic()
+        outcome["error"] = error_code(lambda: _query(c, ENDLESS))
+        outcome["took"] = time.monotonic() - started
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    # While the query runs, ordinary calls are answered and a job runs to completion.
+    job = launch(c, "beside", ["true"])
+    assert wait_state(c, job).job.state == "SUCCEEDED"
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    code, message = outcome["error"]
+    assert code == "invalid_argument" and "longer than 2s" in message, message
+    assert outcome["took"] < 15
+
+
+def test_dangerous_functions_and_huge_values_are_refused(controller):
+    c = client(controller)
+    for sql, fragment in (
+        ("SELECT zeroblob(1000000000)", "function"),
+        ("SELECT length(randomblob(1000000000))", "function"),
+        ("SELECT load_extension('/tmp/x.so')", "function"),
+        ("SELECT readfile('/etc/passwd')", "function"),
+        ("SELECT replace(printf('%900000c', 'x'), ' ', 'ab')", "larger than"),
+        ("SELECT group_concat(printf('%900000c', x)) FROM (SELECT 1 AS x UNION ALL SELECT 2)", "larger than"),
+    ):
+        code, message = error_code(lambda: _query(c, sql))
+        assert code == "invalid_argument" and fragment in message, (sql, message)
+    capped = _query(c, "SELECT printf('%.*c', 1000000000, 'x')").rows[0].values[0].string_value
+    assert len(capped) <= 1024**2
+    ok = _query(c, "SELECT upper('a'), count(*), json_extract('{\"a\": 2}', '$.a') FROM jobs")
+    assert [v.string_value or v.number_value for v in ok.rows[0].values] == ["A", 0, 2]
+
+
+def test_rows_are_limited_and_marked_truncated(controller):
+    c = client(controller)
+    many = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r WHERE x < 50000) SELECT x FROM r"
+    resp = _query(c, many)
+    assert len(resp.rows) == 10_000 and resp.truncated
+    resp = _query(c, many, limit=7)
+    assert len(resp.rows) == 7 and resp.truncated
+
+
+def test_six_concurrent_endless_queries_do_not_block_launching_jobs(controller_factory):
+    ctl = controller_factory(controller={"tick_interval": "1s", "query_timeout": "20s"})
+    c = client(ctl)
+    results: list = []
+    threads = [
+        threading.Thread(target=lambda: results.append(error_code(lambda: _query(c, ENDLESS)))) for _ in range(6)
+    ]
+    for t in threads:
+        t.start()
+    # Two run on the query pool; the others are refused at once as busy, never queued on the API.
+    job = launch(c, "canary", ["echo", "ok"])
+    assert wait_state(c, job).job.state == "SUCCEEDED"
+    assert c.get_cluster_info(pb.GetClusterInfoRequest()).name == ctl.name
+    ctl.stop()  # shutdown never waits for the running queries
+    assert ctl.proc.returncode == 0
+    for t in threads:
+        t.join(timeout=30)
+    codes = sorted(code for code, _ in results)
+    assert codes.count("unavailable") >= 4, results
