@@ -290,6 +290,8 @@ class FakeService:
             backends=1,
             pid=0,
             state_dir="/tmp/fake",
+            healthy=True,
+            last_tick_age_s=0.2,
         )
 
     async def federation_sync(self, request, ctx) -> pb.FederationSyncResponse:

@@ -10,7 +10,7 @@ import os
 
 import click
 
-from iris.cli.main import EXIT_OK, CliContext, output_option
+from iris.cli.main import EXIT_FAILED, EXIT_OK, CliContext, output_option
 
 
 def config_options(fn):
@@ -118,7 +118,8 @@ def status(obj: CliContext, config_path: str | None, local: bool, port: int | No
         obj.emit(
             {
                 "url": client.url,
-                "healthy": True,
+                "healthy": info.healthy,
+                "problems": list(info.problems),
                 "cluster": message_to_dict(info),
                 "backends": [message_to_dict(b) for b in backends.backends],
                 "workers": [message_to_dict(w) for w in workers],
@@ -126,7 +127,7 @@ def status(obj: CliContext, config_path: str | None, local: bool, port: int | No
         )
     else:
         click.echo(cluster_status_text(client.url, info, backends, workers))
-    return EXIT_OK
+    return EXIT_OK if info.healthy else EXIT_FAILED
 
 
 @cluster.command("public-key")

@@ -269,8 +269,10 @@ def query_table(resp: Any) -> str:
 def cluster_status_text(url: str, info: Any, backends: Any, workers: Sequence[Any] = ()) -> str:
     """`iris cluster status`: who answers at `url`, what it holds, and each backend's capacity and use."""
     counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(info.job_counts.items())) or "none"
+    health = "healthy" if info.healthy else "UNHEALTHY: " + "; ".join(info.problems)
+    tick = f", last tick {info.last_tick_age_s:.1f}s ago" if info.last_tick_age_s >= 0 else ", no tick yet"
     out = [
-        f"cluster {info.name} at {url}: healthy",
+        f"cluster {info.name} at {url}: {health}{tick}",
         f"  version {info.version} ({info.revision_date}), up {format_duration(info.uptime_s)}, pid {info.pid}",
         f"  state   {info.state_dir}",
         f"  jobs    {counts}",

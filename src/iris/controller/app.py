@@ -19,6 +19,7 @@ from iris.controller.auth.tokens import token_expiry
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import refresh_jobs, require_job
+from iris.controller.health import Health, Watchdog, assess
 from iris.controller.raw_query import RawQueryRunner
 from iris.controller.retention import LogRetention
 from iris.controller.tick import ControlLoop
@@ -48,6 +49,8 @@ class Controller:
         self.backends = {b.id: registry.build(b, context) for b in config.backends}
         self.federation = self._federation() if config.peers else None
         self.queries = RawQueryRunner(str(self.db.path), config.controller.query_timeout)
+        exit_after = config.controller.watchdog_exit_after
+        self.watchdog = Watchdog(self.health, exit_after) if exit_after > 0 else None
         self.tick = ControlLoop(
             self.db,
             self.backends,
@@ -121,9 +124,29 @@ class Controller:
         self.tick.wake()
         if self.federation is not None:
             self.federation.start()
+        if self.watchdog is not None:
+            self.watchdog.start()
+
+    def health(self) -> Health:
+        """Whether the tick completes passes and every backend's own threads are alive, and what
+        else keeps the controller from its work (`problems`)."""
+        threads: list[str] = []
+        for backend in self.backends.values():
+            # A backend without threads of its own has nothing to report.
+            threads.extend(getattr(backend, "problems", tuple)())
+        return assess(
+            self.tick.alive(),
+            self.tick.last_pass_age(),
+            self.clock() - self.started_at,
+            self.config.controller.tick_stall_timeout,
+            tuple(threads),
+            tuple(self.problems()),
+        )
 
     def shutdown(self) -> None:
         self.queries.close()
+        if self.watchdog is not None:
+            self.watchdog.stop()
         if self.federation is not None:
             self.federation.stop()
         self.retention.stop()

@@ -22,11 +22,9 @@ def build_app(controller: Controller):
     api = ControllerServiceASGIApplication(ControllerServiceImpl(controller))
 
     async def health(_request):
-        problems = controller.problems()
-        return JSONResponse(
-            {"cluster": controller.config.name, "ok": not problems, "problems": problems},
-            status_code=503 if problems else 200,
-        )
+        # 503 when unhealthy, so a load balancer or supervisor acts on the status code alone.
+        h = controller.health()
+        return JSONResponse({"cluster": controller.config.name, **h.as_dict()}, status_code=200 if h.ok else 503)
 
     web = Starlette(routes=[Route("/health", health), *dashboard.routes()])
 

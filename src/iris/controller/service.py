@@ -251,6 +251,7 @@ class ControllerServiceImpl:
     def get_cluster_info(self, req: pb.GetClusterInfoRequest, identity: Identity) -> pb.GetClusterInfoResponse:
         with self.c.db.read() as conn:
             counts = {s: n for s, n in conn.execute(sql("SELECT state, COUNT(*) FROM jobs GROUP BY state"))}
+        health = self.c.health()
         return pb.GetClusterInfoResponse(
             name=self.name,
             version=__version__,
@@ -263,6 +264,9 @@ class ControllerServiceImpl:
             state_dir=str(self.c.config.state_path),
             caller=identity.principal,
             caller_role=identity.role.value,
+            healthy=health.ok,
+            problems=health.problems,
+            last_tick_age_s=-1 if health.last_tick_age_s is None else health.last_tick_age_s,
         )
 
     @rpc

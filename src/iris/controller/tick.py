@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from sqlalchemy.exc import OperationalError
+
 from iris.backends.protocol import AdoptRecord, Backend, LaunchError, LaunchSpec
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db.database import Database, sql
@@ -68,6 +70,7 @@ class ControlLoop:
         self.generation = 0
         self.last_stats: TickStats | None = None
         self.storage_error: str | None = None  # set while the database cannot be written (a full disk)
+        self.last_pass_ok: float | None = None  # time.monotonic() when a pass last completed
         self._wake = threading.Event()
         self._done = threading.Condition()
         self._stop = threading.Event()
@@ -118,6 +121,14 @@ class ControlLoop:
     def wake(self) -> None:
         self._wake.set()
 
+    def alive(self) -> bool:
+        """False once the loop's thread has died (it is started and not stopped)."""
+        return self._thread is None or self._thread.is_alive() or self._stop.is_set()
+
+    def last_pass_age(self) -> float | None:
+        """Seconds since a pass last completed without error; None before the first."""
+        return None if self.last_pass_ok is None else time.monotonic() - self.last_pass_ok
+
     def wait_for_tick(self, timeout: float = 5.0) -> bool:
         """Wakes the loop and waits until a whole pass has run after this call."""
         with self._done:
@@ -141,10 +152,12 @@ class ControlLoop:
             started = time.monotonic()
             try:
                 self.last_stats = self.tick_once()
+                self.last_pass_ok = time.monotonic()
                 if self.storage_error is not None:
                     log.warning("the controller can write to its database again")
                     self.storage_error = None
             except DiskFull as exc:
+                self.last_pass_ok = time.monotonic()  # the loop is alive; it waits for space, not wedged
                 if self.storage_error is None:
                     log.error("%s; attempt exits and output are kept and stored once space is freed", exc.message)
                 self.storage_error = exc.message
@@ -190,7 +203,14 @@ class ControlLoop:
             for _, e in polled:
                 attempt_db.store_logs(conn, e.logs)
                 for ex in e.exits:
-                    job_id = attempt_db.record_exit(conn, ex, now)
+                    try:
+                        with conn.begin_nested():
+                            job_id = attempt_db.record_exit(conn, ex, now)
+                    except Exception as exc:  # one attempt's bad row fails its own job only
+                        if isinstance(exc, OperationalError):
+                            raise  # the database itself refuses: the whole pass retries
+                        self.loader.poisoned[ex.attempt_id.rpartition("/")[0]] = f"its exit cannot be recorded ({exc})"
+                        continue
                     if job_id:
                         jobs.append(job_id)
             refresh_jobs(conn, jobs, now)

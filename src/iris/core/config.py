@@ -129,6 +129,8 @@ class ControllerSettings(_Model):
     # Finished jobs' logs and attempt folders are deleted this long after the job ended. 0 keeps them.
     log_retention: float = Field(default=7 * 86400.0, ge=0)
     query_timeout: float = 10.0  # the most one raw query (`iris query`) may run
+    tick_stall_timeout: float = 60.0  # no completed pass of the tick for this long: unhealthy
+    watchdog_exit_after: float = 30.0  # unhealthy this long: the controller exits (0: never)
 
     _durations = field_validator(
         "tick_interval",
@@ -137,11 +139,13 @@ class ControllerSettings(_Model):
         "worker_grace_period",
         "log_retention",
         "query_timeout",
+        "tick_stall_timeout",
+        "watchdog_exit_after",
         mode="before",
     )(lambda cls, v: _duration(v))
     _sizes = field_validator("log_max_output", mode="before")(lambda cls, v: _size(v))
 
-    @field_validator("tick_interval", "query_timeout")
+    @field_validator("tick_interval", "query_timeout", "tick_stall_timeout")
     @classmethod
     def _positive(cls, v: float) -> float:
         if v <= 0:

@@ -564,7 +564,7 @@ class GetClusterInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetClusterInfoResponse(_message.Message):
-    __slots__ = ("name", "version", "revision_date", "uptime_s", "job_counts", "backends", "peers", "pid", "state_dir", "caller", "caller_role")
+    __slots__ = ("name", "version", "revision_date", "uptime_s", "job_counts", "backends", "peers", "pid", "state_dir", "caller", "caller_role", "healthy", "problems", "last_tick_age_s")
     class JobCountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -583,6 +583,9 @@ class GetClusterInfoResponse(_message.Message):
     STATE_DIR_FIELD_NUMBER: _ClassVar[int]
     CALLER_FIELD_NUMBER: _ClassVar[int]
     CALLER_ROLE_FIELD_NUMBER: _ClassVar[int]
+    HEALTHY_FIELD_NUMBER: _ClassVar[int]
+    PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    LAST_TICK_AGE_S_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     revision_date: str
@@ -594,7 +597,10 @@ class GetClusterInfoResponse(_message.Message):
     state_dir: str
     caller: str
     caller_role: str
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., revision_date: _Optional[str] = ..., uptime_s: _Optional[float] = ..., job_counts: _Optional[_Mapping[str, int]] = ..., backends: _Optional[int] = ..., peers: _Optional[int] = ..., pid: _Optional[int] = ..., state_dir: _Optional[str] = ..., caller: _Optional[str] = ..., caller_role: _Optional[str] = ...) -> None: ...
+    healthy: bool
+    problems: _containers.RepeatedScalarFieldContainer[str]
+    last_tick_age_s: float
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., revision_date: _Optional[str] = ..., uptime_s: _Optional[float] = ..., job_counts: _Optional[_Mapping[str, int]] = ..., backends: _Optional[int] = ..., peers: _Optional[int] = ..., pid: _Optional[int] = ..., state_dir: _Optional[str] = ..., caller: _Optional[str] = ..., caller_role: _Optional[str] = ..., healthy: _Optional[bool] = ..., problems: _Optional[_Iterable[str]] = ..., last_tick_age_s: _Optional[float] = ...) -> None: ...
 
 class SyncedAttempt(_message.Message):
     __slots__ = ("task_index", "attempt", "state", "worker_id", "exit_code", "has_exit_code", "started_ms", "finished_ms", "error")

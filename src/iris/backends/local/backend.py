@@ -175,6 +175,16 @@ class LocalBackend:
         for t in self._threads:
             t.start()
 
+    def problems(self) -> tuple[str, ...]:
+        """What is wrong with this backend's own threads (the exit watcher, the log reader)."""
+        if self._closing.is_set():
+            return ()
+        return tuple(
+            f"backend {self.id}: its {t.name} thread has died; exits or logs are no longer collected"
+            for t in self._threads
+            if not t.is_alive()
+        )
+
     # -- description ---------------------------------------------------------------------------
 
     def describe(self) -> BackendDescription:
