@@ -3,6 +3,7 @@ and a job the tick cannot handle fails alone while every other job still runs.""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 
 from iris.controller.db.database import Database
@@ -10,7 +11,8 @@ from iris.controller.db.jobs import insert_job
 from iris.core.job import JobSpec
 from iris.core.resources import Resources
 from iris.rpc import controller_pb2 as pb
-from tests.controller.helpers import client, error_code, job_count, launch, logs, wait_state
+from tests.conftest import wait_until
+from tests.controller.helpers import client, error_code, job_count, launch, logs, status, wait_state
 
 
 def _req(**fields) -> pb.LaunchJobRequest:
@@ -110,3 +112,28 @@ def test_replace_runs_the_new_command_not_the_cached_old_one(controller):
     assert second.job_id == first
     assert wait_state(c, first).job.state == "SUCCEEDED"
     assert logs(c, first) == ["new command"]
+
+
+def test_a_failing_task_backs_off_between_retries_and_says_so(controller):
+    c = client(controller)
+    job = launch(c, "crashloop", ["sh", "-c", "exit 3"], max_retries_failure=1000)
+    reason = wait_until(lambda: (r := status(c, job).job.pending_reason).startswith("Backing off") and r)
+    assert "failed attempt" in reason
+    task = wait_until(lambda: (t := status(c, job).tasks[0]).failure_count >= 3 and t, timeout=30)
+    attempts = sorted(task.attempts, key=lambda a: a.attempt)
+    # Each retry waits at least 1s, 2s, … after the attempt before it ended.
+    for n, (before, after) in enumerate(zip(attempts[:2], attempts[1:3])):
+        assert after.started_ms - before.finished_ms >= 1000 * 2**n, (n, before, after)
+    c.terminate_job(pb.TerminateJobRequest(job_id=job))
+
+
+def test_a_workspace_within_the_documented_limit_travels_and_a_larger_request_is_refused(controller):
+    c = client(controller)
+    five_mb = b"w" * (5 * 1024**2)
+    job = launch(c, "bigws", ["sh", "-c", "wc -c < data.bin"], workdir_files={"data.bin": five_mb})
+    assert wait_state(c, job).job.state == "SUCCEEDED"
+    assert logs(c, job) == [str(len(five_mb))]
+    oversize = {"data.bin": os.urandom(80 * 1024**2)}  # incompressible: the body itself is too large
+    code, message = error_code(lambda: launch(c, "huge", ["true"], workdir_files=oversize))
+    assert code == "resource_exhausted" and "workspace" in message and "at most" in message
+    assert job_count(c) == 1

@@ -6,6 +6,8 @@ unchanged and later surfaces (dashboard, /proxy) mount beside it without touchin
 
 from __future__ import annotations
 
+import json
+
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -13,13 +15,40 @@ from starlette.routing import Route
 from iris.controller import dashboard
 from iris.controller.app import Controller
 from iris.controller.service import ControllerServiceImpl
+from iris.controller.workspace import MAX_WORKSPACE_BYTES
 from iris.rpc.controller_connect import ControllerServiceASGIApplication
 
 API_PREFIX = "/iris.v1."
 
 
+# The largest request body the API reads: a job's whole workspace (the documented limit) plus
+# room for the rest of its request. A larger body is refused before it is read.
+MAX_REQUEST_BYTES = MAX_WORKSPACE_BYTES + 8 * 1024**2
+
+
+async def _too_large(send, size: int) -> None:
+    """Answers an oversize request as a Connect error (resource_exhausted) without reading it."""
+    body = json.dumps(
+        {
+            "code": "resource_exhausted",
+            "message": f"the request is {size} bytes; the controller reads at most {MAX_REQUEST_BYTES}"
+            f" (a job's workspace may be at most {MAX_WORKSPACE_BYTES} bytes): send a smaller workspace",
+        }
+    ).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 429, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _declared_size(scope) -> int:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            return int(value) if value.isdigit() else 0
+    return 0
+
+
 def build_app(controller: Controller):
-    api = ControllerServiceASGIApplication(ControllerServiceImpl(controller))
+    api = ControllerServiceASGIApplication(ControllerServiceImpl(controller), read_max_bytes=MAX_REQUEST_BYTES)
 
     async def health(_request):
         # 503 when unhealthy, so a load balancer or supervisor acts on the status code alone.
@@ -30,6 +59,10 @@ def build_app(controller: Controller):
 
     async def app(scope, receive, send):
         if scope["type"] == "http" and scope["path"].startswith(API_PREFIX):
+            size = _declared_size(scope)
+            if size > MAX_REQUEST_BYTES:
+                await _too_large(send, size)
+                return
             await api(scope, receive, send)
         else:
             await web(scope, receive, send)

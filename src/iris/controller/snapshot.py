@@ -6,6 +6,9 @@ keyed by the job's `insertion` as well as its id: replacing a job (`--existing r
 handoff re-admitted under the same id) gives it a new insertion, so the old config can never be
 served for the new job.
 
+A task whose attempts failed waits out its retry backoff (`retry_backoff_s`) before it enters the
+snapshot again; its job's pending reason says so.
+
 A row the loader cannot turn into a sane config (unparseable JSON, a number that is not finite or
 is out of range) is left out of the snapshot and reported in `poisoned`, for the tick to fail that
 one job; one bad row never stops the scheduling of the others.
@@ -26,6 +29,7 @@ from iris.controller.submit import MAX_BYTES, MAX_CPU, MAX_DEVICES
 from iris.core.bands import Band
 from iris.core.constraints import Constraint, Op
 from iris.core.resources import Device, Resources
+from iris.core.states import retry_backoff_s
 from iris.rpc.bounds import check_number
 from iris.scheduler.snapshot import PendingTask, RunningTask, SchedulingSnapshot
 
@@ -72,6 +76,8 @@ class SnapshotLoader:
         self._configs: dict[str, tuple[int, JobConfig]] = {}
         # Jobs whose stored config could not be loaded, with why; the tick fails them and drains this.
         self.poisoned: dict[str, str] = {}
+        # Jobs left out of the last snapshot because a failed task waits out its retry backoff.
+        self.backing_off: dict[str, str] = {}
 
     def config(self, conn, job_id: str, insertion: int | None = None) -> JobConfig:
         """The parsed config of `job_id`; `insertion` (when the caller has it) saves a lookup."""
@@ -105,13 +111,25 @@ class SnapshotLoader:
             rows = conn.execute(
                 sql(
                     "SELECT t.task_id, t.job_id, t.idx, j.band, j.user, j.depth, j.root_submitted_ms, j.insertion,"
-                    " j.replicas, j.scheduling_deadline_ms, p.state FROM tasks t JOIN jobs j ON j.job_id = t.job_id"
+                    " j.replicas, j.scheduling_deadline_ms, p.state, t.failure_count,"
+                    " CASE WHEN t.failure_count > 0 THEN"
+                    " (SELECT a.finished_ms FROM attempts a WHERE a.attempt_id = t.task_id || ':' || t.attempt) END"
+                    " FROM tasks t JOIN jobs j ON j.job_id = t.job_id"
                     " LEFT JOIN jobs p ON p.job_id = j.parent_job_id"
                     " WHERE t.state = 'PENDING' AND t.cluster IS NULL"
                 )
             ).all()
             pending = []
+            self.backing_off = {}
             for r in rows:
+                if r[12] is not None:
+                    wait_s = retry_backoff_s(r[11])
+                    if now_ms < r[12] + wait_s * 1000:
+                        self.backing_off[r[1]] = (
+                            f"Backing off for {wait_s:g}s after {r[11]} failed attempt{'s' if r[11] > 1 else ''}"
+                            " before retrying"
+                        )
+                        continue
                 try:
                     cfg = self.config(conn, r[1], r[7])
                     pending.append(

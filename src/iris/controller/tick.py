@@ -262,13 +262,17 @@ class ControlLoop:
         now = self.now_ms()
         workers = tuple(w for b in self.backends.values() for w in b.workers())
         snapshot = self.loader.load(now, workers)
+        backing_off = self.loader.backing_off
         self._fail_poisoned(now)
         if not snapshot.pending:
+            if backing_off:
+                with self.db.write() as conn:
+                    self._store_reasons(conn, backing_off)
             return 0, 0
         result = self._schedule_isolated(snapshot, now)
         launches: list[tuple[Backend, LaunchSpec]] = []
-        if result.assignments or result.preemptions or result.unschedulable or result.pending_reasons:
-            launches, victims = self._commit_decisions(result, now)
+        if result.assignments or result.preemptions or result.unschedulable or result.pending_reasons or backing_off:
+            launches, victims = self._commit_decisions(result, now, backing_off)
             for backend_id, attempt_id in victims:
                 self.backends[backend_id].stop(attempt_id)
         self._start(launches)
@@ -311,7 +315,16 @@ class ControlLoop:
         workers = tuple(w for b in self.backends.values() for w in b.workers())
         return compute_availability(workers, self.loader.load_running(), self.now_ms())
 
-    def _commit_decisions(self, result, now: int) -> tuple[list[tuple[Backend, LaunchSpec]], list[tuple[str, str]]]:
+    def _store_reasons(self, conn, reasons: dict[str, str]) -> None:
+        """Writes the pending reasons that changed since the last pass (an unchanged one costs no write)."""
+        changed = [{"r": r, "j": j} for j, r in reasons.items() if self._reasons.get(j) != r]
+        if changed:
+            conn.execute(sql("UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = 'PENDING'"), changed)
+        self._reasons = dict(reasons)
+
+    def _commit_decisions(
+        self, result, now: int, backing_off: dict[str, str]
+    ) -> tuple[list[tuple[Backend, LaunchSpec]], list[tuple[str, str]]]:
         """Commits one scheduling result; returns the attempts to start and the victims to stop."""
         victims: list[tuple[str, str]] = []
         launches: list[tuple[Backend, LaunchSpec]] = []
@@ -366,13 +379,7 @@ class ControlLoop:
                 launches = [(b, spec) for b, spec in launches if spec.job_id not in broken]
                 fail_jobs(conn, broken, now)
             refresh_jobs(conn, jobs, now)
-            changed = [{"r": r, "j": j} for j, r in result.pending_reasons.items() if self._reasons.get(j) != r]
-            if changed:
-                conn.execute(
-                    sql("UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = 'PENDING'"), changed
-                )
-        # Remember what is stored, so an unchanged reason costs no write on the next pass.
-        self._reasons = dict(result.pending_reasons)
+            self._store_reasons(conn, {**result.pending_reasons, **backing_off})
         return launches, victims
 
     def _start(self, launches: list[tuple[Backend, LaunchSpec]]) -> None:

@@ -116,3 +116,17 @@ def decide_retry(outcome: TaskState, budget: RetryBudget, failure_count: int, pr
     else:
         retry = False
     return RetryDecision(TaskState.PENDING if retry else outcome, failure_count, preemption_count)
+
+
+# A task whose command keeps failing is retried ever more slowly: 1s, 2s, 4s, … up to a minute
+# between attempts, so a large retry budget cannot turn into a crash loop of many attempts a second.
+RETRY_BACKOFF_BASE_S = 1.0
+RETRY_BACKOFF_MAX_S = 60.0
+
+
+def retry_backoff_s(failure_count: int) -> float:
+    """How long a task waits after its last attempt ended before it is placed again, given how
+    many of its attempts have FAILED (preemptions and lost workers are retried at once)."""
+    if failure_count <= 0:
+        return 0.0
+    return min(RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_BASE_S * 2 ** min(failure_count - 1, 16))

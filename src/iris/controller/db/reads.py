@@ -217,7 +217,7 @@ def fetch_logs(
     row = require_job(conn, job_id)
     where = "job_id = :j AND seq > :after" + (" AND task_index = :i" if task_index >= 0 else "")
     params = {"j": job_id, "after": after_seq, "i": task_index}
-    limit = min(limit or MAX_LOG_LINES, MAX_LOG_LINES)
+    limit = min(limit, MAX_LOG_LINES) if limit > 0 else MAX_LOG_LINES  # SQLite reads LIMIT -1 as "all"
     if tail > 0:
         statement = f"SELECT * FROM (SELECT * FROM logs WHERE {where} ORDER BY seq DESC LIMIT :n) ORDER BY seq"
         params["n"] = min(tail, limit)
