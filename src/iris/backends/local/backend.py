@@ -58,6 +58,7 @@ _WRAPPER = (
 _SHELL_CHARS = re.compile(r"[\s;&|<>$`'\"*?(){}]")
 STOP_GRACE_S = 10.0
 PUMP_INTERVAL_S = 0.1
+THREAD_STALL_S = 60.0  # a loop iteration of a backend thread longer than this is a stall
 MAX_PENDING_LINES = 100_000  # lines read but not yet stored: the pump waits beyond this
 DEFAULT_OUTPUT_CAP = 100 * 1024**2
 
@@ -168,6 +169,7 @@ class LocalBackend:
         os.set_blocking(self._wake_r, False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._closing = threading.Event()
+        self._beats: dict[str, float] = {}  # thread name → when it last began a loop iteration
         self._threads = [
             threading.Thread(target=self._watch_exits, name=f"exits-{self.id}", daemon=True),
             threading.Thread(target=self._pump_logs, name=f"logs-{self.id}", daemon=True),
@@ -176,14 +178,23 @@ class LocalBackend:
             t.start()
 
     def problems(self) -> tuple[str, ...]:
-        """What is wrong with this backend's own threads (the exit watcher, the log reader)."""
+        """What is wrong with this backend's own threads (the exit watcher, the log reader): dead,
+        or stuck inside one iteration of its loop for longer than `THREAD_STALL_S`."""
         if self._closing.is_set():
             return ()
-        return tuple(
-            f"backend {self.id}: its {t.name} thread has died; exits or logs are no longer collected"
-            for t in self._threads
-            if not t.is_alive()
-        )
+        out = []
+        now = time.monotonic()
+        for t in self._threads:
+            if not t.is_alive():
+                out.append(f"backend {self.id}: its {t.name} thread has died; exits or logs are no longer collected")
+            elif now - self._beats.get(t.name, now) > THREAD_STALL_S:
+                out.append(
+                    f"backend {self.id}: its {t.name} thread has been stuck for {now - self._beats[t.name]:.0f}s"
+                )
+        return tuple(out)
+
+    def _beat(self) -> None:
+        self._beats[threading.current_thread().name] = time.monotonic()
 
     # -- description ---------------------------------------------------------------------------
 
@@ -317,6 +328,7 @@ class LocalBackend:
 
     def _watch_exits(self) -> None:
         while not self._closing.is_set():
+            self._beat()
             for key, _ in self._selector.select(timeout=1.0):
                 if key.data is None:
                     try:
@@ -378,6 +390,7 @@ class LocalBackend:
 
     def _pump_logs(self) -> None:
         while not self._closing.is_set():
+            self._beat()
             self._pump_wake.wait(PUMP_INTERVAL_S)
             self._pump_wake.clear()
             try:
