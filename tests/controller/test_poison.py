@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import sqlite3
 
-from iris.controller.db.database import Database
+from iris.controller.db.database import Database, sql
+from iris.controller.db.federation import admit_received
 from iris.controller.db.jobs import insert_job
+from iris.controller.snapshot import SnapshotLoader
 from iris.core.job import JobSpec
 from iris.core.resources import Resources
 from iris.rpc import controller_pb2 as pb
@@ -137,3 +139,24 @@ def test_a_workspace_within_the_documented_limit_travels_and_a_larger_request_is
     code, message = error_code(lambda: launch(c, "huge", ["true"], workdir_files=oversize))
     assert code == "resource_exhausted" and "workspace" in message and "at most" in message
     assert job_count(c) == 1
+
+
+def test_a_readmitted_handoff_is_loaded_with_its_new_command(tmp_path):
+    db = Database(tmp_path / "controller.db")
+    loader = SnapshotLoader(db)
+    job_id = "/alice/handed"
+
+    def admit(nonce: str, command: tuple[str, ...]) -> None:
+        spec = JobSpec(job_id=job_id, user="alice", owner="alice", command=command, resources=Resources())
+        with db.write() as conn:
+            admit_received(conn, spec, pb.HandoffRecord(requester_cluster="marin", nonce=nonce), b"", {}, 1)
+
+    admit("n1", ("echo", "first run"))
+    with db.read() as conn:
+        assert loader.config(conn, job_id).command == ("echo", "first run")
+    with db.write() as conn:
+        conn.execute(sql("UPDATE jobs SET state = 'SUCCEEDED' WHERE job_id = :j"), {"j": job_id})
+    admit("n2", ("echo", "second run"))
+    with db.read() as conn:
+        assert loader.config(conn, job_id).command == ("echo", "second run")
+    db.close()
