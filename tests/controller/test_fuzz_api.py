@@ -21,6 +21,7 @@ PER_CATEGORY = 500
 
 FLOATS = [float("inf"), float("-inf"), float("nan"), 1e300, -1e300, 1.8e305, -1.0, 0.0, 5e-324, 2.0**63, 3.5]
 INT32 = [-(2**31), 2**31 - 1, -1, 0, 1, 7]
+PAGE_TOKENS = ["", "12", "99999999999999999999999", "\u00b2", "-1", "x"]
 INT64 = [-(2**63), 2**63 - 1, -1, 0, 2**40]
 STRINGS = [
     "",
@@ -118,7 +119,11 @@ def _reads(rng: random.Random) -> Iterator[tuple[str, Callable]]:
             ),
             (
                 "ListJobs",
-                lambda c: c.list_jobs(pb.ListJobsRequest(state=s, prefix=_pick(rng, STRINGS), user=s, limit=n32)),
+                lambda c: c.list_jobs(
+                    pb.ListJobsRequest(
+                        state=s, prefix=_pick(rng, STRINGS), user=s, limit=n32, page_token=_pick(rng, PAGE_TOKENS)
+                    )
+                ),
             ),
             ("ListWorkers", lambda c: c.list_workers(pb.ListWorkersRequest(backend_id=s))),
             ("ListBackends", lambda c: c.list_backends(pb.ListBackendsRequest())),

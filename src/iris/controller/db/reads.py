@@ -105,7 +105,7 @@ def _page_after(token: str) -> int | None:
     """The insertion number a page token continues after; a token this server never gave is refused."""
     if not token:
         return None
-    if not token.isdigit():
+    if not (token.isascii() and token.isdigit() and len(token) <= 18):
         raise InvalidArgument(
             f"page_token {token[:40]!r} is not one this server gave; pass the next_page_token of the previous "
             "page, or leave it empty for the first page"
