@@ -59,7 +59,14 @@ _SHELL_CHARS = re.compile(r"[\s;&|<>$`'\"*?(){}]")
 STOP_GRACE_S = 10.0
 PUMP_INTERVAL_S = 0.1
 THREAD_STALL_S = 60.0  # a loop iteration of a backend thread longer than this is a stall
-MAX_PENDING_LINES = 100_000  # lines read but not yet stored: the pump waits beyond this
+# Lines read but not yet stored: beyond the first bound an attempt waits for the tick to store its
+# lines; beyond the second every attempt does, except one with nothing pending (so a quiet job's
+# last line and exit never queue behind a flooding one).
+MAX_PENDING_PER_ATTEMPT = 50_000
+MAX_PENDING_LINES = 200_000
+# Lines handed to the tick per pass: one commit holds the database's write lock, so a flood is
+# stored in slices that let submits in between.
+POLL_LINES = 50_000
 DEFAULT_OUTPUT_CAP = 100 * 1024**2
 
 
@@ -126,6 +133,7 @@ class _Attempt:
     reported: bool = False
     stop_deadline: float | None = None
     emptied: bool = False  # nothing the attempt started is left running
+    pending_lines: int = 0  # read, not yet acknowledged as stored
 
     @property
     def name(self) -> str:
@@ -407,9 +415,13 @@ class LocalBackend:
         for record in finished:
             record.spool.remove()
         active = list(records)
-        while active and self._pending_lines < MAX_PENDING_LINES:
+        while active:
             still = []
             for record in active:
+                if record.pending_lines >= MAX_PENDING_PER_ATTEMPT or (
+                    record.pending_lines and self._pending_lines >= MAX_PENDING_LINES
+                ):
+                    continue
                 pieces = record.spool.read(complete=record.ended is not None)
                 if not pieces:
                     continue
@@ -418,15 +430,17 @@ class LocalBackend:
                     LogChunk(record.attempt_id, p.stream, tuple((ts, line) for line in p.lines), p.end_offset)
                     for p in pieces
                 ]
+                count = sum(len(c.lines) for c in chunks)
                 with self._lock:
                     self._logs.extend(chunks)
-                    self._pending_lines += sum(len(c.lines) for c in chunks)
+                    self._pending_lines += count
+                    record.pending_lines += count
                 still.append(record)
             active = still
         for record in records:
             record.spool.release()
-        if self._pending_lines >= MAX_PENDING_LINES // 2:
-            self._wake()
+        if self._pending_lines >= MAX_PENDING_PER_ATTEMPT // 2:
+            self._wake()  # much to store: do not wait for the next timed pass
         done = [r for r in records if r.ended is not None and r.emptied and r.spool.drained()]
         if done:
             with self._lock:
@@ -442,19 +456,32 @@ class LocalBackend:
     # -- reporting -----------------------------------------------------------------------------
 
     def poll(self) -> BackendEvents:
-        """What happened since the last `ack`: the same events again until they are acknowledged."""
+        """What happened since the last `ack`, oldest first and at most about POLL_LINES lines: the
+        same events again until they are acknowledged. An exit comes only with (or after) the
+        last lines of its attempt."""
         with self._lock:
-            return BackendEvents(tuple(self._exits), tuple(self._logs))
+            logs: list[LogChunk] = []
+            count = 0
+            for chunk in self._logs:
+                if logs and count + len(chunk.lines) > POLL_LINES:
+                    break
+                logs.append(chunk)
+                count += len(chunk.lines)
+            later = {c.attempt_id for c in self._logs[len(logs) :]}
+            exits = tuple(e for e in self._exits if e.attempt_id not in later)
+            return BackendEvents(exits, tuple(logs))
 
     def ack(self, events: BackendEvents) -> None:
         """The tick committed `events`: forget them, and free the spool bytes they came from."""
         with self._lock:
             del self._logs[: len(events.logs)]
-            del self._exits[: len(events.exits)]
+            stored = {id(e) for e in events.exits}
+            self._exits = [e for e in self._exits if id(e) not in stored]
             self._pending_lines -= sum(len(c.lines) for c in events.logs)
             for chunk in events.logs:
                 record = self._attempts.get(chunk.attempt_id)
                 if record is not None:
+                    record.pending_lines -= len(chunk.lines)
                     record.spool.commit(chunk.stream, chunk.end_offset)
             for e in events.exits:
                 record = self._attempts.pop(e.attempt_id, None)
