@@ -50,11 +50,11 @@ PEER_CALLS = [
     "FederationSync",
     "GetClusterInfo",
 ]
-WORKER_CALLS = ["GetClusterInfo", "GetJobStatus", "ListJobs", "ListTasks"]
+WORKER_CALLS = ["RegisterWorker", "WorkerPoll"]
 
 EXPECTED = {
     Role.ADMIN: set(ALL),
-    Role.USER: set(ALL) - {"FederationSync"},
+    Role.USER: set(ALL) - {"FederationSync"} - set(WORKER_CALLS),
     Role.DASHBOARD: set(READS),
     Role.WORKER: set(WORKER_CALLS),
     Role.FEDERATION_PEER: set(PEER_CALLS),

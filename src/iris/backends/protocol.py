@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from iris.core.resources import Resources
 
@@ -29,6 +29,8 @@ class WorkerSnapshot:
     capacity: Resources  # total; device.count is the number of devices on the host
     attributes: Mapping[str, str]
     alive: bool = True
+    last_contact_ms: int = 0  # a worker daemon: when it last reached the controller (0: not a daemon)
+    runtime: str = ""  # a worker daemon: how it runs attempts (process | docker)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,7 @@ class BackendContext:
     controller_url: str  # how processes the backend starts reach the controller
     wake: Callable[[], None] = lambda: None  # wakes the control tick (an attempt exited, …)
     output_cap: int = 100 * 1024**2  # bytes of output kept per attempt (controller.log_max_output); 0: all
+    worker_grace_period: float = 30.0  # a worker daemon silent longer than this is dead
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,7 @@ class LaunchSpec:
     env: Mapping[str, str]
     resources: Resources
     workdir: str = ""
+    image: str = ""  # a container image (backends with a container runtime)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +140,16 @@ class Backend(Protocol):
 
     def shutdown(self) -> list[str]:
         """Stops every attempt (the controller is stopping); returns their ids."""
+
+
+@runtime_checkable
+class WorkerHub(Protocol):
+    """A backend that worker daemons join over the API (kind `workers`): the controller's service
+    hands it the two worker calls as they arrive, with the caller's principal."""
+
+    def register_worker(self, request: Any, principal: str, admin: bool) -> Any: ...
+
+    async def worker_poll(self, request: Any, principal: str, admin: bool) -> Any: ...
 
 
 class LaunchError(Exception):

@@ -19,6 +19,7 @@ _SUBCOMMANDS = {
     "query": ("iris.cli.query", "query", "Run a read-only SQL query against the controller's database."),
     "rpc": ("iris.cli.rpc", "rpc", "Call any API method with a JSON body."),
     "token": ("iris.cli.token", "token", "Mint bearer tokens for a cluster's users."),
+    "worker": ("iris.cli.worker", "worker", "Turn this host into capacity for a cluster, and list workers."),
 }
 
 

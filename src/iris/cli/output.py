@@ -294,9 +294,30 @@ def cluster_status_text(url: str, info: Any, backends: Any, workers: Sequence[An
                 if b.HasField("availability")
                 else ""
             )
-            rows.append((b.id, b.kind, b.workers, format_resources(b.worker_capacity), use, free or "-"))
-        out += ["", render_table(("BACKEND", "KIND", "WORKERS", "PER WORKER", "IN USE", "FREE DEVICES"), rows)]
+            per_worker = format_resources(b.worker_capacity) if b.HasField("worker_capacity") else "varies"
+            live = f"{b.live_workers}/{b.workers}"
+            rows.append((b.id, b.kind, live, per_worker, use, free or "-"))
+        out += ["", render_table(("BACKEND", "KIND", "LIVE WORKERS", "PER WORKER", "IN USE", "FREE DEVICES"), rows)]
     return "\n".join(out)
+
+
+def worker_table(workers: Sequence[Any], now_ms: int | None = None) -> str:
+    """`iris worker list`: one row per worker with what it offers, runs, and when it last called in."""
+    rows = []
+    for w in workers:
+        device = w.capacity.device
+        devices = f"{device.kind}:{device.variant or 'any'}:{device.count}" if device.count else "-"
+        attrs = ",".join(
+            f"{k}={v}"
+            for k, v in sorted(w.attributes.items())
+            if k not in ("pool", "worker", "device-type", "gpu-count")
+        )
+        state = "alive" if w.alive else "dead"
+        contact = format_age(w.last_contact_ms, now_ms) + " ago" if w.last_contact_ms else "-"
+        rows.append((w.worker_id, w.backend_id, state, devices, attrs or "-", w.running_tasks, contact))
+    if not rows:
+        return "no workers"
+    return render_table(("WORKER", "BACKEND", "STATE", "DEVICES", "ATTRIBUTES", "TASKS", "LAST CONTACT"), rows)
 
 
 def _num(value: float) -> str:

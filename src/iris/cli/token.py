@@ -6,8 +6,8 @@ controller finds it (`auth.signing_key`, else `<state_dir>/signing_key.pem`, cre
 through the same function, so a token minted before the first start still verifies after it, and
 `iris cluster public-key` prints the half that peers need before the cluster has ever run.
 
-Only the roles a person holds can be minted here (user, admin, dashboard); worker and
-federation-peer tokens are minted by the clusters themselves.
+The roles a person or a host holds can be minted here (user, admin, dashboard, and worker for
+`iris worker start` daemons); federation-peer tokens are minted by the clusters themselves.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from iris.cli.cluster import config_options, resolve_config
 from iris.cli.main import EXIT_OK, CliContext, output_option
 from iris.core.errors import IrisError
 
-PERSON_ROLES = ("user", "admin", "dashboard")
+PERSON_ROLES = ("user", "admin", "dashboard", "worker")
 DEFAULT_TTL = "30d"
 
 
@@ -77,7 +77,8 @@ def token() -> None:
     type=click.Choice(PERSON_ROLES),
     default="user",
     show_default=True,
-    help="user: runs and stops own jobs; admin: everything; dashboard: read-only.",
+    help="user: runs and stops own jobs; admin: everything; dashboard: read-only; "
+    "worker: joins a workers backend (`iris worker start`) and nothing else.",
 )
 @click.option(
     "--ttl",

@@ -44,7 +44,12 @@ class Controller:
         self.auth = Authenticator.from_config(config)
         self._verified: dict[str, tuple] = {}
         context = BackendContext(
-            config.name, state, config.url, wake=self._wake, output_cap=config.controller.log_max_output
+            config.name,
+            state,
+            config.url,
+            wake=self._wake,
+            output_cap=config.controller.log_max_output,
+            worker_grace_period=config.controller.worker_grace_period,
         )
         self.backends = {b.id: registry.build(b, context) for b in config.backends}
         self.federation = self._federation() if config.peers else None
@@ -74,6 +79,7 @@ class Controller:
         shapes = [
             LocalBackendShape(d.id, d.worker_capacity, d.attributes)
             for d in (b.describe() for b in self.backends.values())
+            if d.worker_capacity is not None  # a pool whose members join later has no fixed shape
         ]
         settings = self.config.controller
         return FederationManager(

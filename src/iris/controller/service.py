@@ -27,6 +27,7 @@ from iris.controller.db.database import sql
 from iris.controller.db.jobs import insert_job, require_job, terminate_job
 from iris.controller.submit import build_spec, check_client_freshness, parent_context, resolve_job_id
 from iris.core.constraints import Constraint
+from iris.controller.worker_api import WorkerCalls
 from iris.core.errors import InvalidArgument, IrisError
 from iris.federation.model import DispositionKind, SubmittedJob
 from iris.rpc import controller_pb2 as pb
@@ -77,7 +78,7 @@ def rpc(fn):
     return handler
 
 
-class ControllerServiceImpl:
+class ControllerServiceImpl(WorkerCalls):
     def __init__(self, controller: Controller):
         self.c = controller
 
@@ -195,11 +196,24 @@ class ControllerServiceImpl:
         availability = self.c.tick.availability()
         for backend in self.c.backends.values():
             d = backend.describe()
+            workers = backend.workers()
+            live = [w.capacity for w in workers if w.alive]
             info = resp.backends.add(
-                id=d.id, kind=d.kind, attributes=dict(d.attributes), workers=len(backend.workers())
+                id=d.id, kind=d.kind, attributes=dict(d.attributes), workers=len(workers), live_workers=len(live)
             )
             if d.worker_capacity is not None:
                 info.worker_capacity.CopyFrom(resources_to_proto(d.worker_capacity))
+            info.capacity.CopyFrom(
+                pb.Resources(
+                    cpu=sum(r.cpu for r in live),
+                    memory_bytes=sum(r.memory for r in live),
+                    disk_bytes=sum(r.disk for r in live),
+                )
+            )
+            if live and live[0].device.is_accelerator:
+                info.capacity.device.CopyFrom(
+                    pb.Device(kind=live[0].device.kind, count=sum(r.device.count for r in live))
+                )
             avail = availability.get(d.id)
             if avail is not None:
                 fill_availability(info.availability, avail)
@@ -209,8 +223,10 @@ class ControllerServiceImpl:
     def list_workers(self, req: pb.ListWorkersRequest, identity: Identity) -> pb.ListWorkersResponse:
         running = self.c.tick.loader.load_running()
         used: dict[str, list] = {}
+        tasks: dict[str, list[str]] = {}
         for t in running:
             used.setdefault(t.worker_id, []).append(t.resources)
+            tasks.setdefault(t.worker_id, []).append(t.task_id)
         resp = pb.ListWorkersResponse()
         for backend in self.c.backends.values():
             if req.backend_id and backend.id != req.backend_id:
@@ -231,6 +247,9 @@ class ControllerServiceImpl:
                     used=u,
                     attributes=dict(w.attributes),
                     running_tasks=len(rs),
+                    last_contact_ms=w.last_contact_ms,
+                    runtime=w.runtime,
+                    running=sorted(tasks.get(w.worker_id, [])),
                 )
         return resp
 

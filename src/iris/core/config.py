@@ -82,6 +82,17 @@ class LocalBackendConfig(BackendModel):
     attributes: dict[str, str | int | float | bool] = {}
 
 
+class WorkersBackendConfig(BackendModel):
+    """`kind: workers`: hosts that run `iris worker start --backend ID` dial in and join this pool.
+
+    `attributes` are what a worker must advertise to join (a worker started with different values
+    is refused, naming the key); the pool advertises them to federation peers as its own.
+    """
+
+    kind: Literal["workers"]
+    attributes: dict[str, str | int | float | bool] = {}
+
+
 def _backend_kind(value: Any) -> str | None:
     """The tag that picks a backend's config model; a backend without `kind` is a local one."""
     if isinstance(value, dict):
@@ -92,11 +103,10 @@ def _backend_kind(value: Any) -> str | None:
 
 # One entry per backend kind: its `kind` value and its config model. The backend package of that
 # kind registers the same model with `iris.backends.registry` (see docs/backends.md).
-BACKEND_CONFIG_MODELS: dict[str, type[BackendModel]] = {"local": LocalBackendConfig}
+BACKEND_CONFIG_MODELS: dict[str, type[BackendModel]] = {"local": LocalBackendConfig, "workers": WorkersBackendConfig}
 
 BackendConfig = Annotated[
-    LocalBackendConfig,  # with more kinds: Annotated[A, Tag("a")] | Annotated[B, Tag("b")] | …
-    Tag("local"),
+    Annotated[LocalBackendConfig, Tag("local")] | Annotated[WorkersBackendConfig, Tag("workers")],
     Discriminator(
         _backend_kind,
         custom_error_type="backend_kind",

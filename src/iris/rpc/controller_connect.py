@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, ConnectWSGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint, EndpointSync
 from pyqwest import Client, SyncClient
 
-from .controller_pb2 import ExecuteRawQueryRequest, ExecuteRawQueryResponse, ExplainJobRequest, ExplainJobResponse, FederationSyncRequest, FederationSyncResponse, FetchLogsRequest, FetchLogsResponse, GetClusterInfoRequest, GetClusterInfoResponse, GetJobStatusRequest, GetJobStatusResponse, LaunchJobRequest, LaunchJobResponse, ListBackendsRequest, ListBackendsResponse, ListJobsRequest, ListJobsResponse, ListPeersRequest, ListPeersResponse, ListTasksRequest, ListTasksResponse, ListWorkersRequest, ListWorkersResponse, TerminateJobRequest, TerminateJobResponse
+from .controller_pb2 import ExecuteRawQueryRequest, ExecuteRawQueryResponse, ExplainJobRequest, ExplainJobResponse, FederationSyncRequest, FederationSyncResponse, FetchLogsRequest, FetchLogsResponse, GetClusterInfoRequest, GetClusterInfoResponse, GetJobStatusRequest, GetJobStatusResponse, LaunchJobRequest, LaunchJobResponse, ListBackendsRequest, ListBackendsResponse, ListJobsRequest, ListJobsResponse, ListPeersRequest, ListPeersResponse, ListTasksRequest, ListTasksResponse, ListWorkersRequest, ListWorkersResponse, RegisterWorkerRequest, RegisterWorkerResponse, TerminateJobRequest, TerminateJobResponse, WorkerPollRequest, WorkerPollResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Iterable, Mapping
@@ -75,6 +75,12 @@ class ControllerService(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     async def federation_sync(self, request: FederationSyncRequest, ctx: RequestContext[FederationSyncRequest, FederationSyncResponse], /) -> FederationSyncResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def register_worker(self, request: RegisterWorkerRequest, ctx: RequestContext[RegisterWorkerRequest, RegisterWorkerResponse], /) -> RegisterWorkerResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def worker_poll(self, request: WorkerPollRequest, ctx: RequestContext[WorkerPollRequest, WorkerPollResponse], /) -> WorkerPollResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
 
@@ -233,6 +239,28 @@ class ControllerServiceASGIApplication(ConnectASGIApplication[ControllerService]
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.federation_sync,
+                ),
+                "/iris.v1.ControllerService/RegisterWorker": Endpoint.unary(
+                    method=MethodInfo(
+                        name="RegisterWorker",
+                        service_name="iris.v1.ControllerService",
+                        input=RegisterWorkerRequest,
+                        output=RegisterWorkerResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.register_worker,
+                ),
+                "/iris.v1.ControllerService/WorkerPoll": Endpoint.unary(
+                    method=MethodInfo(
+                        name="WorkerPoll",
+                        service_name="iris.v1.ControllerService",
+                        input=WorkerPollRequest,
+                        output=WorkerPollResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.worker_poll,
                 ),
             },
             interceptors=interceptors,
@@ -532,6 +560,46 @@ class ControllerServiceClient(ConnectClient):
             headers=headers,
             timeout_ms=timeout_ms,
         )
+    async def register_worker(
+        self,
+        request: RegisterWorkerRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> RegisterWorkerResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="RegisterWorker",
+                service_name="iris.v1.ControllerService",
+                input=RegisterWorkerRequest,
+                output=RegisterWorkerResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def worker_poll(
+        self,
+        request: WorkerPollRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> WorkerPollResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="WorkerPoll",
+                service_name="iris.v1.ControllerService",
+                input=WorkerPollRequest,
+                output=WorkerPollResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
 
 class ControllerServiceSync(Protocol):
     def launch_job(self, request: LaunchJobRequest, ctx: RequestContext[LaunchJobRequest, LaunchJobResponse], /) -> LaunchJobResponse:
@@ -571,6 +639,12 @@ class ControllerServiceSync(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     def federation_sync(self, request: FederationSyncRequest, ctx: RequestContext[FederationSyncRequest, FederationSyncResponse], /) -> FederationSyncResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def register_worker(self, request: RegisterWorkerRequest, ctx: RequestContext[RegisterWorkerRequest, RegisterWorkerResponse], /) -> RegisterWorkerResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def worker_poll(self, request: WorkerPollRequest, ctx: RequestContext[WorkerPollRequest, WorkerPollResponse], /) -> WorkerPollResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
 
@@ -727,6 +801,28 @@ class ControllerServiceWSGIApplication(ConnectWSGIApplication):
                         stream_type=StreamType.UNARY,
                     ),
                     function=service.federation_sync,
+                ),
+                "/iris.v1.ControllerService/RegisterWorker": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="RegisterWorker",
+                        service_name="iris.v1.ControllerService",
+                        input=RegisterWorkerRequest,
+                        output=RegisterWorkerResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.register_worker,
+                ),
+                "/iris.v1.ControllerService/WorkerPoll": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="WorkerPoll",
+                        service_name="iris.v1.ControllerService",
+                        input=WorkerPollRequest,
+                        output=WorkerPollResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.worker_poll,
                 ),
             },
             interceptors=interceptors,
@@ -1020,6 +1116,46 @@ class ControllerServiceClientSync(ConnectClientSync):
                 service_name="iris.v1.ControllerService",
                 input=FederationSyncRequest,
                 output=FederationSyncResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def register_worker(
+        self,
+        request: RegisterWorkerRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> RegisterWorkerResponse:
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="RegisterWorker",
+                service_name="iris.v1.ControllerService",
+                input=RegisterWorkerRequest,
+                output=RegisterWorkerResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def worker_poll(
+        self,
+        request: WorkerPollRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> WorkerPollResponse:
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="WorkerPoll",
+                service_name="iris.v1.ControllerService",
+                input=WorkerPollRequest,
+                output=WorkerPollResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

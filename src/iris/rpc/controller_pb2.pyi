@@ -56,7 +56,7 @@ class HandoffRecord(_message.Message):
     def __init__(self, requester_cluster: _Optional[str] = ..., owner_principal: _Optional[str] = ..., submitting_user: _Optional[str] = ..., nonce: _Optional[str] = ...) -> None: ...
 
 class LaunchJobRequest(_message.Message):
-    __slots__ = ("name", "user", "command", "resources", "replicas", "priority", "constraints", "env", "max_retries_failure", "max_retries_preemption", "timeout_s", "scheduling_timeout_s", "coschedule", "existing_job_policy", "parent_job_id", "client_revision_date", "workspace_bundle", "workdir_files", "handoff", "workdir")
+    __slots__ = ("name", "user", "command", "resources", "replicas", "priority", "constraints", "env", "max_retries_failure", "max_retries_preemption", "timeout_s", "scheduling_timeout_s", "coschedule", "existing_job_policy", "parent_job_id", "client_revision_date", "workspace_bundle", "workdir_files", "handoff", "workdir", "image")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -91,6 +91,7 @@ class LaunchJobRequest(_message.Message):
     WORKDIR_FILES_FIELD_NUMBER: _ClassVar[int]
     HANDOFF_FIELD_NUMBER: _ClassVar[int]
     WORKDIR_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
     name: str
     user: str
     command: _containers.RepeatedScalarFieldContainer[str]
@@ -111,7 +112,8 @@ class LaunchJobRequest(_message.Message):
     workdir_files: _containers.ScalarMap[str, bytes]
     handoff: HandoffRecord
     workdir: str
-    def __init__(self, name: _Optional[str] = ..., user: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., replicas: _Optional[int] = ..., priority: _Optional[str] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., max_retries_failure: _Optional[int] = ..., max_retries_preemption: _Optional[int] = ..., timeout_s: _Optional[float] = ..., scheduling_timeout_s: _Optional[float] = ..., coschedule: _Optional[bool] = ..., existing_job_policy: _Optional[str] = ..., parent_job_id: _Optional[str] = ..., client_revision_date: _Optional[str] = ..., workspace_bundle: _Optional[bytes] = ..., workdir_files: _Optional[_Mapping[str, bytes]] = ..., handoff: _Optional[_Union[HandoffRecord, _Mapping]] = ..., workdir: _Optional[str] = ...) -> None: ...
+    image: str
+    def __init__(self, name: _Optional[str] = ..., user: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., replicas: _Optional[int] = ..., priority: _Optional[str] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., max_retries_failure: _Optional[int] = ..., max_retries_preemption: _Optional[int] = ..., timeout_s: _Optional[float] = ..., scheduling_timeout_s: _Optional[float] = ..., coschedule: _Optional[bool] = ..., existing_job_policy: _Optional[str] = ..., parent_job_id: _Optional[str] = ..., client_revision_date: _Optional[str] = ..., workspace_bundle: _Optional[bytes] = ..., workdir_files: _Optional[_Mapping[str, bytes]] = ..., handoff: _Optional[_Union[HandoffRecord, _Mapping]] = ..., workdir: _Optional[str] = ..., image: _Optional[str] = ...) -> None: ...
 
 class LaunchJobResponse(_message.Message):
     __slots__ = ("job_id", "state", "disposition", "peer_id", "message")
@@ -408,7 +410,7 @@ class Availability(_message.Message):
     def __init__(self, version: _Optional[int] = ..., observation_epoch_ms: _Optional[int] = ..., amounts: _Optional[_Mapping[str, float]] = ..., total_amounts: _Optional[_Mapping[str, float]] = ..., held_by_band: _Optional[_Iterable[_Union[BandAmounts, _Mapping]]] = ...) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("worker_id", "backend_id", "alive", "capacity", "used", "attributes", "running_tasks")
+    __slots__ = ("worker_id", "backend_id", "alive", "capacity", "used", "attributes", "running_tasks", "last_contact_ms", "runtime", "running")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -423,6 +425,9 @@ class WorkerInfo(_message.Message):
     USED_FIELD_NUMBER: _ClassVar[int]
     ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
     RUNNING_TASKS_FIELD_NUMBER: _ClassVar[int]
+    LAST_CONTACT_MS_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     backend_id: str
     alive: bool
@@ -430,10 +435,13 @@ class WorkerInfo(_message.Message):
     used: Resources
     attributes: _containers.ScalarMap[str, str]
     running_tasks: int
-    def __init__(self, worker_id: _Optional[str] = ..., backend_id: _Optional[str] = ..., alive: _Optional[bool] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., used: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., running_tasks: _Optional[int] = ...) -> None: ...
+    last_contact_ms: int
+    runtime: str
+    running: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, worker_id: _Optional[str] = ..., backend_id: _Optional[str] = ..., alive: _Optional[bool] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., used: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., running_tasks: _Optional[int] = ..., last_contact_ms: _Optional[int] = ..., runtime: _Optional[str] = ..., running: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class BackendInfo(_message.Message):
-    __slots__ = ("id", "kind", "attributes", "availability", "workers", "worker_capacity")
+    __slots__ = ("id", "kind", "attributes", "availability", "workers", "worker_capacity", "live_workers", "capacity")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -447,13 +455,17 @@ class BackendInfo(_message.Message):
     AVAILABILITY_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     WORKER_CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    LIVE_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
     id: str
     kind: str
     attributes: _containers.ScalarMap[str, str]
     availability: Availability
     workers: int
     worker_capacity: Resources
-    def __init__(self, id: _Optional[str] = ..., kind: _Optional[str] = ..., attributes: _Optional[_Mapping[str, str]] = ..., availability: _Optional[_Union[Availability, _Mapping]] = ..., workers: _Optional[int] = ..., worker_capacity: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
+    live_workers: int
+    capacity: Resources
+    def __init__(self, id: _Optional[str] = ..., kind: _Optional[str] = ..., attributes: _Optional[_Mapping[str, str]] = ..., availability: _Optional[_Union[Availability, _Mapping]] = ..., workers: _Optional[int] = ..., worker_capacity: _Optional[_Union[Resources, _Mapping]] = ..., live_workers: _Optional[int] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
 
 class ListBackendsRequest(_message.Message):
     __slots__ = ()
@@ -653,3 +665,151 @@ class FederationSyncResponse(_message.Message):
     cursor: int
     cursor_stale: bool
     def __init__(self, jobs: _Optional[_Iterable[_Union[SyncedJob, _Mapping]]] = ..., tombstones: _Optional[_Iterable[str]] = ..., cursor: _Optional[int] = ..., cursor_stale: _Optional[bool] = ...) -> None: ...
+
+class RegisterWorkerRequest(_message.Message):
+    __slots__ = ("backend_id", "name", "capacity", "attributes", "runtime", "boot_id", "previous_boot_id", "attempts")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    BACKEND_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    BOOT_ID_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_BOOT_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    backend_id: str
+    name: str
+    capacity: Resources
+    attributes: _containers.ScalarMap[str, str]
+    runtime: str
+    boot_id: str
+    previous_boot_id: str
+    attempts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, backend_id: _Optional[str] = ..., name: _Optional[str] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., runtime: _Optional[str] = ..., boot_id: _Optional[str] = ..., previous_boot_id: _Optional[str] = ..., attempts: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class LogOffset(_message.Message):
+    __slots__ = ("attempt_id", "stream", "offset")
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    attempt_id: str
+    stream: str
+    offset: int
+    def __init__(self, attempt_id: _Optional[str] = ..., stream: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class RegisterWorkerResponse(_message.Message):
+    __slots__ = ("session", "grace_period_s", "poll_hold_s", "resume", "kill", "worker_id")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    GRACE_PERIOD_S_FIELD_NUMBER: _ClassVar[int]
+    POLL_HOLD_S_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
+    KILL_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    session: str
+    grace_period_s: float
+    poll_hold_s: float
+    resume: _containers.RepeatedCompositeFieldContainer[LogOffset]
+    kill: _containers.RepeatedScalarFieldContainer[str]
+    worker_id: str
+    def __init__(self, session: _Optional[str] = ..., grace_period_s: _Optional[float] = ..., poll_hold_s: _Optional[float] = ..., resume: _Optional[_Iterable[_Union[LogOffset, _Mapping]]] = ..., kill: _Optional[_Iterable[str]] = ..., worker_id: _Optional[str] = ...) -> None: ...
+
+class AttemptLaunch(_message.Message):
+    __slots__ = ("attempt_id", "job_id", "task_index", "attempt", "command", "env", "resources", "workdir", "image")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    WORKDIR_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    attempt_id: str
+    job_id: str
+    task_index: int
+    attempt: int
+    command: _containers.RepeatedScalarFieldContainer[str]
+    env: _containers.ScalarMap[str, str]
+    resources: Resources
+    workdir: str
+    image: str
+    def __init__(self, attempt_id: _Optional[str] = ..., job_id: _Optional[str] = ..., task_index: _Optional[int] = ..., attempt: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., workdir: _Optional[str] = ..., image: _Optional[str] = ...) -> None: ...
+
+class WorkerCommand(_message.Message):
+    __slots__ = ("seq", "start", "stop")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    start: AttemptLaunch
+    stop: str
+    def __init__(self, seq: _Optional[int] = ..., start: _Optional[_Union[AttemptLaunch, _Mapping]] = ..., stop: _Optional[str] = ...) -> None: ...
+
+class WorkerLogBatch(_message.Message):
+    __slots__ = ("attempt_id", "stream", "offset", "data")
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    attempt_id: str
+    stream: str
+    offset: int
+    data: bytes
+    def __init__(self, attempt_id: _Optional[str] = ..., stream: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class WorkerAttemptExit(_message.Message):
+    __slots__ = ("attempt_id", "exit_code", "has_exit_code", "error", "stdout_size", "stderr_size")
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    HAS_EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_SIZE_FIELD_NUMBER: _ClassVar[int]
+    STDERR_SIZE_FIELD_NUMBER: _ClassVar[int]
+    attempt_id: str
+    exit_code: int
+    has_exit_code: bool
+    error: str
+    stdout_size: int
+    stderr_size: int
+    def __init__(self, attempt_id: _Optional[str] = ..., exit_code: _Optional[int] = ..., has_exit_code: _Optional[bool] = ..., error: _Optional[str] = ..., stdout_size: _Optional[int] = ..., stderr_size: _Optional[int] = ...) -> None: ...
+
+class WorkerPollRequest(_message.Message):
+    __slots__ = ("backend_id", "session", "acked_seq", "wait_ms", "logs", "exits")
+    BACKEND_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    ACKED_SEQ_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    LOGS_FIELD_NUMBER: _ClassVar[int]
+    EXITS_FIELD_NUMBER: _ClassVar[int]
+    backend_id: str
+    session: str
+    acked_seq: int
+    wait_ms: int
+    logs: _containers.RepeatedCompositeFieldContainer[WorkerLogBatch]
+    exits: _containers.RepeatedCompositeFieldContainer[WorkerAttemptExit]
+    def __init__(self, backend_id: _Optional[str] = ..., session: _Optional[str] = ..., acked_seq: _Optional[int] = ..., wait_ms: _Optional[int] = ..., logs: _Optional[_Iterable[_Union[WorkerLogBatch, _Mapping]]] = ..., exits: _Optional[_Iterable[_Union[WorkerAttemptExit, _Mapping]]] = ...) -> None: ...
+
+class WorkerPollResponse(_message.Message):
+    __slots__ = ("reregister", "commands", "log_offsets", "accepted_exits")
+    REREGISTER_FIELD_NUMBER: _ClassVar[int]
+    COMMANDS_FIELD_NUMBER: _ClassVar[int]
+    LOG_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_EXITS_FIELD_NUMBER: _ClassVar[int]
+    reregister: bool
+    commands: _containers.RepeatedCompositeFieldContainer[WorkerCommand]
+    log_offsets: _containers.RepeatedCompositeFieldContainer[LogOffset]
+    accepted_exits: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, reregister: _Optional[bool] = ..., commands: _Optional[_Iterable[_Union[WorkerCommand, _Mapping]]] = ..., log_offsets: _Optional[_Iterable[_Union[LogOffset, _Mapping]]] = ..., accepted_exits: _Optional[_Iterable[str]] = ...) -> None: ...

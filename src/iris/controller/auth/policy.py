@@ -38,8 +38,12 @@ CONTROLLER_METHODS = frozenset(
         "ExplainJob",
         "GetClusterInfo",
         "FederationSync",
+        "RegisterWorker",
+        "WorkerPoll",
     }
 )
+
+WORKER_METHODS = frozenset({"RegisterWorker", "WorkerPoll"})
 
 READ_METHODS = frozenset(
     {
@@ -59,10 +63,10 @@ READ_METHODS = frozenset(
 ROLE_METHODS: Mapping[Role, frozenset[str]] = MappingProxyType(
     {
         Role.ADMIN: CONTROLLER_METHODS,
-        Role.USER: CONTROLLER_METHODS - {"FederationSync"},
+        Role.USER: CONTROLLER_METHODS - {"FederationSync"} - WORKER_METHODS,
         Role.DASHBOARD: READ_METHODS,
-        # What a task's own client asks of its controller: its job, its siblings, the cluster.
-        Role.WORKER: frozenset({"GetClusterInfo", "GetJobStatus", "ListJobs", "ListTasks"}),
+        # A worker daemon joins its pool and exchanges attempts and reports; nothing else.
+        Role.WORKER: WORKER_METHODS,
         Role.FEDERATION_PEER: frozenset(
             {
                 "LaunchJob",

@@ -1,0 +1,13 @@
+"""The `workers` backend kind: `iris worker start` daemons on other hosts join a pool over the API."""
+
+from iris.backends.protocol import BackendContext
+from iris.backends.registry import register
+from iris.backends.workers.backend import WorkersBackend
+from iris.core.config import WorkersBackendConfig
+
+
+def _build(config: WorkersBackendConfig, context: BackendContext) -> WorkersBackend:
+    return WorkersBackend(config, context)
+
+
+register("workers", WorkersBackendConfig, _build)

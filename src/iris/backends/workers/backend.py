@@ -1,0 +1,400 @@
+"""The `workers` backend: hosts running `iris worker start` join a pool by dialing the controller.
+
+It decides which daemons are members (registration checks the pool's required attributes and who
+may act as a worker name), which are alive (a daemon silent longer than the grace period is dead
+and its attempts are reported lost), which attempts each daemon must start or stop, and which log
+bytes and exits it accepts.
+
+Why it is built this way:
+
+- Workers sit behind NAT, so the controller never dials them. A daemon long-polls `WorkerPoll`
+  (a Connect unary call over HTTP/1.1, which any proxy passes and which needs no streaming support
+  in the client); the call is held on an asyncio event that `start`/`stop` set from the tick's
+  thread, so a placed attempt reaches its worker at once, never a poll interval later. Reports
+  (exits, log bytes) travel on the same call made without waiting, sent whenever the daemon has
+  something to say, so they never queue behind a held poll.
+- Commands carry a sequence number and stay queued until the daemon acknowledges applying them, so
+  a response lost on the way (a stopped daemon, a dropped connection) costs nothing: the next poll
+  gets the same commands again, and starting or stopping twice is a no-op on the daemon.
+- Log bytes are accepted only at the offset the controller holds for the stream, and every answer
+  tells the daemon that offset; after a controller restart the offsets come from the database (the
+  adopt records), so what the daemon sends again from there arrives exactly once.
+- An exit is taken only once every byte of the attempt's output has arrived, so the tick stores
+  the last lines in the same transaction that ends the attempt.
+- A daemon that comes back after being declared dead, or a restarted one, registers anew: every
+  attempt it reports that the controller no longer holds is answered with "kill", and every
+  attempt the controller holds on it that it no longer reports is lost (and retried).
+
+The backend keeps its state in memory: after a controller restart the database's live attempts
+are handed to `adopt` and held for one grace period, waiting for their daemons to re-register.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+
+from iris.backends.protocol import (
+    AdoptRecord,
+    AttemptExit,
+    BackendContext,
+    BackendDescription,
+    BackendEvents,
+    LaunchError,
+    LaunchSpec,
+    LogChunk,
+    Started,
+    WorkerSnapshot,
+)
+from iris.core.config import WorkersBackendConfig
+from iris.core.errors import AlreadyExists, InvalidArgument, PermissionDenied
+from iris.core.resources import Resources
+from iris.rpc import controller_pb2 as pb
+from iris.rpc.bounds import check_number
+from iris.rpc.codec import resources_from_proto, resources_to_proto
+
+log = logging.getLogger("iris.workers")
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+STREAMS = ("stdout", "stderr")
+RUNTIMES = ("process", "docker")
+MAX_HOLD_S = 10.0
+# After a controller restart, daemons come back on their own back-off (up to 5 s between tries):
+# adopted attempts wait one grace period plus this before they are given up.
+RECONNECT_ALLOWANCE_S = 10.0
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class _Attempt:
+    attempt_id: str
+    worker: str
+    offsets: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STREAMS, 0))
+    stopping: bool = False
+    adopt_deadline: float | None = None  # set while waiting for its daemon after a restart
+
+
+@dataclass
+class _Worker:
+    name: str
+    principal: str
+    boot_id: str
+    session: str
+    capacity: Resources
+    attributes: dict[str, str]
+    runtime: str
+    last_contact: float  # monotonic
+    last_contact_ms: int
+    alive: bool = True
+    next_seq: int = 1
+    commands: list[pb.WorkerCommand] = field(default_factory=list)
+    waiter: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+
+
+def _notify(worker: _Worker) -> None:
+    if worker.waiter is not None:
+        loop, event = worker.waiter
+        loop.call_soon_threadsafe(event.set)
+
+
+class WorkersBackend:
+    kind = "workers"
+
+    def __init__(self, config: WorkersBackendConfig, context: BackendContext):
+        self.id = config.id
+        self.config = config
+        self._context = context
+        self.grace = context.worker_grace_period
+        self.hold = max(0.05, min(MAX_HOLD_S, self.grace / 3))
+        self._required = {k: str(v).lower() for k, v in config.attributes.items()}
+        self._attributes = {**self._required, "pool": config.id}
+        self._workers: dict[str, _Worker] = {}
+        self._attempts: dict[str, _Attempt] = {}
+        self._exits: list[AttemptExit] = []
+        self._logs: list[LogChunk] = []
+        self._lock = threading.Lock()
+        self._inherited = dict(os.environ)
+
+    # -- what the scheduler sees -----------------------------------------------------------------
+
+    def describe(self) -> BackendDescription:
+        return BackendDescription(self.id, self.kind, dict(self._attributes), None)
+
+    def workers(self) -> tuple[WorkerSnapshot, ...]:
+        with self._lock:
+            return tuple(
+                WorkerSnapshot(
+                    w.name,
+                    self.id,
+                    w.capacity,
+                    w.attributes,
+                    w.alive,
+                    last_contact_ms=w.last_contact_ms,
+                    runtime=w.runtime,
+                )
+                for w in self._workers.values()
+            )
+
+    def running(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._attempts)
+
+    # -- start / stop (the tick's thread) ---------------------------------------------------------
+
+    def start(self, spec: LaunchSpec) -> Started:
+        launch = pb.AttemptLaunch(
+            attempt_id=spec.attempt_id,
+            job_id=spec.job_id,
+            task_index=spec.task_index,
+            attempt=spec.attempt,
+            command=list(spec.command),
+            # The controller's own environment stays on its host; the job's and Iris's travel.
+            env={k: v for k, v in spec.env.items() if k.startswith("IRIS_") or self._inherited.get(k) != v},
+            resources=resources_to_proto(spec.resources),
+            workdir=spec.workdir,
+            image=spec.image,
+        )
+        with self._lock:
+            worker = self._workers.get(spec.worker_id)
+            if worker is None or not worker.alive:
+                raise LaunchError(f"worker {spec.worker_id} is not connected to backend {self.id}", retryable=True)
+            if spec.image and worker.runtime != "docker":
+                raise LaunchError(
+                    f"the job names image {spec.image!r}, but worker {worker.name} runs attempts as processes; "
+                    "start workers with --runtime docker to run images",
+                    retryable=False,
+                )
+            self._attempts[spec.attempt_id] = _Attempt(spec.attempt_id, worker.name)
+            self._command(worker, pb.WorkerCommand(start=launch))
+        return Started(spec.attempt_id, 0, "")
+
+    def stop(self, attempt_id: str) -> None:
+        with self._lock:
+            attempt = self._attempts.get(attempt_id)
+            if attempt is None or attempt.stopping:
+                return
+            attempt.stopping = True
+            worker = self._workers.get(attempt.worker)
+            if worker is not None and worker.alive:
+                self._command(worker, pb.WorkerCommand(stop=attempt_id))
+
+    def _command(self, worker: _Worker, command: pb.WorkerCommand) -> None:
+        command.seq = worker.next_seq
+        worker.next_seq += 1
+        worker.commands.append(command)
+        _notify(worker)
+
+    # -- events (the tick's thread) -------------------------------------------------------------
+
+    def poll(self) -> BackendEvents:
+        with self._lock:
+            self._expire(time.monotonic())
+            exits, self._exits = self._exits, []
+            logs, self._logs = self._logs, []
+        return BackendEvents(tuple(exits), tuple(logs))
+
+    def _expire(self, now: float) -> None:
+        """Declares silent workers dead and gives up adopted attempts nobody came back for."""
+        for worker in self._workers.values():
+            if worker.alive and now - worker.last_contact > self.grace:
+                worker.alive = False
+                worker.commands.clear()
+                _notify(worker)
+                log.warning(
+                    "worker %s of backend %s is silent for %.1fs: declared dead", worker.name, self.id, self.grace
+                )
+                for a in [a for a in self._attempts.values() if a.worker == worker.name]:
+                    self._lose(a, f"worker {worker.name} stopped answering for more than {self.grace:g}s")
+        for a in [a for a in self._attempts.values() if a.adopt_deadline is not None and a.adopt_deadline < now]:
+            self._lose(a, f"worker {a.worker} did not reconnect after the controller restarted")
+
+    def _lose(self, attempt: _Attempt, why: str) -> None:
+        del self._attempts[attempt.attempt_id]
+        self._exits.append(AttemptExit(attempt.attempt_id, None, why))
+
+    def adopt(self, records: list[AdoptRecord]) -> None:
+        deadline = time.monotonic() + self.grace + RECONNECT_ALLOWANCE_S
+        with self._lock:
+            for rec in records:
+                self._attempts[rec.attempt_id] = _Attempt(
+                    rec.attempt_id,
+                    rec.worker_id,
+                    {"stdout": rec.stdout_offset, "stderr": rec.stderr_offset},
+                    adopt_deadline=deadline,
+                )
+
+    def shutdown(self) -> list[str]:
+        """Tells every daemon to stop its attempts and waits briefly for them to take the order."""
+        ids = sorted(self.running())
+        for attempt_id in ids:
+            self.stop(attempt_id)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not any(w.commands for w in self._workers.values() if w.alive):
+                    break
+            time.sleep(0.02)
+        return ids
+
+    # -- the worker calls (the server's event loop) ---------------------------------------------
+
+    def register_worker(self, req: pb.RegisterWorkerRequest, principal: str, admin: bool) -> pb.RegisterWorkerResponse:
+        name, capacity, attributes = self._check_registration(req)
+        with self._lock:
+            old = self._workers.get(name)
+            if old is not None:
+                if old.principal != principal and not admin:
+                    raise PermissionDenied(
+                        f"worker name {name!r} in backend {self.id} belongs to {old.principal}; "
+                        f"{principal} may not register as it. Pick another --name"
+                    )
+                if old.alive and req.boot_id != old.boot_id and req.previous_boot_id != old.boot_id:
+                    raise AlreadyExists(
+                        f"a worker named {name!r} is already connected to backend {self.id} from another daemon; "
+                        "give this one another --name (or stop the other one)"
+                    )
+                old.alive = False
+                _notify(old)
+            now = time.monotonic()
+            worker = _Worker(
+                name, principal, req.boot_id, secrets.token_hex(16), capacity, attributes,
+                req.runtime or "process", now, now_ms(),
+            )  # fmt: skip
+            self._workers[name] = worker
+            resp = pb.RegisterWorkerResponse(
+                session=worker.session, grace_period_s=self.grace, poll_hold_s=self.hold, worker_id=name
+            )
+            reported = set(req.attempts)
+            for attempt_id in sorted(reported):
+                a = self._attempts.get(attempt_id)
+                if a is None or a.worker != name:
+                    resp.kill.append(attempt_id)
+                    continue
+                a.adopt_deadline = None
+                for stream in STREAMS:
+                    resp.resume.add(attempt_id=attempt_id, stream=stream, offset=a.offsets[stream])
+                if a.stopping:
+                    self._command(worker, pb.WorkerCommand(stop=attempt_id))
+            lost = [a for a in self._attempts.values() if a.worker == name and a.attempt_id not in reported]
+            for a in lost:
+                self._lose(a, f"worker {name} restarted and no longer runs it")
+        log.info("worker %s joined backend %s (%s, %s)", name, self.id, capacity, worker.runtime)
+        if lost:
+            self._context.wake()
+        return resp
+
+    def _check_registration(self, req: pb.RegisterWorkerRequest) -> tuple[str, Resources, dict[str, str]]:
+        name = req.name
+        if not NAME.match(name):
+            raise InvalidArgument(
+                f"worker name {name!r} is not usable: use 1-63 letters, digits, '.', '_' or '-', starting with a "
+                "letter or digit"
+            )
+        if req.runtime and req.runtime not in RUNTIMES:
+            raise InvalidArgument(f"runtime {req.runtime!r} is not known; use one of: {', '.join(RUNTIMES)}")
+        if not req.boot_id:
+            raise InvalidArgument("a worker registration needs its boot_id")
+        if not (req.capacity.cpu > 0 and req.capacity.memory_bytes > 0):
+            raise InvalidArgument(f"worker {name} advertises no cpu or memory; give it --cpu N and --memory SIZE")
+        check_number("capacity.cpu", req.capacity.cpu, 0, 100_000)
+        check_number("capacity.device.count", req.capacity.device.count, 0, 4096)
+        capacity = resources_from_proto(req.capacity)
+        attributes = {k.lower(): str(v).lower() for k, v in req.attributes.items()}
+        for key, want in self._required.items():
+            have = attributes.get(key)
+            if have != want:
+                raise InvalidArgument(
+                    f"backend {self.id} takes only workers with {key}={want}; worker {name} advertises "
+                    f"{key}={have if have is not None else '(nothing)'}: start it with --attr {key}={want}"
+                )
+        attributes.update(pool=self.id, worker=name)
+        return name, capacity, attributes
+
+    async def worker_poll(self, req: pb.WorkerPollRequest, principal: str, admin: bool) -> pb.WorkerPollResponse:
+        resp = pb.WorkerPollResponse()
+        with self._lock:
+            worker = self._session(req, principal, admin)
+            if worker is None:
+                return pb.WorkerPollResponse(reregister=True)
+            worker.last_contact = time.monotonic()
+            worker.last_contact_ms = now_ms()
+            worker.commands = [c for c in worker.commands if c.seq > req.acked_seq]
+            woke = self._take_reports(worker, req, resp)
+            waiter = None
+            if not worker.commands and req.wait_ms > 0:
+                if worker.waiter is not None:
+                    _notify(worker)  # an older held poll of this worker answers now
+                waiter = (asyncio.get_running_loop(), asyncio.Event())
+                worker.waiter = waiter
+            else:
+                resp.commands.extend(worker.commands)
+        if woke:
+            self._context.wake()
+        if waiter is None:
+            return resp
+        try:
+            await asyncio.wait_for(waiter[1].wait(), timeout=min(req.wait_ms / 1000, self.hold))
+        except TimeoutError:
+            pass
+        with self._lock:
+            if worker.waiter is waiter:
+                worker.waiter = None
+            if not worker.alive or self._workers.get(worker.name) is not worker:
+                return pb.WorkerPollResponse(reregister=True)
+            resp.commands.extend(worker.commands)
+        return resp
+
+    def _session(self, req: pb.WorkerPollRequest, principal: str, admin: bool) -> _Worker | None:
+        for worker in self._workers.values():  # small: one entry per daemon that ever joined
+            if worker.session == req.session:
+                if worker.principal != principal and not admin:
+                    raise PermissionDenied(f"this session belongs to worker {worker.name}, not to {principal}")
+                return worker if worker.alive else None
+        return None
+
+    def _take_reports(self, worker: _Worker, req: pb.WorkerPollRequest, resp: pb.WorkerPollResponse) -> bool:
+        """Accepts the log bytes and exits a worker reports; True when the tick should run now."""
+        touched: set[str] = set()
+        ts = now_ms()
+        for batch in req.logs:
+            a = self._attempts.get(batch.attempt_id)
+            if a is None or a.worker != worker.name or batch.stream not in STREAMS:
+                continue  # an attempt the controller gave up: its output never reaches the job
+            touched.add(a.attempt_id)
+            held = a.offsets[batch.stream]
+            end = batch.offset + len(batch.data)
+            if batch.offset > held or end <= held:
+                continue  # a gap (the worker rewinds to `held`) or bytes already taken
+            data = batch.data[held - batch.offset :]
+            a.offsets[batch.stream] = end
+            lines = tuple((ts, line) for line in data.decode("utf-8", "replace").splitlines())
+            if lines:
+                self._logs.append(LogChunk(a.attempt_id, batch.stream, lines, end))
+        woke = False
+        for ex in req.exits:
+            a = self._attempts.get(ex.attempt_id)
+            if a is None or a.worker != worker.name:
+                resp.accepted_exits.append(ex.attempt_id)
+                continue
+            touched.add(a.attempt_id)
+            if a.offsets["stdout"] < ex.stdout_size or a.offsets["stderr"] < ex.stderr_size:
+                continue  # output still in flight: the worker sends it, then the exit again
+            del self._attempts[a.attempt_id]
+            code = ex.exit_code if ex.has_exit_code else None
+            self._exits.append(AttemptExit(a.attempt_id, code, ex.error))
+            resp.accepted_exits.append(ex.attempt_id)
+            woke = True
+        for attempt_id in sorted(touched):
+            a = self._attempts.get(attempt_id)
+            for stream in STREAMS if a is not None else ():
+                resp.log_offsets.add(attempt_id=attempt_id, stream=stream, offset=a.offsets[stream])
+        return woke or bool(self._logs)

@@ -1,0 +1,106 @@
+"""`iris worker …`: start a worker daemon on this host, and list a cluster's workers."""
+
+from __future__ import annotations
+
+import click
+
+from iris.cli.main import EXIT_OK, CliContext, output_option
+
+
+@click.group()
+def worker() -> None:
+    """Turn this host into capacity for a cluster, and list workers."""
+
+
+@worker.command("start")
+@click.option(
+    "--controller",
+    "controller_url",
+    metavar="URL",
+    help="The controller to join (default: --controller / $IRIS_CONTROLLER).",
+)
+@click.option("--backend", required=True, metavar="ID", help="The `kind: workers` backend of the cluster to join.")
+@click.option("--name", help="This worker's name in the pool (default: the host name).")
+@click.option(
+    "--cpu", type=click.FloatRange(min=0, min_open=True), help="Cores to offer (default: all of this host's)."
+)
+@click.option("--memory", metavar="SIZE", help="Memory to offer, e.g. 64G (default: this host's total).")
+@click.option("--disk", metavar="SIZE", help="Disk to offer, e.g. 500G (default: free space of --work-dir).")
+@click.option("--devices", metavar="KIND:VARIANT:COUNT", help="Accelerators to offer, e.g. gpu:h100:8.")
+@click.option(
+    "--attr",
+    "attrs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="An attribute to advertise (repeatable), e.g. zone=us-east5-a.",
+)
+@click.option("--work-dir", metavar="DIR", help="Where attempts' files live (default: ~/.iris/worker/NAME).")
+@click.option(
+    "--runtime",
+    type=click.Choice(["process", "docker"]),
+    default="process",
+    show_default=True,
+    help="process: attempts run as process groups; docker: jobs naming --image run in containers.",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Log every exchange with the controller.")
+@click.pass_obj
+def start(
+    obj: CliContext,
+    controller_url: str | None,
+    backend: str,
+    name: str | None,
+    cpu: float | None,
+    memory: str | None,
+    disk: str | None,
+    devices: str | None,
+    attrs: tuple[str, ...],
+    work_dir: str | None,
+    runtime: str,
+    verbose: bool,
+) -> int:
+    """Joins backend ID of a cluster and runs the attempts it is given, until stopped (SIGTERM).
+
+    The worker dials the controller and never listens, so it may sit behind NAT. It keeps running
+    its attempts while the controller is away and reconnects with back-off; stopping it stops its
+    attempts, which the cluster then retries elsewhere. A worker token (`iris token create --role
+    worker`) in --token or $IRIS_TOKEN authenticates it; without one only a trusted address may join.
+    """
+    import logging
+
+    from iris.client.client import default_url
+    from iris.client.tokens import token_for
+    from iris.worker.daemon import WorkerDaemon
+    from iris.worker.settings import host_settings
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    url = controller_url or obj.controller_url() or default_url()
+    settings = host_settings(
+        url, backend, name, cpu, memory, disk, devices, attrs, work_dir, runtime, token_for(url, obj.token)
+    )
+    daemon = WorkerDaemon(settings)
+    daemon.install_signal_handlers()
+    click.echo(
+        f"worker {settings.name} joining backend {backend} at {url} "
+        f"({settings.capacity.describe()}, {runtime}, work dir {settings.work_dir})",
+        err=True,
+    )
+    daemon.run()
+    return EXIT_OK
+
+
+@worker.command("list")
+@click.option("--backend", metavar="ID", help="Only this backend's workers.")
+@output_option
+@click.pass_obj
+def list_workers(obj: CliContext, backend: str | None) -> int:
+    """Lists each worker: backend, devices, attributes, running tasks and last contact."""
+    from iris.cli.output import message_to_dict, worker_table
+
+    workers = obj.client().workers(backend)
+    if obj.json:
+        obj.emit({"workers": [message_to_dict(w) for w in workers]})
+    else:
+        click.echo(worker_table(workers))
+    return EXIT_OK

@@ -1,0 +1,325 @@
+"""The worker daemon's exchange with its controller: register, long-poll for commands, report.
+
+Two threads talk to the controller, both through `WorkerPoll`:
+
+- the poller holds a long poll open (`wait_ms` > 0) and applies the start/stop commands it returns;
+  the controller answers it the moment an attempt is placed on this worker;
+- the reporter sends exits and new log bytes as soon as there are any (an exit wakes it at once,
+  output is gathered every `REPORT_INTERVAL_S`), with `wait_ms` = 0, so a report never waits
+  behind a held poll.
+
+Log bytes are sent from the offset the controller last acknowledged for each stream, and every
+answer carries the controller's offsets, which the daemon adopts (forward after an accepted batch,
+backward after a controller restart that lost what it had not committed). An exit is sent with the
+streams' full sizes and repeated until the controller accepts it, which it does only once every
+byte has arrived. A connection error is retried with capped exponential back-off; an answer that
+the session is unknown makes the daemon register again, reporting the attempts it still runs so
+the controller can re-adopt them (or order them killed).
+
+The daemon keeps a `boot_id` in its work dir: a restarted daemon presents the previous one, which
+lets it take over its own name at once, while a second daemon under the same name is refused.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import random
+import secrets
+import signal
+import threading
+from pathlib import Path
+
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+
+from iris.core.errors import FailedPrecondition, IrisError, PermissionDenied
+from iris.rpc import controller_pb2 as pb
+from iris.rpc.codec import resources_to_proto
+from iris.rpc.controller_connect import ControllerServiceClientSync
+from iris.worker.runtime import STREAMS, AttemptRun, ProcessRuntime, StartFailed
+from iris.worker.settings import WorkerSettings
+
+log = logging.getLogger("iris.worker")
+REPORT_INTERVAL_S = 0.2
+MAX_BATCH_BYTES = 512 * 1024
+BACKOFF_START_S = 0.1
+BACKOFF_MAX_S = 5.0
+FATAL = {Code.PERMISSION_DENIED, Code.INVALID_ARGUMENT, Code.ALREADY_EXISTS, Code.UNAUTHENTICATED}
+
+
+class Backoff:
+    """Capped exponential back-off with jitter, reset by a success."""
+
+    def __init__(self) -> None:
+        self.delay = BACKOFF_START_S
+
+    def wait(self, stop: threading.Event) -> None:
+        stop.wait(self.delay * (0.5 + random.random()))
+        self.delay = min(BACKOFF_MAX_S, self.delay * 2)
+
+    def reset(self) -> None:
+        self.delay = BACKOFF_START_S
+
+
+def _read(path: Path, offset: int, final: bool) -> tuple[bytes, int]:
+    """New bytes of a stream from `offset`: whole lines, or everything once the attempt ended;
+    returns them with the stream's current size."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            if size <= offset:
+                return b"", size
+            f.seek(offset)
+            data = f.read(MAX_BATCH_BYTES)
+    except OSError:
+        return b"", 0
+    if not final and len(data) < MAX_BATCH_BYTES:
+        data = data[: data.rfind(b"\n") + 1]
+    return data, size
+
+
+class WorkerDaemon:
+    def __init__(self, settings: WorkerSettings, runtime=None):
+        self.settings = settings
+        self._stop = threading.Event()
+        self._report_now = threading.Event()
+        self.runtime = runtime or self._runtime()
+        self._lock = threading.RLock()
+        self._session: str | None = None
+        self._acked = 0
+        self._sent: dict[str, dict[str, int]] = {}
+        self._failed: dict[str, str] = {}  # attempts that could not start, with why
+        self.hold_s = 10.0
+        self.boot_id = secrets.token_hex(8)
+        self.previous_boot_id = ""
+        self._lockfile = None
+        self.registered = threading.Event()
+
+    def _runtime(self):
+        if self.settings.runtime == "docker":
+            from iris.worker.docker import DockerRuntime
+
+            return DockerRuntime(self.settings, self._report_now.set)
+        return ProcessRuntime(self.settings.work_dir, self.settings.capacity.device, self._report_now.set)
+
+    def _client(self, timeout_s: float) -> ControllerServiceClientSync:
+        return ControllerServiceClientSync(self.settings.controller, timeout_ms=int(timeout_s * 1000))
+
+    def _headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.settings.token}"} if self.settings.token else {}
+
+    # -- life -----------------------------------------------------------------------------------
+
+    def claim_work_dir(self) -> None:
+        """Locks the work dir for this daemon's life and rolls its boot id; cleans up leftovers."""
+        folder = self.settings.work_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        self._lockfile = open(folder / "worker.lock", "w")
+        try:
+            fcntl.flock(self._lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FailedPrecondition(f"another worker daemon uses {folder}; give this one its own --work-dir") from None
+        boot = folder / "boot_id"
+        self.previous_boot_id = boot.read_text().strip() if boot.exists() else ""
+        boot.write_text(self.boot_id)
+        killed = self.runtime.cleanup_leftovers()
+        if killed:
+            log.warning("killed %d attempts left running by this worker's previous life", len(killed))
+
+    def run(self) -> None:
+        """Serves until `stop()` (or SIGTERM/SIGINT when run as the program)."""
+        self.claim_work_dir()
+        reporter = threading.Thread(target=self._report_loop, name="worker-report", daemon=True)
+        reporter.start()
+        try:
+            self._poll_loop()
+        finally:
+            self._stop.set()
+            self._report_now.set()
+            reporter.join(timeout=5)
+            killed = self.runtime.shutdown()
+            if killed and self._session:
+                self._say_lost(killed)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def install_signal_handlers(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.stop())
+
+    # -- registration ---------------------------------------------------------------------------
+
+    def _register(self, client: ControllerServiceClientSync) -> None:
+        s = self.settings
+        held = [r.attempt_id for r in self.runtime.snapshot()]
+        req = pb.RegisterWorkerRequest(
+            backend_id=s.backend,
+            name=s.name,
+            capacity=resources_to_proto(s.capacity),
+            attributes=s.attributes,
+            runtime=s.runtime,
+            boot_id=self.boot_id,
+            previous_boot_id=self.previous_boot_id,
+            attempts=held,
+        )
+        resp = client.register_worker(req, headers=self._headers())
+        with self._lock:
+            for attempt_id in resp.kill:
+                log.warning("the controller gave up on %s: killing it", attempt_id)
+                self.runtime.kill(attempt_id)
+                self._sent.pop(attempt_id, None)
+            for lo in resp.resume:
+                self._sent.setdefault(lo.attempt_id, dict.fromkeys(STREAMS, 0))[lo.stream] = lo.offset
+            self._session, self._acked = resp.session, 0
+            self.hold_s = resp.poll_hold_s or self.hold_s
+        self.previous_boot_id = self.boot_id  # from now on a re-registration is this same life
+        self.registered.set()
+        log.info("worker %s registered with backend %s at %s", s.name, s.backend, s.controller)
+        self._report_now.set()
+
+    def _poll_loop(self) -> None:
+        backoff = Backoff()
+        client = None
+        while not self._stop.is_set():
+            try:
+                client = client or self._client(self.hold_s + 15)
+                if self._session is None:
+                    self._register(client)
+                session, acked = self._session, self._acked
+                req = pb.WorkerPollRequest(
+                    backend_id=self.settings.backend, session=session, acked_seq=acked, wait_ms=int(self.hold_s * 1000)
+                )
+                resp = client.worker_poll(req, headers=self._headers())
+                self._apply(resp, session)
+                backoff.reset()
+            except ConnectError as exc:
+                if exc.code in FATAL:
+                    raise _typed(exc) from None
+                log.info("controller unreachable (%s); retrying", exc.message)
+                client = None
+                backoff.wait(self._stop)
+            except (OSError, TimeoutError) as exc:
+                log.info("controller unreachable (%s); retrying", exc)
+                client = None
+                backoff.wait(self._stop)
+
+    def _apply(self, resp: pb.WorkerPollResponse, session: str | None) -> None:
+        with self._lock:
+            if session != self._session:
+                return  # an answer to a session this daemon has already left
+            if resp.reregister:
+                self._session = None
+                return
+            for cmd in resp.commands:
+                if cmd.seq <= self._acked:
+                    continue
+                self._acked = cmd.seq
+                if cmd.HasField("start"):
+                    self._start(cmd.start)
+                elif cmd.stop:
+                    self.runtime.stop(cmd.stop)
+            for lo in resp.log_offsets:
+                if lo.attempt_id in self._sent:
+                    self._sent[lo.attempt_id][lo.stream] = lo.offset
+            for attempt_id in resp.accepted_exits:
+                self._sent.pop(attempt_id, None)
+                self.runtime.forget(attempt_id)
+
+    def _start(self, launch: pb.AttemptLaunch) -> None:
+        self._sent.setdefault(launch.attempt_id, dict.fromkeys(STREAMS, 0))
+        try:
+            self.runtime.start(launch)
+        except StartFailed as exc:
+            log.warning("cannot start %s: %s", launch.attempt_id, exc)
+            self._failed[launch.attempt_id] = str(exc)
+        self._report_now.set()
+
+    # -- reports --------------------------------------------------------------------------------
+
+    def _report_loop(self) -> None:
+        backoff = Backoff()
+        client = None
+        while not self._stop.is_set():
+            self._report_now.wait(REPORT_INTERVAL_S)
+            self._report_now.clear()
+            try:
+                client = client or self._client(30)
+                while self._report_once(client) and not self._stop.is_set():
+                    pass  # more output waiting than one batch holds
+                backoff.reset()
+            except ConnectError as exc:
+                if exc.code in FATAL:
+                    log.error("the controller refused a report: %s", exc.message)
+                client = None
+                backoff.wait(self._stop)
+            except (OSError, TimeoutError):
+                client = None
+                backoff.wait(self._stop)
+
+    def _gather(self) -> pb.WorkerPollRequest | None:
+        with self._lock:
+            if self._session is None:
+                return None
+            req = pb.WorkerPollRequest(backend_id=self.settings.backend, session=self._session, acked_seq=self._acked)
+            for attempt_id, why in list(self._failed.items()):
+                req.exits.add(attempt_id=attempt_id, exit_code=127, has_exit_code=True, error=why)
+            runs: list[AttemptRun] = self.runtime.snapshot()
+            for run in runs:
+                sent = self._sent.get(run.attempt_id)
+                if sent is None:
+                    continue
+                exited = run.exited
+                complete, sizes = True, {}
+                for stream in STREAMS:
+                    data, size = _read(run.path(stream), sent[stream], exited)
+                    sizes[stream] = size
+                    if data:
+                        req.logs.add(attempt_id=run.attempt_id, stream=stream, offset=sent[stream], data=data)
+                    complete = complete and sent[stream] + len(data) >= size
+                if exited and complete:
+                    req.exits.add(
+                        attempt_id=run.attempt_id,
+                        exit_code=run.exit_code if run.exit_code is not None else 0,
+                        has_exit_code=run.exit_code is not None,
+                        error=run.error,
+                        stdout_size=sizes["stdout"],
+                        stderr_size=sizes["stderr"],
+                    )
+            return req if (req.logs or req.exits) else None
+
+    def _report_once(self, client: ControllerServiceClientSync) -> bool:
+        """Sends one batch of reports; True when more output may be waiting."""
+        req = self._gather()
+        if req is None:
+            return False
+        resp = client.worker_poll(req, headers=self._headers())
+        with self._lock:
+            for attempt_id in resp.accepted_exits:
+                self._failed.pop(attempt_id, None)
+        self._apply(resp, req.session)
+        return any(len(b.data) >= MAX_BATCH_BYTES for b in req.logs)
+
+    def _say_lost(self, attempt_ids: list[str]) -> None:
+        """On a graceful stop: tells the controller at once that these attempts are lost here."""
+        req = pb.WorkerPollRequest(backend_id=self.settings.backend, session=self._session, acked_seq=self._acked)
+        for attempt_id in attempt_ids:
+            req.exits.add(attempt_id=attempt_id, has_exit_code=False, error=f"worker {self.settings.name} was stopped")
+        try:
+            self._client(5).worker_poll(req, headers=self._headers())
+        except (ConnectError, OSError, TimeoutError):
+            pass
+
+
+def _typed(exc: ConnectError) -> IrisError:
+    """The controller's refusal as the typed error the CLI reports (and exits with)."""
+    from iris.core import errors
+
+    by_code = {
+        Code.PERMISSION_DENIED: PermissionDenied,
+        Code.INVALID_ARGUMENT: errors.InvalidArgument,
+        Code.ALREADY_EXISTS: errors.AlreadyExists,
+        Code.UNAUTHENTICATED: errors.Unauthenticated,
+    }
+    return by_code.get(exc.code, errors.Unavailable)(exc.message)

@@ -1,0 +1,100 @@
+"""What a worker daemon advertises and where it keeps its files, with defaults sized to the host.
+
+Parsing lives here rather than in the CLI so the daemon, the tests and the benchmark build the
+same frozen settings from the same strings (`--devices gpu:h100:8`, `--attr zone=us-east5-a`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from iris.core.errors import InvalidArgument
+from iris.core.resources import Device, Resources
+from iris.core.units import parse_size
+
+RUNTIMES = ("process", "docker")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    controller: str
+    backend: str
+    name: str
+    capacity: Resources
+    attributes: dict[str, str] = field(default_factory=dict)
+    work_dir: Path = Path("~/.iris/worker").expanduser()
+    runtime: str = "process"
+    token: str | None = None
+    docker_host: str | None = None  # the Docker daemon's socket (--runtime docker); None: $DOCKER_HOST
+
+
+def parse_devices(text: str) -> Device:
+    """`gpu:h100:8` (kind:variant:count), `gpu:8` (any variant) or `tpu:v5p:8`."""
+    parts = text.strip().lower().split(":")
+    try:
+        if len(parts) == 3 and parts[0] in ("gpu", "tpu"):
+            return Device(parts[0], parts[1], int(parts[2]))
+        if len(parts) == 2 and parts[0] in ("gpu", "tpu"):
+            return Device(parts[0], "", int(parts[1]))
+    except ValueError:
+        pass
+    raise InvalidArgument(f"--devices {text!r} is not understood; use KIND:VARIANT:COUNT, e.g. gpu:h100:8")
+
+
+def parse_attributes(items: tuple[str, ...] | list[str]) -> dict[str, str]:
+    attrs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidArgument(f"--attr {item!r} is not KEY=VALUE, e.g. --attr zone=us-east5-a")
+        attrs[key.strip().lower()] = value.strip().lower()
+    return attrs
+
+
+def device_attributes(device: Device) -> dict[str, str]:
+    """The attributes a worker's devices imply (device-type, device-variant, gpu-count)."""
+    if not device.is_accelerator:
+        return {"device-type": "cpu"}
+    attrs = {"device-type": device.kind, "device-variant": device.variant}
+    if device.kind == "gpu":
+        attrs["gpu-count"] = str(device.count)
+    else:
+        attrs["tpu-topology"] = f"{device.variant}-{device.count}"
+    return attrs
+
+
+def host_settings(
+    controller: str,
+    backend: str,
+    name: str | None = None,
+    cpu: float | None = None,
+    memory: str | None = None,
+    disk: str | None = None,
+    devices: str | None = None,
+    attrs: tuple[str, ...] = (),
+    work_dir: str | None = None,
+    runtime: str = "process",
+    token: str | None = None,
+) -> WorkerSettings:
+    """Settings from command-line strings; what is not given is measured on this host."""
+    import psutil
+
+    if runtime not in RUNTIMES:
+        raise InvalidArgument(f"--runtime {runtime!r} is not known; use one of: {', '.join(RUNTIMES)}")
+    name = name or socket.gethostname().split(".")[0]
+    folder = Path(work_dir).expanduser() if work_dir else Path("~/.iris/worker").expanduser() / name
+    folder.mkdir(parents=True, exist_ok=True)
+    device = parse_devices(devices) if devices else Device()
+    capacity = Resources(
+        cpu=float(cpu) if cpu else float(os.cpu_count() or 1),
+        memory=parse_size(memory) if memory else int(psutil.virtual_memory().total),
+        disk=parse_size(disk) if disk else int(psutil.disk_usage(str(folder)).free),
+        device=device,
+    )
+    if capacity.cpu <= 0:
+        raise InvalidArgument(f"--cpu {cpu} must be more than zero")
+    attributes = {**device_attributes(device), **parse_attributes(attrs)}
+    return WorkerSettings(controller.rstrip("/"), backend, name, capacity, attributes, folder, runtime, token)

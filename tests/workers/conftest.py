@@ -1,0 +1,124 @@
+"""Fixtures for worker daemons: a controller with a `workers` backend, and real `iris worker start`
+processes joining it. Every daemon is stopped by its PID at teardown, and whatever attempts it
+left behind (a SIGKILLed daemon's, by design) are killed through its work dir."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from iris.backends.local.backend import kill_leftover_attempts
+from iris.rpc import controller_pb2 as pb
+from tests.conftest import wait_until
+from tests.controller.helpers import client
+
+GRACE = "2s"
+
+
+def workers_backends(*attrs: dict) -> list[dict]:
+    return [{"id": "pool", "kind": "workers", **({"attributes": attrs[0]} if attrs else {})}]
+
+
+@dataclass
+class WorkerProc:
+    name: str
+    work_dir: Path
+    proc: subprocess.Popen
+    log: Path
+
+    def attempt_pids(self) -> list[int]:
+        """The pids of the attempts this worker runs now (from their pid files)."""
+        pids = []
+        for pid_file in (self.work_dir / "attempts").glob("*/pid"):
+            try:
+                pids.append(int(pid_file.read_text().strip()))
+            except (OSError, ValueError):
+                pass
+        return pids
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+
+class WorkerFactory:
+    def __init__(self, base: Path):
+        self.base = base
+        self.started: list[WorkerProc] = []
+
+    def __call__(self, ctl, name: str, *args: str, backend: str = "pool", env: dict | None = None, wait: bool = True):
+        work_dir = self.base / "workers" / name
+        work_dir.mkdir(parents=True, exist_ok=True)
+        log = self.base / "workers" / f"{name}.log"
+        out = open(log, "ab")
+        cmd = [sys.executable, "-m", "iris.cli.main", "worker", "start", "--controller", ctl.url]
+        cmd += [
+            "--backend",
+            backend,
+            "--name",
+            name,
+            "--work-dir",
+            str(work_dir),
+            "--cpu",
+            "2",
+            "--memory",
+            "4G",
+            *args,
+        ]
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=out,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
+        out.close()
+        worker = WorkerProc(name, work_dir, proc, log)
+        self.started.append(worker)
+        if wait:
+            self.wait_joined(ctl, name)
+        return worker
+
+    def wait_joined(self, ctl, name: str) -> None:
+        c = client(ctl)
+
+        def joined():
+            return any(w.worker_id == name and w.alive for w in c.list_workers(pb.ListWorkersRequest()).workers)
+
+        wait_until(joined, timeout=30, message=f"worker {name} to join")
+
+    def cleanup(self) -> None:
+        for w in self.started:
+            if w.proc.poll() is None:
+                w.signal(signal.SIGCONT)
+                w.proc.terminate()
+                try:
+                    w.proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    w.proc.kill()
+                    w.proc.wait()
+            kill_leftover_attempts(w.work_dir)
+
+
+@pytest.fixture
+def worker_factory(tmp_path):
+    factory = WorkerFactory(tmp_path)
+    try:
+        yield factory
+    finally:
+        factory.cleanup()
+
+
+@pytest.fixture
+def pool(controller_factory):
+    """A controller whose only backend is a workers pool, with a short grace period."""
+    return controller_factory(
+        "pool", backends=workers_backends(), controller={"tick_interval": "1s", "worker_grace_period": GRACE}
+    )
