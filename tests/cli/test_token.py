@@ -133,8 +133,8 @@ def test_token_create_uses_the_configured_signing_key(tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--role", "root"), "'root' is not one of 'user', 'admin', 'dashboard'"),
-        (("--role", "worker"), "'worker' is not one of"),
+        (("--role", "root"), "'root' is not one of 'user', 'admin', 'dashboard', 'worker'"),
+        (("--role", "federation-peer"), "'federation-peer' is not one of"),
         (("--ttl", "soon"), "duration 'soon' is not understood"),
         (("--ttl", "0"), "'0' is not a positive duration"),
         (("--ttl", "-5m"), "--ttl"),

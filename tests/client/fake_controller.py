@@ -297,6 +297,12 @@ class FakeService:
     async def federation_sync(self, request, ctx) -> pb.FederationSyncResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "no federation here")
 
+    async def register_worker(self, request, ctx) -> pb.RegisterWorkerResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, "no worker pools here")
+
+    async def worker_poll(self, request, ctx) -> pb.WorkerPollResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, "no worker pools here")
+
     def stop_all(self) -> None:
         for job in self.jobs.values():
             for proc in job.procs:

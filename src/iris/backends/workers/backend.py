@@ -127,7 +127,15 @@ class WorkersBackend:
     # -- what the scheduler sees -----------------------------------------------------------------
 
     def describe(self) -> BackendDescription:
-        return BackendDescription(self.id, self.kind, dict(self._attributes), None)
+        """The pool's attributes: those it requires, plus those every live worker shares (so a pool
+        of H100 hosts advertises device-variant h100 to peers without saying so in its config)."""
+        with self._lock:
+            live = [w.attributes for w in self._workers.values() if w.alive]
+        shared = dict(live[0]) if live else {}
+        for attrs in live[1:]:
+            shared = {k: v for k, v in shared.items() if attrs.get(k) == v}
+        shared.pop("worker", None)
+        return BackendDescription(self.id, self.kind, {**shared, **self._attributes}, None)
 
     def workers(self) -> tuple[WorkerSnapshot, ...]:
         with self._lock:

@@ -1,0 +1,45 @@
+"""A parent cluster hands a GPU job to a peer whose only backend is a pool of worker daemons."""
+
+from __future__ import annotations
+
+from iris.controller.auth import load_or_create_signing_key, public_key_pem
+from tests.conftest import wait_until
+from tests.controller.helpers import client, logs, pb, user_token, wait_state
+from tests.workers.conftest import GRACE, workers_backends
+
+FAST = {"tick_interval": "1s", "federation_heartbeat_interval": "0.5s", "federation_sync_interval": "0.5s"}
+
+
+def test_workers_pool_peer_takes_a_gpu_job_from_its_parent(controller_factory, worker_factory):
+    parent = controller_factory(
+        "marin", start=False, controller=FAST, backends=[{"id": "cpu", "kind": "local", "capacity": {"cpu": 2}}]
+    )
+    key = public_key_pem(load_or_create_signing_key(None, parent.state_dir))
+    peer = controller_factory(
+        "cw-pool",
+        backends=workers_backends(),
+        controller={**FAST, "worker_grace_period": GRACE},
+        auth={"federation_peers": {"marin": key}},
+    )
+    worker_factory(peer, "gpu-host", "--devices", "gpu:h100:2")
+    parent.rewrite(peers={"cw-pool": {"address": peer.url}})
+    parent.start()
+    c = client(parent, user_token(parent, "alice"))
+
+    def advertised():
+        peers = c.list_peers(pb.ListPeersRequest()).peers
+        return any(b.availability.amounts.get("h100") == 2 for p in peers for b in p.backends)
+
+    wait_until(advertised, timeout=30, message="the peer to advertise its worker's GPUs")
+    job = c.launch_job(
+        pb.LaunchJobRequest(
+            name="train", user="alice", command=["sh", "-c", "echo on $IRIS_CLUSTER gpus=$CUDA_VISIBLE_DEVICES"],
+            resources=pb.Resources(device=pb.Device(kind="gpu", variant="h100", count=2)),
+        )
+    ).job_id  # fmt: skip
+    done = wait_state(c, job, timeout=60)
+    assert done.job.state == "SUCCEEDED", done
+    assert done.job.cluster == "cw-pool"
+    wait_until(lambda: logs(c, job) == ["on cw-pool gpus=0,1"], timeout=30, message="the peer's logs")
+    on_peer = wait_state(client(peer), job)
+    assert on_peer.tasks[0].worker_id == "gpu-host"
