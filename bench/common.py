@@ -272,3 +272,13 @@ def log(message: str, quiet: bool = False) -> None:
     """Progress lines go to stderr so `--json` output on stdout stays one document."""
     if not quiet:
         print(message, file=sys.stderr, flush=True)
+
+
+def python_startup_ms(runs: int = 5) -> float:
+    """The median wall time of a bare `python -c pass` here: the floor under any process a bench starts."""
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run([PYTHON, "-c", "pass"], check=True)
+        times.append((time.perf_counter() - t0) * 1000)
+    return percentile(times, 50)

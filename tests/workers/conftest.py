@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,3 +123,68 @@ def pool(controller_factory):
     return controller_factory(
         "pool", backends=workers_backends(), controller={"tick_interval": "1s", "worker_grace_period": GRACE}
     )
+
+
+@dataclass
+class Docker:
+    host: str  # DOCKER_HOST for clients of this daemon
+    image: str  # a local image with a busybox userland
+
+
+def _docker(host: str, *args: str, input: bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["docker", *args], env={**os.environ, "DOCKER_HOST": host}, capture_output=True, input=input, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="session")
+def dockerd(tmp_path_factory):
+    """A Docker daemon of the tests' own on a private socket, with a busybox image built by import
+    (never pulled); stopped by its PID at the end. Skips, saying why, where Docker cannot start."""
+    import shutil
+    import tarfile
+    import time
+
+    missing = [tool for tool in ("dockerd", "docker", "busybox") if not shutil.which(tool)]
+    if missing:
+        pytest.skip(f"Docker tests need {', '.join(missing)} (apt-get install docker.io busybox-static)")
+    if os.geteuid() != 0:
+        pytest.skip("Docker tests start their own dockerd, which needs root")
+    base = Path(tempfile.mkdtemp(prefix="iris-docker-"))  # short: the socket path has a length limit
+    host = f"unix://{base}/docker.sock"
+    log = open(base / "dockerd.log", "ab")
+    proc = subprocess.Popen(
+        [
+            "dockerd", f"--host={host}", f"--data-root={base}/data", f"--exec-root={base}/exec",
+            f"--pidfile={base}/dockerd.pid", "--iptables=false", "--ip-forward=false", "--ip-masq=false",
+            "--bridge=none",
+        ],
+        stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    log.close()
+    try:
+        deadline = time.monotonic() + 60
+        while _docker(host, "version", timeout=10).returncode != 0:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = (base / "dockerd.log").read_text(errors="replace")[-1500:]
+                pytest.skip(f"dockerd did not start here: {tail}")
+            time.sleep(0.2)
+        rootfs = base / "rootfs.tar"
+        with tarfile.open(rootfs, "w") as tar:
+            tar.add(shutil.which("busybox"), arcname="bin/busybox")
+            for tool in ("sh", "cat", "head", "tr", "sleep", "echo", "true"):
+                link = tarfile.TarInfo(f"bin/{tool}")
+                link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+                tar.addfile(link)
+        made = _docker(host, "import", "-", "local/busybox:1", input=rootfs.read_bytes())
+        assert made.returncode == 0, made.stderr
+        yield Docker(host, "local/busybox:1")
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(base, ignore_errors=True)

@@ -99,3 +99,20 @@ def test_workers_gpu_job_gets_the_workers_devices(pool, worker_factory):
     listed = pool.cli("worker", "list", "-o", "json")
     assert listed.returncode == 0, listed.stderr
     assert '"gpu1"' in listed.stdout and '"zone": "z1"' in listed.stdout
+
+
+def test_workers_restarted_worker_kills_its_leftovers_and_the_task_is_retried(pool, worker_factory):
+    first = worker_factory(pool, "a")
+    c = client(pool)
+    job = launch(c, "reborn", ["sh", "-c", FIRST_ATTEMPT_HANGS])
+    old_pid = wait_until(first.attempt_pids, message="the attempt to start")[0]
+    first.signal(signal.SIGKILL)
+    first.proc.wait()
+    assert pid_alive(old_pid)  # attempts outlive their daemon …
+    worker_factory(pool, "a", wait=False)  # … until it comes back on the same work dir
+    done = wait_state(c, job, timeout=60)
+    assert done.job.state == "SUCCEEDED", done
+    assert not pid_alive(old_pid)
+    attempts = done.tasks[0].attempts
+    assert [(a.state, a.worker_id) for a in attempts] == [("WORKER_FAILED", "a"), ("SUCCEEDED", "a")]
+    assert "worker a" in attempts[0].error  # restarted, or silent past the grace period first

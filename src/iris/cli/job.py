@@ -88,6 +88,9 @@ def job() -> None:
 @click.option("--target-cluster", metavar="PEER", help="Hand the job to this federation peer.")
 @click.option("--coschedule", is_flag=True, help="Start all replicas together or not at all.")
 @click.option(
+    "--image", metavar="IMAGE", help="Run each task in this container image (workers started with --runtime docker)."
+)
+@click.option(
     "-e", "--env", "env", nargs=2, multiple=True, metavar="KEY VALUE", help="Set an env variable. Repeatable."
 )
 @click.option("--job-name", metavar="NAME", help="Short name (/<user>/<NAME>) or full id; generated when omitted.")

@@ -109,6 +109,7 @@ class IrisClient:
         existing_job_policy: str = "error",
         parent: str | None = None,
         workdir: str | None = None,
+        image: str | None = None,
     ) -> pb.LaunchJobRequest:
         """Validates a job's options and returns the LaunchJobRequest that `launch` would send.
 
@@ -117,7 +118,8 @@ class IrisClient:
         their text form (`region=us-east5`, `gpu-count>=4`). `region="any"` opts a child out of its
         parent's region. `parent=None` means the job of the task this runs in (`IRIS_JOB_ID`), if
         any; pass `parent=""` to submit a root job from a task. A `name` starting with '/' is a
-        full job id; without a name the controller generates one.
+        full job id; without a name the controller generates one. `image` runs each task in that
+        container image (on workers started with `--runtime docker`).
         """
         document = self.prepare_json(
             command,
@@ -143,6 +145,7 @@ class IrisClient:
             existing_job_policy=existing_job_policy,
             parent=parent,
             workdir=workdir,
+            image=image,
         )
         return pb.LaunchJobRequest(**document)
 

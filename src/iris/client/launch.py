@@ -99,6 +99,7 @@ def build_launch_request(
     existing_job_policy: str = "error",
     parent: str | None = None,
     workdir: str | None = None,
+    image: str | None = None,
 ) -> dict[str, Any]:
     """Validates the values and returns the LaunchJobRequest as its JSON document (see the module docstring).
 
@@ -170,6 +171,8 @@ def build_launch_request(
         "client_revision_date": iris.REVISION_DATE,
         "workdir": workdir or "",
     }
+    if image:  # absent unless asked, so older controllers accept the request unchanged
+        request["image"] = image.strip()
     if max_retries_preemption is not None:  # absent: the controller's default (100)
         request["max_retries_preemption"] = max_retries_preemption
     return request

@@ -42,6 +42,7 @@ class JobConfig:
     env: Mapping[str, str]
     workdir: str
     coschedule: bool
+    image: str = ""
 
 
 def parse_resources(raw: str) -> Resources:
@@ -87,7 +88,10 @@ class SnapshotLoader:
         if cached is not None and cached[0] == insertion:
             return cached[1]
         row = conn.execute(
-            sql("SELECT command, resources, constraints, env, workdir, coschedule FROM job_config WHERE job_id = :j"),
+            sql(
+                "SELECT command, resources, constraints, env, workdir, coschedule, image FROM job_config"
+                " WHERE job_id = :j"
+            ),
             {"j": job_id},
         ).first()
         config = JobConfig(
@@ -97,6 +101,7 @@ class SnapshotLoader:
             json.loads(row[3]),
             row[4],
             bool(row[5]),
+            row[6],
         )
         check_stored_resources(config.resources)
         self._configs[job_id] = (insertion, config)
@@ -216,4 +221,6 @@ class SnapshotLoader:
         token = self.task_token(owner)
         if token:
             env["IRIS_TOKEN"] = token  # the task acts as its job's owner, e.g. to submit child jobs
-        return LaunchSpec(attempt_id, job_id, index, attempt, worker_id, cfg.command, env, cfg.resources, workdir)
+        return LaunchSpec(
+            attempt_id, job_id, index, attempt, worker_id, cfg.command, env, cfg.resources, workdir, cfg.image
+        )

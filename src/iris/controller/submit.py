@@ -113,6 +113,9 @@ def build_spec(
     check_number("scheduling_timeout_s", req.scheduling_timeout_s, 0, MAX_TIMEOUT_S)
     check_env(req.env)
     check_text("workdir", req.workdir, 4096)
+    check_text("image", req.image, 512)
+    if req.image and (req.image.strip() != req.image or " " in req.image):
+        raise InvalidArgument(f"image {req.image!r} is not an image name; use e.g. local/busybox:1")
     if len(req.workdir_files) > MAX_WORKDIR_FILES:
         raise InvalidArgument(
             f"a job may carry at most {MAX_WORKDIR_FILES} workdir files, got {len(req.workdir_files)};"
@@ -139,6 +142,7 @@ def build_spec(
         scheduling_timeout_s=req.scheduling_timeout_s,
         coschedule=req.coschedule or multi_device,
         workdir=req.workdir,
+        image=req.image,
         parent_job_id=str(name.parent) if name.parent else None,
         depth=name.depth,
         root_job_id=str(name.root_job),

@@ -34,6 +34,7 @@ class JobSpec:
     scheduling_timeout_s: float = 0.0
     coschedule: bool = False
     workdir: str = ""
+    image: str = ""  # a container image, run by workers started with --runtime docker
     parent_job_id: str | None = None
     depth: int = 0
     root_job_id: str = ""

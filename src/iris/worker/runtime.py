@@ -42,7 +42,8 @@ class AttemptRun:
     exit_code: int | None = None
     error: str = ""
     stopping: bool = False
-    handle: object = None  # the runtime's own (a Popen, a container id)
+    handle: object = None  # the runtime's own (a Popen)
+    container: str = ""  # the container's name, when it runs in one
 
     def path(self, stream: str) -> Path:
         return self.folder / stream

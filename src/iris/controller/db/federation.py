@@ -153,6 +153,7 @@ def delivery_request(conn: Connection, job_id: str, requester: str) -> pb.Launch
         max_retries_preemption=cfg["max_retries_preemption"],
         timeout_s=cfg["timeout_s"],
         coschedule=bool(cfg["coschedule"]),
+        image=cfg["image"],
         handoff=pb.HandoffRecord(
             requester_cluster=requester,
             owner_principal=handle["owner_principal"],

@@ -132,8 +132,8 @@ def insert_job(
     conn.execute(
         sql(
             "INSERT INTO job_config (job_id, command, resources, constraints, env, workdir, max_retries_failure,"
-            " max_retries_preemption, timeout_s, coschedule)"
-            " VALUES (:j, :cmd, :res, :cons, :env, :wd, :mrf, :mrp, :to, :co)"
+            " max_retries_preemption, timeout_s, coschedule, image)"
+            " VALUES (:j, :cmd, :res, :cons, :env, :wd, :mrf, :mrp, :to, :co, :img)"
         ),
         {
             "j": spec.job_id,
@@ -158,6 +158,7 @@ def insert_job(
             "mrp": spec.max_retries_preemption,
             "to": spec.timeout_s,
             "co": int(spec.coschedule),
+            "img": spec.image,
         },
     )
     if with_tasks:

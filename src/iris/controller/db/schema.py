@@ -192,6 +192,11 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             ],
         ],
     ),
+    (
+        3,
+        "a job's container image",
+        ["ALTER TABLE job_config ADD COLUMN image TEXT NOT NULL DEFAULT ''"],
+    ),
 ]
 
 

@@ -1,0 +1,131 @@
+"""How a `--runtime docker` worker runs attempts: a job naming an image runs in a container.
+
+The container gets the attempt's cpu and memory as Docker limits (`--cpus`, `--memory`, with swap
+capped at the same value so the limit is real), the worker's assigned GPUs (`/dev/nvidiaN` where
+present, and `CUDA_VISIBLE_DEVICES`), and the host's network (`--network host`: tasks reach the
+controller and each other as processes do). Every container carries the labels `iris.worker` and
+`iris.attempt`, which is how a restarted daemon finds and removes what its previous life left.
+A job without an image runs as a process, exactly as on a process worker.
+
+The container is run by an attached `docker run` client whose output goes straight to the attempt's
+`stdout` and `stderr` files, the same files the process runtime writes, so log shipping from
+acknowledged offsets is identical for both; its exit status is the container's. The Docker CLI is
+used rather than an SDK because the attached client does this redirection itself (an SDK would
+need a log-pumping thread per container); the daemon's socket comes from `DOCKER_HOST`.
+Images are never pulled (`--pull never`): a missing image fails the attempt, naming the image.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from iris.rpc import controller_pb2 as pb
+from iris.worker.runtime import AttemptRun, ProcessRuntime, StartFailed
+from iris.worker.settings import WorkerSettings
+
+LABEL_WORKER = "iris.worker"
+LABEL_ATTEMPT = "iris.attempt"
+OOM_EXIT = 137
+
+
+def container_name(attempt_id: str) -> str:
+    from iris.backends.staging import safe_dirname
+
+    return "iris-" + safe_dirname(attempt_id).lower()
+
+
+class DockerRuntime(ProcessRuntime):
+    name = "docker"
+
+    def __init__(self, settings: WorkerSettings, on_exit: Callable[[], None] = lambda: None):
+        super().__init__(settings.work_dir, settings.capacity.device, on_exit)
+        self.worker = settings.name
+        self.docker = shutil.which("docker") or "docker"
+        self.env = dict(os.environ)
+        if settings.docker_host:
+            self.env["DOCKER_HOST"] = settings.docker_host
+
+    def _docker(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [self.docker, *args], env=self.env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+    def cleanup_leftovers(self) -> list[int]:
+        killed = super().cleanup_leftovers()
+        found = self._docker("ps", "-aq", "--filter", f"label={LABEL_WORKER}={self.worker}")
+        ids = found.stdout.split()
+        if ids:
+            self._docker("rm", "-f", *ids)
+        return killed + [0] * len(ids)
+
+    def _launch(self, run: AttemptRun, launch: pb.AttemptLaunch, env: dict, workdir: str) -> None:
+        if not launch.image:
+            super()._launch(run, launch, env, workdir)
+            return
+        name = container_name(launch.attempt_id)
+        resources = launch.resources
+        argv = [self.docker, "run", "--name", name, "--pull", "never", "--network", "host", "--init"]
+        argv += ["--label", f"{LABEL_WORKER}={self.worker}", "--label", f"{LABEL_ATTEMPT}={launch.attempt_id}"]
+        if resources.cpu > 0:
+            argv += ["--cpus", f"{resources.cpu:g}"]
+        if resources.memory_bytes > 0:
+            argv += ["--memory", str(resources.memory_bytes), "--memory-swap", str(resources.memory_bytes)]
+        for index in run.devices:
+            if Path(f"/dev/nvidia{index}").exists():
+                argv += ["--device", f"/dev/nvidia{index}"]
+        # Values travel in the client's environment (`-e KEY`), never on its command line.
+        passed = {**dict(launch.env), "IRIS_ATTEMPT_ID": launch.attempt_id}
+        if "CUDA_VISIBLE_DEVICES" in env:
+            passed["CUDA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"]
+        for key in passed:
+            argv += ["-e", key]
+        argv += [launch.image, *launch.command]
+        with open(run.path("stdout"), "ab") as out, open(run.path("stderr"), "ab") as err:
+            popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env={**self.env, **passed},
+                start_new_session=True,
+                close_fds=True,
+            )
+        (run.folder / "pid").write_text(f"{popen.pid}\n")
+        run.pid, run.handle = popen.pid, popen
+        run.container = name
+
+    def _wait(self, run: AttemptRun) -> None:
+        container = run.container
+        if not container:
+            super()._wait(run)
+            return
+        code = run.handle.wait()
+        if code < 0:
+            code = 128 - code
+        error = ""
+        state = self._docker("inspect", "-f", "{{.State.OOMKilled}} {{.State.ExitCode}}", container)
+        fields = state.stdout.split()
+        if state.returncode == 0 and len(fields) == 2:
+            if fields[0] == "true":
+                error = "the container was OOM-killed: it used more memory than the job asked for (--memory)"
+                code = OOM_EXIT
+            elif fields[1].lstrip("-").isdigit():
+                code = int(fields[1])
+        elif state.returncode != 0 and "No such image" in (run.path("stderr").read_text(errors="replace")[-2000:]):
+            error = "the job's image is not on this worker (images are never pulled: build or load it here)"
+        self._docker("rm", "-f", container)
+        self._finish(run, code, error)
+
+    def _signal(self, run: AttemptRun, sig: int) -> None:
+        container = run.container
+        if not container:
+            super()._signal(run, sig)
+            return
+        self._docker("kill", "--signal", str(int(sig)), container)
+
+
+__all__ = ["DockerRuntime", "StartFailed"]
