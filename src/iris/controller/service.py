@@ -26,8 +26,8 @@ from iris.controller.db import reads
 from iris.controller.db.database import sql
 from iris.controller.db.jobs import insert_job, require_job, terminate_job
 from iris.controller.submit import build_spec, check_client_freshness, parent_context, resolve_job_id
-from iris.core.constraints import Constraint
 from iris.controller.worker_api import WorkerCalls
+from iris.core.constraints import Constraint
 from iris.core.errors import InvalidArgument, IrisError
 from iris.federation.model import DispositionKind, SubmittedJob
 from iris.rpc import controller_pb2 as pb

@@ -29,6 +29,7 @@ import secrets
 import signal
 import threading
 from pathlib import Path
+from typing import TextIO
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
@@ -93,7 +94,7 @@ class WorkerDaemon:
         self.hold_s = 10.0
         self.boot_id = secrets.token_hex(8)
         self.previous_boot_id = ""
-        self._lockfile = None
+        self._lockfile: TextIO | None = None
         self.registered = threading.Event()
 
     def _runtime(self):
@@ -115,9 +116,9 @@ class WorkerDaemon:
         """Locks the work dir for this daemon's life and rolls its boot id; cleans up leftovers."""
         folder = self.settings.work_dir
         folder.mkdir(parents=True, exist_ok=True)
-        self._lockfile = open(folder / "worker.lock", "w")
+        self._lockfile = lockfile = open(folder / "worker.lock", "w")
         try:
-            fcntl.flock(self._lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise FailedPrecondition(f"another worker daemon uses {folder}; give this one its own --work-dir") from None
         boot = folder / "boot_id"

@@ -103,6 +103,7 @@ class DockerRuntime(ProcessRuntime):
         if not container:
             super()._wait(run)
             return
+        assert run.handle is not None
         code = run.handle.wait()
         if code < 0:
             code = 128 - code

@@ -1,8 +1,10 @@
 """How a worker runs attempts as processes: one process group each, output in files, exits recorded.
 
 Each attempt gets a folder under `<work_dir>/attempts/` with its `stdout` and `stderr` files and the
-`pid` and `exit` files that the local backend's shell wrapper writes, so the layout (and the cleanup
-of a previous life's leftovers, `kill_leftover_attempts`) is the one the local backend uses. Output
+`pid` and `exit` files that the local backend's shell wrapper writes, and is contained the way the
+local backend contains its attempts (its own cgroup where the host allows, else a subreaper), so the
+layout, the stopping of every process an attempt started, and the cleanup of a previous life's
+leftovers (`kill_leftover_attempts`) are the local backend's own functions. Output
 goes to files, not pipes, because the daemon sends it from byte offsets the controller acknowledges:
 a line can be sent again after a controller restart only if it is still on disk.
 
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from iris.backends.local.backend import _WRAPPER, kill_leftover_attempts, shell_argv
+from iris.backends.local.containment import Containment
 from iris.backends.staging import safe_dirname
 from iris.core.resources import Device
 from iris.rpc import controller_pb2 as pb
@@ -42,7 +45,7 @@ class AttemptRun:
     exit_code: int | None = None
     error: str = ""
     stopping: bool = False
-    handle: object = None  # the runtime's own (a Popen)
+    handle: subprocess.Popen | None = None
     container: str = ""  # the container's name, when it runs in one
 
     def path(self, stream: str) -> Path:
@@ -66,6 +69,7 @@ class ProcessRuntime:
         self._on_exit = on_exit
         self._lock = threading.Lock()
         self.attempts: dict[str, AttemptRun] = {}
+        self.containment = Containment(self.root)
 
     # -- lifecycle of the daemon ----------------------------------------------------------------
 
@@ -115,9 +119,10 @@ class ProcessRuntime:
         return run
 
     def _launch(self, run: AttemptRun, launch: pb.AttemptLaunch, env: dict, workdir: str) -> None:
+        cgroup = self.containment.prepare(run.folder.name)
         with open(run.path("stdout"), "ab") as out, open(run.path("stderr"), "ab") as err:
             popen = subprocess.Popen(
-                ["/bin/sh", "-c", _WRAPPER, str(run.folder), *shell_argv(tuple(launch.command))],
+                ["/bin/sh", "-c", _WRAPPER, str(run.folder), cgroup, *shell_argv(tuple(launch.command))],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
@@ -125,10 +130,12 @@ class ProcessRuntime:
                 env=env,
                 start_new_session=True,
                 close_fds=True,
+                preexec_fn=self.containment.preexec(),
             )
         run.pid, run.handle = popen.pid, popen
 
     def _wait(self, run: AttemptRun) -> None:
+        assert run.handle is not None
         code = run.handle.wait()
         if code < 0:
             code = 128 - code  # killed by a signal: report it the way a shell does
@@ -136,6 +143,7 @@ class ProcessRuntime:
             code = int((run.folder / "exit").read_text().strip())
         except (OSError, ValueError):
             pass
+        self.containment.end(run.folder.name, run.attempt_id)  # what it left behind goes with it
         self._finish(run, code, "")
 
     def _finish(self, run: AttemptRun, code: int | None, error: str) -> None:
@@ -156,7 +164,12 @@ class ProcessRuntime:
                 return
             run.stopping = True
         self._signal(run, signal.SIGTERM)
-        timer = threading.Timer(STOP_GRACE_S, lambda: run.exited or self._signal(run, signal.SIGKILL))
+
+        def escalate() -> None:
+            if not run.exited:
+                self._signal(run, signal.SIGKILL)
+
+        timer = threading.Timer(STOP_GRACE_S, escalate)
         timer.daemon = True
         timer.start()
 
@@ -169,17 +182,7 @@ class ProcessRuntime:
         self.forget(attempt_id)
 
     def _signal(self, run: AttemptRun, sig: int) -> None:
-        if run.pid <= 0:
-            return
-        try:
-            os.killpg(run.pid, sig)
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            try:
-                os.kill(run.pid, sig)
-            except OSError:
-                pass
+        self.containment.signal(run.folder.name, run.pid, run.attempt_id, sig)
 
     def forget(self, attempt_id: str) -> None:
         with self._lock:

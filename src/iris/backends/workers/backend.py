@@ -38,6 +38,7 @@ import re
 import secrets
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from iris.backends.protocol import (
@@ -204,11 +205,18 @@ class WorkersBackend:
     # -- events (the tick's thread) -------------------------------------------------------------
 
     def poll(self) -> BackendEvents:
+        """What happened since the last `ack` (the same events again until acknowledged)."""
         with self._lock:
             self._expire(time.monotonic())
-            exits, self._exits = self._exits, []
-            logs, self._logs = self._logs, []
-        return BackendEvents(tuple(exits), tuple(logs))
+            return BackendEvents(tuple(self._exits), tuple(self._logs))
+
+    def ack(self, events: BackendEvents) -> None:
+        with self._lock:
+            del self._logs[: len(events.logs)]
+            del self._exits[: len(events.exits)]
+
+    def discard(self, attempt_ids: Sequence[str]) -> None:
+        """Nothing to delete here: a worker removes an attempt's files once its exit is accepted."""
 
     def _expire(self, now: float) -> None:
         """Declares silent workers dead and gives up adopted attempts nobody came back for."""
@@ -402,7 +410,9 @@ class WorkersBackend:
             resp.accepted_exits.append(ex.attempt_id)
             woke = True
         for attempt_id in sorted(touched):
-            a = self._attempts.get(attempt_id)
-            for stream in STREAMS if a is not None else ():
-                resp.log_offsets.add(attempt_id=attempt_id, stream=stream, offset=a.offsets[stream])
+            holding = self._attempts.get(attempt_id)
+            if holding is None:
+                continue
+            for stream in STREAMS:
+                resp.log_offsets.add(attempt_id=attempt_id, stream=stream, offset=holding.offsets[stream])
         return woke or bool(self._logs)
