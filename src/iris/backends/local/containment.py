@@ -103,10 +103,15 @@ class Containment:
         """Every live process of the attempt, the wrapper `pid` included while it lives."""
         found: set[int] = set()
         if self.base is not None:
+            # The cgroup lists every member, however it left the process group: one small read,
+            # where walking the process tree costs a scan of every process on the host.
             try:
                 found.update(int(p) for p in (self.base / name / "cgroup.procs").read_text().split())
             except (OSError, ValueError):
                 pass
+            if pid > 0:
+                found.add(pid)
+            return found
         if pid > 0:
             try:
                 root = psutil.Process(pid)
@@ -114,8 +119,7 @@ class Containment:
                 found.update(child.pid for child in root.children(recursive=True))
             except psutil.Error:
                 pass
-        if self.base is None:
-            found.update(_marked(attempt_id))
+        found.update(_marked(attempt_id))
         return found
 
     def signal(self, name: str, pid: int, attempt_id: str, sig: int) -> None:
