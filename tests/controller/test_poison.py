@@ -10,6 +10,7 @@ from iris.controller.db.database import Database, sql
 from iris.controller.db.federation import admit_received
 from iris.controller.db.jobs import insert_job
 from iris.controller.snapshot import SnapshotLoader
+from iris.controller.tick import ControlLoop
 from iris.core.job import JobSpec
 from iris.core.resources import Resources
 from iris.rpc import controller_pb2 as pb
@@ -159,4 +160,18 @@ def test_a_readmitted_handoff_is_loaded_with_its_new_command(tmp_path):
     admit("n2", ("echo", "second run"))
     with db.read() as conn:
         assert loader.config(conn, job_id).command == ("echo", "second run")
+    db.close()
+
+
+class _BrokenFederation:
+    def plan(self):
+        raise OverflowError("a queued job's request cannot be placed")
+
+
+def test_a_failing_federation_step_does_not_fail_the_pass_and_is_reported(tmp_path):
+    db = Database(tmp_path / "controller.db")
+    loop = ControlLoop(db, {}, {}, federation=_BrokenFederation())
+    stats = loop.tick_once()  # completes: local placement is not held back by the federation step
+    assert stats.assigned == 0
+    assert loop.plan_error is not None and "cannot be placed" in loop.plan_error
     db.close()

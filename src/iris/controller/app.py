@@ -146,7 +146,7 @@ class Controller:
             self.clock() - self.started_at,
             self.config.controller.tick_stall_timeout,
             tuple(threads),
-            tuple(self.problems()),
+            (*self.problems(), *([self.tick.plan_error] if self.tick.plan_error else [])),
         )
 
     def shutdown(self) -> None:

@@ -71,6 +71,7 @@ class ControlLoop:
         self.last_stats: TickStats | None = None
         self.storage_error: str | None = None  # set while the database cannot be written (a full disk)
         self.last_pass_ok: float | None = None  # time.monotonic() when a pass last completed
+        self.plan_error: str | None = None  # why the last federation step failed (the pass went on)
         self._wake = threading.Event()
         self._done = threading.Condition()
         self._stop = threading.Event()
@@ -178,7 +179,12 @@ class ControlLoop:
         self._reconcile()
         pending, assigned = self._schedule_and_start()
         if self.federation is not None:
-            self.federation.plan()
+            try:
+                self.federation.plan()
+                self.plan_error = None
+            except Exception as exc:  # handoffs wait for the next pass; local placement (done) goes on
+                log.exception("promoting queued jobs onto peers failed; retrying on the next pass")
+                self.plan_error = f"promoting queued jobs onto peers fails: {type(exc).__name__}: {exc}"
         return TickStats((time.perf_counter() - t0) * 1000, pending, assigned, exits)
 
     def _maintain(self) -> None:
