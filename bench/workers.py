@@ -123,9 +123,11 @@ async def _idle_clients(url: str, count: int, window: float, pid: int, from_comm
     stop = asyncio.Event()
     client = ControllerServiceClient(url, timeout_ms=60_000)
     registered = 0
+    polls = 0
+    errors: list[str] = []
 
     async def one(i: int) -> None:
-        nonlocal registered
+        nonlocal registered, polls
         resp = await client.register_worker(
             pb.RegisterWorkerRequest(
                 backend_id="pool", name=f"idle-{i}", boot_id=secrets.token_hex(4), runtime="process",
@@ -135,21 +137,35 @@ async def _idle_clients(url: str, count: int, window: float, pid: int, from_comm
         registered += 1
         while not stop.is_set():
             req = pb.WorkerPollRequest(backend_id="pool", session=resp.session, wait_ms=int(resp.poll_hold_s * 1000))
-            await client.worker_poll(req)
+            try:
+                await client.worker_poll(req)
+                polls += 1
+            except Exception as exc:  # counted and shown: an idle row that silently stopped polling lies
+                if not stop.is_set():
+                    errors.append(f"{type(exc).__name__}: {exc}")
+                    await asyncio.sleep(1)
 
     tasks = [asyncio.create_task(one(i)) for i in range(count)]
     while registered < count:
         await asyncio.sleep(0.1)
     await asyncio.sleep(2)  # past the burst of registrations
-    cpu0, t0 = from_common(pid), time.monotonic()
+    cpu0, t0, polls0 = from_common(pid), time.monotonic(), polls
     await asyncio.sleep(window)
     cpu = from_common(pid) - cpu0
     wall = time.monotonic() - t0
+    polls_in_window = polls - polls0
     stop.set()
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    return {"workers": count, "window_s": wall, "controller_cpu_share_pct": 100 * cpu / wall}
+    return {
+        "workers": count,
+        "window_s": wall,
+        "controller_cpu_share_pct": 100 * cpu / wall,
+        "polls_per_s": polls_in_window / wall,
+        "errors": len(errors),
+        "first_error": errors[0] if errors else "",
+    }
 
 
 def idle_cost(base: Path, count: int, window: float) -> dict:
@@ -199,6 +215,8 @@ def main() -> None:
         f"revision {results['revision']}; load average {results['loadavg_start']:.1f} at the start, "
         f"{results['loadavg_end']:.1f} at the end; a bare `python -c pass` takes {results['python_startup_ms']:.1f} ms"
     )
+    if idle["errors"]:
+        print(f"idle clients: {idle['errors']} errors (first: {idle['first_error']})")
     print_table(
         ["figure", "value", "target"],
         [
@@ -209,6 +227,7 @@ def main() -> None:
                 idle["controller_cpu_share_pct"],
                 "≤ 25",
             ),
+            ("long polls answered per second by those idle workers", idle["polls_per_s"], ""),
             (f"drain {dr['jobs']} tiny jobs over {args.workers} workers (s)", dr["seconds"], ""),
             ("drain rate (jobs/s)", dr["jobs_per_s"], ""),
         ],
