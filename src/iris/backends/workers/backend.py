@@ -119,6 +119,7 @@ class WorkersBackend:
         self._required = {k: str(v).lower() for k, v in config.attributes.items()}
         self._attributes = {**self._required, "pool": config.id}
         self._workers: dict[str, _Worker] = {}
+        self._sessions: dict[str, _Worker] = {}  # a session token → the registration it belongs to
         self._attempts: dict[str, _Attempt] = {}
         self._exits: list[AttemptExit] = []
         self._logs: list[LogChunk] = []
@@ -286,6 +287,9 @@ class WorkersBackend:
                 req.runtime or "process", now, now_ms(),
             )  # fmt: skip
             self._workers[name] = worker
+            if old is not None:
+                self._sessions.pop(old.session, None)
+            self._sessions[worker.session] = worker
             resp = pb.RegisterWorkerResponse(
                 session=worker.session, grace_period_s=self.grace, poll_hold_s=self.hold, worker_id=name
             )
@@ -370,12 +374,12 @@ class WorkersBackend:
         return resp
 
     def _session(self, req: pb.WorkerPollRequest, principal: str, admin: bool) -> _Worker | None:
-        for worker in self._workers.values():  # small: one entry per daemon that ever joined
-            if worker.session == req.session:
-                if worker.principal != principal and not admin:
-                    raise PermissionDenied(f"this session belongs to worker {worker.name}, not to {principal}")
-                return worker if worker.alive else None
-        return None
+        worker = self._sessions.get(req.session)
+        if worker is None:
+            return None
+        if worker.principal != principal and not admin:
+            raise PermissionDenied(f"this session belongs to worker {worker.name}, not to {principal}")
+        return worker if worker.alive else None
 
     def _take_reports(self, worker: _Worker, req: pb.WorkerPollRequest, resp: pb.WorkerPollResponse) -> bool:
         """Accepts the log bytes and exits a worker reports; True when the tick should run now."""
