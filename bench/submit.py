@@ -194,7 +194,7 @@ def iris_cli(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
     # cache of its own under the bench's temp dir; the figure without one is printed beside.
     env = {**os.environ, "IRIS_CONTROLLER": ctl.url, "PYTHONPYCACHEPREFIX": str(ctl.dir / "pycache")}
     no_cache = env.pop("PYTHONDONTWRITEBYTECODE", None) is not None
-    argv = [IRIS_CLI, "job", "run", "--no-wait", "--user", USER, "--", "true"]
+    argv = [IRIS_CLI, "job", "run", "--no-wait", "--no-workspace", "--user", USER, "--", "true"]
 
     def once() -> float:
         t = time.perf_counter()

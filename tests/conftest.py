@@ -95,11 +95,22 @@ class RunningController:
         return self.start()
 
     def cli(
-        self, *args: str, check: bool = False, timeout: float = 60, input: str | None = None
+        self,
+        *args: str,
+        check: bool = False,
+        timeout: float = 60,
+        input: str | None = None,
+        cwd: Path | str | None = None,
     ) -> subprocess.CompletedProcess:
+        """Runs `iris ARGS…` against this controller, from `cwd` (default: an empty folder, the
+        workspace `iris job run` ships)."""
         env = {**os.environ, "IRIS_CONTROLLER": self.url, **self.extra_env}
+        if cwd is None:
+            cwd = self.state_dir.parent / "cwd"
+            cwd.mkdir(parents=True, exist_ok=True)
         return subprocess.run(
             [sys.executable, "-m", "iris.cli.main", *args],
+            cwd=cwd,
             env=env,
             capture_output=True,
             text=True,

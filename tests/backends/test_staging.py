@@ -1,11 +1,23 @@
-"""A job's files are unpacked once into the folder its attempts run in, the same for every kind."""
+"""A job's files are checked and unpacked once per content id, the same for every backend kind."""
 
 from __future__ import annotations
 
 import io
 import zipfile
 
-from iris.backends.staging import Workspace, is_staged, safe_dirname, stage_workspace
+import pytest
+
+from iris.backends.staging import (
+    bundle_folder,
+    check_tree,
+    content_id,
+    inspect_bundle,
+    layers,
+    safe_dirname,
+    unpack_bundle,
+    write_files,
+)
+from iris.core.errors import InvalidArgument
 
 
 def _zip(files: dict[str, bytes]) -> bytes:
@@ -16,20 +28,29 @@ def _zip(files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def test_stage_workspace_unpacks_bundle_then_files_on_top(tmp_path):
-    ws = Workspace("/alice/j", _zip({"a.txt": b"bundle", "pkg/b.py": b"x = 1"}), {"a.txt": b"file", "c/d": b"d"})
-    folder = stage_workspace(ws, tmp_path / "w")
-    assert (folder / "a.txt").read_bytes() == b"file"
+def test_unpack_bundle_once_by_content_id_and_files_layer_on_top(tmp_path):
+    data = _zip({"a.txt": b"bundle", "pkg/b.py": b"x = 1"})
+    cid = content_id(data)
+    folder = unpack_bundle(tmp_path, cid, data)
+    assert folder == bundle_folder(tmp_path, cid)
     assert (folder / "pkg" / "b.py").read_bytes() == b"x = 1"
-    assert (folder / "c" / "d").read_bytes() == b"d"
-    assert is_staged(folder)
+    (folder / "a.txt").write_bytes(b"left alone")
+    assert unpack_bundle(tmp_path, cid, data) == folder  # a second call is a no-op
+    assert (folder / "a.txt").read_bytes() == b"left alone"
+    fid = write_files(tmp_path, {"a.txt": b"file", "c/d": b"d"})
+    assert write_files(tmp_path, {"c/d": b"d", "a.txt": b"file"}) == fid  # order does not matter
+    assert layers(tmp_path, cid, fid) == (str(folder), str(bundle_folder(tmp_path, fid)))
+    assert layers(tmp_path, "", "") == ()
 
 
-def test_stage_workspace_twice_keeps_the_first_copy(tmp_path):
-    folder = stage_workspace(Workspace("/a/j", files={"f": b"1"}), tmp_path / "w")
-    (folder / "f").write_bytes(b"changed by the task")
-    stage_workspace(Workspace("/a/j", files={"f": b"1"}), folder)
-    assert (folder / "f").read_bytes() == b"changed by the task"
+def test_inspect_refuses_unsafe_names_and_a_mismatched_id():
+    for names in (["../x"], ["/x"], ["a", "a/b"], ["a//b"], ["x" * 256], ["a\x01b"]):
+        with pytest.raises(InvalidArgument):
+            check_tree((n, False) for n in names)
+    data = _zip({"ok": b"1"})
+    with pytest.raises(InvalidArgument, match="does not match"):
+        inspect_bundle(data, "sha256:" + "1" * 64)
+    assert inspect_bundle(data).files == 1
 
 
 def test_safe_dirname_is_filesystem_safe_and_unique_per_id():

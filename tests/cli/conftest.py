@@ -29,8 +29,10 @@ class CliResult:
 
 
 @pytest.fixture
-def iris(capsys, monkeypatch, fake_controller):
-    """Runs `iris ARGS…` in this process against the fake controller; returns code, stdout, stderr."""
+def iris(capsys, monkeypatch, fake_controller, tmp_path):
+    """Runs `iris ARGS…` in this process against the fake controller, from an empty folder (the
+    workspace `job run` ships); returns code, stdout, stderr."""
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("IRIS_CONTROLLER", fake_controller.url)
     monkeypatch.delenv("IRIS_JOB_ID", raising=False)
 

@@ -194,4 +194,4 @@ def test_workspace_files_and_bundle_are_unpacked_where_the_job_runs(controller):
 def test_workspace_paths_escaping_the_folder_are_refused(controller):
     c = client(controller)
     code, message = error_code(lambda: launch(c, "evil", ["true"], workdir_files={"../../etc/x": b"x"}))
-    assert code == "invalid_argument" and "relative path" in message
+    assert code == "invalid_argument" and "inside the workspace" in message

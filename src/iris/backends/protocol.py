@@ -55,8 +55,11 @@ class LaunchSpec:
     command: tuple[str, ...]
     env: Mapping[str, str]
     resources: Resources
-    workdir: str = ""
+    workdir: str = ""  # run here (a folder on the host) instead of in a copy of the workspace
     image: str = ""  # a container image (backends with a container runtime)
+    # Folders (unpacked bundle, then workdir files) whose contents, copied in this order, make
+    # the attempt's own working folder; the backend removes the copy when the attempt ends.
+    workspace: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import click
@@ -120,6 +121,13 @@ def job() -> None:
     show_default=True,
     help="What to do when a job of this name exists.",
 )
+@click.option(
+    "--workdir",
+    metavar="DIR",
+    type=click.Path(exists=True, file_okay=False),
+    help="Ship this folder as the job's workspace instead of the current one.",
+)
+@click.option("--no-workspace", is_flag=True, help="Ship no files; tasks start in an empty folder.")
 @click.option("--no-wait", is_flag=True, help="Print the job id and return at once.")
 @click.option("-t", "--timestamps", is_flag=True, help="Prefix each log line with its time.")
 @output_option
@@ -131,6 +139,8 @@ def run(
     env: tuple[tuple[str, str], ...],
     job_name: str | None,
     existing: str,
+    workdir: str | None,
+    no_workspace: bool,
     no_wait: bool,
     timestamps: bool,
     **options: object,
@@ -138,14 +148,22 @@ def run(
     """Submits COMMAND as a job, prints its id, streams its logs and exits with its outcome.
 
     Put the command after `--`: `iris job run --cpu 2 -- python train.py --lr 3e-4`. A single
-    argument containing spaces runs under `sh -c`. Exit code: 0 succeeded, 1 failed or killed,
-    2 rejected or unschedulable, 3 usage or connection error.
+    argument containing spaces runs under `sh -c`. The current folder travels with the job (minus
+    what .gitignore and .irisignore list) and each task runs in a copy of it; a tree the cluster
+    already holds is not sent again. Exit code: 0 succeeded, 1 failed or killed, 2 rejected or
+    unschedulable, 3 usage or connection error.
     """
+    if workdir and no_workspace:
+        raise click.UsageError("--workdir and --no-workspace contradict each other; give one")
     client = obj.client()
     started = time.monotonic()
     # Everything checkable here (sizes, devices, constraints, names) fails before any request: exit 3.
     # The request and its answer travel as Connect JSON, so this path never imports protobuf.
-    request = client.prepare_json(list(command), name=job_name, env=dict(env), existing_job_policy=existing, **options)
+    folder = None if no_workspace else (workdir or os.getcwd())
+    request = client.prepare_json(
+        list(command), name=job_name, env=dict(env), existing_job_policy=existing, workdir=folder, **options
+    )
+    bundle = client.bundle(request.get("bundle_id") or "")
     try:
         reply = client.launch_json(request)
     except (Unavailable, Unauthenticated):
@@ -153,10 +171,21 @@ def run(
     except IrisError as exc:
         # The controller refused the job (duplicate, stale client, bad constraint, …).
         return _fail(obj, exc, EXIT_REJECTED)
-    launched = {field: str(reply.get(json_name, "")) for field, json_name in _LAUNCHED_FIELDS}
+    launched: dict = {field: str(reply.get(json_name, "")) for field, json_name in _LAUNCHED_FIELDS}
     job_id = launched["job_id"]
+    if bundle is not None:
+        uploaded = int(reply.get("uploadedBytes", 0))
+        launched["workspace"] = {
+            "folder": bundle.root,
+            "bundle_id": bundle.content_id,
+            "files": bundle.files,
+            "bytes": bundle.size,
+            "uploaded_bytes": uploaded,
+        }
     if not obj.json:
         click.echo(job_id)
+        if bundle is not None:
+            click.echo(_workspace_line(bundle, uploaded), err=True)
         if launched["disposition"] == "existing":
             click.echo(f"job {job_id} already exists ({launched['state']}); following it", err=True)
         elif launched["message"]:
@@ -167,6 +196,13 @@ def run(
         return EXIT_OK
     replicas = int(options.get("replicas") or 1)  # type: ignore[call-overload]
     return _follow_to_end(obj, job_id, launched, timestamps, replicas, started)
+
+
+def _workspace_line(bundle, uploaded: int) -> str:
+    from iris.client.bundle import human_size
+
+    sent = f"sent {human_size(uploaded)}" if uploaded else "already on the cluster, nothing sent"
+    return f"workspace {bundle.root}: {bundle.files} file(s), {human_size(bundle.size)} ({sent})"
 
 
 def _follow_to_end(

@@ -64,6 +64,7 @@ class IrisClient:
         self._transport = ConnectTransport(
             url or default_url(), token if token is not None else os.environ.get("IRIS_TOKEN"), timeout
         )
+        self._bundles: dict[str, Any] = {}  # content id -> Bundle packed by prepare, until sent
 
     @property
     def url(self) -> str:
@@ -120,6 +121,10 @@ class IrisClient:
         any; pass `parent=""` to submit a root job from a task. A `name` starting with '/' is a
         full job id; without a name the controller generates one. `image` runs each task in that
         container image (on workers started with `--runtime docker`).
+
+        `workdir` is a folder to ship as the job's workspace (its tasks run in a copy of it; what
+        `.gitignore` and `.irisignore` list stays home). Without one, a job submitted from a task
+        runs in its parent's workspace, and any other job in an empty folder.
         """
         document = self.prepare_json(
             command,
@@ -153,8 +158,16 @@ class IrisClient:
         """The LaunchJobRequest `prepare` returns (options as for it), as its JSON document.
 
         The document is Connect JSON (in the message's own field names) and the message's keyword
-        arguments at once; see `iris.client.launch`.
+        arguments at once; see `iris.client.launch`. A `workdir` is packed here and named by its
+        content id only: its bytes travel only if the controller answers that it lacks them.
         """
+        workdir = options.pop("workdir", None)
+        if workdir:
+            from iris.client.bundle import build_bundle
+
+            bundle = build_bundle(workdir)
+            self._bundles[bundle.content_id] = bundle
+            options["bundle_id"] = bundle.content_id
         name = options.get("name")
         if options.get("parent") is None and not (name or "").startswith("/"):
             options["parent"] = os.environ.get("IRIS_JOB_ID") or ""
@@ -171,16 +184,54 @@ class IrisClient:
         return self.launch(command, **options).job_id
 
     def launch_request(self, request: pb.LaunchJobRequest) -> pb.LaunchJobResponse:
-        """Sends a ready-made LaunchJobRequest as is."""
-        return self._transport.call("LaunchJob", request, pb.LaunchJobResponse)
+        """Sends a LaunchJobRequest; a workspace the controller lacks is resent with its bytes."""
+        reply = self._transport.call("LaunchJob", request, pb.LaunchJobResponse)
+        if reply.bundle_missing:
+            full = pb.LaunchJobRequest()
+            full.CopyFrom(request)
+            full.workspace_bundle = self._bundle_bytes(request.bundle_id)
+            reply = self._transport.call("LaunchJob", full, pb.LaunchJobResponse)
+        self._bundles.pop(request.bundle_id, None)
+        return reply
 
     def launch_json(self, request: dict[str, Any]) -> dict[str, Any]:
         """Sends a LaunchJobRequest given as its Connect JSON document (see `prepare_json`).
 
         Returns the LaunchJobResponse's document, e.g. {"jobId": "/alice/train", "state": "PENDING",
         "disposition": "local"}; fields at their default value are absent, as Connect JSON omits them.
+        When the request names a workspace, the client adds "uploadedBytes": how many bytes of it
+        had to be sent (0 when the controller held it already).
         """
-        return self._transport.call_json("LaunchJob", request)
+        reply = self._transport.call_json("LaunchJob", request)
+        bundle_id = request.get("bundle_id") or ""
+        if not bundle_id:
+            return reply
+        uploaded = 0
+        if reply.get("bundleMissing"):
+            import base64
+
+            data = self._bundle_bytes(bundle_id)
+            reply = self._transport.call_json(
+                "LaunchJob", {**request, "workspace_bundle": base64.b64encode(data).decode("ascii")}
+            )
+            uploaded = len(data)
+        self._bundles.pop(bundle_id, None)
+        return {**reply, "uploadedBytes": uploaded}
+
+    def _bundle_bytes(self, bundle_id: str) -> bytes:
+        bundle = self._bundles.get(bundle_id)
+        if bundle is None:
+            from iris.core.errors import FailedPrecondition
+
+            raise FailedPrecondition(
+                f"the controller does not hold workspace {bundle_id} and this client did not pack it;"
+                " pass workdir=FOLDER to submit so it is packed and sent"
+            )
+        return bundle.data
+
+    def bundle(self, bundle_id: str):  # -> iris.client.bundle.Bundle | None
+        """The workspace bundle packed for a prepared request, until that request is sent."""
+        return self._bundles.get(bundle_id)
 
     # -- watching -------------------------------------------------------------------------------
 

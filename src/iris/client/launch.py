@@ -98,8 +98,8 @@ def build_launch_request(
     coschedule: bool = False,
     existing_job_policy: str = "error",
     parent: str | None = None,
-    workdir: str | None = None,
     image: str | None = None,
+    bundle_id: str = "",
 ) -> dict[str, Any]:
     """Validates the values and returns the LaunchJobRequest as its JSON document (see the module docstring).
 
@@ -169,7 +169,7 @@ def build_launch_request(
         "existing_job_policy": policy,
         "parent_job_id": parent,
         "client_revision_date": iris.REVISION_DATE,
-        "workdir": workdir or "",
+        "bundle_id": bundle_id,
     }
     if image:  # absent unless asked, so older controllers accept the request unchanged
         request["image"] = image.strip()

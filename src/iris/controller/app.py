@@ -63,7 +63,7 @@ class Controller:
             config.controller.tick_interval,
             clock=clock,
             federation=self.federation,
-            workspace_root=state / "workspaces",
+            state_dir=state,
             task_token=self.task_token,
         )
         self.retention = LogRetention(self.db, self.backends, config.controller.log_retention, clock=clock)

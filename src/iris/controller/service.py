@@ -13,6 +13,7 @@ import logging
 import os
 import secrets
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from connectrpc.code import Code
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
     from iris.controller.app import Controller
 
 log = logging.getLogger("iris.api")
+
+
+_MISSING = object()  # the request names a bundle this cluster does not hold
 
 
 def _connect_error(exc: IrisError) -> ConnectError:
@@ -97,7 +101,10 @@ class ControllerServiceImpl(WorkerCalls):
         policy = req.existing_job_policy or "error"
         submitter = self.c.submitter(req, identity)
         files = dict(req.workdir_files)
-        workspace.validate_files(req.workspace_bundle, files)
+        received = self._receive_workspace(req, files)
+        if received is _MISSING:
+            return pb.LaunchJobResponse(job_id=str(name), bundle_missing=True)
+        bundle, files_id = received
         with self.c.db.write() as conn:
             parent: dict | None = None
             parent_constraints: tuple[Constraint, ...] = ()
@@ -105,6 +112,9 @@ class ControllerServiceImpl(WorkerCalls):
             if name.parent is not None:
                 parent, parent_constraints, parent_env = parent_context(conn, str(name.parent))
             spec = build_spec(req, parent, parent_constraints, parent_env, owner=submitter.principal)
+            spec = replace(spec, files_id=files_id)
+            if parent is not None and not spec.bundle_id:
+                spec = replace(spec, bundle_id=workspace.job_bundle_id(conn, str(name.parent)))
             disposition = None
             if self.c.federation is not None:
                 disposition = self.c.federation.classify(
@@ -120,7 +130,9 @@ class ControllerServiceImpl(WorkerCalls):
                 created = fed.reject_job(conn, spec, disposition.reason, now, policy)
                 state, kind, peer = "UNSCHEDULABLE", "rejected", ""
             if created and kind != "rejected":
-                workspace.store_files(conn, spec.job_id, req.workspace_bundle, files)
+                if bundle is not None:
+                    workspace.store_bundle(conn, bundle, req.workspace_bundle, now)
+                workspace.store_files(conn, spec.job_id, files)
         if not created:
             return pb.LaunchJobResponse(job_id=spec.job_id, state=state, disposition="existing")
         self.c.tick.wake()
@@ -138,15 +150,42 @@ class ControllerServiceImpl(WorkerCalls):
         name = resolve_job_id(req)
         if not name.is_root:
             raise InvalidArgument(f"only root jobs can be handed off; {name} is a child job")
-        spec = build_spec(req, None, (), {}, owner=handoff.owner_principal or name.user)
         files = dict(req.workdir_files)
-        workspace.validate_files(req.workspace_bundle, files)
+        received = self._receive_workspace(req, files)
+        if received is _MISSING:
+            raise InvalidArgument(f"the handoff names bundle {req.bundle_id} but does not carry its bytes")
+        bundle, files_id = received
+        spec = replace(build_spec(req, None, (), {}, owner=handoff.owner_principal or name.user), files_id=files_id)
         with self.c.db.write() as conn:
-            outcome = fed.admit_received(conn, spec, handoff, req.workspace_bundle, files, self.c.now_ms())
+            now = self.c.now_ms()
+            outcome = fed.admit_received(conn, spec, handoff, files, now)
+            if outcome == "created" and bundle is not None:
+                workspace.store_bundle(conn, bundle, req.workspace_bundle, now)
         self.c.tick.wake()
         return pb.LaunchJobResponse(
             job_id=spec.job_id, state="PENDING", disposition="local" if outcome == "created" else "existing"
         )
+
+    def _receive_workspace(self, req: pb.LaunchJobRequest, files: dict[str, bytes]):
+        """Checks and unpacks the request's workspace before anything is written (on this handler's
+        thread, never the tick's). Returns (the BundleInfo of bytes to store or None, the files' id),
+        or _MISSING when the request names a bundle this cluster does not hold. Sets the request's
+        bundle_id, which build_spec copies into the job.
+        """
+        workspace.validate_files(req.workspace_bundle, files)
+        state = self.c.config.state_path
+        info = None
+        if req.workspace_bundle:
+            info = workspace.inspect_bundle(req.workspace_bundle, req.bundle_id)
+            workspace.unpack_bundle(state, info.content_id, req.workspace_bundle)
+            req.bundle_id = info.content_id
+        elif req.bundle_id:
+            with self.c.db.read() as conn:
+                data = workspace.load_bundle(conn, req.bundle_id)
+            if data is None:
+                return _MISSING
+            workspace.unpack_bundle(state, req.bundle_id, data)
+        return info, workspace.write_files(state, files)
 
     @rpc
     def get_job_status(self, req: pb.GetJobStatusRequest, identity: Identity) -> pb.GetJobStatusResponse:

@@ -21,9 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from iris.backends import staging
 from iris.backends.protocol import LaunchSpec, WorkerSnapshot
-from iris.backends.staging import safe_dirname
-from iris.controller import workspace
 from iris.controller.db.database import Database, sql
 from iris.controller.submit import MAX_BYTES, MAX_CPU, MAX_DEVICES
 from iris.core.bands import Band
@@ -43,6 +42,8 @@ class JobConfig:
     workdir: str
     coschedule: bool
     image: str = ""
+    bundle_id: str = ""
+    files_id: str = ""
 
 
 def parse_resources(raw: str) -> Resources:
@@ -68,11 +69,11 @@ class SnapshotLoader:
     def __init__(
         self,
         db: Database,
-        workspace_root: Path | None = None,
+        state_dir: Path | None = None,
         task_token: Callable[[str], str | None] = lambda owner: None,
     ):
         self.db = db
-        self.workspace_root = workspace_root
+        self.state_dir = state_dir
         self.task_token = task_token
         self._configs: dict[str, tuple[int, JobConfig]] = {}
         # Jobs whose stored config could not be loaded, with why; the tick fails them and drains this.
@@ -89,8 +90,8 @@ class SnapshotLoader:
             return cached[1]
         row = conn.execute(
             sql(
-                "SELECT command, resources, constraints, env, workdir, coschedule, image FROM job_config"
-                " WHERE job_id = :j"
+                "SELECT command, resources, constraints, env, workdir, coschedule, image, bundle_id, workdir_files"
+                " FROM job_config WHERE job_id = :j"
             ),
             {"j": job_id},
         ).first()
@@ -102,6 +103,8 @@ class SnapshotLoader:
             row[4],
             bool(row[5]),
             row[6],
+            row[7],
+            row[8] if row[8].startswith("sha256:") else "",  # '{}': a job from before files ids
         )
         check_stored_resources(config.resources)
         self._configs[job_id] = (insertion, config)
@@ -202,11 +205,8 @@ class SnapshotLoader:
             sql("SELECT replicas, owner, insertion FROM jobs WHERE job_id = :j"), {"j": job_id}
         ).one()
         cfg = self.config(conn, job_id, insertion)
-        workdir = cfg.workdir
-        if self.workspace_root is not None:
-            unpacked = workspace.materialize(conn, job_id, self.workspace_root / safe_dirname(job_id))
-            if unpacked is not None and not workdir:
-                workdir = str(unpacked)
+        # Unpacked at submit, off the tick; the backend copies the layers into the attempt's folder.
+        layers = staging.layers(self.state_dir, cfg.bundle_id, cfg.files_id) if self.state_dir else ()
         env = {
             **base_env,
             **cfg.env,
@@ -222,5 +222,15 @@ class SnapshotLoader:
         if token:
             env["IRIS_TOKEN"] = token  # the task acts as its job's owner, e.g. to submit child jobs
         return LaunchSpec(
-            attempt_id, job_id, index, attempt, worker_id, cfg.command, env, cfg.resources, workdir, cfg.image
+            attempt_id,
+            job_id,
+            index,
+            attempt,
+            worker_id,
+            cfg.command,
+            env,
+            cfg.resources,
+            cfg.workdir,
+            cfg.image,
+            layers,
         )

@@ -143,6 +143,7 @@ def build_spec(
         coschedule=req.coschedule or multi_device,
         workdir=req.workdir,
         image=req.image,
+        bundle_id=req.bundle_id,
         parent_job_id=str(name.parent) if name.parent else None,
         depth=name.depth,
         root_job_id=str(name.root_job),

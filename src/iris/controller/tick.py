@@ -55,7 +55,7 @@ class ControlLoop:
         tick_interval: float = 1.0,
         clock: Callable[[], float] = time.time,
         federation=None,
-        workspace_root: Path | None = None,
+        state_dir: Path | None = None,
         task_token: Callable[[str], str | None] = lambda owner: None,
     ):
         self.db = db
@@ -64,7 +64,7 @@ class ControlLoop:
         self.tick_interval = tick_interval
         self.clock = clock
         self.federation = federation
-        self.loader = SnapshotLoader(db, workspace_root, task_token)
+        self.loader = SnapshotLoader(db, state_dir, task_token)
         self._reasons: dict[str, str] = {}
         self._next_maintenance = 0.0
         self.generation = 0

@@ -1,62 +1,84 @@
-"""A job's workspace: the bundle (a zip of its working directory) and workdir files it carried,
-stored by job in the database and unpacked once into a folder its attempts run in.
+"""Decides whether a request's workspace may be stored, and keeps it: bundles once by content id
+(`sha256:<hex>` of the zip) in the `bundles` table, workdir files per job in `job_files`.
 
-Keeping the bytes in the database, not in a path on the submitter's machine, is what lets a job
-be handed to a peer (the files travel inline) and rerun after a restart.
+The checks of names, sizes and expansion, and the unpacking itself, live in
+`iris.backends.staging`, shared with every host that runs attempts; here the API applies them
+before anything is written, and unpacks in the request's handler thread, never on the control
+tick. Keeping the bytes in the database is what lets a job be handed to a peer (the bundle
+travels inline) and rerun after a restart.
 """
 
 from __future__ import annotations
 
-import io
-import zipfile
-from pathlib import Path, PurePosixPath
-
 from sqlalchemy.engine import Connection
 
-from iris.backends.staging import Workspace, is_staged, stage_workspace
+from iris.backends.staging import (
+    BundleInfo,
+    check_tree,
+    inspect_bundle,
+    unpack_bundle,
+    write_files,
+)
 from iris.controller.db.database import sql
 from iris.core.errors import InvalidArgument
 
-BUNDLE = "__bundle__"
-MAX_WORKSPACE_BYTES = 64 * 1024**2
+BUNDLE = "__bundle__"  # the name older versions stored a job's bundle under in job_files
+MAX_WORKSPACE_BYTES = 64 * 1024**2  # what may travel with one request (bundle + workdir files)
+
+__all__ = ["BundleInfo", "inspect_bundle", "unpack_bundle", "write_files"]
 
 
 def validate_files(bundle: bytes, files: dict[str, bytes]) -> None:
-    """Refuses a workspace that could not be unpacked safely (bad zip, paths escaping the folder)."""
+    """Refuses a request whose workspace (bundle plus workdir files) may not travel or be unpacked."""
     total = len(bundle) + sum(len(v) for v in files.values())
     if total > MAX_WORKSPACE_BYTES:
         raise InvalidArgument(f"the workspace is {total} bytes; at most {MAX_WORKSPACE_BYTES} may travel with a job")
-    names = list(files)
-    if bundle:
-        try:
-            with zipfile.ZipFile(io.BytesIO(bundle)) as zf:
-                names += zf.namelist()
-        except zipfile.BadZipFile:
-            raise InvalidArgument("workspace_bundle must be a zip archive") from None
-    for name in names:
-        path = PurePosixPath(name)
-        if not name or path.is_absolute() or ".." in path.parts or name == BUNDLE:
-            raise InvalidArgument(f"workspace file name {name!r} must be a relative path inside the workspace")
+    check_tree((name, False) for name in files)
+    if any(name == BUNDLE for name in files):
+        raise InvalidArgument(f"workspace file name {BUNDLE!r} is reserved")
 
 
-def store_files(conn: Connection, job_id: str, bundle: bytes, files: dict[str, bytes]) -> None:
+# -- storage --------------------------------------------------------------------------------------
+
+
+def bundle_known(conn: Connection, bundle_id: str) -> bool:
+    row = conn.execute(
+        sql("SELECT 1 FROM bundles WHERE content_id = :c AND data IS NOT NULL"), {"c": bundle_id}
+    ).first()
+    return row is not None
+
+
+def load_bundle(conn: Connection, bundle_id: str) -> bytes | None:
+    row = conn.execute(sql("SELECT data FROM bundles WHERE content_id = :c"), {"c": bundle_id}).first()
+    return None if row is None or row[0] is None else bytes(row[0])
+
+
+def store_bundle(conn: Connection, info: BundleInfo, data: bytes, now_ms: int) -> None:
+    conn.execute(
+        sql(
+            "INSERT INTO bundles (content_id, size, created_ms, data) VALUES (:c, :s, :now, :d)"
+            " ON CONFLICT(content_id) DO UPDATE SET data = excluded.data WHERE bundles.data IS NULL"
+        ),
+        {"c": info.content_id, "s": info.size, "now": now_ms, "d": data},
+    )
+
+
+def store_files(conn: Connection, job_id: str, files: dict[str, bytes]) -> None:
+    conn.execute(sql("DELETE FROM job_files WHERE job_id = :j"), {"j": job_id})
     rows = [{"j": job_id, "n": n, "d": d} for n, d in files.items()]
-    if bundle:
-        rows.append({"j": job_id, "n": BUNDLE, "d": bundle})
     if rows:
         conn.execute(sql("INSERT INTO job_files (job_id, name, data) VALUES (:j, :n, :d)"), rows)
 
 
-def load_workspace(conn: Connection, job_id: str) -> Workspace:
-    """The job's stored files; empty when it carried none."""
+def job_bundle_id(conn: Connection, job_id: str) -> str:
+    """The bundle a job carries ("" for none): a child job without its own runs in its parent's."""
+    row = conn.execute(sql("SELECT bundle_id FROM job_config WHERE job_id = :j"), {"j": job_id}).first()
+    return row[0] if row else ""
+
+
+def job_files(conn: Connection, job_id: str) -> dict[str, bytes]:
     rows = conn.execute(sql("SELECT name, data FROM job_files WHERE job_id = :j"), {"j": job_id}).all()
-    bundle = next((bytes(d) for n, d in rows if n == BUNDLE), b"")
-    return Workspace(job_id, bundle, {n: bytes(d) for n, d in rows if n != BUNDLE})
+    return {name: bytes(data) for name, data in rows if name != BUNDLE}
 
 
-def materialize(conn: Connection, job_id: str, folder: Path) -> Path | None:
-    """Unpacks the job's workspace into `folder` (once); None when the job carried no files."""
-    if is_staged(folder):
-        return folder
-    workspace = load_workspace(conn, job_id)
-    return None if workspace.empty else stage_workspace(workspace, folder)
+# -- unpacked layers ------------------------------------------------------------------------------

@@ -35,6 +35,8 @@ class JobSpec:
     coschedule: bool = False
     workdir: str = ""
     image: str = ""  # a container image, run by workers started with --runtime docker
+    bundle_id: str = ""  # sha256:<hex> of the workspace bundle in the bundles table; "" for none
+    files_id: str = ""  # content id of the job's workdir files (stored in job_files); "" for none
     parent_job_id: str | None = None
     depth: int = 0
     root_job_id: str = ""

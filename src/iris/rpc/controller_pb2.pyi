@@ -56,7 +56,7 @@ class HandoffRecord(_message.Message):
     def __init__(self, requester_cluster: _Optional[str] = ..., owner_principal: _Optional[str] = ..., submitting_user: _Optional[str] = ..., nonce: _Optional[str] = ...) -> None: ...
 
 class LaunchJobRequest(_message.Message):
-    __slots__ = ("name", "user", "command", "resources", "replicas", "priority", "constraints", "env", "max_retries_failure", "max_retries_preemption", "timeout_s", "scheduling_timeout_s", "coschedule", "existing_job_policy", "parent_job_id", "client_revision_date", "workspace_bundle", "workdir_files", "handoff", "workdir", "image")
+    __slots__ = ("name", "user", "command", "resources", "replicas", "priority", "constraints", "env", "max_retries_failure", "max_retries_preemption", "timeout_s", "scheduling_timeout_s", "coschedule", "existing_job_policy", "parent_job_id", "client_revision_date", "workspace_bundle", "workdir_files", "handoff", "workdir", "image", "bundle_id")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -92,6 +92,7 @@ class LaunchJobRequest(_message.Message):
     HANDOFF_FIELD_NUMBER: _ClassVar[int]
     WORKDIR_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
+    BUNDLE_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
     user: str
     command: _containers.RepeatedScalarFieldContainer[str]
@@ -113,21 +114,24 @@ class LaunchJobRequest(_message.Message):
     handoff: HandoffRecord
     workdir: str
     image: str
-    def __init__(self, name: _Optional[str] = ..., user: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., replicas: _Optional[int] = ..., priority: _Optional[str] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., max_retries_failure: _Optional[int] = ..., max_retries_preemption: _Optional[int] = ..., timeout_s: _Optional[float] = ..., scheduling_timeout_s: _Optional[float] = ..., coschedule: _Optional[bool] = ..., existing_job_policy: _Optional[str] = ..., parent_job_id: _Optional[str] = ..., client_revision_date: _Optional[str] = ..., workspace_bundle: _Optional[bytes] = ..., workdir_files: _Optional[_Mapping[str, bytes]] = ..., handoff: _Optional[_Union[HandoffRecord, _Mapping]] = ..., workdir: _Optional[str] = ..., image: _Optional[str] = ...) -> None: ...
+    bundle_id: str
+    def __init__(self, name: _Optional[str] = ..., user: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., replicas: _Optional[int] = ..., priority: _Optional[str] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., max_retries_failure: _Optional[int] = ..., max_retries_preemption: _Optional[int] = ..., timeout_s: _Optional[float] = ..., scheduling_timeout_s: _Optional[float] = ..., coschedule: _Optional[bool] = ..., existing_job_policy: _Optional[str] = ..., parent_job_id: _Optional[str] = ..., client_revision_date: _Optional[str] = ..., workspace_bundle: _Optional[bytes] = ..., workdir_files: _Optional[_Mapping[str, bytes]] = ..., handoff: _Optional[_Union[HandoffRecord, _Mapping]] = ..., workdir: _Optional[str] = ..., image: _Optional[str] = ..., bundle_id: _Optional[str] = ...) -> None: ...
 
 class LaunchJobResponse(_message.Message):
-    __slots__ = ("job_id", "state", "disposition", "peer_id", "message")
+    __slots__ = ("job_id", "state", "disposition", "peer_id", "message", "bundle_missing")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     DISPOSITION_FIELD_NUMBER: _ClassVar[int]
     PEER_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    BUNDLE_MISSING_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     state: str
     disposition: str
     peer_id: str
     message: str
-    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[str] = ..., disposition: _Optional[str] = ..., peer_id: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+    bundle_missing: bool
+    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[str] = ..., disposition: _Optional[str] = ..., peer_id: _Optional[str] = ..., message: _Optional[str] = ..., bundle_missing: _Optional[bool] = ...) -> None: ...
 
 class AttemptStatus(_message.Message):
     __slots__ = ("attempt_id", "attempt", "state", "backend_id", "worker_id", "exit_code", "has_exit_code", "started_ms", "finished_ms", "error", "pid")

@@ -49,11 +49,16 @@ from iris.core.resources import Device, Resources
 
 log = logging.getLogger("iris.backends.local")
 
-# $0 is the attempt folder, $1 the cgroup to join (or ""); the command follows. Only shell builtins,
-# so an attempt costs one extra fork (the command's) and nothing more; each file is one short write.
+# $0 is the attempt folder, $1 the cgroup to join (or ""), $2 the number of workspace layer folders
+# that follow (their contents are copied in order into the attempt's working folder, its cwd: the
+# copy runs in the attempt's process, not on the control tick); the command comes last. Only shell
+# builtins besides `cp`, so an attempt without a workspace costs one extra fork (the command's).
 _WRAPPER = (
     'cg=$1; shift; [ -n "$cg" ] && echo $$ > "$cg/cgroup.procs"; '
-    'echo $$ > "$0/pid"; "$@"; rc=$?; echo $rc > "$0/exit"; exit $rc'
+    'echo $$ > "$0/pid"; n=$1; shift; '
+    'while [ "$n" -gt 0 ] && cp -R "$1/." .; do shift; n=$((n-1)); done; '
+    'if [ "$n" -ne 0 ]; then echo "iris: cannot copy the job\'s workspace into $PWD" >&2; echo 126 > "$0/exit"; exit 126; fi; '
+    '"$@"; rc=$?; echo $rc > "$0/exit"; exit $rc'
 )
 _SHELL_CHARS = re.compile(r"[\s;&|<>$`'\"*?(){}]")
 STOP_GRACE_S = 10.0
@@ -231,12 +236,20 @@ class LocalBackend:
         env["IRIS_ATTEMPT_ID"] = spec.attempt_id
         if devices or (spec.resources.device.kind == "gpu"):
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
-        workdir = spec.workdir or str(folder)
+        # Tasks start in a folder of their own (a copy of the job's workspace, or empty), removed
+        # when the attempt ends; the attempt's own files (pid, exit, logs) stay beside it.
+        workdir = spec.workdir
+        if not workdir:
+            work = folder / "work"
+            work.mkdir(exist_ok=True)
+            workdir = str(work)
+        layers = spec.workspace if not spec.workdir else ()
         cgroup = self.containment.prepare(folder.name)
         try:
             with open(folder / "stdout", "ab") as out, open(folder / "stderr", "ab") as err:
                 popen = subprocess.Popen(
-                    ["/bin/sh", "-c", _WRAPPER, str(folder), cgroup, *shell_argv(spec.command)],
+                    ["/bin/sh", "-c", _WRAPPER, str(folder), cgroup, str(len(layers)), *layers]
+                    + shell_argv(spec.command),
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=err,
@@ -392,6 +405,7 @@ class LocalBackend:
         if record.stop_deadline is None or not self.containment.members(record.name, -1, record.attempt_id):
             self._empty(record)
         self._release_devices(record)
+        shutil.rmtree(record.folder / "work", ignore_errors=True)  # the workspace copy ends with the attempt
         self._pump_wake.set()
 
     # -- output ----------------------------------------------------------------------------------

@@ -161,11 +161,13 @@ def delivery_request(conn: Connection, job_id: str, requester: str) -> pb.Launch
             nonce=handle["nonce"],
         ),
     )
-    for name, data in conn.execute(sql("SELECT name, data FROM job_files WHERE job_id = :j"), {"j": job_id}):
-        if name == workspace.BUNDLE:
-            req.workspace_bundle = data
-        else:
-            req.workdir_files[name] = data
+    # The peer cannot resolve this cluster's content ids: the bundle and files travel inline.
+    bundle_id = workspace.job_bundle_id(conn, job_id)
+    data = workspace.load_bundle(conn, bundle_id) if bundle_id else None
+    if data is not None:
+        req.workspace_bundle, req.bundle_id = data, bundle_id
+    for name, content in workspace.job_files(conn, job_id).items():
+        req.workdir_files[name] = content
     return req
 
 
@@ -262,7 +264,7 @@ def active_counts(conn: Connection) -> dict[str, int]:
 
 
 def admit_received(
-    conn: Connection, spec: JobSpec, handoff: pb.HandoffRecord, bundle: bytes, files: dict[str, bytes], now_ms: int
+    conn: Connection, spec: JobSpec, handoff: pb.HandoffRecord, files: dict[str, bytes], now_ms: int
 ) -> str:
     """Admits a handed-off job under the parent's id. Returns 'created' or 'existing'.
 
@@ -286,7 +288,7 @@ def admit_received(
                 f"job {spec.job_id} is still {existing['state']} here; a new run must wait until it ends"
             )
     insert_job(conn, spec, now_ms, "replace")  # a finished earlier run is replaced, under a new insertion
-    workspace.store_files(conn, spec.job_id, bundle, files)
+    workspace.store_files(conn, spec.job_id, files)
     conn.execute(
         sql(
             "INSERT INTO federated_jobs (job_id, direction, peer_id, owner_principal, submitting_user, handoff_state,"

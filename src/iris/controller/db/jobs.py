@@ -131,9 +131,9 @@ def insert_job(
     r = spec.resources
     conn.execute(
         sql(
-            "INSERT INTO job_config (job_id, command, resources, constraints, env, workdir, max_retries_failure,"
-            " max_retries_preemption, timeout_s, coschedule, image)"
-            " VALUES (:j, :cmd, :res, :cons, :env, :wd, :mrf, :mrp, :to, :co, :img)"
+            "INSERT INTO job_config (job_id, command, resources, constraints, env, workdir, bundle_id,"
+            " workdir_files, max_retries_failure, max_retries_preemption, timeout_s, coschedule, image)"
+            " VALUES (:j, :cmd, :res, :cons, :env, :wd, :b, :f, :mrf, :mrp, :to, :co, :img)"
         ),
         {
             "j": spec.job_id,
@@ -154,6 +154,8 @@ def insert_job(
             "cons": dumps([[c.key, c.op.value, list(c.values), c.preferred] for c in spec.constraints]),
             "env": dumps(dict(spec.env)),
             "wd": spec.workdir,
+            "b": spec.bundle_id,
+            "f": spec.files_id,
             "mrf": spec.max_retries_failure,
             "mrp": spec.max_retries_preemption,
             "to": spec.timeout_s,

@@ -197,6 +197,11 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "a job's container image",
         ["ALTER TABLE job_config ADD COLUMN image TEXT NOT NULL DEFAULT ''"],
     ),
+    (
+        4,
+        "workspace bundles stored once by content id",
+        ["ALTER TABLE bundles ADD COLUMN data BLOB"],
+    ),
 ]
 
 

@@ -1,0 +1,100 @@
+"""`iris job run` ships the current folder as the job's workspace: real CLI processes, a real controller."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+
+def _readme_block(first_line: str, lang: str) -> str:
+    """The fenced `lang` block of the README that starts with `first_line`."""
+    for block in re.findall(rf"```{lang}\n(.*?)```", (ROOT / "README.md").read_text(), re.S):
+        if block.startswith(first_line):
+            return block
+    raise AssertionError(f"no {lang} block starting {first_line!r} in the README")
+
+
+def test_readme_fanout_example_runs_as_written(controller_factory, monkeypatch, tmp_path):
+    # As the README assumes: .venv/bin on PATH (the cluster's too), so `python3` in a task imports iris.
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    controller = controller_factory()
+    driver = _readme_block("# driver.py", "python")
+    console = _readme_block("$ iris job run --job-name fanout", "console")
+    command = console.splitlines()[0].removeprefix("$ iris ").split()
+    shown = console.split("\n$ ")[0].splitlines()[1:]  # the command's own output, up to the next prompt
+    expected = [line for line in shown if line.startswith("/alice/fanout/")]
+    work = tmp_path / "project"
+    work.mkdir()
+    (work / "driver.py").write_text(driver)
+    controller.extra_env["USER"] = "alice"
+    run = controller.cli(*command, cwd=work, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ["/alice/fanout", *expected]
+    assert "/alice/fanout SUCCEEDED" in run.stderr
+
+
+def test_resubmitting_the_same_tree_sends_no_bundle_bytes(controller, tmp_path):
+    work = tmp_path / "code"
+    (work / "pkg").mkdir(parents=True)
+    (work / "pkg" / "task.py").write_text("print('hello from the shipped code')\n")
+    runs = [
+        controller.cli("-o", "json", "job", "run", "--user", "alice", "--", "python3", "pkg/task.py", cwd=work)
+        for _ in range(2)
+    ]
+    docs = [json.loads(r.stdout) for r in runs]
+    for r, doc in zip(runs, docs):
+        assert r.returncode == 0, r.stderr
+        assert [line["text"] for line in doc["logs"]] == ["hello from the shipped code"]
+    assert docs[0]["workspace"]["uploaded_bytes"] > 0
+    assert docs[1]["workspace"]["uploaded_bytes"] == 0
+    assert docs[0]["workspace"]["bundle_id"] == docs[1]["workspace"]["bundle_id"]
+    text = controller.cli("job", "run", "--user", "alice", "--", "true", cwd=work)
+    assert "already on the cluster, nothing sent" in text.stderr
+    count = controller.cli("-o", "json", "query", "SELECT count(*) AS n FROM bundles")
+    assert json.loads(count.stdout)["rows"] == [[1]]
+
+
+def test_gitignore_and_irisignore_stay_home(controller, tmp_path):
+    work = tmp_path / "repo"
+    for name in ("keep.py", "debug.log", "data/big.csv", "sub/keep.txt", "sub/secret.txt", ".git/HEAD"):
+        path = work / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(name)
+    (work / ".gitignore").write_text("*.log\ndata/\n")
+    (work / "sub" / ".irisignore").write_text("secret.txt\n")
+    run = controller.cli("job", "run", "--user", "alice", "--", "find . -type f | sort", cwd=work)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[1:] == ["./.gitignore", "./keep.py", "./sub/.irisignore", "./sub/keep.txt"]
+
+
+def test_workspace_past_the_limit_is_refused_naming_the_biggest_file(controller, tmp_path):
+    work = tmp_path / "heavy"
+    work.mkdir()
+    (work / "train.py").write_text("print(1)\n")
+    with open(work / "checkpoint.bin", "wb") as f:
+        f.truncate(40 * 1024**2)  # sparse: costs no disk
+    run = controller.cli("job", "run", "--user", "alice", "--", "python3", "train.py", cwd=work)
+    assert run.returncode == 3
+    assert "checkpoint.bin (40.0 MB)" in run.stderr and ".irisignore" in run.stderr
+    assert controller.cli("-o", "json", "job", "list").stdout.strip() == '{\n  "jobs": []\n}'
+    (work / ".irisignore").write_text("*.bin\n")
+    ok = controller.cli("job", "run", "--user", "alice", "--", "python3", "train.py", cwd=work)
+    assert ok.returncode == 0 and ok.stdout.splitlines()[1:] == ["1"], ok.stderr
+
+
+def test_workdir_and_no_workspace_override_the_current_folder(controller, tmp_path):
+    here, other = tmp_path / "here", tmp_path / "other"
+    for folder in (here, other):
+        folder.mkdir()
+        (folder / f"in-{folder.name}").write_text("x")
+    shipped = controller.cli("job", "run", "--user", "alice", "--workdir", str(other), "--", "ls", cwd=here)
+    assert shipped.returncode == 0 and shipped.stdout.splitlines()[1:] == ["in-other"], shipped.stderr
+    bare = controller.cli("job", "run", "--user", "alice", "--no-workspace", "--", "ls", cwd=here)
+    assert bare.returncode == 0 and bare.stdout.splitlines()[1:] == [], bare.stderr
+    both = controller.cli("job", "run", "--no-workspace", "--workdir", str(other), "--", "ls", cwd=here)
+    assert both.returncode == 3 and "contradict" in both.stderr
