@@ -149,7 +149,11 @@ def test_json_mode_prints_one_document_per_command(iris):
     assert iris("-o", "json", "job", "explain", "/alice/j").json()["job_id"] == "/alice/j"
     assert iris("-o", "json", "query", "SELECT job_id, state FROM jobs").json()["columns"] == ["job_id", "state"]
     assert iris("-o", "json", "cluster", "status").json()["cluster"]["name"] == "fake"
-    assert iris("-o", "json", "job", "stop", "/alice/j").json() == {"stopped": {"/alice/j": ["/alice/j"]}, "errors": {}}
+    assert iris("-o", "json", "job", "stop", "/alice/j").json() == {
+        "stopped": {"/alice/j": ["/alice/j"]},
+        "already_finished": {},
+        "errors": {},
+    }
 
 
 def test_json_mode_errors_are_a_json_document_too(iris):

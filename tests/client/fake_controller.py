@@ -249,7 +249,7 @@ class FakeService:
         return pb.ListWorkersResponse(workers=[pb.WorkerInfo(worker_id="local-0", backend_id="local", alive=True)])
 
     async def list_peers(self, request, ctx) -> pb.ListPeersResponse:
-        return pb.ListPeersResponse()
+        return pb.ListPeersResponse(peers=[pb.PeerInfo(peer_id="cw", reachable=True)])
 
     async def execute_raw_query(self, request: pb.ExecuteRawQueryRequest, ctx) -> pb.ExecuteRawQueryResponse:
         if not request.sql.strip().lower().startswith("select"):

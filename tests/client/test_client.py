@@ -118,7 +118,7 @@ def test_list_describe_explain_query_and_cluster_calls(client):
     assert list(client.query("SELECT job_id, state FROM jobs").columns) == ["job_id", "state"]
     assert client.cluster_info().name == "fake"
     assert client.backends().backends[0].id == "local"
-    assert client.peers() == []
+    assert [p.peer_id for p in client.peers()] == ["cw"]
     assert client.workers()[0].worker_id == "local-0"
 
 

@@ -46,6 +46,11 @@ class LazyGroup(click.Group):
 @click.option(
     "--controller", metavar="URL", help="Controller URL (default: $IRIS_CONTROLLER, else http://127.0.0.1:10000)."
 )
+@click.option(
+    "--cluster",
+    metavar="NAME",
+    help="A cluster from ~/.iris/clusters.yaml (`iris cluster list`); default: the one `iris cluster use` set.",
+)
 @click.option("--config", "config_path", metavar="FILE", help="A cluster YAML; its public URL is the controller.")
 @click.option(
     "--token",
@@ -62,7 +67,14 @@ class LazyGroup(click.Group):
 )
 @click.version_option(package_name="iris", prog_name="iris")
 @click.pass_context
-def cli(ctx: click.Context, controller: str | None, config_path: str | None, token: str | None, output: str) -> None:
+def cli(
+    ctx: click.Context,
+    controller: str | None,
+    cluster: str | None,
+    config_path: str | None,
+    token: str | None,
+    output: str,
+) -> None:
     """Iris: run jobs on an ML cluster, or on many clusters through one."""
     end_startup()
-    ctx.obj = CliContext(controller=controller, config_path=config_path, output=output, token=token)
+    ctx.obj = CliContext(controller=controller, config_path=config_path, output=output, token=token, cluster=cluster)

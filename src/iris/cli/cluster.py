@@ -11,6 +11,7 @@ import os
 import click
 
 from iris.cli.main import EXIT_FAILED, EXIT_OK, CliContext, output_option
+from iris.core.errors import IrisError
 
 
 def config_options(fn):
@@ -60,9 +61,10 @@ def start(obj: CliContext, config_path: str | None, local: bool, port: int | Non
                 f"cluster {config.name}: serving on {config.url}, state in {config.state_path} (Ctrl-C stops it)",
                 err=True,
             )
-        process.run_foreground(config)
+        process.run_foreground(config, on_ready=lambda: _remember(config, config_path or obj.config_path))
         return EXIT_OK
     pid = process.start_detached(config, argv, timeout=timeout)
+    _remember(config, config_path or obj.config_path)
     doc = {
         "cluster": config.name,
         "url": config.url,
@@ -75,6 +77,118 @@ def start(obj: CliContext, config_path: str | None, local: bool, port: int | Non
     else:
         click.echo(f"cluster {config.name} is up at {config.url} (pid {pid}); log: {doc['log']}")
         click.echo(f"  export IRIS_CONTROLLER={config.url}")
+    return EXIT_OK
+
+
+def _remember(config, config_path: str | None) -> None:
+    """Adds the started cluster to ~/.iris/clusters.yaml, so `iris --cluster NAME` reaches it."""
+    from iris.client.clusters import NamedCluster, remember
+
+    try:
+        remember(NamedCluster(config.name, config.url, os.path.abspath(config_path) if config_path else ""))
+    except (OSError, IrisError) as exc:  # a read-only home must not fail a cluster that is up
+        click.echo(f"warning: could not record cluster {config.name} in the cluster list: {exc}", err=True)
+
+
+@cluster.command("list")
+@output_option
+@click.pass_obj
+def list_clusters(obj: CliContext) -> int:
+    """Lists the named clusters (~/.iris/clusters.yaml), the default one, and which answer now."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from iris.client.clusters import clusters_file, load
+    from iris.controller.process import probe
+
+    named = load()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(lambda c: probe(c.url, timeout=0.5), named.clusters))
+    rows = [
+        {
+            "name": c.name,
+            "url": c.url,
+            "config": c.config,
+            "default": c.name == named.default,
+            "up": answer is not None,
+        }
+        for c, answer in zip(named.clusters, answers)
+    ]
+    if obj.json:
+        obj.emit({"file": clusters_file(), "default": named.default, "clusters": rows})
+        return EXIT_OK
+    if not rows:
+        click.echo(f"no named clusters yet ({clusters_file()}); `iris cluster start` or `iris cluster add` adds one")
+        return EXIT_OK
+    from iris.cli.output import render_table
+
+    click.echo(
+        render_table(
+            ["", "NAME", "URL", "STATUS", "CONFIG"],
+            [
+                ["*" if r["default"] else "", r["name"], r["url"], "up" if r["up"] else "down", r["config"] or "-"]
+                for r in rows
+            ],
+        )
+    )
+    return EXIT_OK
+
+
+@cluster.command("use")
+@click.argument("name")
+@output_option
+@click.pass_obj
+def use_cluster(obj: CliContext, name: str) -> int:
+    """Makes NAME the cluster every command talks to unless told otherwise."""
+    from iris.client.clusters import use
+
+    entry = use(name).get(name)
+    if obj.json:
+        obj.emit({"default": name, "url": entry.url})
+    else:
+        click.echo(f"default cluster is now {name} ({entry.url})")
+    return EXIT_OK
+
+
+@cluster.command("add")
+@click.argument("name")
+@click.option("--url", help="The controller's URL.")
+@click.option("--config", "config_path", metavar="FILE", help="The cluster's YAML config (its URL is used).")
+@output_option
+@click.pass_obj
+def add_cluster(obj: CliContext, name: str, url: str | None, config_path: str | None) -> int:
+    """Adds (or updates) a named cluster: by --url, or by --config for a cluster whose config is here."""
+    from iris.client.clusters import NamedCluster, remember
+
+    if not url and not config_path:
+        raise click.UsageError("give the cluster's --url URL or its --config FILE")
+    if config_path:
+        from iris.core.config import load_config
+
+        url = url or load_config(config_path).url
+        config_path = os.path.abspath(config_path)
+    if not (url.startswith("http://") or url.startswith("https://")):
+        raise click.UsageError(f"--url {url!r} must start with http:// or https://")
+    remember(NamedCluster(name, url.rstrip("/"), config_path or ""))
+    if obj.json:
+        obj.emit({"name": name, "url": url, "config": config_path or ""})
+    else:
+        click.echo(f"added cluster {name} ({url}); use it with `iris --cluster {name} …`")
+    return EXIT_OK
+
+
+@cluster.command("remove")
+@click.argument("name")
+@output_option
+@click.pass_obj
+def remove_cluster(obj: CliContext, name: str) -> int:
+    """Removes a named cluster from the list (the cluster itself is untouched)."""
+    from iris.client.clusters import forget
+
+    forget(name)
+    if obj.json:
+        obj.emit({"removed": name})
+    else:
+        click.echo(f"removed cluster {name} from the list")
     return EXIT_OK
 
 

@@ -7,24 +7,9 @@ import time
 
 import click
 
+from iris.cli.checks import EnvPairsCommand, checked, env_pairs, job_state, resolve_job, size_with_unit
 from iris.cli.main import EXIT_FAILED, EXIT_OK, EXIT_REJECTED, CliContext, output_option
 from iris.core.errors import IrisError, Unauthenticated, Unavailable
-
-
-def _checked(parse):
-    """A click callback that validates a value with a core parser, so the error names the flag."""
-
-    def callback(_ctx: click.Context, param: click.Parameter, value):
-        if value is None or value == ():
-            return value
-        try:
-            for item in value if isinstance(value, tuple) else (value,):
-                parse(item)
-        except IrisError as exc:
-            raise click.BadParameter(exc.message, param=param) from None
-        return value
-
-    return callback
 
 
 def _core(name: str):
@@ -39,11 +24,11 @@ def _core(name: str):
     return parse
 
 
-_SIZE = _checked(_core("iris.core.units.parse_size"))
-_DURATION = _checked(_core("iris.core.units.parse_duration"))
-_GPU = _checked(_core("iris.core.resources.parse_gpu"))
-_TPU = _checked(_core("iris.core.resources.parse_tpu"))
-_CONSTRAINT = _checked(_core("iris.core.constraints.parse_constraint_text"))
+_DURATION = checked(_core("iris.core.units.parse_duration"))
+_GPU = checked(_core("iris.core.resources.parse_gpu"))
+_TPU = checked(_core("iris.core.resources.parse_tpu"))
+_CONSTRAINT = checked(_core("iris.core.constraints.parse_constraint_text"))
+PENDING_REMINDER_S = 30.0  # how often `job run` repeats a pending job's reason when it has not changed
 
 # LaunchJobResponse fields: the name `job run -o json` prints (the proto's) and the Connect JSON name.
 _LAUNCHED_FIELDS = (
@@ -64,12 +49,13 @@ def job() -> None:
 
 @job.command(
     "run",
+    cls=EnvPairsCommand,
     context_settings={"allow_interspersed_args": False},
     short_help="Submit a job, stream its logs, exit with its outcome.",
 )
 @click.option("--cpu", type=float, help="Cores per task (fractional allowed; default 1).")
-@click.option("--memory", metavar="SIZE", callback=_SIZE, help="Memory per task, e.g. 8G, 512M (default 1G).")
-@click.option("--disk", metavar="SIZE", callback=_SIZE, help="Disk per task, e.g. 10G.")
+@click.option("--memory", metavar="SIZE", callback=size_with_unit, help="Memory per task, e.g. 8G, 512M (default 1G).")
+@click.option("--disk", metavar="SIZE", callback=size_with_unit, help="Disk per task, e.g. 10G.")
 @click.option("--gpu", metavar="SPEC", callback=_GPU, help="GPUs per task: H100x8, 8 (any variant) or H100 (one).")
 @click.option("--tpu", metavar="SLICE", callback=_TPU, help="A TPU slice, e.g. v5p-8.")
 @click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True, help="Number of tasks.")
@@ -92,8 +78,14 @@ def job() -> None:
     "--image", metavar="IMAGE", help="Run each task in this container image (workers started with --runtime docker)."
 )
 @click.option(
-    "-e", "--env", "env", nargs=2, multiple=True, metavar="KEY VALUE", help="Set an env variable. Repeatable."
+    "-e",
+    "--env",
+    "env",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Set an env variable: -e KEY=VALUE or -e KEY VALUE. Repeatable.",
 )
+@click.option("--env-file", metavar="FILE", help="Env variables from a file of KEY=VALUE lines (# comments).")
 @click.option("--job-name", metavar="NAME", help="Short name (/<user>/<NAME>) or full id; generated when omitted.")
 @click.option("--user", help="The submitting user (default: the token's user, else $USER).")
 @click.option(
@@ -129,6 +121,7 @@ def job() -> None:
 )
 @click.option("--no-workspace", is_flag=True, help="Ship no files; tasks start in an empty folder.")
 @click.option("--no-wait", is_flag=True, help="Print the job id and return at once.")
+@click.option("--cancel-on-interrupt", is_flag=True, help="Ctrl-C stops the job (by default it only detaches from it).")
 @click.option("-t", "--timestamps", is_flag=True, help="Prefix each log line with its time.")
 @output_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -136,12 +129,14 @@ def job() -> None:
 def run(
     obj: CliContext,
     command: tuple[str, ...],
-    env: tuple[tuple[str, str], ...],
+    env: tuple[str, ...],
+    env_file: str | None,
     job_name: str | None,
     existing: str,
     workdir: str | None,
     no_workspace: bool,
     no_wait: bool,
+    cancel_on_interrupt: bool,
     timestamps: bool,
     **options: object,
 ) -> int:
@@ -150,18 +145,23 @@ def run(
     Put the command after `--`: `iris job run --cpu 2 -- python train.py --lr 3e-4`. A single
     argument containing spaces runs under `sh -c`. The current folder travels with the job (minus
     what .gitignore and .irisignore list) and each task runs in a copy of it; a tree the cluster
-    already holds is not sent again. Exit code: 0 succeeded, 1 failed or killed, 2 rejected or
-    unschedulable, 3 usage or connection error.
+    already holds is not sent again. While the job waits, its pending reason is printed when it
+    changes (and every 30 s). Ctrl-C detaches (the job keeps running); with --cancel-on-interrupt it
+    stops the job. Exit code: 0 succeeded, 1 failed or killed, 2 rejected or unschedulable, 3 usage
+    or connection error.
     """
     if workdir and no_workspace:
         raise click.UsageError("--workdir and --no-workspace contradict each other; give one")
+    env_vars = env_pairs(env, env_file)
     client = obj.client()
+    if options.get("target_cluster"):
+        _check_peer(client, str(options["target_cluster"]))
     started = time.monotonic()
     # Everything checkable here (sizes, devices, constraints, names) fails before any request: exit 3.
     # The request and its answer travel as Connect JSON, so this path never imports protobuf.
     folder = None if no_workspace else (workdir or os.getcwd())
     request = client.prepare_json(
-        list(command), name=job_name, env=dict(env), existing_job_policy=existing, workdir=folder, **options
+        list(command), name=job_name, env=env_vars, existing_job_policy=existing, workdir=folder, **options
     )
     bundle = client.bundle(request.get("bundle_id") or "")
     try:
@@ -195,7 +195,24 @@ def run(
             obj.emit(launched)
         return EXIT_OK
     replicas = int(options.get("replicas") or 1)  # type: ignore[call-overload]
-    return _follow_to_end(obj, job_id, launched, timestamps, replicas, started)
+    return _follow_to_end(obj, job_id, launched, timestamps, replicas, started, cancel_on_interrupt)
+
+
+def _check_peer(client, peer: str) -> None:
+    """--target-cluster must name one of the cluster's peers (asked before anything is submitted)."""
+    peers = [p.peer_id for p in client.peers()]
+    if peer in peers:
+        return
+    if not peers:
+        raise click.BadParameter(
+            f"this cluster has no federation peers, so no job can be handed to {peer!r};"
+            " list peers under `peers:` in its config, or drop --target-cluster",
+            param_hint="--target-cluster",
+        )
+    raise click.BadParameter(
+        f"{peer!r} is not a peer of this cluster; its peers: {', '.join(sorted(peers))}",
+        param_hint="--target-cluster",
+    )
 
 
 def _workspace_line(bundle, uploaded: int) -> str:
@@ -206,12 +223,19 @@ def _workspace_line(bundle, uploaded: int) -> str:
 
 
 def _follow_to_end(
-    obj: CliContext, job_id: str, launched: dict, timestamps: bool, replicas: int, started: float
+    obj: CliContext,
+    job_id: str,
+    launched: dict,
+    timestamps: bool,
+    replicas: int,
+    started: float,
+    cancel_on_interrupt: bool = False,
 ) -> int:
     from iris.cli.output import message_to_dict, write_log_line
 
     client = obj.client()
     lines = []
+    watcher = None if obj.json else _PendingWatcher(client, job_id, launched.get("message", ""))
     try:
         for line in client.follow(job_id):
             if obj.json:
@@ -220,8 +244,15 @@ def _follow_to_end(
                 write_log_line(line, show_task=replicas > 1, timestamps=timestamps)
         status = client.wait(job_id)
     except KeyboardInterrupt:
-        click.echo(f"\ndetached from {job_id}; it keeps running (stop it with `iris job stop {job_id}`)", err=True)
+        if cancel_on_interrupt:
+            client.cancel(job_id, reason="interrupted (Ctrl-C) in iris job run --cancel-on-interrupt")
+            click.echo(f"\nstopped {job_id}", err=True)
+        else:
+            click.echo(f"\ndetached from {job_id}; it keeps running (stop it with `iris job stop {job_id}`)", err=True)
         return 130
+    finally:
+        if watcher is not None:
+            watcher.stop()
     code = STATE_EXIT_CODES.get(status.state, EXIT_FAILED)
     if obj.json:
         obj.emit(
@@ -241,6 +272,51 @@ def _follow_to_end(
     return code
 
 
+class _PendingWatcher:
+    """While a job waits, prints its pending reason to stderr when it changes, and every 30 s.
+
+    It runs beside the log stream (a thread polling the job's status once a second) and ends as
+    soon as the job leaves PENDING, so a job that starts at once costs one status call.
+    """
+
+    def __init__(self, client, job_id: str, shown: str = ""):
+        import threading
+
+        self._client = client
+        self._job_id = job_id
+        self._shown = shown  # `job run` already printed the submit answer's message
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pending-reasons", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        began = last = time.monotonic()
+        while not self._stop.wait(1.0):
+            try:
+                status = self._client.status(self._job_id)
+            except IrisError:
+                continue
+            if status.state != "PENDING":
+                return
+            reason = status.pending_reason or "waiting to be scheduled"
+            now = time.monotonic()
+            if reason != self._shown:
+                self._shown, last = reason, now
+                click.echo(f"pending: {reason}", err=True)
+            elif now - last >= PENDING_REMINDER_S:
+                last = now
+                click.echo(f"still pending after {_duration(now - began)}: {reason}", err=True)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _duration(seconds: float) -> str:
+    from iris.cli.output import format_duration
+
+    return format_duration(seconds)
+
+
 def _fail(obj: CliContext, exc: IrisError, code: int) -> int:
     if obj.json:
         obj.emit({"error": {"code": exc.code, "message": exc.message}})
@@ -249,16 +325,29 @@ def _fail(obj: CliContext, exc: IrisError, code: int) -> int:
 
 
 @job.command("list")
-@click.option("--state", help="Only jobs in this state (PENDING, RUNNING, SUCCEEDED, FAILED, KILLED, UNSCHEDULABLE).")
+@click.option(
+    "--state",
+    callback=job_state,
+    help="Only jobs in this state (PENDING, RUNNING, SUCCEEDED, FAILED, KILLED, UNSCHEDULABLE).",
+)
 @click.option("--prefix", help="Only jobs whose id starts with this, e.g. /alice/.")
 @click.option("--user", help="Only this user's jobs.")
 @click.option("--limit", type=click.IntRange(min=0), default=0, help="At most this many (0: the server's default).")
+@click.option("-w", "--watch", is_flag=True, help="Redraw the list every 2 s until Ctrl-C.")
 @output_option
 @click.pass_obj
-def list_jobs(obj: CliContext, state: str | None, prefix: str | None, user: str | None, limit: int) -> None:
+def list_jobs(
+    obj: CliContext, state: str | None, prefix: str | None, user: str | None, limit: int, watch: bool
+) -> int | None:
     """Lists jobs: JOB, STATE, CLUSTER, TASKS, AGE and why each pending job waits."""
     from iris.cli.output import jobs_table, message_to_dict
 
+    if watch:
+        if obj.json:
+            raise click.UsageError("--watch redraws a table; for scripts, call `iris -o json job list` repeatedly")
+        from iris.cli.job_ops import watch_list
+
+        return watch_list(obj, state, prefix, user, limit)
     jobs = obj.client().list(state=state, prefix=prefix, user=user, limit=limit)
     if obj.json:
         obj.emit({"jobs": [message_to_dict(j) for j in jobs]})
@@ -276,9 +365,10 @@ def list_jobs(obj: CliContext, state: str | None, prefix: str | None, user: str 
 @output_option
 @click.pass_obj
 def describe(obj: CliContext, job_id: str) -> None:
-    """Shows a job, its tasks and their attempts: where they ran, exit codes, times, pending reason."""
+    """Shows a job (an id, or a short name as --job-name takes), its tasks and their attempts."""
     from iris.cli.output import describe_job, message_to_dict
 
+    job_id = resolve_job(obj, job_id)
     resp = obj.client().describe(job_id)
     if obj.json:
         obj.emit(message_to_dict(resp))
@@ -295,9 +385,13 @@ def describe(obj: CliContext, job_id: str) -> None:
 @output_option
 @click.pass_obj
 def logs(obj: CliContext, job_id: str, follow: bool, tail: int, task: int | None, timestamps: bool) -> int:
-    """Prints a job's logs (stdout to stdout, stderr to stderr); -f follows until the job ends."""
+    """Prints a job's logs (stdout to stdout, stderr to stderr); -f follows until the job ends.
+
+    When a task ran more than once, a line marks where each attempt begins.
+    """
     from iris.cli.output import message_to_dict, write_log_line
 
+    job_id = resolve_job(obj, job_id)
     client = obj.client()
     show_task = task is None and client.status(job_id).replicas > 1
     if obj.json:
@@ -309,41 +403,16 @@ def logs(obj: CliContext, job_id: str, follow: bool, tail: int, task: int | None
         return EXIT_OK
     try:
         source = client.follow(job_id, task=task, tail=tail) if follow else client.logs(job_id, task=task, tail=tail)
+        seen: dict[int, int] = {}  # task index -> the attempt its last line came from
         for line in source:
+            previous = seen.get(line.task_index)
+            if previous is not None and line.attempt != previous:
+                click.echo(f"--- task {line.task_index}: attempt {line.attempt} (attempt {previous} ended) ---")
+            seen[line.task_index] = line.attempt
             write_log_line(line, show_task=show_task, timestamps=timestamps)
     except KeyboardInterrupt:
         return 130
     return EXIT_OK
-
-
-@job.command("stop")
-@click.argument("job_ids", metavar="JOB...", nargs=-1, required=True)
-@click.option("--reason", default="", help="Recorded as the reason the job was stopped.")
-@output_option
-@click.pass_obj
-def stop(obj: CliContext, job_ids: tuple[str, ...], reason: str) -> int:
-    """Stops jobs and every job below them."""
-    client = obj.client()
-    stopped: dict[str, list[str]] = {}
-    errors: dict[str, dict[str, str]] = {}
-    for job_id in job_ids:
-        try:
-            resp = client.cancel(job_id, reason=reason or "stopped with iris job stop")
-        except Unavailable:
-            raise
-        except IrisError as exc:
-            errors[job_id] = {"code": exc.code, "message": exc.message}
-            if not obj.json:
-                click.echo(f"error: {exc.message}", err=True)
-            continue
-        stopped[job_id] = list(resp.terminated)
-        if not obj.json:
-            children = [j for j in resp.terminated if j != job_id]
-            more = f" and {len(children)} job(s) below it" if children else ""
-            click.echo(f"stopped {job_id}{more}")
-    if obj.json:
-        obj.emit({"stopped": stopped, "errors": errors})
-    return EXIT_FAILED if errors else EXIT_OK
 
 
 @job.command("explain")
@@ -354,8 +423,12 @@ def explain(obj: CliContext, job_id: str) -> None:
     """Says, per backend and group of identical workers, whether and why a job fits."""
     from iris.cli.output import explain_text, message_to_dict
 
+    job_id = resolve_job(obj, job_id)
     resp = obj.client().explain(job_id)
     if obj.json:
         obj.emit(message_to_dict(resp))
     else:
         click.echo(explain_text(resp))
+
+
+from iris.cli import job_ops  # noqa: E402,F401  (registers stop, wait and history on the group)

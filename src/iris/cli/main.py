@@ -30,7 +30,20 @@ _USAGE_ERRORS = (InvalidArgument, Unavailable, Unauthenticated)
 class CliContext:
     """What every subcommand needs: where the controller is and how to print."""
 
-    def __init__(self, controller: str | None, config_path: str | None, output: str, token: str | None = None):
+    def __init__(
+        self,
+        controller: str | None,
+        config_path: str | None,
+        output: str,
+        token: str | None = None,
+        cluster: str | None = None,
+    ):
+        if cluster:  # a named cluster supplies the URL and config that were not given explicitly
+            from iris.client.clusters import load
+
+            named = load().get(cluster)
+            controller = controller or named.url
+            config_path = config_path or named.config or None
         self.controller = controller
         self.config_path = config_path
         self.output = output
@@ -42,14 +55,20 @@ class CliContext:
         return self.output == "json"
 
     def controller_url(self) -> str | None:
-        """--controller, else the URL of --config's cluster, else IRIS_CONTROLLER (None: the SDK default)."""
+        """--controller (or --cluster's URL), else the URL of --config's cluster, else IRIS_CONTROLLER,
+        else the default named cluster (`iris cluster use`); None: the SDK default."""
         if self.controller:
             return self.controller
         if self.config_path:
             from iris.core.config import load_config
 
             return load_config(self.config_path).url
-        return os.environ.get("IRIS_CONTROLLER") or None
+        if os.environ.get("IRIS_CONTROLLER"):
+            return os.environ["IRIS_CONTROLLER"]
+        from iris.client.clusters import default_cluster
+
+        named = default_cluster()
+        return named.url if named else None
 
     def client(self):  # -> IrisClient (imported lazily)
         if self._client is None:

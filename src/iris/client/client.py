@@ -166,8 +166,9 @@ class IrisClient:
             from iris.client.bundle import build_bundle
 
             bundle = build_bundle(workdir)
-            self._bundles[bundle.content_id] = bundle
-            options["bundle_id"] = bundle.content_id
+            if bundle.files:  # an empty folder ships nothing
+                self._bundles[bundle.content_id] = bundle
+                options["bundle_id"] = bundle.content_id
         name = options.get("name")
         if options.get("parent") is None and not (name or "").startswith("/"):
             options["parent"] = os.environ.get("IRIS_JOB_ID") or ""
@@ -272,6 +273,26 @@ class IrisClient:
         """Jobs, newest first as the controller orders them; `state` and `prefix` filter."""
         request = pb.ListJobsRequest(state=(state or "").upper(), prefix=prefix or "", user=user or "", limit=limit)
         return list(self._transport.call("ListJobs", request, pb.ListJobsResponse).jobs)
+
+    def iter_jobs(
+        self, state: str | None = None, prefix: str | None = None, user: str | None = None
+    ) -> Iterator[pb.JobStatus]:
+        """Every job matching the filters, newest first, fetched a page at a time."""
+        token = ""
+        while True:
+            request = pb.ListJobsRequest(
+                state=(state or "").upper(), prefix=prefix or "", user=user or "", page_token=token
+            )
+            resp = self._transport.call("ListJobs", request, pb.ListJobsResponse)
+            yield from resp.jobs
+            token = resp.next_page_token
+            if not token or not resp.jobs:
+                return
+
+    @property
+    def token(self) -> str | None:
+        """The bearer token this client sends (None: none)."""
+        return self._transport.token
 
     # -- logs -----------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 
 from iris.core.config import ClusterConfig
-from iris.core.errors import FailedPrecondition, Unavailable
+from iris.core.errors import FailedPrecondition, InvalidArgument, Unavailable
 
 
 def pid_path(config: ClusterConfig) -> Path:
@@ -68,6 +68,53 @@ def read_pid(config: ClusterConfig) -> int | None:
     return None if _gone(pid) else pid
 
 
+def port_holder(port: int) -> str | None:
+    """Who listens on TCP `port` on this machine, in words (None when nobody, or it cannot be told)."""
+    import psutil
+
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return None
+    for conn in conns:
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+            if conn.pid is None:
+                return f"another program (its pid is not visible to this user) listens on port {port}"
+            try:
+                proc = psutil.Process(conn.pid)
+                cmdline = " ".join(proc.cmdline()) or proc.name()
+            except psutil.Error:
+                cmdline = "?"
+            return f"pid {conn.pid} ({cmdline[:120]}) listens on port {port}"
+    return None
+
+
+def check_state_dir(config: ClusterConfig) -> None:
+    """Refuses a state directory that cannot be created or written, saying how to fix it."""
+    path = config.state_path
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe_file = path / f".write-test-{os.getpid()}"
+        probe_file.write_text("")
+        probe_file.unlink()
+    except OSError as exc:
+        raise InvalidArgument(
+            f"the state directory {path} cannot be created or written ({exc.strerror or exc});"
+            " point state_dir in the config (or $IRIS_HOME for --local) at a folder you can write"
+        ) from None
+
+
+def _port_error(config: ClusterConfig, answered: dict | None) -> Unavailable:
+    if answered and answered.get("name"):
+        holder = f"another iris controller (cluster {answered['name']}, pid {answered.get('pid', '?')}) answers there"
+    else:
+        holder = port_holder(config.port) or "another program holds it"
+    return Unavailable(
+        f"cluster {config.name} cannot listen on {config.listen}: {holder}; stop that, or choose another"
+        " port (`listen:` in the config, --port with --local)"
+    )
+
+
 def _server_class():
     import uvicorn
 
@@ -91,7 +138,7 @@ def _server_class():
     return Server
 
 
-def run_foreground(config: ClusterConfig) -> None:
+def run_foreground(config: ClusterConfig, on_ready=lambda: None) -> None:
     """Serves the cluster until SIGINT/SIGTERM, then stops its tick and attempts cleanly."""
     import uvicorn
 
@@ -100,7 +147,7 @@ def run_foreground(config: ClusterConfig) -> None:
     _Server = _server_class()
     from iris.controller.server import build_app
 
-    config.state_path.mkdir(parents=True, exist_ok=True)
+    check_state_dir(config)
     lock = open(config.state_path / "controller.lock", "w")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -133,13 +180,28 @@ def run_foreground(config: ClusterConfig) -> None:
         logging.getLogger("iris.controller").info(
             "cluster %s serving on %s (state in %s)", config.name, config.url, config.state_path
         )
+        _call_when_started(server, on_ready)
         server.run()
         if not server.started:
-            raise Unavailable(f"could not listen on {config.listen}: is the port already in use?")
+            raise _port_error(config, probe(config.url, timeout=0.5))
     finally:
         controller.shutdown()
         pid_path(config).unlink(missing_ok=True)
         lock.close()
+
+
+def _call_when_started(server, on_ready) -> None:
+    """Calls `on_ready` once uvicorn has bound its socket (from a helper thread)."""
+    import threading
+
+    def wait() -> None:
+        while not server.should_exit:
+            if server.started:
+                on_ready()
+                return
+            time.sleep(0.05)
+
+    threading.Thread(target=wait, name="on-ready", daemon=True).start()
 
 
 def start_detached(config: ClusterConfig, argv: list[str], timeout: float = 30) -> int:
@@ -147,7 +209,7 @@ def start_detached(config: ClusterConfig, argv: list[str], timeout: float = 30) 
     running = read_pid(config)
     if running and probe(config.url):
         raise FailedPrecondition(f"cluster {config.name} is already running (pid {running}) at {config.url}")
-    config.state_path.mkdir(parents=True, exist_ok=True)
+    check_state_dir(config)
     log = open(log_path(config), "ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "iris.cli.main", "cluster", "start", *argv],
@@ -158,16 +220,37 @@ def start_detached(config: ClusterConfig, argv: list[str], timeout: float = 30) 
         close_fds=True,
     )
     log.close()
+    # Success only once *this* process answers, on this port, with this state dir: something else
+    # answering on the port (another controller, any program) is never taken for it.
     deadline = time.monotonic() + timeout
+    answered = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            if not _can_bind(config):
+                raise _port_error(config, answered or probe(config.url, timeout=0.5))
             tail = log_path(config).read_text(errors="replace").strip().splitlines()[-5:]
             raise Unavailable(f"the controller exited with code {proc.returncode}: " + " | ".join(tail))
-        if probe(config.url, timeout=0.5):
+        answered = probe(config.url, timeout=0.5)
+        if answered and answered.get("pid") == proc.pid:
+            if os.path.realpath(answered.get("stateDir", "")) != os.path.realpath(config.state_path):
+                proc.terminate()
+                raise Unavailable(f"the controller answered with another state directory: {answered.get('stateDir')}")
             return proc.pid
         time.sleep(0.05)
     proc.terminate()
     raise Unavailable(f"the controller did not answer at {config.url} within {timeout:g}s; see {log_path(config)}")
+
+
+def _can_bind(config: ClusterConfig) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((config.host, config.port))
+        except OSError:
+            return False
+    return True
 
 
 def stop(config: ClusterConfig, timeout: float = 15) -> bool:

@@ -141,6 +141,12 @@ def parse_constraint_text(text: str, preferred: bool = False) -> Constraint:
     for sym, op in (("!=", Op.NE), (">=", Op.GE), ("<=", Op.LE), ("=", Op.EQ), (">", Op.GT), ("<", Op.LT)):
         if sym in t:
             key, _, value = t.partition(sym)
+            if value.strip()[:1] in ("=", "!", "<", ">"):
+                raise InvalidArgument(
+                    f"constraint {text!r} has a doubled operator; write {key.strip()}{sym}{value.strip().lstrip('=!<>')}"
+                )
+            if not value.strip():
+                raise InvalidArgument(f"constraint {text!r} has no value after {sym!r}; e.g. {key.strip()}{sym}VALUE")
             return make_constraint(key, op, (value,), preferred)
     raise InvalidArgument(
         f"constraint {text!r} is not understood; use key=value, key!=value, key>=N, 'key in a,b' or 'key exists'"

@@ -54,6 +54,13 @@ _TPU_RE = re.compile(r"^([A-Za-z][A-Za-z0-9]*?)-([0-9]+)$")
 def parse_gpu(value: str) -> Device:
     """Parses `H100x8`, `8` (any variant) or `H100` (one)."""
     text = value.strip()
+    lowered = text.lower()
+    if re.fullmatch(r"x[0-9]+", lowered):
+        raise InvalidArgument(
+            f"--gpu {value!r} has a count but no variant; write {text[1:]} (any variant) or e.g. H100x{text[1:]}"
+        )
+    if re.search(r"x[-+]?[0-9.]*$", lowered) and not re.search(r"[a-z0-9]x[0-9]+$", lowered) and "x" in lowered[1:]:
+        raise InvalidArgument(f"--gpu {value!r}: the count after 'x' must be a whole number of at least 1, e.g. H100x8")
     match = _GPU_RE.match(text)
     if not match:
         raise InvalidArgument(

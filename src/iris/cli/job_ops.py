@@ -1,0 +1,252 @@
+"""`iris job stop|wait|history` and `job list --watch`: acting on many jobs, and watching them end.
+
+Stopping by filter (`--user`, `--state`, `--prefix`) works as `scancel -u` does, with one guard:
+past ten jobs it asks first (or needs `--yes` when nobody is at the terminal), because a filter
+that matches more than meant is the usual way to lose a day of work. `history` is the `sacct`
+summary: counts by state and run time over a window, computed from the jobs the controller lists.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from iris.cli.checks import job_state, resolve_job
+from iris.cli.job import STATE_EXIT_CODES, job
+from iris.cli.main import EXIT_FAILED, EXIT_OK, EXIT_REJECTED, CliContext, output_option
+from iris.core.errors import IrisError, Unavailable
+
+CONFIRM_ABOVE = 10
+LIVE_STATES = ("PENDING", "RUNNING")
+WATCH_INTERVAL_S = 2.0
+
+
+def _matching(obj: CliContext, user: str | None, state: str | None, prefix: str | None) -> list[str]:
+    """Ids of the live jobs the filters match, without those under another matched job (it stops them)."""
+    states = [state] if state else list(LIVE_STATES)
+    ids = sorted({j.job_id for s in states for j in obj.client().iter_jobs(state=s, prefix=prefix, user=user)})
+    roots: list[str] = []
+    for job_id in ids:
+        if not any(job_id.startswith(r + "/") for r in roots):
+            roots.append(job_id)
+    return roots
+
+
+@job.command("stop")
+@click.argument("job_ids", metavar="[JOB]...", nargs=-1)
+@click.option("--user", help="Stop this user's live jobs.")
+@click.option("--state", callback=job_state, help="Only jobs in this state (PENDING or RUNNING).")
+@click.option("--prefix", help="Only jobs whose id starts with this, e.g. /alice/sweep-.")
+@click.option("-y", "--yes", is_flag=True, help=f"Stop more than {CONFIRM_ABOVE} jobs without asking.")
+@click.option("--reason", default="", help="Recorded as the reason the job was stopped.")
+@output_option
+@click.pass_obj
+def stop(
+    obj: CliContext,
+    job_ids: tuple[str, ...],
+    user: str | None,
+    state: str | None,
+    prefix: str | None,
+    yes: bool,
+    reason: str,
+) -> int:
+    """Stops jobs (ids, short names, or every live job the filters match) and every job below them.
+
+    `iris job stop --user alice --state PENDING --prefix /alice/sweep-` stops alice's pending sweep
+    jobs; past ten jobs it asks first (--yes skips the question).
+    """
+    filtered = bool(user or state or prefix)
+    if job_ids and filtered:
+        raise click.UsageError("give job ids or filters (--user, --state, --prefix), not both")
+    if not job_ids and not filtered:
+        raise click.UsageError("say which jobs: JOB... or filters such as --user U --state PENDING --prefix P")
+    if state and state not in LIVE_STATES:
+        raise click.BadParameter(f"{state} jobs have ended already; stop PENDING or RUNNING ones", param_hint="--state")
+    targets = [resolve_job(obj, j) for j in job_ids] if job_ids else _matching(obj, user, state, prefix)
+    if filtered:
+        if not targets:
+            if obj.json:
+                obj.emit({"stopped": {}, "already_finished": {}, "errors": {}})
+            else:
+                click.echo("no live jobs match", err=True)
+            return EXIT_OK
+        if len(targets) > CONFIRM_ABOVE and not yes:
+            if not sys.stdin.isatty():
+                raise click.UsageError(
+                    f"{len(targets)} jobs match; pass --yes to stop more than {CONFIRM_ABOVE} without being asked"
+                )
+            click.confirm(f"stop {len(targets)} jobs (and every job below them)?", abort=True, err=True)
+        if not obj.json:
+            click.echo(f"stopping {len(targets)} job(s)", err=True)
+    return _stop_each(obj, targets, reason or "stopped with iris job stop")
+
+
+def _stop_each(obj: CliContext, targets: list[str], reason: str) -> int:
+    client = obj.client()
+    stopped: dict[str, list[str]] = {}
+    finished: dict[str, str] = {}
+    errors: dict[str, dict[str, str]] = {}
+    for job_id in targets:
+        try:
+            resp = client.cancel(job_id, reason=reason)
+            if not resp.terminated:
+                finished[job_id] = client.status(job_id).state
+        except Unavailable:
+            raise
+        except IrisError as exc:
+            errors[job_id] = {"code": exc.code, "message": exc.message}
+            if not obj.json:
+                click.echo(f"error: {exc.message}", err=True)
+            continue
+        if job_id in finished:
+            if not obj.json:
+                click.echo(f"{job_id} had already finished ({finished[job_id]}); nothing to stop")
+            continue
+        stopped[job_id] = list(resp.terminated)
+        if not obj.json:
+            children = [j for j in resp.terminated if j != job_id]
+            more = f" and {len(children)} job(s) below it" if children else ""
+            click.echo(f"stopped {job_id}{more}")
+    if obj.json:
+        obj.emit({"stopped": stopped, "already_finished": finished, "errors": errors})
+    return EXIT_FAILED if errors else EXIT_OK
+
+
+@job.command("wait")
+@click.argument("job_ids", metavar="JOB...", nargs=-1, required=True)
+@click.option("--timeout", metavar="DURATION", help="Give up after this long (e.g. 30s, 2h); default: no limit.")
+@output_option
+@click.pass_obj
+def wait(obj: CliContext, job_ids: tuple[str, ...], timeout: str | None) -> int:
+    """Waits until every JOB has ended, printing each as it ends.
+
+    Exit code: 0 all succeeded, 1 any failed or was killed (or the wait timed out), 2 any was
+    unschedulable.
+    """
+    from iris.core.units import parse_duration
+
+    try:
+        limit = parse_duration(timeout) if timeout else None
+    except IrisError as exc:
+        raise click.BadParameter(exc.message, param_hint="--timeout") from None
+    client = obj.client()
+    ids = [resolve_job(obj, j) for j in job_ids]
+    for job_id in ids:
+        client.status(job_id)  # an unknown job fails now, not after waiting for the others
+    began = time.monotonic()
+    left = list(dict.fromkeys(ids))
+    final: dict[str, object] = {}
+    delay = 0.05
+    try:
+        while left:
+            for job_id in list(left):
+                status = client.status(job_id)
+                if status.state in STATE_EXIT_CODES:
+                    final[job_id] = status
+                    left.remove(job_id)
+                    if not obj.json:
+                        detail = status.error or (f"exit code {status.exit_code}" if status.has_exit_code else "")
+                        click.echo(f"{job_id} {status.state}" + (f" ({detail})" if detail else ""))
+            if not left:
+                break
+            if limit is not None and time.monotonic() - began > limit:
+                return _timed_out(obj, final, left, timeout or "")
+            time.sleep(delay)
+            delay = min(delay * 1.5, 1.0)
+    except KeyboardInterrupt:
+        return 130
+    codes = [STATE_EXIT_CODES[s.state] for s in final.values()]  # type: ignore[attr-defined]
+    if obj.json:
+        from iris.cli.output import message_to_dict
+
+        obj.emit({"jobs": {j: message_to_dict(s) for j, s in final.items()}})
+    if EXIT_FAILED in codes:
+        return EXIT_FAILED
+    return EXIT_REJECTED if EXIT_REJECTED in codes else EXIT_OK
+
+
+def _timed_out(obj: CliContext, final: dict, left: list[str], timeout: str) -> int:
+    if obj.json:
+        from iris.cli.output import message_to_dict
+
+        obj.emit({"jobs": {j: message_to_dict(s) for j, s in final.items()}, "still_running": left})
+    click.echo(f"error: still not finished after {timeout}: {', '.join(left)}", err=True)
+    return EXIT_FAILED
+
+
+@job.command("history")
+@click.option("--since", default="1d", show_default=True, help="How far back: e.g. 6h, 1d, 7d.")
+@click.option("--user", help="Only this user's jobs.")
+@click.option("--prefix", help="Only jobs whose id starts with this.")
+@output_option
+@click.pass_obj
+def history(obj: CliContext, since: str, user: str | None, prefix: str | None) -> int:
+    """Summarises the jobs submitted in a window (like sacct): how many ended in each state, and run time."""
+    from iris.cli.output import format_duration, render_table
+    from iris.core.units import parse_duration
+
+    try:
+        window = parse_duration(since)
+    except IrisError as exc:
+        raise click.BadParameter(exc.message, param_hint="--since") from None
+    now_ms = int(time.time() * 1000)
+    cutoff = now_ms - int(window * 1000)
+    by_state: dict[str, dict[str, float]] = {}
+    for j in obj.client().iter_jobs(prefix=prefix, user=user):
+        if j.submitted_ms < cutoff:
+            continue
+        row = by_state.setdefault(j.state, {"jobs": 0, "run_s": 0.0, "ran": 0})
+        row["jobs"] += 1
+        if j.started_ms:
+            row["run_s"] += max(0, (j.finished_ms or now_ms) - j.started_ms) / 1000
+            row["ran"] += 1
+    total = sum(int(r["jobs"]) for r in by_state.values())
+    if obj.json:
+        obj.emit(
+            {
+                "since": since,
+                "jobs": total,
+                "states": {
+                    s: {"jobs": int(r["jobs"]), "run_time_s": round(r["run_s"], 3)} for s, r in sorted(by_state.items())
+                },
+            }
+        )
+        return EXIT_OK
+    if not total:
+        click.echo(f"no jobs submitted in the last {since}", err=True)
+        return EXIT_OK
+    rows = [
+        [
+            state,
+            int(r["jobs"]),
+            format_duration(r["run_s"]) if r["ran"] else "-",
+            format_duration(r["run_s"] / r["ran"]) if r["ran"] else "-",
+        ]
+        for state, r in sorted(by_state.items(), key=lambda kv: -kv[1]["jobs"])
+    ]
+    all_run = sum(r["run_s"] for r in by_state.values())
+    rows.append(["TOTAL", total, format_duration(all_run), "-"])
+    click.echo(f"jobs submitted in the last {since}" + (f" by {user}" if user else ""))
+    click.echo(render_table(["STATE", "JOBS", "RUN TIME", "MEAN"], rows))
+    return EXIT_OK
+
+
+def watch_list(obj: CliContext, state: str | None, prefix: str | None, user: str | None, limit: int) -> int:
+    """Redraws `job list` every two seconds until Ctrl-C (like `watch iris job list`)."""
+    from iris.cli.output import jobs_table
+
+    client = obj.client()
+    try:
+        while True:
+            jobs = client.list(state=state, prefix=prefix, user=user, limit=limit)
+            if sys.stdout.isatty():
+                click.clear()
+            click.echo(f"every {WATCH_INTERVAL_S:g}s, {time.strftime('%H:%M:%S')} (Ctrl-C to stop)")
+            click.echo(jobs_table(jobs) if jobs else "no jobs")
+            click.echo("", nl=True)
+            sys.stdout.flush()
+            time.sleep(WATCH_INTERVAL_S)
+    except KeyboardInterrupt:
+        return EXIT_OK

@@ -1,0 +1,133 @@
+"""Named clusters and `cluster start --detach` through real CLI processes and real controllers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import free_port
+
+
+def run_iris(home: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """`iris ARGS…` with its own HOME (so its cluster list) and no $IRIS_CONTROLLER."""
+    env = {k: v for k, v in os.environ.items() if k not in ("IRIS_CONTROLLER", "IRIS_TOKEN")}
+    env["HOME"] = str(home)
+    return subprocess.run(
+        [sys.executable, "-m", "iris.cli.main", *args],
+        env=env,
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_cluster_flag_picks_the_named_controller_and_use_sets_the_default(controller_factory, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    a = controller_factory("alpha")
+    b = controller_factory("beta")
+    assert run_iris(home, "cluster", "add", "alpha", "--url", a.url).returncode == 0
+    assert run_iris(home, "cluster", "add", "beta", "--config", str(b.config_path)).returncode == 0
+    for name in ("alpha", "beta"):
+        status = run_iris(home, "--cluster", name, "-o", "json", "cluster", "status")
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["cluster"]["name"] == name
+    peers = run_iris(home, "--cluster=beta", "rpc", "controller", "list-peers")
+    assert peers.returncode == 0, peers.stderr
+    query = run_iris(home, "--cluster=alpha", "-o", "json", "query", "SELECT 1 AS one")
+    assert query.returncode == 0 and json.loads(query.stdout)["rows"] == [[1]]
+    # No default yet: the SDK default URL, where nothing runs.
+    assert run_iris(home, "cluster", "use", "beta").returncode == 0
+    status = run_iris(home, "-o", "json", "cluster", "status")
+    assert json.loads(status.stdout)["cluster"]["name"] == "beta"
+    listed = json.loads(run_iris(home, "-o", "json", "cluster", "list").stdout)
+    assert listed["default"] == "beta"
+    assert [(c["name"], c["up"]) for c in listed["clusters"]] == [("alpha", True), ("beta", True)]
+    table = run_iris(home, "cluster", "list").stdout.splitlines()
+    assert table[0].split() == ["NAME", "URL", "STATUS", "CONFIG"]
+    assert table[2].split()[:4] == ["*", "beta", b.url, "up"]
+    unknown = run_iris(home, "--cluster", "gamma", "job", "list")
+    assert unknown.returncode == 3 and "alpha, beta" in unknown.stderr
+    # --controller still wins over a named cluster's URL.
+    explicit = run_iris(home, "--controller", a.url, "-o", "json", "cluster", "status")
+    assert json.loads(explicit.stdout)["cluster"]["name"] == "alpha"
+
+
+def _config(tmp_path: Path, name: str, port: int, state_dir: Path) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "listen": f"127.0.0.1:{port}",
+                "state_dir": str(state_dir),
+                "backends": [{"id": "cpu", "kind": "local", "workers": 1, "capacity": {"cpu": 1, "memory": "1G"}}],
+            }
+        )
+    )
+    return path
+
+
+def test_detached_start_on_a_held_port_exits_3_naming_the_holder(controller_factory, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    port = free_port()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import socket,time; s=socket.socket(); s.bind(('127.0.0.1',{port})); s.listen(); print('ready',flush=True); time.sleep(300)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        cfg = _config(tmp_path, "clash", port, tmp_path / "clash-state")
+        started = run_iris(home, "cluster", "start", "--config", str(cfg), "--detach", "--timeout", "20")
+        assert started.returncode == 3, started.stdout + started.stderr
+        assert f"pid {holder.pid}" in started.stderr and f"port {port}" in started.stderr
+        assert "Traceback" not in started.stderr
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    other = controller_factory("owner")
+    other_port = int(other.url.rsplit(":", 1)[1])
+    cfg = _config(tmp_path, "second", other_port, tmp_path / "second-state")
+    started = run_iris(home, "cluster", "start", "--config", str(cfg), "--detach", "--timeout", "20")
+    assert started.returncode == 3, started.stdout + started.stderr
+    assert "another iris controller (cluster owner" in started.stderr
+    assert "second" not in run_iris(home, "cluster", "list").stdout
+
+
+def test_unwritable_state_dir_is_a_clear_error(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    cfg = _config(tmp_path, "nowhere", free_port(), blocker / "state")
+    for args in (["--detach"], []):
+        started = run_iris(home, "cluster", "start", "--config", str(cfg), *args)
+        assert started.returncode == 3, started.stderr
+        assert "cannot be created or written" in started.stderr and "internal error" not in started.stderr
+
+
+def test_detached_start_records_the_cluster_and_stop_by_name(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    cfg = _config(tmp_path, "solo", free_port(), tmp_path / "solo-state")
+    started = run_iris(home, "cluster", "start", "--config", str(cfg), "--detach")
+    try:
+        assert started.returncode == 0, started.stderr
+        listed = json.loads(run_iris(home, "-o", "json", "cluster", "list").stdout)["clusters"]
+        assert [(c["name"], c["up"], c["config"]) for c in listed] == [("solo", True, str(cfg))]
+    finally:
+        stopped = run_iris(home, "--cluster", "solo", "cluster", "stop")
+    assert stopped.returncode == 0 and "stopped cluster solo" in stopped.stdout

@@ -1,0 +1,177 @@
+"""Everyday habits through real CLI processes and a real controller: bad input refused before any
+request, bulk stop, waiting that says why, attempts told apart in logs, history, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from iris.client import IrisClient
+from tests.conftest import wait_until
+
+BAD_INPUTS = [
+    (["job", "run", "--gpu", "x8", "--", "true"], "no variant"),
+    (["job", "run", "--gpu", "H100x-1", "--", "true"], "whole number of at least 1"),
+    (["job", "run", "--constraint", "region==us", "--", "true"], "write region=us"),
+    (["job", "run", "--memory", "512", "--", "true"], "write 512M or 512G"),
+    (["job", "run", "--memory", "0", "--", "true"], "is zero"),
+    (["job", "run", "-e", "KEY", "--", "true"], "-e KEY=VALUE or -e KEY VALUE"),
+    (["job", "run", "-e", "1X=2", "--", "true"], "not an environment variable name"),
+    (["job", "run", "--target-cluster", "cw", "--", "true"], "has no federation peers"),
+    (["job", "list", "--state", "RUNING"], "did you mean RUNNING?"),
+]
+
+
+def _jobs(controller) -> list[dict]:
+    return json.loads(controller.cli("-o", "json", "job", "list").stdout)["jobs"]
+
+
+@pytest.mark.parametrize(("args", "fix"), BAD_INPUTS, ids=[" ".join(a[1:4]) for a, _ in BAD_INPUTS])
+def test_bad_input_exits_3_with_the_fix_and_writes_nothing(controller, args, fix):
+    result = controller.cli(*args)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert fix in result.stderr and "Traceback" not in result.stderr
+    assert _jobs(controller) == []
+
+
+def test_env_spellings_and_env_file_all_reach_the_job(controller, tmp_path):
+    env_file = tmp_path / "job.env"
+    env_file.write_text("# settings\nC=from-file\nexport D='quoted'\n")
+    run = controller.cli(
+        "job",
+        "run",
+        "--user",
+        "alice",
+        "-e",
+        "A=one",
+        "-e",
+        "B",
+        "two words",
+        "--env-file",
+        str(env_file),
+        "--",
+        'echo "$A|$B|$C|$D"',
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[1:] == ["one|two words|from-file|quoted"]
+
+
+def test_short_names_resolve_and_stopping_a_finished_job_says_so(controller):
+    controller.extra_env["USER"] = "alice"
+    assert controller.cli("job", "run", "--job-name", "fin", "--", "true").returncode == 0
+    described = controller.cli("-o", "json", "job", "describe", "fin")
+    assert described.returncode == 0 and json.loads(described.stdout)["job"]["job_id"] == "/alice/fin"
+    stop = controller.cli("job", "stop", "fin")
+    assert stop.returncode == 0
+    assert "/alice/fin had already finished (SUCCEEDED)" in stop.stdout
+
+
+def test_bulk_stop_counts_and_asks_past_ten(controller):
+    with IrisClient(controller.url, token="") as c:
+        sweep = [c.submit("sleep 300", name=f"sweep-{i}", user="alice", cpu=0.1, parent="") for i in range(12)]
+        other = c.submit("sleep 300", name="keep", user="alice", cpu=0.1, parent="")
+    refused = controller.cli("job", "stop", "--user", "alice", "--prefix", "/alice/sweep-")
+    assert refused.returncode == 3 and "12 jobs match; pass --yes" in refused.stderr
+    assert {j["state"] for j in _jobs(controller)} <= {"PENDING", "RUNNING"}
+    done = controller.cli("job", "stop", "--user", "alice", "--prefix", "/alice/sweep-", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert "stopping 12 job(s)" in done.stderr and len(done.stdout.splitlines()) == 12
+    states = {j["job_id"]: j["state"] for j in _jobs(controller)}
+    assert all(states[j] == "KILLED" for j in sweep) and states[other] != "KILLED"
+    none = controller.cli("job", "stop", "--prefix", "/alice/sweep-")
+    assert none.returncode == 0 and "no live jobs match" in none.stderr
+    controller.cli("job", "stop", other)
+
+
+def test_logs_mark_each_new_attempt_and_history_and_wait_summarise(controller):
+    controller.extra_env["USER"] = "alice"
+    script = 'echo "attempt $IRIS_ATTEMPT"; [ "$IRIS_ATTEMPT" = 1 ]'
+    flaky = controller.cli("job", "run", "--job-name", "flaky", "--max-retries", "1", "--", script)
+    assert flaky.returncode == 0, flaky.stderr
+    logs = controller.cli("job", "logs", "flaky").stdout.splitlines()
+    assert logs == ["attempt 0", "--- task 0: attempt 1 (attempt 0 ended) ---", "attempt 1"]
+    assert controller.cli("job", "run", "--job-name", "bad", "--", "exit 4").returncode == 1
+    waited = controller.cli("job", "wait", "flaky", "bad")
+    assert waited.returncode == 1
+    assert waited.stdout.splitlines() == [
+        "/alice/flaky SUCCEEDED (exit code 0)",
+        "/alice/bad FAILED (task 0 failed: exit code 4)",
+    ]
+    history = json.loads(controller.cli("-o", "json", "job", "history", "--since", "1d").stdout)
+    assert history["jobs"] == 2
+    assert history["states"]["SUCCEEDED"]["jobs"] == 1 and history["states"]["FAILED"]["jobs"] == 1
+    table = controller.cli("job", "history").stdout.splitlines()
+    assert table[1].split() == ["STATE", "JOBS", "RUN", "TIME", "MEAN"] and table[-1].split()[:2] == ["TOTAL", "2"]
+
+
+def _spawn(controller, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "IRIS_CONTROLLER": controller.url, "USER": "alice", "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "iris.cli.main", *args],
+        env=env,
+        cwd=controller.state_dir.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+class _Reader:
+    """Collects a stream's lines on a thread, so a test can poll for one without blocking."""
+
+    def __init__(self, stream):
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=lambda: self.lines.extend(iter(stream.readline, "")), daemon=True)
+        self._thread.start()
+
+    def text(self) -> str:
+        return "".join(self.lines)
+
+
+def test_ctrl_c_detaches_by_default_and_stops_with_cancel_on_interrupt(controller):
+    for flag, final in (([], "RUNNING"), (["--cancel-on-interrupt"], "KILLED")):
+        name = "stays" if not flag else "goes"
+        proc = _spawn(controller, "job", "run", "--no-workspace", "--job-name", name, *flag, "--", "sleep 300")
+        try:
+            wait_until(
+                lambda: any(j["job_id"] == f"/alice/{name}" and j["state"] == "RUNNING" for j in _jobs(controller)),
+                message=f"{name} to run",
+            )
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 130
+        assert ("detached" in err) if not flag else (f"stopped /alice/{name}" in err)
+        assert {j["job_id"]: j["state"] for j in _jobs(controller)}[f"/alice/{name}"] == final
+    controller.cli("job", "stop", "/alice/stays")
+
+
+def test_job_run_says_why_it_waits_and_list_watch_redraws(controller):
+    blocker = controller.cli(
+        "job", "run", "--no-wait", "--user", "alice", "--cpu", "4", "--replicas", "2", "--", "sleep 300"
+    )
+    assert blocker.returncode == 0
+    waiting = controller.cli(
+        "job", "run", "--user", "alice", "--cpu", "4", "--scheduling-timeout", "3s", "--job-name", "waits", "--", "true"
+    )
+    assert waiting.returncode == 2, waiting.stderr
+    assert "pending: " in waiting.stderr and "UNSCHEDULABLE" in waiting.stderr
+    watch = _spawn(controller, "job", "list", "--watch")
+    out = _Reader(watch.stdout)
+    try:
+        wait_until(lambda: out.text().count("/alice/waits") >= 2, timeout=30, message="two redraws of the list")
+        watch.send_signal(signal.SIGINT)
+        watch.wait(timeout=20)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+    assert watch.returncode == 0
+    controller.cli("job", "stop", "--user", "alice", "--yes")
