@@ -22,6 +22,9 @@ of 1 cpu each; jobs ask for 1 cpu), which is what the Slurm it is compared with 
      jobs are real `true` jobs submitted through the SDK by 4 client processes to a cluster with 64
      slots and run to completion; RSS is read from /proc after they finish, and again after a
      restart of the controller on the same database.
+  g. start-up: `iris cluster start --local --port P` (the embedded cluster, foreground) from the
+     process's start until it answers GetClusterInfo, polled every 10 ms; the first run creates
+     the state directory (database, signing key), the timed ones reuse it, as a restart does.
 
 When Slurm is installed (sbatch, slurmctld, slurmd, munged; run as root) a throw-away single-node
 Slurm (bench/slurm.py) is measured in the same run: sequential and 4-way concurrent `sbatch --wrap
@@ -59,6 +62,7 @@ from common import (  # noqa: E402
     Controller,
     cpu_seconds,
     dump_json,
+    free_port,
     local_backend,
     log,
     percentile,
@@ -78,8 +82,8 @@ TWO_SLOTS = [local_backend("cpu", workers=2, cpu=1)]
 MANY_SLOTS = [local_backend("cpu", workers=4, cpu=16, memory="64G")]
 USER = "bench"
 
-FULL = dict(a1=2000, a4=600, b=25, c=40, d=200, e=15, f=10_000, s_a1=150, s_a4=50, s_c=10, s_d=200, s_e=6)
-QUICK = dict(a1=400, a4=150, b=8, c=15, d=200, e=5, f=2_000, s_a1=40, s_a4=15, s_c=4, s_d=40, s_e=3)
+FULL = dict(a1=2000, a4=600, b=25, c=40, d=200, e=15, f=10_000, g=5, s_a1=150, s_a4=50, s_c=10, s_d=200, s_e=6)
+QUICK = dict(a1=400, a4=150, b=8, c=15, d=200, e=5, f=2_000, g=3, s_a1=40, s_a4=15, s_c=4, s_d=40, s_e=3)
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -224,6 +228,43 @@ def iris_cli(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
         "python_startup_ms_p50": percentile(floor, 50) * 1000,
         "without_bytecode_cache_ms_p50": percentile(uncached, 50) * 1000 if uncached else None,
     }
+
+
+def iris_startup(base: Path, count: int, out: dict, quiet: bool) -> None:
+    """Row g: how long `iris cluster start --local` takes to answer, from the process's start."""
+    from iris.controller.process import probe
+
+    log(f"[g] {count} × `iris cluster start --local` → answering …", quiet)
+    home = base / "startup-home"
+    env = {**os.environ, "IRIS_HOME": str(home), "PYTHONPYCACHEPREFIX": str(base / "pycache")}
+    env.pop("IRIS_CONTROLLER", None)
+
+    def once() -> float:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        t = time.perf_counter()
+        proc = subprocess.Popen(
+            [IRIS_CLI, "cluster", "start", "--local", "--port", str(port)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            while probe(url, timeout=0.2) is None:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"iris cluster start --local exited {proc.returncode}")
+                if time.perf_counter() - t > 60:
+                    raise BenchTimeout("iris cluster start --local did not answer within 60 s")
+                time.sleep(0.01)
+            return time.perf_counter() - t
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+    first = once()  # creates the database and the key, and writes the bytecode cache
+    samples = [once() for _ in range(count)]
+    out["startup"] = {"runs": count, "s_p50": percentile(samples, 50), "s_min": min(samples), "first_s": first}
 
 
 def iris_latency(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
@@ -592,6 +633,8 @@ def table_rows(iris: dict, slurm: dict) -> list[dict]:
             None,
             False,
         ),
+        ("g", "`cluster start --local` → answering, s (p50)", g(iris, "startup", "s_p50"), "≤ 1", None, False),
+        ("g", "  … first start (creates the state dir), s", g(iris, "startup", "first_s"), "—", None, False),
     ]
     out = []
     for key, figure, iv, target, sv, higher in rows:
@@ -617,7 +660,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller counts (a minute or two)")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     ap.add_argument("--no-slurm", action="store_true", help="skip the Slurm comparison even when it is installed")
-    ap.add_argument("--only", default="abcdef", help="rows to run, e.g. a,c,e (default: all)")
+    ap.add_argument("--only", default="abcdefg", help="rows to run, e.g. a,c,e (default: all)")
     ap.add_argument("--memory-jobs", type=int, default=None, help="jobs for row f (default 10,000; 2,000 with --quick)")
     ap.add_argument("--keep", action="store_true", help="keep the temp directory (configs, logs, databases)")
     args = ap.parse_args(argv)
@@ -662,6 +705,8 @@ def main(argv: list[str] | None = None) -> int:
                 ctl.stop()
         if "f" in only:
             attempt("f (memory)", iris_memory, base, n["f"], iris, quiet)
+        if "g" in only:
+            attempt("g (start-up)", iris_startup, base, n["g"], iris, quiet)
         if args.no_slurm:
             slurm_note = "Slurm comparison skipped (--no-slurm)"
         elif only & set("abcde"):

@@ -133,6 +133,62 @@ def list_clusters(obj: CliContext) -> int:
     return EXIT_OK
 
 
+@cluster.command("peers")
+@output_option
+@click.pass_obj
+def peers(obj: CliContext) -> int:
+    """Shows each federation peer: whether it answers, its last error in plain words, and how old
+    its capacity report is (a peer that stopped answering keeps its last, aging, figures)."""
+    import time
+
+    from iris.cli.output import format_age, message_to_dict, render_table
+    from iris.federation.reasons import refuses
+
+    listed = obj.client().peers()
+    now = int(time.time() * 1000)
+    rows = []
+    for p in listed:
+        observed = [b.availability.observation_epoch_ms for b in p.backends if b.HasField("availability")]
+        report_ms = max(observed) if observed else p.last_contact_ms
+        status = "up" if p.reachable else ("refusing" if refuses(p.last_error) else "down")
+        rows.append((p, status, report_ms))
+    if obj.json:
+        obj.emit(
+            {
+                "peers": [
+                    {
+                        **message_to_dict(p),
+                        "status": status,
+                        "capacity_report_age_s": (now - report_ms) / 1000 if report_ms else None,
+                    }
+                    for p, status, report_ms in rows
+                ]
+            }
+        )
+        return EXIT_OK
+    if not rows:
+        click.echo("this cluster has no federation peers (`peers:` in its config)", err=True)
+        return EXIT_OK
+    click.echo(
+        render_table(
+            ["PEER", "ADDRESS", "STATUS", "LAST ANSWER", "CAPACITY REPORT", "JOBS", "LAST ERROR"],
+            [
+                [
+                    p.peer_id,
+                    p.address,
+                    status,
+                    format_age(p.last_contact_ms, now) + " ago" if p.last_contact_ms else "never",
+                    format_age(report_ms, now) + " old" if report_ms else "none yet",
+                    p.active_federated_jobs,
+                    p.last_error or "-",
+                ]
+                for p, status, report_ms in rows
+            ],
+        )
+    )
+    return EXIT_OK
+
+
 @cluster.command("use")
 @click.argument("name")
 @output_option

@@ -236,11 +236,19 @@ class Controller:
         if self.federation is None:
             return []
         lines = []
+        now = self.now_ms()
+        stale_after = 2 * self.config.controller.federation_heartbeat_interval * 1000
         for status in self.federation.statuses():
             if pinned and status.peer_id != pinned:
                 continue
-            state = "reachable" if status.reachable else f"unreachable ({status.last_error or 'no answer yet'})"
+            state = "reachable" if status.reachable else f"not usable: it {status.last_error or 'has not answered yet'}"
             lines.append(f"peer {status.peer_id}: {state}")
+            age = now - status.last_contact_ms if status.last_contact_ms else None
+            if status.backends and age is not None and (not status.reachable or age > stale_after):
+                lines.append(
+                    f"  STALE: the figures below are from its last answer {age / 1000:.0f}s ago; the peer has not"
+                    " answered since, so they may no longer hold"
+                )
             for b in status.backends:
                 a = b.availability
                 if a is None:

@@ -25,6 +25,18 @@ class ControllerFederationStore:
         with self.db.read() as conn:
             return fed.queued_jobs(conn)
 
+    def expire_queued(self) -> list[str]:
+        now = self.now_ms()
+        with self.db.read() as conn:  # the common case (nothing due) takes no write lock
+            if not fed.queued_past_deadline(conn, now):
+                return []
+        with self.db.write() as conn:
+            return fed.expire_queued(conn, now)
+
+    def set_queued_reasons(self, reasons: dict[str, str]) -> None:
+        with self.db.write() as conn:
+            fed.set_queued_reasons(conn, reasons)
+
     def promote(self, promotion: Promotion) -> bool:
         with self.db.write() as conn:
             return fed.promote(conn, promotion, self.now_ms())

@@ -29,6 +29,7 @@ from iris.core.errors import AlreadyExists, InvalidArgument, NotFound, Permissio
 from iris.federation.availability import ReservationLedger, assign_queued
 from iris.federation.model import PeerBackend, PeerSnapshot, Promotion, QueuedJob, SubmittedJob, Submitter
 from iris.federation.peer import PeerClient
+from iris.federation.reasons import peer_error_words, queued_reason
 from iris.federation.router import PeerRouter
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import fill_availability
@@ -40,6 +41,8 @@ class FederationStore(Protocol):
     """What the manager needs of the controller's database (implemented by the controller)."""
 
     def queued_jobs(self) -> list[QueuedJob]: ...
+    def expire_queued(self) -> list[str]: ...  # queued jobs past their scheduling timeout, now ended
+    def set_queued_reasons(self, reasons: dict[str, str]) -> None: ...  # job -> pending reason
     def promote(self, promotion: Promotion) -> bool: ...
     def pending_deliveries(self) -> list[tuple[str, str, bool]]: ...  # (job, peer, cancelled)
     def delivery_request(self, job_id: str) -> pb.LaunchJobRequest: ...
@@ -97,6 +100,7 @@ class FederationManager:
         }
         self._status = {pid: PeerStatus(pid, addr) for pid, addr in peers.items()}
         self._lock = threading.Lock()
+        self._queued_reasons: dict[str, str] = {}  # what each queued job's pending reason says now
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -160,7 +164,7 @@ class FederationManager:
             for peer_id, outcome in results:
                 status = self._status[peer_id]
                 if isinstance(outcome, Exception):
-                    self._status[peer_id] = replace(status, reachable=False, last_error=str(outcome))
+                    self._status[peer_id] = replace(status, reachable=False, last_error=peer_error_words(outcome))
                 else:
                     cluster, backends = outcome
                     self._status[peer_id] = replace(
@@ -186,7 +190,9 @@ class FederationManager:
         return self.router.classify(job, self.peers(), submitter)
 
     def plan(self) -> list[Promotion]:
-        """The tick's federation step: promote queued jobs onto peers with room (CAS each)."""
+        """The tick's federation step: end queued jobs past their scheduling timeout, then promote
+        the others onto peers with room (CAS each)."""
+        self.store.expire_queued()
         candidates = self.store.queued_jobs()
         if not candidates:
             return []
@@ -198,7 +204,19 @@ class FederationManager:
                 confirmed.append(promotion)
         if confirmed:
             self.wake()
+        self._explain_waits([c for c in candidates if c.job_id not in {p.job_id for p in confirmed}])
         return confirmed
+
+    def _explain_waits(self, waiting: list[QueuedJob]) -> None:
+        """Gives each still-queued job a pending reason that names why its peers cannot take it
+        (a peer that refuses this cluster's key, one that does not answer); written only on change."""
+        with self._lock:
+            errors = {s.peer_id: s.last_error for s in self._status.values() if s.last_error}
+        reasons = {j.job_id: queued_reason(j.pinned_peer, errors) for j in waiting}
+        changed = {j: r for j, r in reasons.items() if self._queued_reasons.get(j) != r}
+        self._queued_reasons = reasons
+        if changed:
+            self.store.set_queued_reasons(changed)
 
     # -- delivery, cancel, sync, logs -------------------------------------------------------------
 

@@ -7,14 +7,41 @@ wording is the table in DESIGN §6; it is defined once here so every surface sho
 
 from __future__ import annotations
 
+from iris.core.errors import IrisError, PermissionDenied, Unauthenticated, Unavailable
 from iris.federation.model import HandoffState
 
 
-def queued_reason(peer_id: str | None = None) -> str:
-    """In the queue: no peer chosen yet, or pinned to `peer_id` (--target-cluster)."""
+def peer_error_words(exc: Exception) -> str:
+    """What a failed call to a peer means, in plain words (what `cluster peers` and reasons show)."""
+    message = exc.message if isinstance(exc, IrisError) else str(exc)
+    if isinstance(exc, Unauthenticated):
+        return (
+            f"refuses this cluster's key ({message}); on the peer, list this cluster's public key"
+            " (`iris cluster public-key`) under auth.federation_peers"
+        )
+    if isinstance(exc, PermissionDenied):
+        return f"refuses this cluster ({message})"
+    if isinstance(exc, Unavailable):
+        return f"does not answer ({message})"
+    return f"failed: {type(exc).__name__}: {message}"
+
+
+def refuses(last_error: str) -> bool:
+    """Whether a peer's last error says it answers but refuses this cluster (not that it is down)."""
+    return last_error.startswith("refuses")
+
+
+def queued_reason(peer_id: str | None = None, peer_errors: dict[str, str] | None = None) -> str:
+    """In the queue: no peer chosen yet, or pinned to `peer_id` (--target-cluster); with the cause
+    when the peers it could go to fail (`peer_errors`: peer -> its last error in words)."""
+    errors = peer_errors or {}
     if peer_id:
-        return f"Queued for peer {peer_id} to report free capacity"
-    return "Queued for a federation peer to report free capacity"
+        reason = f"Queued for peer {peer_id} to report free capacity"
+        return f"{reason}; peer {peer_id} {errors[peer_id]}" if peer_id in errors else reason
+    reason = "Queued for a federation peer to report free capacity"
+    if errors:
+        reason += "; " + "; ".join(f"peer {p} {e}" for p, e in sorted(errors.items()))
+    return reason
 
 
 def awaiting_acceptance_reason(peer_id: str) -> str:

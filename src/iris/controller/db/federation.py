@@ -79,6 +79,54 @@ def reject_job(conn: Connection, spec: JobSpec, reason: str, now_ms: int, existi
     return created
 
 
+def queued_past_deadline(conn: Connection, now_ms: int) -> list:
+    """(job, deadline, submitted, peer) of each queued job whose scheduling timeout has passed."""
+    return conn.execute(
+        sql(
+            "SELECT j.job_id, j.scheduling_deadline_ms, j.submitted_ms, f.peer_id FROM federated_jobs f"
+            " JOIN jobs j ON j.job_id = f.job_id WHERE f.direction = 'SENT' AND f.handoff_state = 'QUEUED_HANDOFF'"
+            " AND j.scheduling_deadline_ms IS NOT NULL AND j.scheduling_deadline_ms <= :now"
+            f" AND j.state NOT IN {TERMINAL_JOB_SQL}"
+        ),
+        {"now": now_ms},
+    ).all()
+
+
+def expire_queued(conn: Connection, now_ms: int) -> list[str]:
+    """Ends as UNSCHEDULABLE the queued jobs whose scheduling timeout passed before any peer took them.
+
+    Conditional on the handle still being queued, so a promotion that won the race is never undone.
+    """
+    rows = queued_past_deadline(conn, now_ms)
+    for job_id, deadline, submitted, peer in rows:
+        waited = (deadline - submitted) / 1000
+        where = f"peer {peer}" if peer else "any federation peer"
+        conn.execute(
+            sql(
+                "UPDATE jobs SET state = 'UNSCHEDULABLE', error = :e, finished_ms = :now, pending_reason = ''"
+                f" WHERE job_id = :j AND state NOT IN {TERMINAL_JOB_SQL}"
+            ),
+            {
+                "e": f"not placed within its scheduling timeout ({waited:g}s): {where} never reported room for it",
+                "now": now_ms,
+                "j": job_id,
+            },
+        )
+    return [r[0] for r in rows]
+
+
+def set_queued_reasons(conn: Connection, reasons: dict[str, str]) -> None:
+    """Rewrites the pending reason of jobs that are still queued (a promoted one has its own)."""
+    conn.execute(
+        sql(
+            "UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = 'PENDING' AND EXISTS"
+            " (SELECT 1 FROM federated_jobs f WHERE f.job_id = :j AND f.direction = 'SENT'"
+            " AND f.handoff_state = 'QUEUED_HANDOFF')"
+        ),
+        [{"j": j, "r": r} for j, r in reasons.items()],
+    )
+
+
 def queued_jobs(conn: Connection) -> list[QueuedJob]:
     rows = conn.execute(
         sql(

@@ -1,0 +1,122 @@
+"""Waiting on federation peers, seen from the CLI: a bounded queue wait, a peer that refuses this
+cluster's key named as such, `cluster peers`, and stale capacity marked in `explain`."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from iris.controller.auth import load_or_create_signing_key, public_key_pem
+from tests.conftest import free_port, wait_until
+from tests.controller.helpers import user_token
+
+FAST = {"tick_interval": "1s", "federation_heartbeat_interval": "0.5s", "federation_sync_interval": "0.5s"}
+
+
+def _parent(controller_factory, peers: dict):
+    parent = controller_factory(
+        "marin",
+        start=False,
+        controller=FAST,
+        backends=[{"id": "cpu", "kind": "local", "workers": 1, "capacity": {"cpu": 2, "memory": "4G"}}],
+    )
+    parent.rewrite(peers=peers)
+    parent.start()
+    parent.extra_env["IRIS_TOKEN"] = user_token(parent, "alice")
+    return parent
+
+
+def test_scheduling_timeout_ends_a_job_queued_for_a_dead_peer(controller_factory):
+    parent = _parent(controller_factory, {"ghost": {"address": f"http://127.0.0.1:{free_port()}"}})
+    began = time.monotonic()
+    run = parent.cli(
+        "job", "run", "--target-cluster", "ghost", "--scheduling-timeout", "5s", "--job-name", "lost", "--", "true"
+    )
+    waited = time.monotonic() - began
+    assert run.returncode == 2, run.stderr
+    assert "UNSCHEDULABLE (not placed within its scheduling timeout (5s)" in run.stderr
+    assert "peer ghost does not answer" in run.stderr  # the wait said why while it lasted
+    assert 4.5 <= waited < 30
+
+
+def test_a_peer_refusing_the_key_is_named_as_such(controller_factory):
+    stranger = controller_factory(
+        "cw-h100",
+        controller=FAST,
+        backends=[
+            {
+                "id": "h100",
+                "kind": "local",
+                "workers": 1,
+                "capacity": {"cpu": 8, "memory": "16G"},
+                "devices": {"gpu": "h100", "count": 8},
+            }
+        ],
+        auth={"federation_peers": {}},  # trusts nobody: the parent's key is refused
+    )
+    parent = _parent(controller_factory, {"cw-h100": {"address": stranger.url}})
+
+    def refusing():
+        doc = json.loads(parent.cli("-o", "json", "cluster", "peers").stdout)
+        return doc["peers"] and doc["peers"][0]["status"] == "refusing" and doc["peers"][0]
+
+    peer = wait_until(refusing, message="the peer's refusal to be reported")
+    assert "refuses this cluster's key" in peer["last_error"] and "auth.federation_peers" in peer["last_error"]
+    table = parent.cli("cluster", "peers").stdout.splitlines()
+    assert table[0].split()[:3] == ["PEER", "ADDRESS", "STATUS"] and "refusing" in table[1]
+    submitted = parent.cli(
+        "job", "run", "--no-wait", "--target-cluster", "cw-h100", "--job-name", "pinned", "--", "true"
+    )
+    assert submitted.returncode == 0, submitted.stderr
+
+    def reason():
+        jobs = json.loads(parent.cli("-o", "json", "job", "list").stdout)["jobs"]
+        text = jobs[0].get("pending_reason", "")
+        return "refuses this cluster's key" in text and text
+
+    assert wait_until(reason, message="the key cause in the pending reason").startswith("Queued for peer cw-h100")
+    parent.cli("job", "stop", "pinned")
+
+
+def test_explain_marks_capacity_of_a_silent_peer_as_stale(controller_factory):
+    peer = controller_factory(
+        "cw-h100",
+        start=False,
+        controller=FAST,
+        backends=[
+            {
+                "id": "h100",
+                "kind": "local",
+                "workers": 1,
+                "capacity": {"cpu": 8, "memory": "16G"},
+                "devices": {"gpu": "h100", "count": 8},
+            }
+        ],
+    )
+    marin = controller_factory(
+        "marin",
+        start=False,
+        controller=FAST,
+        backends=[{"id": "cpu", "kind": "local", "workers": 1, "capacity": {"cpu": 2, "memory": "4G"}}],
+    )
+    peer.rewrite(
+        auth={"federation_peers": {"marin": public_key_pem(load_or_create_signing_key(None, marin.state_dir))}}
+    )
+    peer.start()
+    marin.rewrite(peers={"cw-h100": {"address": peer.url}})
+    marin.start()
+    marin.extra_env["IRIS_TOKEN"] = user_token(marin, "alice")
+    wait_until(
+        lambda: json.loads(marin.cli("-o", "json", "cluster", "peers").stdout)["peers"][0]["status"] == "up",
+        message="the peer to answer",
+    )
+    peer.stop()
+    wait_until(
+        lambda: json.loads(marin.cli("-o", "json", "cluster", "peers").stdout)["peers"][0]["status"] == "down",
+        message="the peer to be seen down",
+    )
+    queued = marin.cli("job", "run", "--no-wait", "--target-cluster", "cw-h100", "--job-name", "later", "--", "true")
+    assert queued.returncode == 0, queued.stderr
+    explained = marin.cli("job", "explain", "later")
+    assert "STALE" in explained.stdout and "h100" in explained.stdout, explained.stdout
+    marin.cli("job", "stop", "later")
