@@ -120,3 +120,32 @@ def test_explain_marks_capacity_of_a_silent_peer_as_stale(controller_factory):
     explained = marin.cli("job", "explain", "later")
     assert "STALE" in explained.stdout and "h100" in explained.stdout, explained.stdout
     marin.cli("job", "stop", "later")
+
+
+def test_a_job_handed_to_a_peer_runs_with_its_workspace(controller_factory, tmp_path):
+    marin = controller_factory(
+        "marin",
+        start=False,
+        controller=FAST,
+        backends=[{"id": "cpu", "kind": "local", "workers": 1, "capacity": {"cpu": 2, "memory": "4G"}}],
+    )
+    key = public_key_pem(load_or_create_signing_key(None, marin.state_dir))
+    peer = controller_factory(
+        "cw-h100",
+        controller=FAST,
+        backends=[{"id": "cpu", "kind": "local", "workers": 1, "capacity": {"cpu": 2, "memory": "4G"}}],
+        auth={"federation_peers": {"marin": key}, "allowed_submitters": ["*"]},
+    )
+    marin.rewrite(peers={"cw-h100": {"address": peer.url}})
+    marin.start()
+    marin.extra_env["IRIS_TOKEN"] = user_token(marin, "alice")
+    project = tmp_path / "project"
+    (project / "conf").mkdir(parents=True)
+    (project / "conf" / "run.txt").write_text("settings from the submitter's folder\n")
+    run = marin.cli(
+        "job", "run", "--target-cluster", "cw-h100", "--job-name", "shipped", "--", "cat conf/run.txt", cwd=project
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[1:] == ["settings from the submitter's folder"]
+    stored = json.loads(peer.cli("-o", "json", "query", "SELECT count(*) FROM bundles").stdout)["rows"]
+    assert stored == [[1]]  # the peer holds the bundle it received inline, by its content id
