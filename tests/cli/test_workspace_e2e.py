@@ -98,3 +98,23 @@ def test_workdir_and_no_workspace_override_the_current_folder(controller, tmp_pa
     assert bare.returncode == 0 and bare.stdout.splitlines()[1:] == [], bare.stderr
     both = controller.cli("job", "run", "--no-workspace", "--workdir", str(other), "--", "ls", cwd=here)
     assert both.returncode == 3 and "contradict" in both.stderr
+
+
+def test_sdk_submit_takes_a_workdir_and_children_run_in_their_parents_workspace(controller, tmp_path):
+    from iris.client import IrisClient
+
+    work = tmp_path / "sdk"
+    work.mkdir()
+    (work / "data.txt").write_text("from the sdk\n")
+    (work / "parent.sh").write_text(
+        "cat data.txt\n"
+        f'{sys.executable} -c "from iris.client import IrisClient; c = IrisClient();'
+        " j = c.submit('cat data.txt', name='child'); print(c.wait(j).state)\"\n"
+    )
+    with IrisClient(controller.url, token="") as c:
+        job = c.submit(["sh", "parent.sh"], name="sdk", user="alice", parent="", workdir=str(work))
+        assert c.wait(job, timeout=120).state == "SUCCEEDED"
+        assert [line.text for line in c.logs(job)] == ["from the sdk", "SUCCEEDED"]
+        assert [line.text for line in c.logs(f"{job}/child")] == ["from the sdk"]
+        bare = c.submit("ls", name="bare", user="alice", parent="")
+        assert c.wait(bare, timeout=60).state == "SUCCEEDED" and c.logs(bare) == []
