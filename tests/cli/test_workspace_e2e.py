@@ -87,6 +87,15 @@ def test_workspace_past_the_limit_is_refused_naming_the_biggest_file(controller,
     assert ok.returncode == 0 and ok.stdout.splitlines()[1:] == ["1"], ok.stderr
 
 
+def test_a_workspace_past_the_transport_default_of_4_mb_travels(controller, tmp_path):
+    work = tmp_path / "data"
+    work.mkdir()
+    (work / "weights.bin").write_bytes(os.urandom(6 * 1024**2))  # incompressible: a 6 MB bundle
+    run = controller.cli("job", "run", "--user", "alice", "--", "wc -c < weights.bin", cwd=work)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[1:] == [str(6 * 1024**2)]
+
+
 def test_workdir_and_no_workspace_override_the_current_folder(controller, tmp_path):
     here, other = tmp_path / "here", tmp_path / "other"
     for folder in (here, other):
