@@ -211,7 +211,10 @@ def test_e2e_cluster_start_foreground_stops_on_sigterm(tmp_path):
         text=True,
     )
     try:
-        wait_until(lambda: iris("--controller", url, "cluster", "status").returncode == 0, message="controller up")
+        # Start-up is mostly imports; on a loaded machine it can take many seconds.
+        wait_until(
+            lambda: iris("--controller", url, "cluster", "status").returncode == 0, timeout=90, message="controller up"
+        )
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
     finally:
