@@ -27,6 +27,7 @@ from iris.core.config import ClusterConfig
 from iris.core.errors import PermissionDenied
 from iris.core.states import TaskState
 from iris.federation.model import Submitter
+from iris.federation.reasons import refuses
 from iris.rpc import controller_pb2 as pb
 
 log = logging.getLogger("iris.controller")
@@ -241,7 +242,12 @@ class Controller:
         for status in self.federation.statuses():
             if pinned and status.peer_id != pinned:
                 continue
-            state = "reachable" if status.reachable else f"not usable: it {status.last_error or 'has not answered yet'}"
+            if status.reachable:
+                state = "reachable"
+            elif refuses(status.last_error):
+                state = status.last_error  # it answers, but will not take this cluster's jobs
+            else:
+                state = f"unreachable ({status.last_error or 'no answer yet'})"
             lines.append(f"peer {status.peer_id}: {state}")
             age = now - status.last_contact_ms if status.last_contact_ms else None
             if status.backends and age is not None and (not status.reachable or age > stale_after):
