@@ -222,6 +222,7 @@ def add_cluster(obj: CliContext, name: str, url: str | None, config_path: str | 
 
         url = url or load_config(config_path).url
         config_path = os.path.abspath(config_path)
+    assert url is not None  # one of --url and --config was given
     if not (url.startswith("http://") or url.startswith("https://")):
         raise click.UsageError(f"--url {url!r} must start with http:// or https://")
     remember(NamedCluster(name, url.rstrip("/"), config_path or ""))

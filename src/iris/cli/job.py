@@ -358,6 +358,7 @@ def list_jobs(
             "no jobs" + (f" in state {state.upper()}" if state else "") + (f" under {prefix}" if prefix else ""),
             err=True,
         )
+    return None
 
 
 @job.command("describe")

@@ -81,15 +81,17 @@ def reject_job(conn: Connection, spec: JobSpec, reason: str, now_ms: int, existi
 
 def queued_past_deadline(conn: Connection, now_ms: int) -> list:
     """(job, deadline, submitted, peer) of each queued job whose scheduling timeout has passed."""
-    return conn.execute(
-        sql(
-            "SELECT j.job_id, j.scheduling_deadline_ms, j.submitted_ms, f.peer_id FROM federated_jobs f"
-            " JOIN jobs j ON j.job_id = f.job_id WHERE f.direction = 'SENT' AND f.handoff_state = 'QUEUED_HANDOFF'"
-            " AND j.scheduling_deadline_ms IS NOT NULL AND j.scheduling_deadline_ms <= :now"
-            f" AND j.state NOT IN {TERMINAL_JOB_SQL}"
-        ),
-        {"now": now_ms},
-    ).all()
+    return list(
+        conn.execute(
+            sql(
+                "SELECT j.job_id, j.scheduling_deadline_ms, j.submitted_ms, f.peer_id FROM federated_jobs f"
+                " JOIN jobs j ON j.job_id = f.job_id WHERE f.direction = 'SENT' AND f.handoff_state = 'QUEUED_HANDOFF'"
+                " AND j.scheduling_deadline_ms IS NOT NULL AND j.scheduling_deadline_ms <= :now"
+                f" AND j.state NOT IN {TERMINAL_JOB_SQL}"
+            ),
+            {"now": now_ms},
+        ).all()
+    )
 
 
 def expire_queued(conn: Connection, now_ms: int) -> list[str]:
