@@ -231,12 +231,17 @@ def _zombie(pid: int) -> bool:
 
 
 def test_e2e_job_run_p50_latency_of_true(controller):
-    """Submit → finished for `true` through the CLI process: reported, loosely bounded."""
+    """Submit → finished for `true` through the CLI process, five times in a row: each succeeds.
+
+    The time is printed, not asserted (a loaded machine would fail any bound); bench/submit.py
+    measures it properly.
+    """
     times = []
     for i in range(5):
         start = time.monotonic()
         result = controller.cli("job", "run", "--user", "alice", "--job-name", f"t{i}", "--", "true")
         times.append(time.monotonic() - start)
-        assert result.returncode == 0
+        assert result.returncode == 0, result.stderr
+        assert f"/alice/t{i} SUCCEEDED" in result.stderr
     times.sort()
-    assert times[len(times) // 2] < 2.0, times
+    print(f"iris job run -- true: p50 {times[len(times) // 2]:.2f}s")
