@@ -3,6 +3,7 @@ and GetClusterInfo saying who the caller is."""
 
 from __future__ import annotations
 
+from iris.client import IrisClient
 from iris.rpc import controller_pb2 as pb
 from tests.controller.helpers import client, error_code, launch, user_token, wait_state
 
@@ -35,6 +36,9 @@ def test_list_jobs_filters_by_cluster_and_parent(controller):
     assert c.list_jobs(pb.ListJobsRequest(cluster="some-peer")).total == 0
     children = c.list_jobs(pb.ListJobsRequest(parent_job_id=parent))
     assert [j.job_id for j in children.jobs] == [child] and children.jobs[0].parent_job_id == parent
+    with IrisClient(controller.url) as sdk:
+        assert [j.job_id for j in sdk.list(parent=parent, cluster=controller.name)] == [child]
+        assert sdk.list(cluster="some-peer") == []
 
 
 def test_list_jobs_refuses_a_page_token_it_never_gave(controller):

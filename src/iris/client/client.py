@@ -268,10 +268,25 @@ class IrisClient:
             delay = min(delay * POLL_GROWTH, POLL_MAX_S)
 
     def list(
-        self, state: str | None = None, prefix: str | None = None, user: str | None = None, limit: int = 0
+        self,
+        state: str | None = None,
+        prefix: str | None = None,
+        user: str | None = None,
+        limit: int = 0,
+        *,
+        cluster: str | None = None,
+        parent: str | None = None,
     ) -> list[pb.JobStatus]:
-        """Jobs, newest first as the controller orders them; `state` and `prefix` filter."""
-        request = pb.ListJobsRequest(state=(state or "").upper(), prefix=prefix or "", user=user or "", limit=limit)
+        """Jobs, newest first as the controller orders them; `state`, `prefix`, `user`, `cluster` (where
+        they run: this cluster's name or a peer's) and `parent` (direct children of that job) filter."""
+        request = pb.ListJobsRequest(
+            state=(state or "").upper(),
+            prefix=prefix or "",
+            user=user or "",
+            limit=limit,
+            cluster=cluster or "",
+            parent_job_id=parent or "",
+        )
         return list(self._transport.call("ListJobs", request, pb.ListJobsResponse).jobs)
 
     def iter_jobs(
