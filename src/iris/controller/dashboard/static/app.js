@@ -42,9 +42,14 @@ async function show() {
   if (current.page === page) current.timer = setInterval(() => refresh(page), REFRESH_MS);
 }
 
+// One refresh at a time per page, and none while the tab is hidden: a slow controller or a
+// forgotten tab never piles requests onto the cluster.
 async function refresh(page) {
+  if (page.busy || (document.hidden && page.refreshed)) return;
+  page.busy = true;
   try {
     await page.refresh();
+    page.refreshed = true;
     banner("");
   } catch (err) {
     if (err instanceof ApiError && err.code === "unauthenticated") {
@@ -52,10 +57,12 @@ async function refresh(page) {
     } else {
       banner(err.message || String(err));
     }
+  } finally {
+    page.busy = false;
   }
 }
 
-export function banner(text) {
+function banner(text) {
   const node = document.getElementById("banner");
   node.hidden = !text;
   node.textContent = text;

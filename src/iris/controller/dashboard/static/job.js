@@ -212,7 +212,7 @@ function logView(jobId) {
   search.addEventListener("input", applySearch);
 
   async function poll() {
-    if (busy) return;
+    if (busy || (document.hidden && seq > 0)) return;
     busy = true;
     try {
       const resp = await call("FetchLogs", { jobId, taskIndex: -1, afterSeq: String(seq), limit: 2000 });
