@@ -11,6 +11,7 @@ import pytest
 
 from iris.backends.local import containment as containment_mod
 from iris.backends.local.backend import LocalBackend
+from iris.backends.local.containment import Containment
 from iris.backends.protocol import LaunchSpec
 from iris.core.config import LocalBackendConfig
 from iris.core.resources import Resources
@@ -50,8 +51,11 @@ def test_graceful_controller_stop_ends_escaped_processes(controller):
     c = client(controller)
     job = launch(c, "escape", ["sh", "-c", f"{ESCAPE}; sleep 300"])
     escaped = _escaped_pid(c, job)
+    cgroups = Containment(controller.state_dir / "attempts").base
     controller.stop()
     wait_until(lambda: not pid_alive(escaped), timeout=15, message="escaped process gone")
+    if cgroups is not None:
+        assert not cgroups.exists()  # the controller's cgroup folder goes with it
 
 
 @pytest.fixture

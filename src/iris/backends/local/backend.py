@@ -301,6 +301,7 @@ class LocalBackend:
             lingering = [r for r in self._attempts.values() if not r.emptied]
         for record in lingering:
             self.containment.end(record.name, record.attempt_id)
+        self.containment.close()
         self._closing.set()
         self._pump_wake.set()
         os.write(self._wake_w, b"x")
@@ -561,10 +562,5 @@ def kill_leftover_attempts(state_dir: Path) -> list[int]:
                 killed.append(pid)
             except OSError:
                 pass
-    if containment.base is not None:
-        containment.sweep(set())
-        try:
-            containment.base.rmdir()
-        except OSError:
-            pass
+    containment.close()
     return killed

@@ -160,6 +160,16 @@ class Containment:
                 except OSError:
                     pass
 
+    def close(self) -> None:
+        """Removes this state folder's cgroup folder once every attempt in it has ended."""
+        if self.base is None:
+            return
+        self.sweep(set())
+        try:
+            self.base.rmdir()
+        except OSError:
+            pass  # an attempt outlived the stop (it is re-adopted by the next controller)
+
 
 def _marked(attempt_id: str) -> set[int]:
     """Processes carrying IRIS_ATTEMPT_ID=`attempt_id` in their environment."""
