@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jwt
 import pytest
 
 from iris.controller.auth import (
@@ -110,10 +111,44 @@ def test_identify_own_peer_token_replayed_at_issuer_unauthenticated(peer_key):
         marin.identify(bearer(sent_to_peer), "10.0.0.5", now=NOW)
 
 
-def test_identify_expired_peer_token_unauthenticated(auth, marin_key):
+def test_identify_peer_token_from_a_clock_behind_says_the_clocks_disagree_and_by_how_much(auth, marin_key):
+    # A federation token is minted for each call: "expired" on arrival means the clocks disagree.
     token = mint_peer_token(marin_key, "marin", "cw-h100", ttl_s=60, now=NOW)
-    with pytest.raises(Unauthenticated, match=r"token expired at"):
+    with pytest.raises(Unauthenticated, match=r"clocks of 'marin' and 'cw-h100' disagree by about 10 min") as err:
         auth.identify(bearer(token), "10.0.0.5", now=NOW + 600)
+    assert "mint a new one" not in err.value.message
+
+
+def test_identify_peer_token_from_a_clock_ahead_says_by_how_much(auth, marin_key):
+    token = mint_peer_token(marin_key, "marin", "cw-h100", now=NOW + 300)
+    with pytest.raises(Unauthenticated, match=r"issued in the future .* disagree by about 5 min"):
+        auth.identify(bearer(token), "10.0.0.5", now=NOW)
+
+
+def test_identify_revoked_token_unauthenticated(peer_key, marin_key):
+    token = mint_token(peer_key, "cw-h100", "alice", "user", 60, now=NOW)
+    jti = jwt.decode(token, options={"verify_signature": False})["jti"]
+    revoked: set[str] = set()
+    auth = Authenticator("cw-h100", peer_key, revoked=revoked)
+    assert auth.identify(bearer(token), None, now=NOW).principal == "alice"
+    revoked.add(jti)
+    with pytest.raises(Unauthenticated, match=r"was revoked"):
+        auth.identify(bearer(token), None, now=NOW)
+
+
+def test_identify_token_longer_than_its_roles_lifetime_unauthenticated(peer_key):
+    auth = Authenticator("cw-h100", peer_key, max_lifetime=lambda role: 3600.0)
+    token = mint_token(peer_key, "cw-h100", "alice", "user", 2 * 3600, now=NOW)
+    with pytest.raises(
+        Unauthenticated, match=r"minted to live 2.0 h, longer than .* \(60 min, auth.max_token_lifetime\)"
+    ):
+        auth.identify(bearer(token), None, now=NOW)
+    assert auth.identify(bearer(mint_token(peer_key, "cw-h100", "alice", "user", 3600, now=NOW)), None, now=NOW)
+
+
+def test_identify_tokenless_task_from_loopback_is_not_local_admin(auth):
+    with pytest.raises(Unauthenticated, match=r"from an Iris task .* never acts as local_admin"):
+        auth.identify(None, "127.0.0.1", caller_is_task=True)
 
 
 def test_identify_unknown_issuer_unauthenticated_lists_trusted(auth):

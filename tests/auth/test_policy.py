@@ -58,6 +58,16 @@ EXPECTED = {
     Role.DASHBOARD: set(READS),
     Role.WORKER: set(WORKER_CALLS),
     Role.FEDERATION_PEER: set(PEER_CALLS),
+    Role.TASK: {
+        "GetClusterInfo",
+        "GetJobStatus",
+        "ListJobs",
+        "ListTasks",
+        "FetchLogs",
+        "ExplainJob",
+        "LaunchJob",
+        "TerminateJob",
+    },
 }
 
 
@@ -163,10 +173,14 @@ def test_check_handoff_caller_not_peer_permission_denied(caller):
         check_handoff(caller, "marin", "alice@example.org", ["*"])
 
 
-@pytest.mark.parametrize("submitter", [LOCAL_ADMIN, ""])
-def test_check_handoff_local_admin_submitter_permission_denied(submitter):
+def test_check_handoff_local_admin_submitter_permission_denied():
     with pytest.raises(PermissionDenied, match=r"submitted by local_admin"):
-        check_handoff(PEER, "marin", submitter, ["*"])
+        check_handoff(PEER, "marin", LOCAL_ADMIN, ["*"])
+
+
+def test_check_handoff_without_owner_permission_denied():
+    with pytest.raises(PermissionDenied, match=r"names no owner"):
+        check_handoff(PEER, "marin", "alice@example.org", ["*"], owner="")
 
 
 def test_check_handoff_submitter_outside_allowlist_permission_denied():

@@ -120,7 +120,7 @@ def test_token_signed_without_role_claim_unauthenticated(key):
 
 
 def test_token_signed_with_unknown_role_unauthenticated(key):
-    claims = {"iss": "marin", "sub": "alice", "role": "root", "iat": int(NOW), "exp": int(NOW) + 60}
+    claims = {"iss": "marin", "sub": "alice", "role": "root", "iat": int(NOW), "exp": int(NOW) + 60, "jti": "x"}
     token = jwt.encode(claims, key.private_key, algorithm="EdDSA")
     with pytest.raises(Unauthenticated, match=r"unknown role 'root'"):
         verify_token(token, key, "marin", now=NOW)

@@ -242,7 +242,7 @@ def test_stored_token_is_overridden_by_flag_and_env(controller, tmp_path):
     assert owner_of_new_job(controller, "env-wins", home=tmp_path, env={"IRIS_TOKEN": alice}) == "alice"
     # With only bob's stored token, bob may not submit as alice: the stored token was sent.
     refused = iris("--controller", controller.url, "job", "run", "--user", "alice", "--", "true", home=tmp_path)
-    assert refused.returncode == 2 and "your token is for user bob" in refused.stderr
+    assert refused.returncode == 2 and "in the namespace of user 'alice'" in refused.stderr
 
 
 def test_token_of_another_cluster_is_refused_with_a_clear_message(controller, tmp_path):
@@ -283,4 +283,4 @@ def test_job_run_with_a_user_token_submits_as_the_tokens_user(controller, tmp_pa
     other = iris(
         "--controller", controller.url, "--token", token, "job", "run", "--user", "bob", "--", "true", home=tmp_path
     )
-    assert other.returncode == 2 and "cannot submit jobs as bob" in other.stderr  # refused by the controller
+    assert other.returncode == 2 and "in the namespace of user 'bob'" in other.stderr  # refused by the controller

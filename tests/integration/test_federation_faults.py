@@ -7,7 +7,7 @@ import signal
 import time
 
 from iris.rpc import controller_pb2 as pb
-from tests.conftest import wait_until
+from tests.conftest import let_tasks_pass, wait_until
 from tests.controller.helpers import client, status, wait_state
 from tests.integration.test_federation import FAST, gpu_job, start_federation
 
@@ -18,6 +18,9 @@ def handoff_state(c, job_id: str) -> str:
 
 def test_parent_killed_between_promotion_and_delivery_ack_runs_the_job_exactly_once(controller_factory, tmp_path):
     runs = tmp_path / "runs.txt"
+    runs.touch(mode=0o666)  # the task appends to it under its user's uid, not the test's
+    runs.chmod(0o666)
+    let_tasks_pass(tmp_path)
     fed = start_federation(controller_factory)
     marin, h100 = fed.marin, fed.h100
     # One heartbeat only, so the stopped peer still looks reachable and the job is promoted to it.

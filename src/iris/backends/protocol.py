@@ -60,6 +60,9 @@ class LaunchSpec:
     # Folders (unpacked bundle, then workdir files) whose contents, copied in this order, make
     # the attempt's own working folder; the backend removes the copy when the attempt ends.
     workspace: tuple[str, ...] = ()
+    # The uid and gid the attempt runs as; None: the controller's own (it is not root).
+    uid: int | None = None
+    gid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

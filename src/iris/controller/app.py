@@ -14,7 +14,8 @@ import time
 from iris import scheduler
 from iris.backends import registry
 from iris.backends.protocol import BackendContext
-from iris.controller.auth import LOCAL_ADMIN, Authenticator, Role, mint_token
+from iris.controller.auth import Authenticator, Identity, Role, mint_token
+from iris.controller.auth.isolation import TaskIdentities, loopback_socket_uid, secure_state_dir
 from iris.controller.auth.tokens import token_expiry
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db.database import Database, sql
@@ -22,16 +23,17 @@ from iris.controller.db.jobs import refresh_jobs, require_job
 from iris.controller.health import Health, Watchdog, assess
 from iris.controller.raw_query import RawQueryRunner
 from iris.controller.retention import LogRetention
+from iris.controller.snapshot import TaskIdentity
 from iris.controller.tick import ControlLoop
 from iris.core.config import ClusterConfig
-from iris.core.errors import PermissionDenied
+from iris.core.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from iris.core.states import TaskState
 from iris.federation.model import Submitter
 from iris.federation.reasons import refuses
 from iris.rpc import controller_pb2 as pb
 
 log = logging.getLogger("iris.controller")
-TASK_TOKEN_TTL_S = 30 * 86400
+_LIVE_ATTEMPT_STATES = ("ASSIGNED", "BUILDING", "RUNNING")
 
 
 class Controller:
@@ -42,7 +44,11 @@ class Controller:
         state = config.state_path
         state.mkdir(parents=True, exist_ok=True)
         self.db = Database(state / "controller.db")
-        self.auth = Authenticator.from_config(config)
+        self.tasks = TaskIdentities.from_config(config.auth.task_uids.range, config.auth.task_accounts)
+        with self.db.read() as conn:
+            self.revoked = {r[0] for r in conn.execute(sql("SELECT jti FROM revoked_tokens"))}
+        self.auth = Authenticator.from_config(config, revoked=self.revoked)
+        secure_state_dir(state, tasks_have_own_uids=self.tasks.enabled)
         self._verified: dict[str, tuple] = {}
         context = BackendContext(
             config.name,
@@ -65,7 +71,7 @@ class Controller:
             clock=clock,
             federation=self.federation,
             state_dir=state,
-            task_token=self.task_token,
+            task_identity=self.task_identity,
         )
         self.retention = LogRetention(self.db, self.backends, config.controller.log_retention, clock=clock)
 
@@ -95,16 +101,24 @@ class Controller:
             clock=self.clock,
         )
 
-    def task_token(self, owner: str) -> str | None:
-        """The credentials a task of `owner`'s runs with: a user token of this cluster's own.
+    def task_identity(self, conn, job_id: str, owner: str, user: str, attempt_id: str) -> TaskIdentity:
+        """Who one attempt runs as: a token confined to its job that ends with the attempt, and
+        (when the controller is root) the uid of the job's user, never the controller's own.
 
-        None for local_admin jobs (they reach the controller from a trusted address anyway). A
-        handed-off job's tasks get this cluster's token, never the parent's: credentials do not
-        travel between clusters.
+        The token speaks for the user whose namespace the job is in, so the child jobs a task
+        submits are that user's. A handed-off job's tasks get this cluster's token, never the
+        parent's: credentials do not travel between clusters.
         """
-        if not owner or owner == LOCAL_ADMIN:
-            return None
-        return mint_token(self.auth.signing_key, self.config.name, owner, "user", TASK_TOKEN_TTL_S)
+        token = mint_token(
+            self.auth.signing_key,
+            self.config.name,
+            user or owner,
+            Role.TASK,
+            self.config.auth.token_lifetime(Role.TASK.value),
+            job_scope=job_id,
+            attempt_id=attempt_id,
+        )
+        return TaskIdentity(token, self.tasks.account_for(conn, user or owner))
 
     def _wake(self) -> None:
         self.tick.wake()
@@ -182,19 +196,59 @@ class Controller:
 
     def identify(self, authorization: str | None, client_address: str | None):
         """The caller of one request: its token's identity, or local_admin from a trusted address."""
-        host = client_address.rpartition(":")[0] if client_address else None  # "host:port", host unbracketed
+        host, _, port = client_address.rpartition(":") if client_address else (None, "", "")
         if not authorization:
-            return self.auth.identify(None, host)
+            return self.auth.identify(None, host, caller_is_task=self._from_task(host, port))
         # Verifying a signature costs far more than the rest of a small call: remember a verified
-        # token until it expires (the cache is bounded; a bad token is never cached).
+        # token until it expires (the cache is bounded; a bad token is never cached, and a
+        # revocation empties it).
         cached = self._verified.get(authorization)
         if cached is not None and cached[1] > time.time():
-            return cached[0]
-        identity = self.auth.identify(authorization, host)
-        if len(self._verified) >= 10_000:
-            self._verified.clear()
-        self._verified[authorization] = (identity, token_expiry(authorization))
+            identity = cached[0]
+        else:
+            identity = self.auth.identify(authorization, host)
+            if len(self._verified) >= 10_000:
+                self._verified.clear()
+            self._verified[authorization] = (identity, token_expiry(authorization))
+        if identity.role is Role.TASK:
+            self._check_attempt_live(identity)
         return identity
+
+    def _from_task(self, host: str | None, port: str) -> bool:
+        """Whether a tokenless caller is one of this cluster's tasks: the uid owning its loopback
+        socket is a task uid (see `auth.isolation`). Only decidable when tasks have uids of their own."""
+        if not self.tasks.enabled or not host or not port.isdigit() or not self.auth.is_trusted(host):
+            return False
+        uid = loopback_socket_uid(host, int(port), self.config.port)
+        return uid is not None and self.tasks.is_task_uid(uid)
+
+    def _check_attempt_live(self, identity: Identity) -> None:
+        """A task token works only while its attempt runs."""
+        with self.db.read() as conn:
+            state = conn.execute(
+                sql("SELECT state FROM attempts WHERE attempt_id = :a"), {"a": identity.attempt_id}
+            ).scalar()
+        if state not in _LIVE_ATTEMPT_STATES:
+            raise Unauthenticated(
+                f"this task token belonged to attempt {identity.attempt_id}, which has ended "
+                f"({(state or 'unknown').lower()}); a task token works only while its attempt runs"
+            )
+
+    def revoke(self, token_id: str, subject: str, expires_ms: int) -> bool:
+        """Adds a token id to the deny list (persisted); False when it was already there."""
+        if not token_id.strip():
+            raise InvalidArgument("name the token to revoke: pass the token itself or its id (jti)")
+        with self.db.write() as conn:
+            inserted = conn.execute(
+                sql(
+                    "INSERT INTO revoked_tokens (jti, subject, expires_ms, revoked_ms) VALUES (:j, :s, :e, :now)"
+                    " ON CONFLICT (jti) DO NOTHING"
+                ),
+                {"j": token_id.strip(), "s": subject, "e": expires_ms, "now": self.now_ms()},
+            ).rowcount
+        self.revoked.add(token_id.strip())
+        self._verified.clear()
+        return bool(inserted)
 
     def submitter(self, req: pb.LaunchJobRequest, identity):
         """Who is accountable for a submission. A user token submits only as its own user."""

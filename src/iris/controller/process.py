@@ -147,6 +147,8 @@ def run_foreground(config: ClusterConfig, on_ready=lambda: None) -> None:
     _Server = _server_class()
     from iris.controller.server import build_app
 
+    # Everything the controller writes (database, WAL, keys, logs) is its own alone.
+    os.umask(0o077)
     check_state_dir(config)
     lock = open(config.state_path / "controller.lock", "w")
     try:

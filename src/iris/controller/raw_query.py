@@ -9,7 +9,8 @@ A raw query is arbitrary SQL from a person, so every resource it could take is b
 - a row limit, a result-size limit, and SQLite's own length limit, so no single value
   (`zeroblob(1e9)`, `printf('%.*c', …)`) and no result can take the controller's memory;
 - an authorizer that admits only reading statements and the functions listed in
-  `ALLOWED_FUNCTIONS` (no zeroblob, randomblob, load_extension or file access).
+  `ALLOWED_FUNCTIONS` (no zeroblob, randomblob, load_extension or file access), and reads a job's
+  env (`REDACTED_COLUMNS`) as NULL, for everyone.
 """
 
 from __future__ import annotations
@@ -44,7 +45,14 @@ _READ_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.S
 _READ_ONLY = "iris query is read-only: only SELECT (and WITH … SELECT) statements may run"
 
 
+# Columns a raw query reads as NULL: a job's env is where its secrets live, and it is shown only to
+# the job's owner and admins, never through SQL that any user may run.
+REDACTED_COLUMNS = frozenset({("job_config", "env")})
+
+
 def _authorize(action, arg1, arg2, _db, _source):
+    if action == sqlite3.SQLITE_READ and (arg1, arg2) in REDACTED_COLUMNS:
+        return sqlite3.SQLITE_IGNORE
     if action in _READ_ACTIONS:
         return sqlite3.SQLITE_OK
     if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in ALLOWED_FUNCTIONS:

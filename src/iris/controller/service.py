@@ -21,7 +21,8 @@ from connectrpc.errors import ConnectError
 
 from iris import REVISION_DATE, __version__
 from iris.controller import workspace
-from iris.controller.auth import Identity, authorize, check_may_stop, check_sync_requester
+from iris.controller.auth import Identity, Role, authorize, check_may_stop, check_sync_requester
+from iris.controller.auth.policy import check_may_create, check_may_read, in_job_tree
 from iris.controller.db import federation as fed
 from iris.controller.db import reads
 from iris.controller.db.database import sql
@@ -30,6 +31,7 @@ from iris.controller.submit import build_spec, check_client_freshness, parent_co
 from iris.controller.worker_api import WorkerCalls
 from iris.core.constraints import Constraint
 from iris.core.errors import InvalidArgument, IrisError
+from iris.core.names import JobName
 from iris.federation.model import DispositionKind, SubmittedJob
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.bounds import check_message
@@ -95,6 +97,7 @@ class ControllerServiceImpl(WorkerCalls):
         if req.HasField("handoff"):
             return self._admit_handoff(req, identity)
         name = resolve_job_id(req)
+        check_may_create(identity, str(name), name.user)
         if name.is_root:
             check_client_freshness(req.client_revision_date, self.c.config.controller.client_max_age_days)
         now = self.c.now_ms()
@@ -144,9 +147,7 @@ class ControllerServiceImpl(WorkerCalls):
         handoff = req.handoff
         if not handoff.requester_cluster or not handoff.nonce:
             raise InvalidArgument("a handoff needs the requesting cluster and a nonce")
-        self.c.auth.check_handoff(
-            identity, handoff.requester_cluster, handoff.owner_principal or handoff.submitting_user
-        )
+        self.c.auth.check_handoff(identity, handoff.requester_cluster, handoff.owner_principal)
         name = resolve_job_id(req)
         if not name.is_root:
             raise InvalidArgument(f"only root jobs can be handed off; {name} is a child job")
@@ -190,18 +191,25 @@ class ControllerServiceImpl(WorkerCalls):
     @rpc
     def get_job_status(self, req: pb.GetJobStatusRequest, identity: Identity) -> pb.GetJobStatusResponse:
         with self.c.db.read() as conn:
+            self._check_read(conn, identity, req.job_id)
             job = reads.get_job(conn, req.job_id, self.name)
             tasks = reads.list_tasks(conn, req.job_id, req.include_attempts, self.name) if req.include_tasks else []
         return pb.GetJobStatusResponse(job=job, tasks=tasks)
 
     @rpc
     def list_jobs(self, req: pb.ListJobsRequest, identity: Identity) -> pb.ListJobsResponse:
+        if identity.role is Role.TASK and not in_job_tree(req.prefix, identity.job_scope or ""):
+            scoped = pb.ListJobsRequest()
+            scoped.CopyFrom(req)
+            scoped.prefix = identity.job_scope or ""  # a task lists only its own job's tree
+            req = scoped
         with self.c.db.read() as conn:
             return reads.list_jobs(conn, req, self.name)
 
     @rpc
     def list_tasks(self, req: pb.ListTasksRequest, identity: Identity) -> pb.ListTasksResponse:
         with self.c.db.read() as conn:
+            self._check_read(conn, identity, req.job_id)
             return pb.ListTasksResponse(tasks=reads.list_tasks(conn, req.job_id, req.include_attempts, self.name))
 
     @rpc
@@ -209,7 +217,8 @@ class ControllerServiceImpl(WorkerCalls):
         now = self.c.now_ms()
         reason = req.reason or "stopped by request"
         with self.c.db.write() as conn:
-            owner = require_job(conn, req.job_id)["owner"]
+            require_job(conn, req.job_id)
+            owner = JobName.parse(req.job_id).user
             check_may_stop(identity, req.job_id, owner, fed.received_requester(conn, req.job_id))
             if fed.cancel_sent(conn, req.job_id, reason, now):
                 stopped = [req.job_id]
@@ -227,6 +236,7 @@ class ControllerServiceImpl(WorkerCalls):
     @rpc
     def fetch_logs(self, req: pb.FetchLogsRequest, identity: Identity) -> pb.FetchLogsResponse:
         with self.c.db.read() as conn:
+            self._check_read(conn, identity, req.job_id)
             return reads.fetch_logs(conn, req.job_id, req.task_index, req.after_seq, req.tail, req.limit)
 
     @rpc
@@ -303,7 +313,15 @@ class ControllerServiceImpl(WorkerCalls):
 
     @rpc
     def explain_job(self, req: pb.ExplainJobRequest, identity: Identity) -> pb.ExplainJobResponse:
+        with self.c.db.read() as conn:
+            self._check_read(conn, identity, req.job_id)
         return self.c.explain(req.job_id)
+
+    @staticmethod
+    def _check_read(conn, identity: Identity, job_id: str) -> None:
+        """A task reads only its own job's tree and a peer only its handoffs; others read every job."""
+        if identity.role in (Role.TASK, Role.FEDERATION_PEER):
+            check_may_read(identity, job_id, fed.received_requester(conn, job_id))
 
     @rpc
     def get_cluster_info(self, req: pb.GetClusterInfoRequest, identity: Identity) -> pb.GetClusterInfoResponse:

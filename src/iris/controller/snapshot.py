@@ -23,6 +23,7 @@ from pathlib import Path
 
 from iris.backends import staging
 from iris.backends.protocol import LaunchSpec, WorkerSnapshot
+from iris.controller.auth.isolation import TaskAccount
 from iris.controller.db.database import Database, sql
 from iris.controller.submit import MAX_BYTES, MAX_CPU, MAX_DEVICES
 from iris.core.bands import Band
@@ -31,6 +32,18 @@ from iris.core.resources import Device, Resources
 from iris.core.states import retry_backoff_s
 from iris.rpc.bounds import check_number
 from iris.scheduler.snapshot import PendingTask, RunningTask, SchedulingSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class TaskIdentity:
+    """Who one attempt runs as: its token (scoped to its job and attempt) and its uid."""
+
+    token: str | None = None
+    account: TaskAccount | None = None
+
+
+# (conn, job_id, owner, user, attempt_id) -> the attempt's identity
+TaskIdentitySource = Callable[[object, str, str, str, str], TaskIdentity]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +83,11 @@ class SnapshotLoader:
         self,
         db: Database,
         state_dir: Path | None = None,
-        task_token: Callable[[str], str | None] = lambda owner: None,
+        task_identity: TaskIdentitySource = lambda *_: TaskIdentity(),
     ):
         self.db = db
         self.state_dir = state_dir
-        self.task_token = task_token
+        self.task_identity = task_identity
         self._configs: dict[str, tuple[int, JobConfig]] = {}
         # Jobs whose stored config could not be loaded, with why; the tick fails them and drains this.
         self.poisoned: dict[str, str] = {}
@@ -201,12 +214,13 @@ class SnapshotLoader:
         base_env: Mapping[str, str],
     ) -> LaunchSpec:
         """What a backend needs to start one attempt; `conn` is the tick's open transaction."""
-        replicas, owner, insertion = conn.execute(
-            sql("SELECT replicas, owner, insertion FROM jobs WHERE job_id = :j"), {"j": job_id}
+        replicas, owner, user, insertion = conn.execute(
+            sql("SELECT replicas, owner, user, insertion FROM jobs WHERE job_id = :j"), {"j": job_id}
         ).one()
         cfg = self.config(conn, job_id, insertion)
         # Unpacked at submit, off the tick; the backend copies the layers into the attempt's folder.
         layers = staging.layers(self.state_dir, cfg.bundle_id, cfg.files_id) if self.state_dir else ()
+        identity = self.task_identity(conn, job_id, owner, user, attempt_id)
         env = {
             **base_env,
             **cfg.env,
@@ -218,9 +232,9 @@ class SnapshotLoader:
             "IRIS_WORKER_ID": worker_id,
             "IRIS_BACKEND_ID": backend_id,
         }
-        token = self.task_token(owner)
-        if token:
-            env["IRIS_TOKEN"] = token  # the task acts as its job's owner, e.g. to submit child jobs
+        if identity.token:
+            env["IRIS_TOKEN"] = identity.token  # the task acts for its job, e.g. to submit child jobs
+        account = identity.account
         return LaunchSpec(
             attempt_id,
             job_id,
@@ -233,4 +247,6 @@ class SnapshotLoader:
             cfg.workdir,
             cfg.image,
             layers,
+            uid=account.uid if account else None,
+            gid=account.gid if account else None,
         )

@@ -27,7 +27,7 @@ from iris.controller.db import attempts as attempt_db
 from iris.controller.db.database import Database, sql
 from iris.controller.db.federation import prune_changelog
 from iris.controller.db.jobs import fail_jobs, refresh_jobs
-from iris.controller.snapshot import SnapshotLoader
+from iris.controller.snapshot import SnapshotLoader, TaskIdentity, TaskIdentitySource
 from iris.core.availability import Availability
 from iris.core.errors import DiskFull
 from iris.core.states import TaskState
@@ -56,7 +56,7 @@ class ControlLoop:
         clock: Callable[[], float] = time.time,
         federation=None,
         state_dir: Path | None = None,
-        task_token: Callable[[str], str | None] = lambda owner: None,
+        task_identity: TaskIdentitySource | None = None,
     ):
         self.db = db
         self.backends = dict(backends)
@@ -64,7 +64,7 @@ class ControlLoop:
         self.tick_interval = tick_interval
         self.clock = clock
         self.federation = federation
-        self.loader = SnapshotLoader(db, state_dir, task_token)
+        self.loader = SnapshotLoader(db, state_dir, task_identity or (lambda *_: TaskIdentity()))
         self._reasons: dict[str, str] = {}
         self._next_maintenance = 0.0
         self.generation = 0

@@ -119,11 +119,50 @@ class PeerConfig(_Model):
     address: str = Field(pattern=r"^https?://")
 
 
+class TaskUidsConfig(_Model):
+    range: str = Field(default="200000-299999", pattern=r"^\d+-\d+$")
+
+
+TOKEN_ROLES = ("admin", "user", "dashboard", "worker", "federation-peer", "task")
+DEFAULT_MAX_TOKEN_LIFETIME = {
+    "admin": 30 * 86400.0,
+    "user": 30 * 86400.0,
+    "dashboard": 90 * 86400.0,
+    "worker": 365 * 86400.0,
+    "federation-peer": 3600.0,
+    "task": 7 * 86400.0,
+}
+
+
 class AuthConfig(_Model):
     trusted_cidrs: list[str] = ["127.0.0.0/8", "::1/128"]
     signing_key: str | None = None
     federation_peers: dict[str, str] = {}
     allowed_submitters: list[str] = ["*"]
+    # When the controller runs as root, each user's tasks run as the mapped account, or else as a
+    # uid from this range (recorded per user in the database).
+    task_uids: TaskUidsConfig = TaskUidsConfig()
+    task_accounts: dict[str, str] = {}
+    # The longest a token of each role may live (`30d`); longer ones are refused when presented.
+    max_token_lifetime: dict[str, float] = {}
+
+    @field_validator("max_token_lifetime", mode="before")
+    @classmethod
+    def _lifetimes(cls, v: Any) -> dict[str, float]:
+        if not isinstance(v, dict):
+            raise ValueError("must be a mapping of role to duration, e.g. {user: 30d, admin: 1d}")
+        unknown = sorted(set(v) - set(TOKEN_ROLES))
+        if unknown:
+            raise ValueError(f"unknown role {unknown[0]!r}; roles are {', '.join(TOKEN_ROLES)}")
+        out = {k: _duration(d) for k, d in v.items()}
+        bad = [k for k, d in out.items() if d <= 0]
+        if bad:
+            raise ValueError(f"{bad[0]}: a token lifetime must be greater than zero")
+        return out
+
+    def token_lifetime(self, role: str) -> float:
+        """The longest a token of `role` may live, in seconds."""
+        return self.max_token_lifetime.get(role, DEFAULT_MAX_TOKEN_LIFETIME.get(role, 30 * 86400.0))
 
 
 class ControllerSettings(_Model):

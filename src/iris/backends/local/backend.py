@@ -61,6 +61,7 @@ _WRAPPER = (
     '"$@"; rc=$?; echo $rc > "$0/exit"; exit $rc'
 )
 _SHELL_CHARS = re.compile(r"[\s;&|<>$`'\"*?(){}]")
+SETPRIV = "/usr/bin/setpriv"  # util-linux: runs a command under another uid, gid and no extra groups
 STOP_GRACE_S = 10.0
 PUMP_INTERVAL_S = 0.1
 THREAD_STALL_S = 60.0  # a loop iteration of a backend thread longer than this is a stall
@@ -159,6 +160,7 @@ class LocalBackend:
         self.config = config
         self.root = state_dir / "attempts"
         self.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o711)  # tasks reach their own folder by name; none may list the others
         self.output_cap = output_cap
         self.containment = Containment(self.root)
         self._wake = wake
@@ -226,9 +228,21 @@ class LocalBackend:
 
     def start(self, spec: LaunchSpec) -> Started:
         folder = self.root / safe_dirname(spec.attempt_id)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         for name in ("pid", "exit", "stdout", "stderr"):
             (folder / name).unlink(missing_ok=True)
+        as_task = spec.uid is not None
+        command = shell_argv(spec.command)
+        home = folder / "work"
+        if as_task:
+            # The wrapper stays the controller's: it records pid and exit code in the attempt folder,
+            # which the task cannot write (or it could plant a link there for the wrapper to follow).
+            # Only the command drops to the task's uid, in a `work` folder of its own that no one
+            # else may enter, kept as its working directory even where a folder above is closed to it.
+            os.chmod(folder, 0o711)
+            home.mkdir(mode=0o700, exist_ok=True)
+            os.chown(home, spec.uid, spec.gid)
+            command = [SETPRIV, f"--reuid={spec.uid}", f"--regid={spec.gid}", "--clear-groups", "--", *command]
         devices = self._take_devices(
             spec.worker_id, spec.resources.device.count if spec.resources.device.kind == "gpu" else 0
         )
@@ -239,17 +253,26 @@ class LocalBackend:
         # Tasks start in a folder of their own (a copy of the job's workspace, or empty), removed
         # when the attempt ends; the attempt's own files (pid, exit, logs) stay beside it.
         workdir = spec.workdir
-        if not workdir:
-            work = folder / "work"
-            work.mkdir(exist_ok=True)
-            workdir = str(work)
         layers = spec.workspace if not spec.workdir else ()
+        if not workdir:
+            workdir = str(home)
+            home.mkdir(exist_ok=True)
+            if spec.uid is not None:
+                # The task's uid owns its copy of the workspace: copied here, not by the wrapper
+                # (which is the controller's), then handed over.
+                for layer in layers:
+                    shutil.copytree(layer, home, dirs_exist_ok=True, symlinks=True)
+                layers = ()
+                for root, dirs, files in os.walk(home):
+                    for name in (*dirs, *files):
+                        os.lchown(os.path.join(root, name), spec.uid, spec.uid if spec.gid is None else spec.gid)
+        if as_task:
+            env["HOME"] = str(home)  # the controller's home is not the task's to write
         cgroup = self.containment.prepare(folder.name)
         try:
             with open(folder / "stdout", "ab") as out, open(folder / "stderr", "ab") as err:
                 popen = subprocess.Popen(
-                    ["/bin/sh", "-c", _WRAPPER, str(folder), cgroup, str(len(layers)), *layers]
-                    + shell_argv(spec.command),
+                    ["/bin/sh", "-c", _WRAPPER, str(folder), cgroup, str(len(layers)), *layers, *command],
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=err,
@@ -258,6 +281,7 @@ class LocalBackend:
                     start_new_session=True,
                     close_fds=True,
                     preexec_fn=self.containment.preexec(),
+                    umask=0o077 if as_task else -1,
                 )
         except OSError as exc:
             with self._lock:

@@ -7,8 +7,15 @@ The rules, in order:
   public key and yields Identity(principal=<peer>, role=federation-peer). It must be a federation
   token (role federation-peer, subject = the peer, audience = this cluster): otherwise any user
   holding a token from that peer could act as the peer here;
-- a request with no token from `auth.trusted_cidrs` (loopback by default) is local_admin;
+- a request with no token from `auth.trusted_cidrs` (loopback by default) is local_admin, unless
+  it comes from a task (the caller says so: see `isolation.loopback_socket_uid`): a task never
+  holds local_admin, whatever its address;
 - anything else is Unauthenticated.
+
+Every token must carry an id (`jti`) that is not on the cluster's deny list (`iris token revoke`),
+and may not have been minted to live longer than `auth.max_token_lifetime` allows for its role;
+both are checked together with the signature, so a revoked or over-long token is refused on its
+very next call.
 
 A token that is present but bad is refused even from a trusted network: a caller that sends a token
 asked to be judged by it. `client_host` must be the socket's peer address, never a forwarded header,
@@ -19,7 +26,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -50,6 +57,8 @@ class Authenticator:
     trusted_cidrs: Iterable[str | _Network] = DEFAULT_TRUSTED_CIDRS
     federation_peers: Mapping[str, Ed25519PublicKey] = field(default_factory=dict)
     allowed_submitters: Iterable[str] = ("*",)
+    max_lifetime: Callable[[str], float] | None = None
+    revoked: Set[str] = field(default_factory=frozenset)  # token ids (jti) refused from now on
 
     def __post_init__(self) -> None:
         if not self.cluster_name:
@@ -67,8 +76,13 @@ class Authenticator:
         object.__setattr__(self, "allowed_submitters", tuple(self.allowed_submitters))
 
     @classmethod
-    def from_config(cls, config: ClusterConfig, base_dir: str | os.PathLike | None = None) -> Authenticator:
-        """Loads keys per `config.auth`; relative key paths resolve against `base_dir` (the config's folder)."""
+    def from_config(
+        cls, config: ClusterConfig, base_dir: str | os.PathLike | None = None, revoked: Set[str] = frozenset()
+    ) -> Authenticator:
+        """Loads keys per `config.auth`; relative key paths resolve against `base_dir` (the config's folder).
+
+        `revoked` is the live deny list of token ids; the controller keeps adding to the same set.
+        """
         auth = config.auth
         signing_path = None
         if auth.signing_key is not None:
@@ -84,12 +98,25 @@ class Authenticator:
                 for name, value in auth.federation_peers.items()
             },
             allowed_submitters=auth.allowed_submitters,
+            max_lifetime=auth.token_lifetime,
+            revoked=revoked,
         )
 
-    def identify(self, authorization_header: str | None, client_host: str | None, now: float | None = None) -> Identity:
+    def identify(
+        self,
+        authorization_header: str | None,
+        client_host: str | None,
+        now: float | None = None,
+        caller_is_task: bool = False,
+    ) -> Identity:
         """The caller's identity from its Authorization header, or from its address when it sent none."""
         if authorization_header is not None and authorization_header.strip():
             return self.verify(_bearer_token(authorization_header), now=now)
+        if caller_is_task:
+            raise Unauthenticated(
+                "this request comes from an Iris task and carries no token; a task never acts as local_admin. "
+                "Tasks call the controller with the token in their IRIS_TOKEN environment variable"
+            )
         if self.is_trusted(client_host):
             return Identity(LOCAL_ADMIN, Role.ADMIN, self.cluster_name, local_admin=True)
         cidrs = ", ".join(str(n) for n in self.trusted_cidrs) or "none"
@@ -100,9 +127,18 @@ class Authenticator:
 
     def verify(self, token: str, now: float | None = None) -> Identity:
         """The identity of a bearer token minted by this cluster or signed by a configured peer."""
+        identity = self._verify(token, now)
+        if identity.token_id in self.revoked:
+            raise Unauthenticated(
+                f"token {identity.token_id} (for {identity.principal!r}, role {identity.role.value}) was revoked; "
+                f"ask an admin of {self.cluster_name!r} for a new one"
+            )
+        return identity
+
+    def _verify(self, token: str, now: float | None) -> Identity:
         issuer = unverified_issuer(token)
         if issuer == self.cluster_name:
-            return verify_token(token, self.signing_key, self.cluster_name, now=now)
+            return verify_token(token, self.signing_key, self.cluster_name, now=now, max_lifetime=self.max_lifetime)
         peer_key = self.federation_peers.get(issuer)
         if peer_key is None:
             peers = ", ".join(sorted(self.federation_peers)) or "none configured"
@@ -110,7 +146,9 @@ class Authenticator:
                 f"foreign token: it was issued by {issuer!r}, which this cluster ({self.cluster_name!r}) does not "
                 f"trust; it accepts tokens it minted and those of its auth.federation_peers ({peers})"
             )
-        claimed = verify_token(token, peer_key, issuer, now=now, audience=self.cluster_name)
+        claimed = verify_token(
+            token, peer_key, issuer, now=now, audience=self.cluster_name, max_lifetime=self.max_lifetime
+        )
         if claimed.role is not Role.FEDERATION_PEER or claimed.principal != issuer:
             raise Unauthenticated(
                 f"token from peer {issuer!r} has role {claimed.role.value} and subject {claimed.principal!r}; "
@@ -127,9 +165,10 @@ class Authenticator:
         """A token to sign this cluster's next call to `peer_name` with."""
         return mint_peer_token(self.signing_key, self.cluster_name, peer_name, now=now)
 
-    def check_handoff(self, caller: Identity, requester: str, submitter: str) -> None:
-        """Peer admission against this cluster's `auth.allowed_submitters`; see `policy.check_handoff`."""
-        policy.check_handoff(caller, requester, submitter, self.allowed_submitters)
+    def check_handoff(self, caller: Identity, requester: str, owner: str) -> None:
+        """Peer admission against this cluster's `auth.allowed_submitters`: the handoff's owner is the
+        accountable submitter and must be named; see `policy.check_handoff`."""
+        policy.check_handoff(caller, requester, owner, self.allowed_submitters, owner=owner)
 
 
 def parse_cidrs(cidrs: Iterable[str | _Network]) -> tuple[_Network, ...]:

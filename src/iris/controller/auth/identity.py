@@ -24,6 +24,7 @@ class Role(StrEnum):
     DASHBOARD = "dashboard"
     WORKER = "worker"
     FEDERATION_PEER = "federation-peer"
+    TASK = "task"  # one attempt of one job, acting for the job's owner within that job only
 
     @classmethod
     def parse(cls, value: str) -> Role:
@@ -44,3 +45,5 @@ class Identity:
     issuer: str
     local_admin: bool = False
     token_id: str | None = None
+    job_scope: str | None = None  # a task: the job it belongs to; it reaches only that job's subtree
+    attempt_id: str | None = None  # a task: the attempt whose end ends the token

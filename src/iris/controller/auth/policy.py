@@ -67,6 +67,20 @@ ROLE_METHODS: Mapping[Role, frozenset[str]] = MappingProxyType(
         Role.DASHBOARD: READ_METHODS,
         # A worker daemon joins its pool and exchanges attempts and reports; nothing else.
         Role.WORKER: WORKER_METHODS,
+        # What a task's own client asks of its controller, each call further confined to the task's
+        # job and its descendants (`check_may_read`, `check_may_create`, `may_stop`).
+        Role.TASK: frozenset(
+            {
+                "GetClusterInfo",
+                "GetJobStatus",
+                "ListJobs",
+                "ListTasks",
+                "FetchLogs",
+                "ExplainJob",
+                "LaunchJob",
+                "TerminateJob",
+            }
+        ),
         Role.FEDERATION_PEER: frozenset(
             {
                 "LaunchJob",
@@ -106,16 +120,24 @@ def authorize(identity: Identity, method: str) -> None:
     )
 
 
-def may_stop(identity: Identity, job_owner: str, job_requester: str | None = None) -> bool:
+def in_job_tree(job_id: str, root: str) -> bool:
+    """Whether `job_id` is `root` itself or one of its descendants."""
+    return job_id == root or job_id.startswith(root.rstrip("/") + "/")
+
+
+def may_stop(identity: Identity, job_owner: str, job_requester: str | None = None, job_id: str = "") -> bool:
     """Whether `identity` may stop a job owned by `job_owner` and (if received) handed off by `job_requester`.
 
-    An admin (local_admin included) may stop any job; a user only jobs they own; a federation peer
+    A job's owner is the user component of its id. An admin (local_admin included) may stop any
+    job; a user only jobs they own; a task only its own job and its descendants; a federation peer
     only jobs it handed to this cluster; dashboards and workers none.
     """
     if identity.role is Role.ADMIN:
         return True
     if identity.role is Role.USER:
         return bool(job_owner) and identity.principal == job_owner
+    if identity.role is Role.TASK:
+        return identity.principal == job_owner and in_job_tree(job_id, identity.job_scope or "\0")
     if identity.role is Role.FEDERATION_PEER:
         return job_requester is not None and identity.principal == job_requester
     return False
@@ -123,10 +145,14 @@ def may_stop(identity: Identity, job_owner: str, job_requester: str | None = Non
 
 def check_may_stop(identity: Identity, job_id: str, job_owner: str, job_requester: str | None = None) -> None:
     """`may_stop` as a check: PermissionDenied saying whose job it is."""
-    if may_stop(identity, job_owner, job_requester):
+    if may_stop(identity, job_owner, job_requester, job_id):
         return
     if identity.role is Role.FEDERATION_PEER:
         raise PermissionDenied(f"peer {identity.principal!r} may stop only jobs it handed off; {job_id} is not one")
+    if identity.role is Role.TASK:
+        raise PermissionDenied(
+            f"a task of {identity.job_scope} may stop only its own job and its descendants; {job_id} is not one"
+        )
     raise PermissionDenied(
         f"{identity.principal} ({identity.role.value}) may not stop {job_id}: it belongs to {job_owner or 'nobody'}, "
         "and only its owner or an admin may stop it"
@@ -147,8 +173,12 @@ def check_may_federate(identity: Identity) -> None:
         )
 
 
-def check_handoff(caller: Identity, requester: str, submitter: str, allowed_submitters: Iterable[str]) -> None:
-    """On the peer: admits a handoff only from the peer it names, for a named submitter this cluster allows."""
+def check_handoff(
+    caller: Identity, requester: str, submitter: str, allowed_submitters: Iterable[str], owner: str | None = None
+) -> None:
+    """On the peer: admits a handoff only from the peer it names, naming its owner, for a submitter
+    this cluster allows. `owner` defaults to the submitter (for callers that check only that)."""
+    owner = submitter if owner is None else owner
     if caller.role is not Role.FEDERATION_PEER:
         raise PermissionDenied(
             f"a handoff must be signed by the requesting cluster's own key; the caller {caller.principal!r} "
@@ -158,6 +188,13 @@ def check_handoff(caller: Identity, requester: str, submitter: str, allowed_subm
         raise PermissionDenied(
             f"the handoff names requester {requester!r} but is signed by peer {caller.principal!r}; "
             "a peer may hand off only its own jobs"
+        )
+    if LOCAL_ADMIN in (owner, submitter):
+        submitter = LOCAL_ADMIN
+    elif not owner:
+        raise PermissionDenied(
+            f"the handoff from peer {requester!r} names no owner (owner_principal); a handed-off job must name "
+            "the accountable user it runs for"
         )
     if not submitter or submitter == LOCAL_ADMIN:
         raise PermissionDenied(
@@ -182,3 +219,43 @@ def check_sync_requester(identity: Identity, requester: str) -> None:
         f"{identity.principal} ({identity.role.value}) may not sync the jobs of requester {requester!r}; "
         "only that peer or an admin may"
     )
+
+
+def check_may_create(identity: Identity, job_id: str, namespace_user: str) -> None:
+    """Creating (or replacing) `job_id`, whose id puts it in `namespace_user`'s namespace.
+
+    Only that user, a task of one of that user's jobs (below its own job), or an admin may; a
+    peer creates jobs only through a handoff record, checked by `check_handoff`.
+    """
+    role = identity.role
+    if role is Role.ADMIN:
+        return
+    if role is Role.USER and identity.principal == namespace_user:
+        return
+    if role is Role.TASK:
+        scope = identity.job_scope or ""
+        if identity.principal == namespace_user and job_id != scope and in_job_tree(job_id, scope):
+            return
+        raise PermissionDenied(
+            f"a task of {scope} may submit only child jobs below its own job ({scope}/<name>), not {job_id}"
+        )
+    if role is Role.FEDERATION_PEER:
+        raise PermissionDenied(
+            f"peer {identity.principal!r} may launch jobs only through a handoff record naming the requesting "
+            "cluster and the job's owner; this LaunchJob carries none"
+        )
+    raise PermissionDenied(
+        f"{identity.principal} ({role.value}) may not create {job_id}: it is in the namespace of user "
+        f"{namespace_user!r}, and only that user, their tasks or an admin may create, replace or add jobs there. "
+        f"Submit under /{identity.principal}/… instead"
+    )
+
+
+def check_may_read(identity: Identity, job_id: str, job_requester: str | None) -> None:
+    """Reading one job's status, tasks or logs: a task only its own job's tree, a peer only its handoffs."""
+    if identity.role is Role.TASK and not in_job_tree(job_id, identity.job_scope or "\0"):
+        raise PermissionDenied(
+            f"a task of {identity.job_scope} may read only its own job and its descendants; {job_id} is not one"
+        )
+    if identity.role is Role.FEDERATION_PEER and job_requester != identity.principal:
+        raise PermissionDenied(f"peer {identity.principal!r} may read only jobs it handed off; {job_id} is not one")

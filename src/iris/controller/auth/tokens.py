@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,8 +42,13 @@ def mint_token(
     ttl_s: float,
     now: float | None = None,
     audience: str | None = None,
+    job_scope: str | None = None,
+    attempt_id: str | None = None,
 ) -> str:
-    """A signed JWT saying `issuer_cluster` vouches for `subject` in `role` for `ttl_s` seconds."""
+    """A signed JWT saying `issuer_cluster` vouches for `subject` in `role` for `ttl_s` seconds.
+
+    A task token (role task) also names the job it is confined to and the attempt it ends with.
+    """
     role = Role.parse(role)
     if not issuer_cluster:
         raise InvalidArgument("a token needs an issuer: the name of the cluster that mints it")
@@ -63,6 +68,10 @@ def mint_token(
     }
     if audience is not None:
         claims["aud"] = audience
+    if role is Role.TASK:
+        if not job_scope or not attempt_id:
+            raise InvalidArgument("a task token needs the job and the attempt it belongs to")
+        claims.update(job=job_scope, att=attempt_id)
     return jwt.encode(claims, key.private_key, algorithm=ALGORITHM, headers={"kid": key.key_id})
 
 
@@ -88,11 +97,13 @@ def verify_token(
     issuer: str,
     now: float | None = None,
     audience: str | None = None,
+    max_lifetime: Callable[[str], float] | None = None,
 ) -> Identity:
     """The identity in `token` if `issuer` minted it with one of `key_or_keys` and it is still valid.
 
     `audience` is the cluster verifying a federation token; a token's `aud` must equal it, so a token
     addressed to one cluster is refused everywhere else (and an addressed token where none is expected).
+    `max_lifetime(role)` caps how long a token of that role may have been minted for.
     """
     claims = _unverified_claims(token)
     claimed = claims.get("iss")
@@ -115,13 +126,38 @@ def verify_token(
         )
     t = time.time() if now is None else now
     exp, iat = float(claims["exp"]), float(claims["iat"])
+    if max_lifetime is not None and exp - iat > max_lifetime(role.value) + 1:
+        raise Unauthenticated(
+            f"token for {subject!r} (role {role.value}) was minted to live {_span(exp - iat)}, longer than this "
+            f"cluster allows for that role ({_span(max_lifetime(role.value))}, auth.max_token_lifetime); "
+            "mint a shorter one with `iris token create --ttl`"
+        )
     if t > exp + CLOCK_SKEW_S:
+        if audience is not None and exp - iat <= PEER_TOKEN_TTL_S:
+            # A federation token is minted for each call and lives minutes: "expired" on arrival
+            # means this host's clock runs ahead of the issuer's, not that the token is old.
+            raise Unauthenticated(
+                f"the clocks of {issuer!r} and {audience!r} disagree by about {_span(t - iat)}: {issuer!r} signed "
+                f"this call at {_iso(iat)} by its clock, and it is {_iso(t)} here, past the token's "
+                f"{_span(exp - iat)} lifetime; synchronise both hosts' clocks (NTP)"
+            )
         raise Unauthenticated(f"token expired at {_iso(exp)}; {MINT_HINT}")
     if iat > t + CLOCK_SKEW_S:
         raise Unauthenticated(
-            f"token was issued in the future ({_iso(iat)}); the clocks of {issuer!r} and this host disagree"
+            f"token was issued in the future ({_iso(iat)}); the clocks of {issuer!r} and this host disagree "
+            f"by about {_span(iat - t)}; synchronise both hosts' clocks (NTP)"
         )
-    return Identity(principal=subject, role=role, issuer=issuer, token_id=token_id)
+    job_scope, attempt_id = claims.get("job"), claims.get("att")
+    if role is Role.TASK and not (isinstance(job_scope, str) and job_scope and isinstance(attempt_id, str)):
+        raise Unauthenticated("malformed task token: it names no job and attempt; tasks get theirs from the cluster")
+    return Identity(
+        principal=subject,
+        role=role,
+        issuer=issuer,
+        token_id=token_id,
+        job_scope=job_scope if role is Role.TASK else None,
+        attempt_id=attempt_id if role is Role.TASK else None,
+    )
 
 
 def _unverified_claims(token: str) -> dict[str, Any]:
@@ -167,8 +203,8 @@ def _verified_claims(token: str, keys: list[Ed25519PublicKey], issuer: str) -> d
     )
 
 
-def _required_claims(claims: dict[str, Any]) -> tuple[str, Role, str | None]:
-    for name in ("sub", "role", "iat", "exp"):
+def _required_claims(claims: dict[str, Any]) -> tuple[str, Role, str]:
+    for name in ("sub", "role", "iat", "exp", "jti"):
         if name not in claims:
             raise Unauthenticated(f"malformed token: it lacks the {name!r} claim; " + MINT_HINT)
     subject, role, jti = claims["sub"], claims["role"], claims.get("jti")
@@ -180,7 +216,9 @@ def _required_claims(claims: dict[str, Any]) -> tuple[str, Role, str | None]:
         parsed = Role(role)
     except ValueError:
         raise Unauthenticated(f"malformed token: unknown role {role!r}; " + MINT_HINT) from None
-    return subject, parsed, jti if isinstance(jti, str) else None
+    if not isinstance(jti, str) or not jti:
+        raise Unauthenticated("malformed token: its id (jti) is empty; " + MINT_HINT)
+    return subject, parsed, jti
 
 
 def _public_keys(key_or_keys: KeyLike | Iterable[KeyLike]) -> list[Ed25519PublicKey]:
@@ -191,6 +229,18 @@ def _public_keys(key_or_keys: KeyLike | Iterable[KeyLike]) -> list[Ed25519Public
     if not keys:
         raise InvalidArgument("verify_token needs at least one key")
     return keys
+
+
+def _span(seconds: float) -> str:
+    """`90 s`, `12 min`, `3.0 h`, `30 d`: a duration as a person reads it."""
+    seconds = abs(seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.0f} d"
 
 
 def _iso(epoch_s: float) -> str:

@@ -202,6 +202,22 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "workspace bundles stored once by content id",
         ["ALTER TABLE bundles ADD COLUMN data BLOB"],
     ),
+    (
+        5,
+        "the uid each user's tasks run as, and revoked tokens",
+        [
+            """CREATE TABLE IF NOT EXISTS task_uids (
+                user TEXT PRIMARY KEY,
+                uid INTEGER NOT NULL UNIQUE
+            )""",
+            """CREATE TABLE IF NOT EXISTS revoked_tokens (
+                jti TEXT PRIMARY KEY,
+                subject TEXT NOT NULL DEFAULT '',
+                expires_ms INTEGER NOT NULL DEFAULT 0,
+                revoked_ms INTEGER NOT NULL
+            )""",
+        ],
+    ),
 ]
 
 

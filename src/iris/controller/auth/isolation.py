@@ -1,0 +1,187 @@
+"""What separates tasks from the controller and from each other: the uid each user's tasks run as,
+the permissions of the state directory, and whether a tokenless loopback caller is a task.
+
+When the controller runs as root, every Iris user's tasks run under a uid of that user's own, never
+the controller's: a real account named in `auth.task_accounts` (`{alice: alice}`, the way Slurm runs
+a job as its submitter), or else a uid from `auth.task_uids.range`. A range uid is chosen
+deterministically (a hash of the user name, then the next free one on a collision) and recorded in
+the `task_uids` table, so a user keeps the same uid across restarts and two users never share one.
+The kernel then does the isolating: the state directory is 0711 (tasks may pass through it to their
+own attempt folders but cannot list it), the database and the signing key are 0600, an attempt
+folder is 0700 and owned by its task's uid, and `/proc/<pid>/environ` of another uid is unreadable.
+
+Telling a task from the cluster's operator on loopback: a TCP peer address cannot say who is
+calling, and SO_PEERCRED exists only for Unix sockets. But both ends of a loopback connection live
+in this kernel, and `/proc/net/tcp` lists every socket with the uid that owns it, so the controller
+looks up the caller's socket by its address and port. A tokenless caller whose socket belongs to a
+task uid is refused instead of being made local_admin, while `iris` run by the operator on the
+controller's host keeps working without flags. Every task also carries its own task token, so the
+well-behaved ones never arrive tokenless in the first place.
+
+When the controller runs as an ordinary user, tasks share its uid and none of this can hold: a task
+can read the state directory, the key and other tasks' environments, and can reach the controller
+as local_admin. That mode is for a person's own laptop; README says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import os
+import pwd
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from sqlalchemy.engine import Connection
+
+from iris.controller.db.database import sql
+from iris.core.errors import FailedPrecondition, InvalidArgument
+
+STATE_DIR_MODE_SHARED = 0o711  # tasks under their own uids pass through to their attempt folders
+STATE_DIR_MODE_PRIVATE = 0o700
+PRIVATE_FILE_MODE = 0o600
+DEFAULT_TASK_UID_RANGE = (200_000, 299_999)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAccount:
+    """The uid and gid one user's tasks run as; `home` is a home folder when it is a real account."""
+
+    uid: int
+    gid: int
+    home: str = ""
+
+
+def parse_uid_range(text: str) -> tuple[int, int]:
+    """`200000-299999` as (200000, 299999); InvalidArgument naming the key otherwise."""
+    lo, sep, hi = str(text).partition("-")
+    try:
+        low, high = int(lo), int(hi)
+    except ValueError:
+        low = high = -1
+    if not sep or low < 1000 or high < low:
+        raise InvalidArgument(
+            f"auth.task_uids.range: {text!r} is not a uid range LOW-HIGH above the system accounts (e.g. 200000-299999)"
+        )
+    return low, high
+
+
+@dataclass(frozen=True, eq=False)
+class TaskIdentities:
+    """Which uid each Iris user's tasks run as; `enabled` only when the controller is root."""
+
+    uid_range: tuple[int, int] = DEFAULT_TASK_UID_RANGE
+    accounts: Mapping[str, TaskAccount] = field(default_factory=dict)
+    enabled: bool = field(default_factory=lambda: os.geteuid() == 0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "accounts", MappingProxyType(dict(self.accounts)))
+
+    @classmethod
+    def from_config(cls, range_text: str, accounts: Mapping[str, str]) -> TaskIdentities:
+        """Resolves `auth.task_accounts` to uids now, so a missing account fails at start."""
+        resolved = {}
+        for user, account in accounts.items():
+            try:
+                entry = pwd.getpwnam(account)
+            except KeyError:
+                raise InvalidArgument(
+                    f"auth.task_accounts.{user}: there is no account {account!r} on this host; "
+                    "create it or drop the mapping (the user's tasks then get a uid from auth.task_uids.range)"
+                ) from None
+            if entry.pw_uid == 0:
+                raise InvalidArgument(
+                    f"auth.task_accounts.{user}: tasks never run as root; map {user} to another account"
+                )
+            resolved[user] = TaskAccount(entry.pw_uid, entry.pw_gid, entry.pw_dir)
+        return cls(parse_uid_range(range_text), resolved)
+
+    def is_task_uid(self, uid: int) -> bool:
+        """Whether `uid` is one that tasks run as (so a process owned by it is a task)."""
+        low, high = self.uid_range
+        return low <= uid <= high or any(a.uid == uid for a in self.accounts.values())
+
+    def account_for(self, conn: Connection, user: str) -> TaskAccount | None:
+        """The uid `user`'s tasks run as, assigned and recorded on first use; None when not root."""
+        if not self.enabled:
+            return None
+        mapped = self.accounts.get(user)
+        if mapped is not None:
+            return mapped
+        row = conn.execute(sql("SELECT uid FROM task_uids WHERE user = :u"), {"u": user}).first()
+        if row is not None:
+            return TaskAccount(row[0], row[0])
+        low, high = self.uid_range
+        size = high - low + 1
+        taken = {r[0] for r in conn.execute(sql("SELECT uid FROM task_uids"))}
+        if len(taken) >= size:
+            raise FailedPrecondition(
+                f"every uid of auth.task_uids.range ({low}-{high}) is assigned; widen the range to add user {user!r}"
+            )
+        start = int.from_bytes(hashlib.sha256(user.encode()).digest()[:8], "big") % size
+        reserved = {a.uid for a in self.accounts.values()}
+        for step in range(size):
+            uid = low + (start + step) % size
+            if uid not in taken and uid not in reserved:
+                break
+        conn.execute(sql("INSERT INTO task_uids (user, uid) VALUES (:u, :uid)"), {"u": user, "uid": uid})
+        return TaskAccount(uid, uid)
+
+
+def secure_state_dir(state_dir: Path, tasks_have_own_uids: bool) -> None:
+    """Makes the state directory unlistable by tasks and its database and key files private."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(state_dir, STATE_DIR_MODE_SHARED if tasks_have_own_uids else STATE_DIR_MODE_PRIVATE)
+    for child in state_dir.iterdir():
+        if child.is_file() and not child.is_symlink():
+            os.chmod(child, PRIVATE_FILE_MODE)
+
+
+def give_to(path: Path, account: TaskAccount | None) -> None:
+    """Hands a folder (and everything in it) to a task's uid, readable by nobody else."""
+    if account is None:
+        return
+    for root, dirs, files in os.walk(path):
+        for name in (*dirs, *files):
+            os.lchown(os.path.join(root, name), account.uid, account.gid)
+    os.chown(path, account.uid, account.gid)
+    os.chmod(path, 0o700)
+
+
+def _proc_net_address(text: str) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]:
+    host, _, port = text.partition(":")
+    raw = bytes.fromhex(host)
+    # The kernel prints each 32-bit word of the address in host (little-endian) byte order.
+    swapped = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    address = ipaddress.ip_address(swapped)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address, int(port, 16)
+
+
+def loopback_socket_uid(client_host: str, client_port: int, server_port: int, proc: Path = Path("/proc")) -> int | None:
+    """The uid owning the client end of a loopback TCP connection to `server_port`; None if not found."""
+    try:
+        client = ipaddress.ip_address(client_host.strip("[]"))
+    except ValueError:
+        return None
+    if isinstance(client, ipaddress.IPv6Address) and client.ipv4_mapped is not None:
+        client = client.ipv4_mapped
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = (proc / "net" / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 8:
+                continue
+            try:
+                local, remote = _proc_net_address(fields[1]), _proc_net_address(fields[2])
+            except ValueError:
+                continue
+            if local == (client, client_port) and remote[1] == server_port:
+                return int(fields[7])
+    return None

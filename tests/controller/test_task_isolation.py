@@ -1,0 +1,92 @@
+"""Tasks on the local backend cannot reach the controller's secrets or each other: a real controller
+running as root, real tasks under the uids of their users, each trying what an attacker would."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from iris.rpc import controller_pb2 as pb
+from tests.conftest import wait_until
+from tests.controller.helpers import client, error_code, launch, logs, status, user_token, wait_state
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="tasks get uids of their own only under a root controller")
+
+# Runs as alice's task: tries the key, the database, the state directory, every other process's
+# environment, and the controller without its token; prints one JSON report.
+PROBE = r"""
+import json, os, sys, urllib.request, urllib.error
+state = sys.argv[1]
+report = {"uid": os.getuid()}
+def attempt(name, fn):
+    try:
+        fn()
+        report[name] = "read"
+    except OSError as exc:
+        report[name] = type(exc).__name__
+attempt("key", lambda: open(os.path.join(state, "signing_key.pem")).read())
+attempt("db", lambda: open(os.path.join(state, "controller.db"), "rb").read(1))
+attempt("listing", lambda: os.listdir(state))
+leaks = []
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            if b"bob-secret" in open(f"/proc/{pid}/environ", "rb").read():
+                leaks.append(pid)
+        except OSError:
+            pass
+report["leaks"] = leaks
+request = urllib.request.Request(os.environ["IRIS_CONTROLLER"] + "/iris.v1.ControllerService/ListJobs",
+                                 data=b"{}", headers={"Content-Type": "application/json"})
+try:
+    urllib.request.urlopen(request, timeout=10)
+    report["tokenless"] = 200
+except urllib.error.HTTPError as exc:
+    report["tokenless"] = exc.code
+print(json.dumps(report))
+"""
+
+
+def test_task_cannot_read_the_key_the_database_or_another_users_task_environment(controller):
+    alice = client(controller, user_token(controller, "alice"))
+    bob = client(controller, user_token(controller, "bob"))
+    secret = launch(bob, "holder", ["sleep", "60"], user="bob", env={"BOB_TOKEN": "bob-secret"})
+
+    def started_pid():
+        attempts = [a for t in status(bob, secret).tasks for a in t.attempts]
+        return attempts[0].pid if attempts else 0
+
+    bob_pid = wait_until(started_pid, message="bob's task to start")
+
+    probe = launch(alice, "probe", [sys.executable, "-c", PROBE, str(controller.state_dir)])
+    assert wait_state(alice, probe).job.state == "SUCCEEDED", logs(alice, probe)
+    report = json.loads(logs(alice, probe)[-1])
+
+    assert report["uid"] not in (0, os.getuid())
+    assert report["key"] == "PermissionError"
+    assert report["db"] == "PermissionError"
+    assert report["listing"] == "PermissionError"
+    assert report["leaks"] == []  # bob's task environment is not readable by alice's task
+    assert report["tokenless"] == 401  # no local_admin for a task, even from loopback
+
+    # bob's task runs under a uid of its own, different from alice's, and its secret is really there.
+    with open(f"/proc/{bob_pid}/environ", "rb") as f:  # the test (root) can read it: the probe could not
+        assert b"bob-secret" in f.read()
+    assert status(bob, secret).job.state == "RUNNING"
+    assert bob.terminate_job(pb.TerminateJobRequest(job_id=secret)).state == "KILLED"
+
+
+def test_task_token_reaches_only_its_own_job_and_ends_with_its_attempt(controller):
+    alice = client(controller, user_token(controller, "alice"))
+    other = launch(alice, "other", ["sleep", "60"])
+    job = launch(alice, "leaky", ["sh", "-c", 'echo "$IRIS_TOKEN"'])
+    assert wait_state(alice, job).job.state == "SUCCEEDED"
+    token = logs(alice, job)[0]
+
+    code, message = error_code(lambda: client(controller, token).list_jobs(pb.ListJobsRequest()))
+    assert code == "unauthenticated" and "has ended" in message
+    assert status(alice, other).job.state in ("PENDING", "RUNNING")
+    alice.terminate_job(pb.TerminateJobRequest(job_id=other))
