@@ -120,21 +120,10 @@ class RunningController:
         )
 
 
-def let_tasks_pass(folder: Path) -> None:
-    """Adds o+x to `folder` and the folders above it that we own (pytest makes them 0700): a
-    controller running as root runs tasks under uids of their own, which must reach their attempt
-    folders in the state dir. Nothing becomes listable or readable."""
-    for path in (folder, *folder.parents):
-        st = path.stat()
-        if st.st_uid == os.geteuid() and not st.st_mode & 0o001:
-            path.chmod((st.st_mode & 0o7777) | 0o011)
-
-
 class ControllerFactory:
     def __init__(self, base: Path):
         self.base = base
         self.started: list[RunningController] = []
-        let_tasks_pass(base)
 
     def __call__(
         self, name: str = "test", backends: list[dict] | None = None, start: bool = True, **extra

@@ -39,13 +39,24 @@ for pid in os.listdir("/proc"):
         except OSError:
             pass
 report["leaks"] = leaks
-request = urllib.request.Request(os.environ["IRIS_CONTROLLER"] + "/iris.v1.ControllerService/ListJobs",
-                                 data=b"{}", headers={"Content-Type": "application/json"})
-try:
-    urllib.request.urlopen(request, timeout=10)
-    report["tokenless"] = 200
-except urllib.error.HTTPError as exc:
-    report["tokenless"] = exc.code
+def call(method, body, token=None):
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = "Bearer " + token
+    request = urllib.request.Request(os.environ["IRIS_CONTROLLER"] + "/iris.v1.ControllerService/" + method,
+                                     data=json.dumps(body).encode(), headers=headers)
+    try:
+        urllib.request.urlopen(request, timeout=10)
+        return 200
+    except urllib.error.HTTPError as exc:
+        return exc.code
+token = os.environ["IRIS_TOKEN"]
+report["tokenless"] = call("ListJobs", {})
+report["read_other"] = call("GetJobStatus", {"jobId": "/bob/holder"}, token)
+report["stop_other"] = call("TerminateJob", {"jobId": "/bob/holder"}, token)
+report["root_launch"] = call("LaunchJob", {"name": "/alice/escape", "command": ["true"]}, token)
+report["child_launch"] = call("LaunchJob", {"parentJobId": os.environ["IRIS_JOB_ID"], "name": "kid",
+                                            "command": ["true"]}, token)
 print(json.dumps(report))
 """
 
@@ -71,6 +82,12 @@ def test_task_cannot_read_the_key_the_database_or_another_users_task_environment
     assert report["listing"] == "PermissionError"
     assert report["leaks"] == []  # bob's task environment is not readable by alice's task
     assert report["tokenless"] == 401  # no local_admin for a task, even from loopback
+    # Its own token reaches only its own job's tree: children yes, anyone else's job or a new root no.
+    assert (report["read_other"], report["stop_other"], report["root_launch"]) == (403, 403, 403)
+    assert report["child_launch"] == 200
+    assert status(alice, "/alice/probe/kid").job.user == "alice"
+    code, _ = error_code(lambda: status(alice, "/alice/escape"))
+    assert code == "not_found"
 
     # bob's task runs under a uid of its own, different from alice's, and its secret is really there.
     with open(f"/proc/{bob_pid}/environ", "rb") as f:  # the test (root) can read it: the probe could not

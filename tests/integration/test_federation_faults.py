@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from iris.rpc import controller_pb2 as pb
-from tests.conftest import let_tasks_pass, wait_until
-from tests.controller.helpers import client, status, wait_state
+from tests.conftest import wait_until
+from tests.controller.helpers import client, logs, status, wait_state
 from tests.integration.test_federation import FAST, gpu_job, start_federation
 
 
@@ -16,11 +22,22 @@ def handoff_state(c, job_id: str) -> str:
     return status(c, job_id).job.handoff_state
 
 
-def test_parent_killed_between_promotion_and_delivery_ack_runs_the_job_exactly_once(controller_factory, tmp_path):
-    runs = tmp_path / "runs.txt"
-    runs.touch(mode=0o666)  # the task appends to it under its user's uid, not the test's
-    runs.chmod(0o666)
-    let_tasks_pass(tmp_path)
+@pytest.fixture
+def runs() -> Iterator[Path]:
+    """A file a task may append to: a task runs under its user's uid, not the test's, and pytest
+    keeps its own temporary folders closed to other uids."""
+    folder = Path(tempfile.mkdtemp(prefix="iris-runs-"))
+    try:
+        folder.chmod(0o711)
+        path = folder / "runs.txt"
+        path.touch()
+        path.chmod(0o666)
+        yield path
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_parent_killed_between_promotion_and_delivery_ack_runs_the_job_exactly_once(controller_factory, runs):
     fed = start_federation(controller_factory)
     marin, h100 = fed.marin, fed.h100
     # One heartbeat only, so the stopped peer still looks reachable and the job is promoted to it.
@@ -40,7 +57,7 @@ def test_parent_killed_between_promotion_and_delivery_ack_runs_the_job_exactly_o
     marin.start()
     c = client(marin, fed.token)
     final = wait_state(c, job, timeout=40)
-    assert final.job.state == "SUCCEEDED" and final.job.cluster == "cw-h100"
+    assert final.job.state == "SUCCEEDED" and final.job.cluster == "cw-h100", logs(client(h100), job)
     assert runs.read_text().splitlines() == ["run"]
     on_peer = status(client(h100), job)
     assert len(on_peer.tasks) == 1 and len(on_peer.tasks[0].attempts) == 1
