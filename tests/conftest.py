@@ -130,6 +130,9 @@ class ControllerFactory:
     ) -> RunningController:
         port = free_port()
         state_dir = self.base / name / "state"
+        # Tasks here run under the controller's uid unless a test asks for uids of their own: this
+        # host's Python lives in root's private home, which another uid cannot reach.
+        extra["auth"] = {"task_uids": {"enabled": False}, **extra.get("auth", {})}
         config = {
             "name": name,
             "listen": f"127.0.0.1:{port}",

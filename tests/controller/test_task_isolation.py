@@ -15,6 +15,13 @@ from tests.controller.helpers import client, error_code, launch, logs, status, u
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="tasks get uids of their own only under a root controller")
 
+
+@pytest.fixture
+def controller(controller_factory):
+    """A controller whose tasks run under uids of their users' own (the default for a root one)."""
+    return controller_factory(auth={"task_uids": {"enabled": True, "range": "200000-299999"}})
+
+
 # Runs as alice's task: tries the key, the database, the state directory, every other process's
 # environment, and the controller without its token; prints one JSON report.
 PROBE = r"""

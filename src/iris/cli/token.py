@@ -32,6 +32,7 @@ class IssuedToken:
     user: str
     role: str
     expires_ms: int
+    token_id: str = ""
 
 
 def cluster_signing_key(config):  # (ClusterConfig) -> SigningKey
@@ -42,14 +43,27 @@ def cluster_signing_key(config):  # (ClusterConfig) -> SigningKey
 
 
 def issue_token(config, user: str, role: str, ttl_s: float) -> IssuedToken:
-    """Mints a token for `user` in `role`, valid `ttl_s` seconds, signed by the cluster of `config`."""
+    """Mints a token for `user` in `role`, valid `ttl_s` seconds, signed by the cluster of `config`.
+
+    A ttl longer than the cluster allows for the role (`auth.max_token_lifetime`) is refused here,
+    since the controller would refuse the token anyway.
+    """
     import jwt
 
     from iris.controller.auth import mint_token
+    from iris.core.errors import InvalidArgument
 
+    longest = config.auth.token_lifetime(role)
+    if ttl_s > longest:
+        raise InvalidArgument(
+            f"--ttl {ttl_s:g}s is longer than cluster {config.name} allows for {role} tokens "
+            f"({longest:g}s, auth.max_token_lifetime.{role}); pass a shorter --ttl"
+        )
     token = mint_token(cluster_signing_key(config), config.name, user, role, ttl_s)
     claims = jwt.decode(token, options={"verify_signature": False})
-    return IssuedToken(token=token, user=user, role=claims["role"], expires_ms=int(claims["exp"]) * 1000)
+    return IssuedToken(
+        token=token, user=user, role=claims["role"], expires_ms=int(claims["exp"]) * 1000, token_id=claims["jti"]
+    )
 
 
 def _ttl(_ctx: click.Context, param: click.Parameter, value: str) -> float:
@@ -66,7 +80,7 @@ def _ttl(_ctx: click.Context, param: click.Parameter, value: str) -> float:
 
 @click.group()
 def token() -> None:
-    """Mint bearer tokens for a cluster's users."""
+    """Mint and revoke bearer tokens for a cluster's users."""
 
 
 @token.command("create")
@@ -121,6 +135,7 @@ def create(
                 "user": issued.user,
                 "role": issued.role,
                 "expires_ms": issued.expires_ms,
+                "token_id": issued.token_id,
                 "cluster": config.name,
                 "url": config.url,
                 "saved": save,
@@ -130,4 +145,47 @@ def create(
     click.echo(issued.token)
     if save:
         click.echo(f"saved for {config.url} in {token_file()}; iris commands for that controller now send it", err=True)
+    return EXIT_OK
+
+
+def revocation(value: str) -> tuple[str, str, int]:
+    """(token id, subject, expiry ms) from a whole token or a bare token id."""
+    import jwt
+
+    value = value.strip()
+    if value.count(".") != 2:
+        return value, "", 0
+    try:
+        claims = jwt.decode(value, options={"verify_signature": False})
+    except jwt.InvalidTokenError as exc:
+        raise click.BadParameter(f"not a token ({exc}); pass the token or its id (jti)", param_hint="TOKEN") from None
+    if not claims.get("jti"):
+        raise click.BadParameter(
+            "this token has no id (jti); mint tokens with this version of iris", param_hint="TOKEN"
+        )
+    exp = claims.get("exp")
+    return str(claims["jti"]), str(claims.get("sub", "")), int(exp) * 1000 if isinstance(exp, int | float) else 0
+
+
+@token.command("revoke")
+@click.argument("value", metavar="TOKEN")
+@output_option
+@click.pass_obj
+def revoke(obj: CliContext, value: str) -> int:
+    """Revokes TOKEN (the token itself, or its id as `token create -o json` prints it).
+
+    The controller refuses it from its very next call, and after every restart. Needs an admin:
+    run it on the controller's host, or with an admin token.
+    """
+    from iris.rpc import controller_pb2 as pb
+
+    token_id, subject, expires_ms = revocation(value)
+    reply = obj.client().call(
+        "RevokeToken", pb.RevokeTokenRequest(token_id=token_id, subject=subject, expires_ms=expires_ms)
+    )
+    if obj.json:
+        obj.emit({"token_id": reply.token_id, "newly_revoked": reply.newly_revoked})
+        return EXIT_OK
+    already = "" if reply.newly_revoked else " (it was already revoked)"
+    click.echo(f"revoked token {reply.token_id}{already}")
     return EXIT_OK

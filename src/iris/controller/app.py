@@ -44,7 +44,8 @@ class Controller:
         state = config.state_path
         state.mkdir(parents=True, exist_ok=True)
         self.db = Database(state / "controller.db")
-        self.tasks = TaskIdentities.from_config(config.auth.task_uids.range, config.auth.task_accounts)
+        uids = config.auth.task_uids
+        self.tasks = TaskIdentities.from_config(uids.range, config.auth.task_accounts, uids.enabled)
         with self.db.read() as conn:
             self.revoked = {r[0] for r in conn.execute(sql("SELECT jti FROM revoked_tokens"))}
         self.auth = Authenticator.from_config(config, revoked=self.revoked)

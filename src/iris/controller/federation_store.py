@@ -60,6 +60,13 @@ class ControllerFederationStore:
         with self.db.write() as conn:
             fed.mark_rejected(conn, job_id, message, self.now_ms())
 
+    def note_pending_reason(self, job_id: str, reason: str) -> None:
+        with self.db.write() as conn:
+            conn.execute(
+                sql("UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = 'PENDING'"),
+                {"r": reason, "j": job_id},
+            )
+
     def pending_cancels(self) -> list[tuple[str, str, int]]:
         with self.db.read() as conn:
             return [

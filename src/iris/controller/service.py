@@ -346,6 +346,12 @@ class ControllerServiceImpl(WorkerCalls):
         )
 
     @rpc
+    def revoke_token(self, req: pb.RevokeTokenRequest, identity: Identity) -> pb.RevokeTokenResponse:
+        # Admin only: RevokeToken is on no other role's allowlist.
+        newly = self.c.revoke(req.token_id, req.subject, req.expires_ms)
+        return pb.RevokeTokenResponse(token_id=req.token_id.strip(), newly_revoked=newly)
+
+    @rpc
     def federation_sync(self, req: pb.FederationSyncRequest, identity: Identity) -> pb.FederationSyncResponse:
         if not req.requester:
             raise InvalidArgument("FederationSync needs the requesting cluster's name")

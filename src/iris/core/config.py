@@ -121,6 +121,9 @@ class PeerConfig(_Model):
 
 class TaskUidsConfig(_Model):
     range: str = Field(default="200000-299999", pattern=r"^\d+-\d+$")
+    # false: tasks run as the controller's uid even when it is root, so nothing isolates them from
+    # it or from each other (for hosts where tasks must use files private to the controller's uid)
+    enabled: bool = True
 
 
 TOKEN_ROLES = ("admin", "user", "dashboard", "worker", "federation-peer", "task")

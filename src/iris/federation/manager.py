@@ -29,12 +29,14 @@ from iris.core.errors import AlreadyExists, InvalidArgument, NotFound, Permissio
 from iris.federation.availability import ReservationLedger, assign_queued
 from iris.federation.model import PeerBackend, PeerSnapshot, Promotion, QueuedJob, SubmittedJob, Submitter
 from iris.federation.peer import PeerClient
-from iris.federation.reasons import peer_error_words, queued_reason
+from iris.federation.reasons import credentials_refused_reason, peer_error_words, queued_reason
 from iris.federation.router import PeerRouter
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import fill_availability
 
 log = logging.getLogger("iris.federation")
+MIN_DELIVERY_BACKOFF_S = 1.0
+MAX_DELIVERY_BACKOFF_S = 60.0
 
 
 class FederationStore(Protocol):
@@ -48,6 +50,7 @@ class FederationStore(Protocol):
     def delivery_request(self, job_id: str) -> pb.LaunchJobRequest: ...
     def mark_handed_off(self, job_id: str) -> None: ...
     def mark_rejected(self, job_id: str, message: str) -> None: ...
+    def note_pending_reason(self, job_id: str, reason: str) -> None: ...
     def pending_cancels(self) -> list[tuple[str, str, int]]: ...  # (job, peer, intent version)
     def mark_cancel_relayed(self, job_id: str, version: int) -> None: ...
     def sync_cursor(self, peer_id: str) -> int: ...
@@ -107,6 +110,8 @@ class FederationManager:
         self._pool = ThreadPoolExecutor(max_workers=min(8, max(1, len(peers))), thread_name_prefix="federation-peer")
         self._next_heartbeat = 0.0
         self._next_sync = 0.0
+        # Deliveries a peer refused our credentials for: job -> (next try, monotonic s; last delay).
+        self._delivery_backoff: dict[str, tuple[float, float]] = {}
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -221,23 +226,44 @@ class FederationManager:
     # -- delivery, cancel, sync, logs -------------------------------------------------------------
 
     def deliver(self) -> None:
-        """Calls each peer's LaunchJob for promoted jobs; transport errors leave them pending."""
+        """Calls each peer's LaunchJob for promoted jobs; transport errors leave them pending.
+
+        Which answers are final: ALREADY_EXISTS, PERMISSION_DENIED and INVALID_ARGUMENT are the
+        peer's considered refusal of this job, and re-driving would only repeat it, so the job
+        fails with the peer's message. UNAUTHENTICATED is not about the job but about this
+        cluster's credentials (a key not yet rolled out, a clock step, a proxy's 401): it heals
+        without anyone touching the job, so the job stays pending with the cause as its reason and
+        is re-driven with back-off (1 s doubling to a minute), same id and nonce.
+        """
+        now = time.monotonic()
         for job_id, peer_id, cancelled in self.store.pending_deliveries():
             if cancelled:
                 continue  # cancelled before handoff: never delivered
+            retry = self._delivery_backoff.get(job_id)
+            if retry is not None and now < retry[0]:
+                continue
             client = self.clients.get(peer_id)
             if client is None:
                 self.store.mark_rejected(job_id, f"peer {peer_id} is no longer configured")
                 continue
             try:
                 client.launch_job(self.store.delivery_request(job_id))
-            except (AlreadyExists, PermissionDenied, InvalidArgument, Unauthenticated) as exc:
-                # The peer refused it for good (a live run of that id, its trust or admission
-                # rules, a bad request): re-driving would only repeat the refusal.
+            except Unauthenticated as exc:
+                delay = min(2 * retry[1], MAX_DELIVERY_BACKOFF_S) if retry else MIN_DELIVERY_BACKOFF_S
+                self._delivery_backoff[job_id] = (time.monotonic() + delay, delay)
+                log.warning(
+                    "peer %s refused our credentials delivering %s; retrying in %gs: %s", peer_id, job_id, delay, exc
+                )
+                self.store.note_pending_reason(
+                    job_id, credentials_refused_reason(peer_id, exc.message.removeprefix(f"peer {peer_id}: "), delay)
+                )
+            except (AlreadyExists, PermissionDenied, InvalidArgument) as exc:
+                self._delivery_backoff.pop(job_id, None)
                 self.store.mark_rejected(job_id, exc.message)
             except Exception as exc:  # transport or peer trouble: re-driven with the same id and nonce
                 log.info("delivery of %s to %s failed, will retry: %s", job_id, peer_id, exc)
             else:
+                self._delivery_backoff.pop(job_id, None)
                 self.store.mark_handed_off(job_id)
 
     def relay_cancels(self) -> None:

@@ -54,6 +54,15 @@ def awaiting_first_report_reason(peer_id: str) -> str:
     return f"Handed off to peer {peer_id}; awaiting first status report"
 
 
+def credentials_refused_reason(peer_id: str, message: str, retry_in_s: float) -> str:
+    """Delivered, and the peer refused this cluster's credentials: kept pending, retried."""
+    return (
+        f"Peer {peer_id} refused this cluster's credentials at delivery ({message}); "
+        f"retrying in {retry_in_s:.0f}s. Check that {peer_id} lists this cluster's public key "
+        "(auth.federation_peers) and that both clocks agree"
+    )
+
+
 def pending_reason(state: HandoffState | str, peer_id: str | None, first_report_landed: bool = False) -> str | None:
     """The pending reason for a SENT handle in `state`, or None when the handoff says nothing.
 

@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, ConnectWSGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint, EndpointSync
 from pyqwest import Client, SyncClient
 
-from .controller_pb2 import ExecuteRawQueryRequest, ExecuteRawQueryResponse, ExplainJobRequest, ExplainJobResponse, FederationSyncRequest, FederationSyncResponse, FetchLogsRequest, FetchLogsResponse, GetClusterInfoRequest, GetClusterInfoResponse, GetJobStatusRequest, GetJobStatusResponse, LaunchJobRequest, LaunchJobResponse, ListBackendsRequest, ListBackendsResponse, ListJobsRequest, ListJobsResponse, ListPeersRequest, ListPeersResponse, ListTasksRequest, ListTasksResponse, ListWorkersRequest, ListWorkersResponse, RegisterWorkerRequest, RegisterWorkerResponse, TerminateJobRequest, TerminateJobResponse, WorkerPollRequest, WorkerPollResponse
+from .controller_pb2 import ExecuteRawQueryRequest, ExecuteRawQueryResponse, ExplainJobRequest, ExplainJobResponse, FederationSyncRequest, FederationSyncResponse, FetchLogsRequest, FetchLogsResponse, GetClusterInfoRequest, GetClusterInfoResponse, GetJobStatusRequest, GetJobStatusResponse, LaunchJobRequest, LaunchJobResponse, ListBackendsRequest, ListBackendsResponse, ListJobsRequest, ListJobsResponse, ListPeersRequest, ListPeersResponse, ListTasksRequest, ListTasksResponse, ListWorkersRequest, ListWorkersResponse, RegisterWorkerRequest, RegisterWorkerResponse, RevokeTokenRequest, RevokeTokenResponse, TerminateJobRequest, TerminateJobResponse, WorkerPollRequest, WorkerPollResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Iterable, Mapping
@@ -81,6 +81,9 @@ class ControllerService(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     async def worker_poll(self, request: WorkerPollRequest, ctx: RequestContext[WorkerPollRequest, WorkerPollResponse], /) -> WorkerPollResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def revoke_token(self, request: RevokeTokenRequest, ctx: RequestContext[RevokeTokenRequest, RevokeTokenResponse], /) -> RevokeTokenResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
 
@@ -261,6 +264,17 @@ class ControllerServiceASGIApplication(ConnectASGIApplication[ControllerService]
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.worker_poll,
+                ),
+                "/iris.v1.ControllerService/RevokeToken": Endpoint.unary(
+                    method=MethodInfo(
+                        name="RevokeToken",
+                        service_name="iris.v1.ControllerService",
+                        input=RevokeTokenRequest,
+                        output=RevokeTokenResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.revoke_token,
                 ),
             },
             interceptors=interceptors,
@@ -600,6 +614,26 @@ class ControllerServiceClient(ConnectClient):
             headers=headers,
             timeout_ms=timeout_ms,
         )
+    async def revoke_token(
+        self,
+        request: RevokeTokenRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> RevokeTokenResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="RevokeToken",
+                service_name="iris.v1.ControllerService",
+                input=RevokeTokenRequest,
+                output=RevokeTokenResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
 
 class ControllerServiceSync(Protocol):
     def launch_job(self, request: LaunchJobRequest, ctx: RequestContext[LaunchJobRequest, LaunchJobResponse], /) -> LaunchJobResponse:
@@ -645,6 +679,9 @@ class ControllerServiceSync(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     def worker_poll(self, request: WorkerPollRequest, ctx: RequestContext[WorkerPollRequest, WorkerPollResponse], /) -> WorkerPollResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def revoke_token(self, request: RevokeTokenRequest, ctx: RequestContext[RevokeTokenRequest, RevokeTokenResponse], /) -> RevokeTokenResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
 
@@ -823,6 +860,17 @@ class ControllerServiceWSGIApplication(ConnectWSGIApplication):
                         stream_type=StreamType.UNARY,
                     ),
                     function=service.worker_poll,
+                ),
+                "/iris.v1.ControllerService/RevokeToken": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="RevokeToken",
+                        service_name="iris.v1.ControllerService",
+                        input=RevokeTokenRequest,
+                        output=RevokeTokenResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.revoke_token,
                 ),
             },
             interceptors=interceptors,
@@ -1156,6 +1204,26 @@ class ControllerServiceClientSync(ConnectClientSync):
                 service_name="iris.v1.ControllerService",
                 input=WorkerPollRequest,
                 output=WorkerPollResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def revoke_token(
+        self,
+        request: RevokeTokenRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> RevokeTokenResponse:
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="RevokeToken",
+                service_name="iris.v1.ControllerService",
+                input=RevokeTokenRequest,
+                output=RevokeTokenResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

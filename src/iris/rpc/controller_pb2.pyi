@@ -817,3 +817,21 @@ class WorkerPollResponse(_message.Message):
     log_offsets: _containers.RepeatedCompositeFieldContainer[LogOffset]
     accepted_exits: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, reregister: _Optional[bool] = ..., commands: _Optional[_Iterable[_Union[WorkerCommand, _Mapping]]] = ..., log_offsets: _Optional[_Iterable[_Union[LogOffset, _Mapping]]] = ..., accepted_exits: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RevokeTokenRequest(_message.Message):
+    __slots__ = ("token_id", "subject", "expires_ms")
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_MS_FIELD_NUMBER: _ClassVar[int]
+    token_id: str
+    subject: str
+    expires_ms: int
+    def __init__(self, token_id: _Optional[str] = ..., subject: _Optional[str] = ..., expires_ms: _Optional[int] = ...) -> None: ...
+
+class RevokeTokenResponse(_message.Message):
+    __slots__ = ("token_id", "newly_revoked")
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    NEWLY_REVOKED_FIELD_NUMBER: _ClassVar[int]
+    token_id: str
+    newly_revoked: bool
+    def __init__(self, token_id: _Optional[str] = ..., newly_revoked: _Optional[bool] = ...) -> None: ...

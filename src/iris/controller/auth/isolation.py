@@ -80,8 +80,11 @@ class TaskIdentities:
         object.__setattr__(self, "accounts", MappingProxyType(dict(self.accounts)))
 
     @classmethod
-    def from_config(cls, range_text: str, accounts: Mapping[str, str]) -> TaskIdentities:
-        """Resolves `auth.task_accounts` to uids now, so a missing account fails at start."""
+    def from_config(cls, range_text: str, accounts: Mapping[str, str], enabled: bool = True) -> TaskIdentities:
+        """Resolves `auth.task_accounts` to uids now, so a missing account fails at start.
+
+        `enabled` false (`auth.task_uids.enabled`) keeps tasks on the controller's uid even as root.
+        """
         resolved = {}
         for user, account in accounts.items():
             try:
@@ -96,7 +99,7 @@ class TaskIdentities:
                     f"auth.task_accounts.{user}: tasks never run as root; map {user} to another account"
                 )
             resolved[user] = TaskAccount(entry.pw_uid, entry.pw_gid, entry.pw_dir)
-        return cls(parse_uid_range(range_text), resolved)
+        return cls(parse_uid_range(range_text), resolved, enabled=enabled and os.geteuid() == 0)
 
     def is_task_uid(self, uid: int) -> bool:
         """Whether `uid` is one that tasks run as (so a process owned by it is a task)."""
