@@ -234,15 +234,16 @@ class LocalBackend:
         as_task = spec.uid is not None
         command = shell_argv(spec.command)
         home = folder / "work"
-        if as_task:
+        if spec.uid is not None:
+            gid = spec.uid if spec.gid is None else spec.gid
             # The wrapper stays the controller's: it records pid and exit code in the attempt folder,
             # which the task cannot write (or it could plant a link there for the wrapper to follow).
             # Only the command drops to the task's uid, in a `work` folder of its own that no one
             # else may enter, kept as its working directory even where a folder above is closed to it.
             os.chmod(folder, 0o711)
             home.mkdir(mode=0o700, exist_ok=True)
-            os.chown(home, spec.uid, spec.gid)
-            command = [SETPRIV, f"--reuid={spec.uid}", f"--regid={spec.gid}", "--clear-groups", "--", *command]
+            os.chown(home, spec.uid, gid)
+            command = [SETPRIV, f"--reuid={spec.uid}", f"--regid={gid}", "--clear-groups", "--", *command]
         devices = self._take_devices(
             spec.worker_id, spec.resources.device.count if spec.resources.device.kind == "gpu" else 0
         )
@@ -265,7 +266,7 @@ class LocalBackend:
                 layers = ()
                 for root, dirs, files in os.walk(home):
                     for name in (*dirs, *files):
-                        os.lchown(os.path.join(root, name), spec.uid, spec.uid if spec.gid is None else spec.gid)
+                        os.lchown(os.path.join(root, name), spec.uid, gid)
         if as_task:
             env["HOME"] = str(home)  # the controller's home is not the task's to write
         cgroup = self.containment.prepare(folder.name)
