@@ -122,7 +122,7 @@ class ProcessRuntime:
         cgroup = self.containment.prepare(run.folder.name)
         with open(run.path("stdout"), "ab") as out, open(run.path("stderr"), "ab") as err:
             popen = subprocess.Popen(
-                ["/bin/sh", "-c", _WRAPPER, str(run.folder), cgroup, *shell_argv(tuple(launch.command))],
+                ["/bin/sh", "-c", _WRAPPER, str(run.folder), cgroup, "0", *shell_argv(tuple(launch.command))],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
