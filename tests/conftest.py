@@ -6,33 +6,24 @@ Every process a fixture starts is stopped at teardown by its PID, even when the 
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import yaml
 
-from iris.backends.local.backend import kill_leftover_attempts
-from iris.controller.process import probe
-from iris.core import polling
+from iris import testing
+from iris.testing import ClusterProcess, ClusterSet, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+__all__ = ["ROOT", "ControllerFactory", "RunningController", "free_port", "wait_until"]
 
 
 def wait_until(predicate, timeout: float = 20.0, interval: float = 0.02, message: str = "condition"):
     """Polls `predicate` until it returns a truthy value; fails the test after `timeout`."""
-    return polling.wait_until(predicate, timeout, interval, message, AssertionError)
+    return testing.wait_until(predicate, timeout, interval, message, AssertionError)
 
 
 def default_backends() -> list[dict]:
@@ -40,59 +31,10 @@ def default_backends() -> list[dict]:
 
 
 @dataclass
-class RunningController:
-    name: str
-    config_path: Path
-    state_dir: Path
-    url: str
-    proc: subprocess.Popen | None = None
-    log: Path | None = None
+class RunningController(ClusterProcess):
+    """A harness cluster that also runs the `iris` CLI against itself."""
+
     extra_env: dict = field(default_factory=dict)
-
-    def start(self, timeout: float = 30.0) -> RunningController:
-        self.log = self.state_dir.parent / f"{self.name}.log"
-        out = open(self.log, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "iris.controller", str(self.config_path)],
-            stdout=out,
-            stderr=out,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        out.close()
-        deadline = time.monotonic() + timeout
-        while not probe(self.url, timeout=0.5):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"controller {self.name} did not start:\n{self.log.read_text()[-3000:]}")
-            time.sleep(0.05)
-        return self
-
-    def stop(self) -> None:
-        """Graceful stop (SIGTERM), then SIGKILL if it lingers."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-    def kill(self) -> None:
-        """SIGKILL: a crash. The controller's attempts keep running, to be re-adopted."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def rewrite(self, **changes) -> None:
-        """Changes top-level keys of this controller's config file (before it starts)."""
-        config = yaml.safe_load(self.config_path.read_text())
-        config.update(changes)
-        self.config_path.write_text(yaml.safe_dump(config))
-
-    def restart(self) -> RunningController:
-        self.stop()
-        return self.start()
 
     def cli(
         self,
@@ -120,40 +62,22 @@ class RunningController:
         )
 
 
-class ControllerFactory:
-    def __init__(self, base: Path):
-        self.base = base
-        self.started: list[RunningController] = []
+class ControllerFactory(ClusterSet):
+    """`controller_factory(name, backends=…, start=True, **top-level config keys)`."""
 
     def __call__(
         self, name: str = "test", backends: list[dict] | None = None, start: bool = True, **extra
     ) -> RunningController:
-        port = free_port()
-        state_dir = self.base / name / "state"
         # Tasks here run under the controller's uid unless a test asks for uids of their own: this
         # host's Python lives in root's private home, which another uid cannot reach.
         extra["auth"] = {"task_uids": {"enabled": False}, **extra.get("auth", {})}
-        config = {
-            "name": name,
-            "listen": f"127.0.0.1:{port}",
-            "state_dir": str(state_dir),
-            "backends": backends or default_backends(),
-            "controller": {"tick_interval": "1s"},
-            **extra,
-        }
-        path = self.base / name / "cluster.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(config))
-        ctl = RunningController(name, path, state_dir, f"http://127.0.0.1:{port}")
-        self.started.append(ctl)
+        settings = extra.pop("controller", {"tick_interval": "1s"})
+        ctl = RunningController(name, self.base, backends or default_backends(), settings, extra)
+        self.add(ctl).write_config()  # the file exists before a start, for tests that read or run it
         return ctl.start() if start else ctl
 
     def cleanup(self) -> None:
-        for ctl in self.started:
-            ctl.stop()
-        # Attempts outlive a SIGKILLed controller by design; stop any the tests left behind.
-        for ctl in self.started:
-            kill_leftover_attempts(ctl.state_dir)
+        self.close()
 
 
 @pytest.fixture

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
+
 STEPS = [
     # (job id, disposition at submit, final state, cluster that ran it)
     ("/demo/cpu-hello", "local", "SUCCEEDED", "marin"),
@@ -28,21 +30,20 @@ def run_demo(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
 
 def pid_alive(pid: int) -> bool:
     try:
-        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-    except (OSError, IndexError):
+        return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.Error:
         return False
 
 
 def processes_mentioning(text: str) -> list[int]:
     """Live processes whose command line contains `text`."""
     found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if text.encode() in (entry / "cmdline").read_bytes() and pid_alive(int(entry.name)):
-                    found.append(int(entry.name))
-            except OSError:
-                pass
+    for proc in psutil.process_iter():
+        try:
+            if text in " ".join(proc.cmdline()) and pid_alive(proc.pid):
+                found.append(proc.pid)
+        except psutil.Error:
+            pass
     return found
 
 

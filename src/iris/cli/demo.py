@@ -21,10 +21,8 @@ wrappers and what they ran), and none of the process ids it saw.
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
-import socket
 import tempfile
 import time
 from collections.abc import Callable
@@ -36,7 +34,7 @@ from typing import Any
 import click
 
 from iris.cli.main import CliContext, output_option
-from iris.core import polling
+from iris.testing import free_port, leftovers, pid_alive, wait_until
 
 PARENT = "marin"
 PEER_GPUS = {"cw-h100": ("h100", 8), "cw-gb200": ("gb200", 4)}  # per worker; each peer has 2 workers
@@ -122,12 +120,6 @@ class Cluster:
 
 
 # -- setting up -----------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_configs(workdir: Path) -> dict[str, Cluster]:
@@ -269,7 +261,7 @@ def watch(
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str):
-    return polling.wait_until(predicate, timeout, POLL_S, what)
+    return wait_until(predicate, timeout, POLL_S, what)
 
 
 def why_text(step: Step, launched, peers_before: list) -> str:
@@ -482,51 +474,6 @@ def run_cancel_step(marin, peers: dict, step: Step, echo: Echo, seen_pids: list[
         "seconds": round(elapsed, 3),
         "as_expected": ok,
     }
-
-
-# -- checking nothing is left ---------------------------------------------------------------------
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether `pid` is a live process (a zombie is gone for every purpose but the process table)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-    except (OSError, IndexError):
-        return False
-
-
-def processes_under(folder: Path) -> list[dict]:
-    """Live processes whose command line or working directory lies in `folder`."""
-    root = str(folder)
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-            try:
-                cwd = os.readlink(entry / "cwd")
-            except OSError:
-                cwd = ""
-        except OSError:
-            continue
-        if (root in command or cwd == root or cwd.startswith(root + "/")) and pid_alive(int(entry.name)):
-            found.append({"pid": int(entry.name), "command": command})
-    return found
-
-
-def leftovers(workdir: Path, pids: list[int], timeout: float = 5.0) -> list[dict]:
-    """What is still running of what the demo started, after giving stopped processes `timeout` to exit."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = {p["pid"]: p for p in processes_under(workdir)}
-        for pid in pids:
-            if pid not in left and pid_alive(pid):
-                left[pid] = {"pid": pid, "command": "(seen by the demo)"}
-        if not left or time.monotonic() > deadline:
-            return sorted(left.values(), key=lambda p: p["pid"])
-        time.sleep(POLL_S)
 
 
 # -- the demo -------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from iris.core.config import ClusterConfig
 from iris.core.errors import FailedPrecondition, InvalidArgument, Unavailable
+from iris.core.processes import pid_alive
 
 
 def pid_path(config: ClusterConfig) -> Path:
@@ -53,11 +54,7 @@ def _gone(pid: int) -> bool:
             return True
     except ChildProcessError:
         pass
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
-    except (OSError, IndexError):
-        return True
+    return not pid_alive(pid)
 
 
 def read_pid(config: ClusterConfig) -> int | None:

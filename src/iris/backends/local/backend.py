@@ -45,6 +45,7 @@ from iris.backends.protocol import (
 )
 from iris.backends.staging import safe_dirname
 from iris.core.config import LocalBackendConfig
+from iris.core.processes import is_attempt
 from iris.core.resources import Device, Resources
 
 log = logging.getLogger("iris.backends.local")
@@ -114,15 +115,7 @@ def shell_argv(command: tuple[str, ...]) -> list[str]:
 
 def _process_alive(pid: int, attempt_id: str) -> bool:
     """True when `pid` is a live (non-zombie) process started for `attempt_id`."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-        if state in (b"Z", b"X"):
-            return False
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return f"IRIS_ATTEMPT_ID={attempt_id}".encode() in f.read().split(b"\0")
-    except (OSError, IndexError):
-        return False
+    return is_attempt(pid, attempt_id)
 
 
 @dataclass
@@ -575,9 +568,8 @@ def kill_leftover_attempts(state_dir: Path) -> list[int]:
     for pid_file in root.glob("*/pid"):
         try:
             pid = int(pid_file.read_text().strip())
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if b"IRIS_ATTEMPT_ID=" not in f.read():
-                    pid = -1
+            if not is_attempt(pid):
+                pid = -1
         except (OSError, ValueError):
             pid = -1
         containment.end(pid_file.parent.name, "")

@@ -1,0 +1,214 @@
+"""A controller process on a free loopback port, started from a config it writes, stopped by PID.
+
+`ClusterProcess` runs `python -m iris.controller CONFIG.yaml` in its own session, its folder laid
+out as `<base>/<name>/{cluster.yaml, state/, controller.log}`. Its fields are the config: `rewrite`
+changes them and the file together, so a restart always runs what the fields say. `stop` is a
+SIGTERM (the controller ends its attempts), then SIGKILL if it lingers, then the attempts a killed
+controller left behind (by the pids in their folders, checked to be attempts first). `ClusterSet`
+remembers every cluster it made and stops them all at teardown, even when a test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from iris.backends.local.backend import kill_leftover_attempts
+from iris.controller.process import probe
+from iris.core.polling import wait_until
+from iris.testing.processes import pid_alive
+
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 20.0
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def local_backend(
+    backend_id: str = "cpu",
+    workers: int = 1,
+    cpu: float = 4,
+    memory: str = "8G",
+    disk: str = "10G",
+    gpu: str | None = None,
+    gpu_count: int = 8,
+) -> dict[str, Any]:
+    """A `kind: local` entry for `backends:`; with `gpu`, its hosts advertise `gpu_count` of them."""
+    backend: dict[str, Any] = {
+        "id": backend_id,
+        "kind": "local",
+        "workers": workers,
+        "capacity": {"cpu": cpu, "memory": memory, "disk": disk},
+    }
+    if gpu:
+        backend["devices"] = {"gpu": gpu, "count": gpu_count}
+    return backend
+
+
+@dataclass
+class ClusterProcess:
+    """One controller process and its folder."""
+
+    name: str
+    base: Path
+    backends: list[dict] = field(default_factory=lambda: [local_backend(workers=2)])
+    settings: dict = field(default_factory=lambda: {"tick_interval": "1s"})  # the `controller:` block
+    extra: dict = field(default_factory=dict)  # other top-level keys: peers, auth, defaults, …
+    port: int = 0
+    env: Mapping[str, str] | None = None  # the controller's environment (default: this process's)
+    proc: subprocess.Popen | None = None
+
+    def __post_init__(self) -> None:
+        self.port = self.port or free_port()
+        self.dir = self.base / self.name
+        self.state_dir = self.dir / "state"
+        self.config_path = self.dir / "cluster.yaml"
+        self.log_path = self.dir / "controller.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise RuntimeError(f"controller {self.name} is not running")
+        return self.proc.pid
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "listen": f"127.0.0.1:{self.port}",
+            "state_dir": str(self.state_dir),
+            "backends": self.backends,
+            "controller": self.settings,
+            **self.extra,
+        }
+
+    def write_config(self) -> Path:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(yaml.safe_dump(self.config(), sort_keys=False))
+        return self.config_path
+
+    def rewrite(self, **changes: Any) -> None:
+        """Changes top-level keys of the config (`controller=`, `backends=` and `state_dir=` included) and its file."""
+        for key, value in changes.items():
+            if key == "controller":
+                self.settings = value
+            elif key == "backends":
+                self.backends = value
+            elif key == "state_dir":
+                self.state_dir = Path(value)
+            elif key in ("name", "listen"):
+                raise ValueError(f"{key} is fixed for a ClusterProcess; make another one instead")
+            else:
+                self.extra[key] = value
+        self.write_config()
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> ClusterProcess:
+        """Starts the controller and returns once it answers; raises with its log's tail if it cannot."""
+        self.write_config()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "iris.controller", str(self.config_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                env=dict(self.env) if self.env is not None else None,
+            )
+        deadline = time.monotonic() + timeout
+        while not probe(self.url, timeout=0.5):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                tail = self.log_path.read_text(errors="replace")[-3000:]
+                self.stop()
+                raise RuntimeError(f"controller {self.name} did not start at {self.url}:\n{tail}")
+            time.sleep(0.05)
+        return self
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM by PID, SIGKILL if it lingers; then any attempt process left behind, by PID."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        killed = kill_leftover_attempts(self.state_dir)
+        wait_until(lambda: not any(pid_alive(p) for p in killed), timeout, what="leftover attempts to exit")
+
+    def kill(self) -> None:
+        """SIGKILL: a crash. Its attempts keep running, to be re-adopted by the next start."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def pause(self) -> None:
+        """SIGSTOP: the controller stops answering but keeps its sockets (a hung peer)."""
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+    def restart(self) -> ClusterProcess:
+        self.stop()
+        return self.start()
+
+    def __enter__(self) -> ClusterProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class ClusterSet:
+    """Clusters made under one folder; `close` stops every one of them, in reverse order."""
+
+    def __init__(self, base: Path):
+        self.base = base
+        self.clusters: list[ClusterProcess] = []
+
+    def add(self, cluster: ClusterProcess) -> ClusterProcess:
+        self.clusters.append(cluster)
+        return cluster
+
+    def make(self, name: str, backends: list[dict] | None = None, **kwargs: Any) -> ClusterProcess:
+        """A cluster `name` under this set's folder, its config file written (not started)."""
+        if backends is not None:
+            kwargs["backends"] = backends
+        cluster = self.add(ClusterProcess(name, self.base, **kwargs))
+        cluster.write_config()
+        return cluster
+
+    def close(self) -> None:
+        errors = []
+        for cluster in reversed(self.clusters):
+            try:
+                cluster.stop()
+            except Exception as exc:  # keep stopping the others; report after
+                errors.append(f"{cluster.name}: {exc}")
+        if errors:
+            raise RuntimeError("could not stop every cluster: " + "; ".join(errors))
+
+    def __enter__(self) -> ClusterSet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

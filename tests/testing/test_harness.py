@@ -1,0 +1,48 @@
+"""The harness the tests, the benchmarks and the demo share: it finds what it started and leaves
+nothing running."""
+
+from __future__ import annotations
+
+import subprocess
+
+from iris.client import IrisClient
+from iris.testing import ClusterSet, leftovers, pid_alive, process_group, processes_under, wait_until
+
+
+def test_processes_under_a_folder_are_found_and_gone_once_killed(tmp_path):
+    proc = subprocess.Popen(["sleep", "60"], cwd=tmp_path, start_new_session=True)
+    try:
+        assert pid_alive(proc.pid)
+        assert proc.pid in [p["pid"] for p in processes_under(tmp_path)]
+        assert process_group(proc.pid) == [proc.pid]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not pid_alive(proc.pid)
+    assert leftovers(tmp_path, [proc.pid], timeout=1) == []
+
+
+def test_cluster_set_close_stops_a_crashed_controllers_attempts(tmp_path):
+    with ClusterSet(tmp_path) as clusters:
+        ctl = clusters.make("harness", settings={"tick_interval": "0.2s"}).start()
+        client = IrisClient(ctl.url)
+        job = client.submit(["sleep", "300"], name="sleeper", user="alice")
+
+        def attempt_pid() -> int:
+            tasks = client.describe(job).tasks
+            return tasks[0].attempts[-1].pid if tasks and tasks[0].attempts else 0
+
+        pid = wait_until(attempt_pid, 30, what="the attempt's pid")
+        ctl.kill()  # a crash leaves the attempt running, by design
+        assert pid_alive(pid)
+    assert not pid_alive(pid)
+    assert leftovers(tmp_path, [pid], timeout=5) == []
+
+
+def test_rewrite_changes_the_config_a_restart_runs(tmp_path):
+    with ClusterSet(tmp_path) as clusters:
+        ctl = clusters.make("rewrite")
+        ctl.rewrite(defaults={"task_env": {"GREETING": "hi"}}, controller={"tick_interval": "0.5s"})
+        text = ctl.config_path.read_text()
+        assert "GREETING: hi" in text and "tick_interval: 0.5s" in text
+        assert ctl.start().pid > 0
