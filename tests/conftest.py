@@ -36,6 +36,15 @@ class RunningController(ClusterProcess):
 
     extra_env: dict = field(default_factory=dict)
 
+    @property
+    def log(self) -> Path:
+        """The controller's log file (its stdout and stderr)."""
+        return self.log_path
+
+    @log.setter
+    def log(self, path: Path) -> None:
+        self.log_path = path
+
     def cli(
         self,
         *args: str,
