@@ -143,7 +143,7 @@ class ClusterProcess:
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """SIGTERM by PID, SIGKILL if it lingers; then any attempt process left behind, by PID."""
-        proc, self.proc = self.proc, None
+        proc = self.proc  # kept after the stop: its returncode says how the controller ended
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
