@@ -54,7 +54,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import slurm as slurm_mod  # noqa: E402
 from common import (  # noqa: E402
     IRIS_CLI,
     PYTHON,
@@ -74,6 +73,7 @@ from common import (  # noqa: E402
     wait_until,
 )
 
+import iris.testing.slurm as slurm_mod  # noqa: E402
 from iris.client import IrisClient  # noqa: E402
 from iris.core.errors import IrisError  # noqa: E402
 

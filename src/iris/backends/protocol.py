@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from iris.core.resources import Resources
+from iris.core.states import TaskState
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +64,15 @@ class LaunchSpec:
     # The uid and gid the attempt runs as; None: the controller's own (it is not root).
     uid: int | None = None
     gid: int | None = None
+    timeout_s: float = 0.0  # the job's run-time limit (0: none); the tick enforces it, a backend may too
 
 
 @dataclass(frozen=True, slots=True)
 class Started:
     attempt_id: str
-    pid: int
+    pid: int  # the process id, or the id the backend's own scheduler gave it (a Slurm job id)
     devices: str = ""  # e.g. "0,1" — the device indices given to the attempt
+    running: bool = True  # False: handed to a queue of the backend's own; `poll` reports when it runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,7 @@ class AttemptExit:
     attempt_id: str
     exit_code: int | None
     error: str = ""
+    outcome: TaskState | None = None  # set when the backend knows better than the exit code (a time limit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +109,8 @@ class AdoptRecord:
 class BackendEvents:
     exits: tuple[AttemptExit, ...] = ()
     logs: tuple[LogChunk, ...] = ()
+    started: tuple[str, ...] = ()  # attempts that left the backend's own queue and now run
+    waiting: tuple[tuple[str, str], ...] = ()  # (attempt, why the backend's queue holds it), when it changes
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +166,10 @@ class WorkerHub(Protocol):
 
 class LaunchError(Exception):
     """An attempt could not be started. Not retryable: the job itself is at fault (bad workdir,
-    missing executable); retryable: the backend was (a host out of step with the scheduler)."""
+    missing executable); retryable: the backend was (a host out of step with the scheduler);
+    unschedulable: the backend can never host the request (more than any of its nodes has)."""
 
-    def __init__(self, message: str, retryable: bool = False):
+    def __init__(self, message: str, retryable: bool = False, unschedulable: bool = False):
         super().__init__(message)
         self.retryable = retryable
+        self.unschedulable = unschedulable

@@ -57,6 +57,7 @@ class JobConfig:
     image: str = ""
     bundle_id: str = ""
     files_id: str = ""
+    timeout_s: float = 0.0
 
 
 def parse_resources(raw: str) -> Resources:
@@ -103,8 +104,8 @@ class SnapshotLoader:
             return cached[1]
         row = conn.execute(
             sql(
-                "SELECT command, resources, constraints, env, workdir, coschedule, image, bundle_id, workdir_files"
-                " FROM job_config WHERE job_id = :j"
+                "SELECT command, resources, constraints, env, workdir, coschedule, image, bundle_id, workdir_files,"
+                " timeout_s FROM job_config WHERE job_id = :j"
             ),
             {"j": job_id},
         ).first()
@@ -118,6 +119,7 @@ class SnapshotLoader:
             row[6],
             row[7],
             row[8] if row[8].startswith("sha256:") else "",  # '{}': a job from before files ids
+            float(row[9] or 0),
         )
         check_stored_resources(config.resources)
         self._configs[job_id] = (insertion, config)
@@ -249,4 +251,5 @@ class SnapshotLoader:
             layers,
             uid=account.uid if account else None,
             gid=account.gid if account else None,
+            timeout_s=cfg.timeout_s,
         )

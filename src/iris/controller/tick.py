@@ -201,13 +201,15 @@ class ControlLoop:
         disk) the backends keep the events and offer them again next pass: nothing is lost, and
         `storage_error` says why the cluster makes no progress until a write succeeds again."""
         polled = [(b, b.poll()) for b in self.backends.values()]
-        if not any(e.exits or e.logs for _, e in polled):
+        if not any(e.exits or e.logs or e.started or e.waiting for _, e in polled):
             return 0
         now = self.now_ms()
         jobs: list[str] = []
         with self.db.write() as conn:
             for _, e in polled:
                 attempt_db.store_logs(conn, e.logs)
+                jobs += [j for a in e.started if (j := attempt_db.mark_running(conn, a, now))]
+                attempt_db.store_waiting(conn, e.waiting)
                 for ex in e.exits:
                     try:
                         with conn.begin_nested():
@@ -319,7 +321,19 @@ class ControlLoop:
         Computed when asked (peers ask once a heartbeat), not on every pass of the tick.
         """
         workers = tuple(w for b in self.backends.values() for w in b.workers())
-        return compute_availability(workers, self.loader.load_running(), self.now_ms())
+        blocks = compute_availability(workers, self.loader.load_running(), self.now_ms())
+        for backend_id, backend in self.backends.items():
+            # A backend shared with work Iris did not place (a Slurm partition) says what that
+            # work holds, so free counts only what could start now.
+            outside = getattr(backend, "held_outside", None)
+            block = blocks.get(backend_id)
+            if outside is None or block is None:
+                continue
+            held = outside()
+            if held:
+                amounts = {k: max(0.0, v - held.get(k, 0.0)) for k, v in block.amounts.items()}
+                blocks[backend_id] = replace(block, amounts=amounts)
+        return blocks
 
     def _store_reasons(self, conn, reasons: dict[str, str]) -> None:
         """Writes the pending reasons that changed since the last pass (an unchanged one costs no write)."""
@@ -405,9 +419,11 @@ class ControlLoop:
                 failed.append((spec, LaunchError(f"backend {backend.id} failed to start it: {exc}", retryable=True)))
         now = self.now_ms()
         with self.db.write() as conn:
-            jobs = [attempt_db.mark_started(conn, s.attempt_id, s.pid, s.devices, now) for s in started]
+            jobs = [attempt_db.mark_started(conn, s.attempt_id, s.pid, s.devices, now, s.running) for s in started]
             for spec, error in failed:
                 attempt_db.add_system_log(conn, spec.job_id, spec.task_index, spec.attempt, str(error), now)
                 outcome = TaskState.WORKER_FAILED if error.retryable else TaskState.FAILED
+                if error.unschedulable:
+                    outcome = TaskState.UNSCHEDULABLE
                 jobs.append(attempt_db.end_attempt(conn, spec.attempt_id, outcome, now, str(error)))
             refresh_jobs(conn, [j for j in jobs if j], now)

@@ -93,6 +93,23 @@ class WorkersBackendConfig(BackendModel):
     attributes: dict[str, str | int | float | bool] = {}
 
 
+class SlurmBackendConfig(BackendModel):
+    """`kind: slurm`: one Slurm partition; each attempt is one Slurm batch job (see docs/slurm.md)."""
+
+    kind: Literal["slurm"]
+    partition: str = Field(min_length=1)
+    account: str = ""
+    qos: str = ""
+    sbatch_args: list[str] = []  # passed to every sbatch as they are, e.g. ["--constraint=a100"]
+    slurm_conf: str = ""  # SLURM_CONF for every Slurm command; empty: Slurm's own default
+    staging_dir: str = ""  # a folder every Slurm node reads (attempt files, logs); default: state_dir/slurm
+    poll_interval: float = Field(default=1.0, gt=0)
+    command_timeout: float = Field(default=30.0, gt=0)
+    attributes: dict[str, str | int | float | bool] = {}
+
+    _durations = field_validator("poll_interval", "command_timeout", mode="before")(lambda cls, v: _duration(v))
+
+
 def _backend_kind(value: Any) -> str | None:
     """The tag that picks a backend's config model; a backend without `kind` is a local one."""
     if isinstance(value, dict):
@@ -103,10 +120,16 @@ def _backend_kind(value: Any) -> str | None:
 
 # One entry per backend kind: its `kind` value and its config model. The backend package of that
 # kind registers the same model with `iris.backends.registry` (see docs/backends.md).
-BACKEND_CONFIG_MODELS: dict[str, type[BackendModel]] = {"local": LocalBackendConfig, "workers": WorkersBackendConfig}
+BACKEND_CONFIG_MODELS: dict[str, type[BackendModel]] = {
+    "local": LocalBackendConfig,
+    "workers": WorkersBackendConfig,
+    "slurm": SlurmBackendConfig,
+}
 
 BackendConfig = Annotated[
-    Annotated[LocalBackendConfig, Tag("local")] | Annotated[WorkersBackendConfig, Tag("workers")],
+    Annotated[LocalBackendConfig, Tag("local")]
+    | Annotated[WorkersBackendConfig, Tag("workers")]
+    | Annotated[SlurmBackendConfig, Tag("slurm")],
     Discriminator(
         _backend_kind,
         custom_error_type="backend_kind",
@@ -307,7 +330,13 @@ def _resolve_paths(config: ClusterConfig, base_dir: Path) -> ClusterConfig:
             "federation_peers": peers,
         }
     )
-    return config.model_copy(update={"state_dir": resolve(config.state_dir), "auth": auth})
+    backends = [
+        b.model_copy(update={k: resolve(getattr(b, k)) for k in ("slurm_conf", "staging_dir") if getattr(b, k)})
+        if isinstance(b, SlurmBackendConfig)
+        else b
+        for b in config.backends
+    ]
+    return config.model_copy(update={"state_dir": resolve(config.state_dir), "auth": auth, "backends": backends})
 
 
 def load_config(path: str | os.PathLike) -> ClusterConfig:

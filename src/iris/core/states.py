@@ -77,8 +77,10 @@ def derive_job_state(task_states: Iterable[TaskState]) -> JobState:
         return JobState.UNSCHEDULABLE
     if any(s is TaskState.KILLED for s in states):
         return JobState.KILLED
-    if any(s in ACTIVE_TASK_STATES for s in states):
+    if any(s in (TaskState.BUILDING, TaskState.RUNNING) for s in states):
         return JobState.RUNNING
+    # Placed but not yet started (waiting in a backend's own queue, such as Slurm's) is still
+    # pending: the job shows why it waits rather than claiming to run.
     return JobState.PENDING
 
 

@@ -5,6 +5,8 @@ Every one of them needs the same few things: a free port, a controller process s
 config written into a folder, a deadline-bounded wait for a state, and a teardown that stops, by
 PID, exactly what was started (the controller, then any attempt a killed controller left running).
 Kept in one place, a fix to any of them (a port race, a lingering process) reaches all three.
+`iris.testing.slurm` starts a throw-away real Slurm the same way, for the Slurm backend's tests
+and its benchmark.
 """
 
 from iris.core.polling import wait_until

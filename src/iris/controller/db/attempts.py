@@ -53,12 +53,23 @@ def assign_attempt(
     return attempt_id, attempt
 
 
-def mark_started(conn: Connection, attempt_id: str, pid: int, devices: str, now_ms: int) -> str | None:
-    """Records a started process; returns its job id, or None if the attempt was ended meanwhile."""
+def mark_started(
+    conn: Connection, attempt_id: str, pid: int, devices: str, now_ms: int, running: bool = True
+) -> str | None:
+    """Records a started process; returns its job id, or None if the attempt was ended meanwhile.
+
+    `running` False records the id a backend's own queue gave the attempt (a Slurm job id) and
+    leaves it ASSIGNED until `mark_running`: a job waiting in that queue is still pending."""
     row = conn.execute(
         sql("SELECT task_id, job_id, state FROM attempts WHERE attempt_id = :a"), {"a": attempt_id}
     ).first()
     if row is None:
+        return None
+    if not running:
+        conn.execute(
+            sql("UPDATE attempts SET pid = :p, devices = :d WHERE attempt_id = :a"),
+            {"p": pid, "d": devices, "a": attempt_id},
+        )
         return None
     conn.execute(
         sql(
@@ -74,6 +85,16 @@ def mark_started(conn: Connection, attempt_id: str, pid: int, devices: str, now_
         {"now": now_ms, "t": row[0]},
     )
     return row[1]
+
+
+def mark_running(conn: Connection, attempt_id: str, now_ms: int) -> str | None:
+    """An attempt that left its backend's queue now runs; returns its job id when it changed."""
+    row = conn.execute(
+        sql("SELECT pid, devices FROM attempts WHERE attempt_id = :a AND state = 'ASSIGNED'"), {"a": attempt_id}
+    ).first()
+    if row is None:
+        return None
+    return mark_started(conn, attempt_id, row[0], row[1], now_ms)
 
 
 def end_attempt(
@@ -142,6 +163,8 @@ def end_attempt(
 
 
 def outcome_of(exit: AttemptExit) -> tuple[TaskState, str]:
+    if exit.outcome is not None:
+        return exit.outcome, exit.error
     if exit.exit_code is None:
         return TaskState.WORKER_FAILED, exit.error or "the attempt was lost"
     if exit.exit_code == 0:
@@ -172,6 +195,19 @@ def store_logs(conn: Connection, chunks: Iterable[LogChunk]) -> None:
     if rows:
         conn.exec_driver_sql(
             "INSERT INTO logs (job_id, task_index, attempt, stream, ts_ms, text) VALUES (?, ?, ?, ?, ?, ?)", rows
+        )
+
+
+def store_waiting(conn: Connection, waiting: Iterable[tuple[str, str]]) -> None:
+    """Shows why a backend's own queue holds an attempt as its job's pending reason."""
+    rows = [{"r": reason, "a": attempt_id} for attempt_id, reason in waiting]
+    if rows:
+        conn.execute(
+            sql(
+                "UPDATE jobs SET pending_reason = :r WHERE state = 'PENDING' AND job_id ="
+                " (SELECT job_id FROM attempts WHERE attempt_id = :a AND state = 'ASSIGNED')"
+            ),
+            rows,
         )
 
 

@@ -1,7 +1,11 @@
-"""A throw-away single-node Slurm for benchmarks that compare Iris with it on the same machine.
+"""A throw-away single-node Slurm, started and stopped by PID: what the Slurm backend's tests and
+the benchmarks that compare Iris with Slurm on the same machine run against.
 
-`SlurmCluster(base)` writes a slurm.conf under `base` (one node `localhost` with 2 CPUs, so 2
-one-CPU job slots; `batch_sched_delay=0`; no accounting; `JobCompType=jobcomp/filetxt` so each
+One module serves both so the recipe (and its gotchas) lives in one place. `SlurmCluster(base)`
+writes a slurm.conf under `base` (one node `localhost` with 2 CPUs, so 2 one-CPU job slots;
+optionally `gpus` fake GPUs of GRES type `gpu_type`, device files that are symlinks to /dev/null,
+which Slurm accepts and hands out through CUDA_VISIBLE_DEVICES; `batch_sched_delay=0`; no
+accounting; `JobCompType=jobcomp/filetxt` so each
 finished job leaves one line in `base/jobcomp.txt`; daemons on free ports, bound to 127.0.0.1),
 starts its own `munged` (own key and socket under `base`, running as the munge user), `slurmctld`
 and `slurmd` in the foreground as children of this process, and stops them by PID. Before stopping
@@ -12,7 +16,7 @@ Nothing outside `base` is touched.
 It needs `sbatch`, `slurmctld`, `slurmd`, `munged` and `mungekey` on PATH (Debian/Ubuntu:
 `apt-get install -y slurm-wlm munge`) and root (the daemons run as root, munged as `munge`).
 
-    .venv/bin/python bench/slurm.py          # start one, run `sbatch --wrap true`, print timings, stop
+    .venv/bin/python -m iris.testing.slurm   # start one, run `sbatch --wrap true`, print timings, stop
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import time
 from pathlib import Path
 
 REQUIRED = ("sbatch", "scancel", "squeue", "scontrol", "slurmctld", "slurmd", "munged", "mungekey")
-INSTALL_HINT = "apt-get install -y slurm-wlm munge   (Debian/Ubuntu; then run this bench as root)"
+INSTALL_HINT = "apt-get install -y slurm-wlm munge   (Debian/Ubuntu; then run as root)"
 _JOBID = re.compile(rb"JobId=(\d+)\b.*?JobState=(\S+)")
 
 
@@ -52,7 +56,7 @@ def unavailable_reason() -> str | None:
     if missing:
         return f"Slurm not found (missing {', '.join(missing)}); install it with: {INSTALL_HINT}"
     if os.geteuid() != 0:
-        return "Slurm is installed but this bench starts its daemons as root; run it as root to compare"
+        return "Slurm is installed but its daemons are started as root here; run as root to use it"
     try:
         pwd.getpwnam("munge")
     except KeyError:
@@ -65,8 +69,22 @@ class SlurmError(RuntimeError):
 
 
 class SlurmCluster:
-    def __init__(self, base: Path, cpus: int = 2, real_memory_mb: int = 4000, mem_per_cpu_mb: int = 500):
+    def __init__(
+        self,
+        base: Path,
+        cpus: int = 2,
+        real_memory_mb: int = 4000,
+        mem_per_cpu_mb: int = 500,
+        gpus: int = 0,
+        gpu_type: str = "fake",
+        partition: str = "debug",
+        max_time: str = "INFINITE",
+    ):
         self.base = Path(base)
+        self.gpus = gpus
+        self.gpu_type = gpu_type
+        self.partition = partition
+        self.max_time = max_time  # the partition's MaxTime (minutes, or INFINITE)
         self.cpus = cpus
         self.real_memory_mb = real_memory_mb
         self.mem_per_cpu_mb = mem_per_cpu_mb
@@ -103,10 +121,19 @@ class SlurmCluster:
                     f"{parent} is not searchable by other users, so munged cannot reach "
                     f"{self.munge_dir}; put the Slurm folder elsewhere (e.g. its own tempfile.mkdtemp)"
                 )
-        for d in ("state", "spool", "log", "out"):
+        for d in ("state", "spool", "log", "out", "fakegpu"):
             (self.base / d).mkdir(exist_ok=True)
         self._start_munged(timeout)
+        for i in range(self.gpus):
+            link = self.base / "fakegpu" / f"nvidia{i}"
+            if not link.is_symlink():
+                link.symlink_to("/dev/null")
         self.conf.write_text(self._config())
+        if self.gpus:
+            (self.base / "gres.conf").write_text(
+                "AutoDetect=off\n"
+                f"NodeName=localhost Name=gpu Type={self.gpu_type} File={self.base}/fakegpu/nvidia[0-{self.gpus - 1}]\n"
+            )
         log = open(self.base / "log" / "daemons.out", "ab")
         self.procs["slurmctld"] = subprocess.Popen(
             [_which("slurmctld"), "-D", "-i", "-f", str(self.conf)],
@@ -176,6 +203,7 @@ class SlurmCluster:
 
     def _config(self) -> str:
         b = self.base
+        gres = f" Gres=gpu:{self.gpu_type}:{self.gpus}" if self.gpus else ""
         return f"""ClusterName=irisbench
 SlurmctldHost=localhost
 SlurmctldPort={_free_port()}
@@ -205,8 +233,9 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/filetxt
 JobCompLoc={self.jobcomp}
-NodeName=localhost NodeHostname=localhost NodeAddr=127.0.0.1 CPUs={self.cpus} Sockets=1 CoresPerSocket={self.cpus} ThreadsPerCore=1 RealMemory={self.real_memory_mb} State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+{"GresTypes=gpu" if self.gpus else ""}
+NodeName=localhost NodeHostname=localhost NodeAddr=127.0.0.1 CPUs={self.cpus} Sockets=1 CoresPerSocket={self.cpus} ThreadsPerCore=1 RealMemory={self.real_memory_mb}{gres} State=UNKNOWN
+PartitionName={self.partition} Nodes=localhost Default=YES MaxTime={self.max_time} State=UP
 """
 
     def _check_alive(self, name: str) -> None:

@@ -1,0 +1,417 @@
+"""The Slurm backend: each attempt is one Slurm batch job in one partition; Slurm places it.
+
+Placement is split as Slurm users expect. Iris decides only whether to send work to the
+partition: the partition appears to Iris's scheduler as one worker per GPU type whose capacity is
+the sum of its usable nodes (cpus, memory, GPUs), and Iris counts the work it has sent against
+that. So Iris never has more in the partition than the partition could run at once, and never
+picks a node: Slurm does, inside the partition. Work Iris did not send (other Slurm users) is
+Slurm's to arbitrate: an Iris job behind it waits in Slurm's queue, in Slurm's priority order,
+and shows Slurm's pending reason (`Resources`, `Priority`, …) as its own; for federation, free
+capacity subtracts what other users hold, so a peer hands off only what can start now. A request
+larger than any node passes Iris's summed view and is refused by Slurm, which Iris reports as
+UNSCHEDULABLE with Slurm's own words.
+
+One background thread polls: per `poll_interval` one `squeue` call for every live attempt (not one
+per job), every few seconds one `sinfo` for capacity, and in between it tails each attempt's
+stdout and stderr files (written by Slurm into the staging folder) into log lines.
+
+Restart: a Slurm job is named by its attempt id, and the attempt row is committed before `sbatch`
+runs; the Slurm job id is committed after. A restarted controller adopts attempts by job id, and
+looks the ones without an id up by name, so a crash between `sbatch` and the commit leaves no
+orphan: the job is found and adopted, or it was never submitted and the attempt is retried.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from iris.backends.local.backend import shell_argv
+from iris.backends.protocol import (
+    AdoptRecord,
+    AttemptExit,
+    BackendDescription,
+    BackendEvents,
+    LaunchError,
+    LaunchSpec,
+    LogChunk,
+    Started,
+    WorkerSnapshot,
+)
+from iris.backends.slurm.commands import MB, SlurmCommandError, SlurmCommands, SlurmNode, sbatch_argv
+from iris.backends.slurm.states import judge
+from iris.backends.staging import is_staged, safe_dirname
+from iris.core.config import SlurmBackendConfig
+from iris.core.resources import Device, Resources
+
+log = logging.getLogger("iris.slurm")
+# $1 is the attempt folder; the command follows. The exit code is kept in a file so it survives
+# Slurm forgetting the job (MinJobAge) while no controller was watching.
+WRAPPER = '#!/bin/sh\nd="$1"; shift\n"$@"\nrc=$?\necho $rc > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"\nexit $rc\n'
+TAIL_INTERVAL_S = 0.2
+CAPACITY_INTERVAL_S = 10.0
+MAX_READ = 1 << 20
+DISK = 1 << 50  # Slurm does not schedule disk, so Iris must not gate on it either
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class _Attempt:
+    attempt_id: str
+    folder: Path
+    slurm_id: int | None
+    running: bool = False
+    waiting: str = ""
+    stop_requested: bool = False
+    gpus: tuple[str, int] | None = None  # (GRES type, count) it asked for
+    exited: AttemptExit | None = None
+    offsets: dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
+
+
+class SlurmBackend:
+    kind = "slurm"
+
+    def __init__(self, config: SlurmBackendConfig, cluster: str, state_dir: Path, wake: Callable[[], None]):
+        self.id = config.id
+        self.config = config
+        self.cluster = cluster
+        self.slurm = SlurmCommands(config)
+        self.root = Path(config.staging_dir) if config.staging_dir else state_dir / "slurm" / config.id
+        (self.root / "attempts").mkdir(parents=True, exist_ok=True)
+        self.script = self.root / "iris-attempt.sh"
+        self.script.write_text(WRAPPER)
+        self.script.chmod(0o755)
+        self._wake = wake
+        self._attributes = {k: str(v).lower() for k, v in config.attributes.items()}
+        self._attributes.setdefault("pool", config.id)
+        self._attributes["slurm-partition"] = config.partition
+        self._attempts: dict[str, _Attempt] = {}
+        self._events: list = []  # started ids, (id, reason) waits, exits, log chunks, in order
+        self._lock = threading.Lock()
+        self._kick = threading.Event()
+        self._closing = threading.Event()
+        self._nodes: list[SlurmNode] = []
+        self._nodes_ok = False
+        self.capacity_error = ""
+        self._refresh_capacity()
+        self._thread = threading.Thread(target=self._loop, name=f"slurm-{self.id}", daemon=True)
+        self._thread.start()
+
+    # -- capacity ------------------------------------------------------------------------------
+
+    def _refresh_capacity(self) -> None:
+        try:
+            nodes = self.slurm.sinfo(self.config.partition)
+        except SlurmCommandError as exc:
+            self.capacity_error = str(exc)
+            with self._lock:
+                self._nodes_ok = False
+            return
+        self.capacity_error = "" if nodes else f"Slurm partition {self.config.partition} has no nodes"
+        with self._lock:
+            self._nodes, self._nodes_ok = nodes, True
+
+    def _groups(self) -> dict[str, list[SlurmNode]]:
+        groups: dict[str, list[SlurmNode]] = {}
+        for node in self._nodes:
+            if node.usable:
+                groups.setdefault(next(iter(node.gpus), "") if node.gpus else "", []).append(node)
+        return groups
+
+    def workers(self) -> tuple[WorkerSnapshot, ...]:
+        """One worker per GPU type of the partition, of its usable nodes' summed capacity."""
+        with self._lock:
+            groups, alive = self._groups(), self._nodes_ok
+        out = []
+        for gpu_type, nodes in sorted(groups.items()):
+            count = sum(n.gpus.get(gpu_type, 0) for n in nodes)
+            device = Device("gpu", gpu_type, count) if gpu_type or count else Device()
+            capacity = Resources(
+                cpu=float(sum(n.cpus for n in nodes)),
+                memory=sum(n.memory_mb for n in nodes) * MB,
+                disk=DISK,
+                device=device,
+            )
+            attrs = dict(self._attributes, **self._device_attributes(device, nodes))
+            worker_id = f"{self.id}-{gpu_type or 'cpu'}"
+            out.append(WorkerSnapshot(worker_id, self.id, capacity, dict(attrs, worker=worker_id), alive))
+        return tuple(out)
+
+    @staticmethod
+    def _device_attributes(device: Device, nodes: list[SlurmNode]) -> dict[str, str]:
+        if device.kind != "gpu":
+            return {"device-type": "cpu"}
+        return {
+            "device-type": "gpu",
+            "device-variant": device.variant,
+            "gpu-count": str(max(n.gpus.get(device.variant, 0) for n in nodes)),
+        }
+
+    def held_outside(self) -> dict[str, float]:
+        """GPUs per device token held by Slurm jobs Iris did not send (other users of the partition):
+        what Slurm reports in use, less what Iris's own running attempts asked for."""
+        with self._lock:
+            groups = self._groups()
+            ours = [a.gpus for a in self._attempts.values() if a.running and a.exited is None and a.gpus]
+        held = {t: float(sum(n.gpus_used.get(t, 0) for n in nodes)) for t, nodes in groups.items() if t}
+        for token, count in ours:
+            token = token or next(iter(held), "")
+            if token in held:
+                held[token] = max(0.0, held[token] - count)
+        return held
+
+    def describe(self) -> BackendDescription:
+        workers = self.workers()
+        capacity = max((w.capacity for w in workers), key=lambda c: c.device.count, default=None)
+        attrs = dict(workers[0].attributes) if len(workers) == 1 else dict(self._attributes)
+        attrs.pop("worker", None)
+        return BackendDescription(self.id, self.kind, attrs, capacity)
+
+    # -- start / stop --------------------------------------------------------------------------
+
+    def start(self, spec: LaunchSpec) -> Started:
+        folder = self.root / "attempts" / safe_dirname(spec.attempt_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in ("exit", "stdout", "stderr"):
+            (folder / name).unlink(missing_ok=True)
+        r = spec.resources
+        if r.device.kind not in ("", "cpu", "gpu"):
+            raise LaunchError(
+                f"Slurm partition {self.config.partition} runs CPU and GPU jobs, not {r.device.kind}",
+                unschedulable=True,
+            )
+        workdir = self._workdir(spec, folder)
+        env = {**spec.env, **self.slurm.conf_env, "IRIS_ATTEMPT_ID": spec.attempt_id}
+        argv = sbatch_argv(
+            self.config, self.cluster, spec, str(self.script), str(folder), workdir, shell_argv(spec.command)
+        )
+        gpus = (r.device.variant.lower(), r.device.count) if r.device.kind == "gpu" and r.device.count else None
+        record = _Attempt(spec.attempt_id, folder, None, gpus=gpus)
+        try:
+            out = self.slurm.run(argv, env=env)
+        except SlurmCommandError as exc:
+            if "did not answer" in str(exc):
+                # sbatch may have submitted it: adopt by name on the next poll, or report it lost.
+                self._add(record)
+                return Started(spec.attempt_id, 0, running=False)
+            if exc.transient:
+                raise LaunchError(f"Slurm did not take the job: {exc}", retryable=True) from None
+            raise LaunchError(f"Slurm cannot run this job: {exc}", unschedulable=True) from None
+        try:
+            record.slurm_id = int(out.strip().split(";")[0])
+        except ValueError:
+            self._add(record)
+            return Started(spec.attempt_id, 0, running=False)
+        self._add(record)
+        return Started(spec.attempt_id, record.slurm_id, running=False)
+
+    def _workdir(self, spec: LaunchSpec, folder: Path) -> str:
+        """Where the job starts: its staged workspace, copied into the staging folder (which every
+        node reads) when the controller staged it elsewhere; else the attempt's own folder."""
+        if not spec.workdir:
+            return str(folder)
+        source = Path(spec.workdir)
+        if not self.config.staging_dir or not is_staged(source) or source.is_relative_to(self.root):
+            return spec.workdir
+        target = self.root / "workspaces" / safe_dirname(spec.job_id)
+        if not is_staged(target):
+            tmp = target.with_name(target.name + f".tmp{threading.get_ident()}")
+            shutil.copytree(source, tmp, dirs_exist_ok=True)
+            tmp.rename(target) if not target.exists() else shutil.rmtree(tmp, ignore_errors=True)
+        return str(target)
+
+    def _add(self, record: _Attempt) -> None:
+        with self._lock:
+            self._attempts[record.attempt_id] = record
+        self._kick.set()
+
+    def stop(self, attempt_id: str) -> None:
+        with self._lock:
+            record = self._attempts.get(attempt_id)
+            if record is None or record.exited is not None or record.stop_requested:
+                return
+            record.stop_requested = True
+        try:
+            if record.slurm_id:
+                self.slurm.scancel(job_ids=[record.slurm_id])
+            else:
+                self.slurm.scancel(names=[attempt_id])
+        except SlurmCommandError:
+            with self._lock:
+                record.stop_requested = False  # retried by the tick's next reconcile
+        self._kick.set()
+
+    def running(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._attempts)
+
+    def shutdown(self) -> list[str]:
+        with self._lock:
+            live = [a for a in self._attempts.values() if a.exited is None]
+        ids = [a.slurm_id for a in live if a.slurm_id]
+        try:
+            self.slurm.scancel(job_ids=ids, names=[a.attempt_id for a in live if not a.slurm_id])
+        except SlurmCommandError:
+            pass
+        with self._lock:
+            for a in live:
+                a.stop_requested = True
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(a.exited is None for a in live):
+            self._kick.set()
+            time.sleep(0.05)
+        self._closing.set()
+        self._kick.set()
+        self._thread.join(timeout=5)
+        return [a.attempt_id for a in live]
+
+    # -- polling ---------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        next_query, next_capacity = 0.0, time.monotonic() + CAPACITY_INTERVAL_S
+        while not self._closing.is_set():
+            now = time.monotonic()
+            try:
+                if now >= next_query or self._kick.is_set():
+                    self._kick.clear()
+                    next_query = now + self.config.poll_interval
+                    self._query()
+                if now >= next_capacity:
+                    next_capacity = now + CAPACITY_INTERVAL_S
+                    self._refresh_capacity()
+                self._tail_all()
+            except Exception:  # noqa: BLE001 - the poller must outlive one bad answer
+                log.exception("Slurm poll failed; retrying")
+            self._kick.wait(min(TAIL_INTERVAL_S, self.config.poll_interval))
+
+    def _query(self) -> None:
+        with self._lock:
+            live = [a for a in self._attempts.values() if a.exited is None]
+        if not live:
+            return
+        ids = [a.slurm_id for a in live if a.slurm_id]
+        names = [a.attempt_id for a in live if not a.slurm_id]
+        try:
+            rows = self.slurm.squeue(job_ids=ids) if ids else []
+            if names:
+                rows += [j for j in self.slurm.squeue(names=names) if j.name in names]
+        except SlurmCommandError:
+            return  # Slurm's controller is unreachable: jobs keep running; ask again next poll
+        by_id = {j.job_id: j for j in rows}
+        by_name: dict[str, int] = {}
+        for j in rows:
+            if j.name in names:
+                by_name[j.name] = max(by_name.get(j.name, 0), j.job_id)
+        changed = False
+        for record in live:
+            if not record.slurm_id and record.attempt_id in by_name:
+                record.slurm_id = by_name[record.attempt_id]
+            job = by_id.get(record.slurm_id) if record.slurm_id else None
+            changed |= self._apply(record, job)
+        if changed:
+            self._wake()
+
+    def _apply(self, record: _Attempt, job) -> bool:
+        exit_file = self._exit_file(record)
+        if job is None:
+            # Slurm no longer knows it (or never did): the wrapper's exit file says how it ended.
+            if exit_file is None:
+                self._finish(record, AttemptExit(record.attempt_id, None, "Slurm has no record of the attempt's job"))
+            else:
+                self._mark_running(record)
+                self._finish(record, AttemptExit(record.attempt_id, exit_file))
+            return True
+        verdict = judge(job, self.config.partition, exit_file, record.stop_requested)
+        if verdict.phase == "waiting":
+            if verdict.reason != record.waiting:
+                record.waiting = verdict.reason
+                with self._lock:
+                    self._events.append((record.attempt_id, verdict.reason))
+                return True
+            return False
+        if verdict.phase == "unschedulable":
+            try:
+                self.slurm.scancel(job_ids=[job.job_id])
+            except SlurmCommandError:
+                pass
+            self._finish(record, AttemptExit(record.attempt_id, None, verdict.reason, verdict.outcome))
+            return True
+        changed = self._mark_running(record)
+        if verdict.phase == "running":
+            return changed
+        self._finish(record, AttemptExit(record.attempt_id, verdict.exit_code, verdict.reason, verdict.outcome))
+        return True
+
+    def _mark_running(self, record: _Attempt) -> bool:
+        if record.running:
+            return False
+        record.running = True
+        with self._lock:
+            self._events.append(record.attempt_id)
+        return True
+
+    @staticmethod
+    def _exit_file(record: _Attempt) -> int | None:
+        try:
+            return int((record.folder / "exit").read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _finish(self, record: _Attempt, exit: AttemptExit) -> None:
+        with self._lock:
+            self._read_logs(record, final=True)
+            record.exited = exit
+            self._events.append(exit)
+
+    def _tail_all(self) -> None:
+        with self._lock:
+            for record in self._attempts.values():
+                if record.exited is None:
+                    self._read_logs(record, final=False)
+
+    def _read_logs(self, record: _Attempt, final: bool) -> None:
+        """Appends new complete lines of both streams (at the end, an unterminated last line too)."""
+        ts = now_ms()
+        for stream in ("stdout", "stderr"):
+            try:
+                with open(record.folder / stream, "rb") as f:
+                    f.seek(record.offsets[stream])
+                    data = f.read(MAX_READ)
+            except OSError:
+                continue
+            cut = len(data) if final else data.rfind(b"\n") + 1
+            if cut <= 0:
+                continue
+            record.offsets[stream] += cut
+            lines = tuple((ts, line) for line in data[:cut].decode("utf-8", "replace").splitlines())
+            if lines:
+                self._events.append(LogChunk(record.attempt_id, stream, lines, record.offsets[stream]))
+
+    # -- reporting -----------------------------------------------------------------------------
+
+    def poll(self) -> BackendEvents:
+        with self._lock:
+            events, self._events = self._events, []
+            exits = tuple(e for e in events if isinstance(e, AttemptExit))
+            for e in exits:
+                self._attempts.pop(e.attempt_id, None)
+        return BackendEvents(
+            exits=exits,
+            logs=tuple(e for e in events if isinstance(e, LogChunk)),
+            started=tuple(e for e in events if isinstance(e, str)),
+            waiting=tuple(e for e in events if isinstance(e, tuple)),
+        )
+
+    def adopt(self, records: list[AdoptRecord]) -> None:
+        for rec in records:
+            attempt = _Attempt(rec.attempt_id, self.root / "attempts" / safe_dirname(rec.attempt_id), rec.pid or None)
+            attempt.offsets = {"stdout": rec.stdout_offset, "stderr": rec.stderr_offset}
+            self._add(attempt)

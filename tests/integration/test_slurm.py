@@ -1,0 +1,205 @@
+"""The Slurm backend on a real Slurm (munged, slurmctld, slurmd started for this module), driven
+through a real Iris controller process: one Slurm job per attempt, its state, logs, limits,
+cancels, pending reasons, restart and federation.
+
+Slurm is started once per module (its scheduler pass takes about a second per job, so the tests
+share one). Where Slurm cannot start here, every test is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from iris.controller.auth import load_or_create_signing_key, public_key_pem
+from iris.rpc import controller_pb2 as pb
+from iris.testing.slurm import SlurmCluster, SlurmError, unavailable_reason
+from tests.conftest import ControllerFactory, wait_until
+from tests.controller.helpers import client, logs, status, user_token, wait_state
+
+FAST = {"tick_interval": "1s", "federation_heartbeat_interval": "0.5s", "federation_sync_interval": "0.5s"}
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    base = Path(tempfile.mkdtemp(prefix="iris-slurm-test-"))
+    cluster = SlurmCluster(base, gpus=4, max_time="60")
+    try:
+        cluster.start()
+    except (SlurmError, OSError, subprocess.SubprocessError) as exc:
+        shutil.rmtree(base, ignore_errors=True)
+        pytest.skip(f"Slurm could not start here: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def slurm_backend(cluster: SlurmCluster, backend_id: str = "slurm") -> dict:
+    return {
+        "id": backend_id,
+        "kind": "slurm",
+        "partition": cluster.partition,
+        "slurm_conf": str(cluster.conf),
+        "poll_interval": "0.3s",
+    }
+
+
+@pytest.fixture(scope="module")
+def ctl(slurm, tmp_path_factory):
+    factory = ControllerFactory(tmp_path_factory.mktemp("slurm-ctl"))
+    try:
+        yield factory("on-slurm", backends=[slurm_backend(slurm)])
+    finally:
+        factory.cleanup()
+
+
+def job(name: str, script: str, cpu: float = 1, gpus: int = 0, variant: str = "", **kw) -> pb.LaunchJobRequest:
+    device = pb.Device(kind="gpu", variant=variant, count=gpus) if gpus else pb.Device(kind="cpu")
+    return pb.LaunchJobRequest(
+        name=name, user="alice", command=["sh", "-c", script], resources=pb.Resources(cpu=cpu, device=device), **kw
+    )
+
+
+def slurm_job_of(slurm: SlurmCluster, attempt_id: str) -> list[str]:
+    """`id|state` of every Slurm job named after the attempt."""
+    out = slurm._run(["squeue", "-h", "-t", "all", f"--name={attempt_id}", "-o", "%i|%T"]) or ""
+    return out.split()
+
+
+def test_slurm_job_succeeds_with_its_logs_and_one_slurm_job_named_by_the_attempt(ctl, slurm):
+    c = client(ctl)
+    job_id = c.launch_job(job("hello", "echo hello from $SLURM_JOB_PARTITION; echo oops >&2")).job_id
+    final = wait_state(c, job_id)
+    assert final.job.state == "SUCCEEDED"
+    attempt = final.tasks[0].attempts[0]
+    assert slurm_job_of(slurm, attempt.attempt_id) == [f"{attempt.pid}|COMPLETED"]
+    wait_until(lambda: sorted(logs(c, job_id)) == ["hello from debug", "oops"], message="both streams stored")
+
+
+def test_slurm_failing_job_reports_its_exit_code(ctl):
+    c = client(ctl)
+    final = wait_state(c, c.launch_job(job("fails", "exit 7")).job_id)
+    assert final.job.state == "FAILED"
+    assert final.tasks[0].exit_code == 7 and "exit code 7" in final.job.error
+
+
+def test_slurm_gpu_job_gets_its_devices_from_slurm(ctl):
+    c = client(ctl)
+    job_id = c.launch_job(job("gpus", "echo gpus=$CUDA_VISIBLE_DEVICES", gpus=2, variant="fake")).job_id
+    assert wait_state(c, job_id).job.state == "SUCCEEDED"
+    lines = logs(c, job_id)
+    assert len(lines) == 1 and lines[0].startswith("gpus=")
+    assert len(lines[0].removeprefix("gpus=").split(",")) == 2
+
+
+def test_slurm_job_over_its_time_limit_is_reported_timed_out_and_cancelled(ctl, slurm):
+    c = client(ctl)
+    job_id = c.launch_job(job("slow", "sleep 120", timeout_s=2)).job_id
+    final = wait_state(c, job_id, timeout=60)
+    assert final.job.state == "FAILED" and "timed out" in final.job.error
+    slurm_id = final.tasks[0].attempts[0].pid
+    wait_until(lambda: slurm.state(slurm_id) == "" and not slurm.job_pids(slurm_id), message="Slurm job gone")
+
+
+def test_iris_job_stop_cancels_the_slurm_job_and_its_processes(ctl, slurm):
+    c = client(ctl)
+    job_id = c.launch_job(job("stopme", "sleep 300")).job_id
+    running = wait_state(c, job_id, states={"RUNNING"})
+    slurm_id = running.tasks[0].attempts[0].pid
+    wait_until(lambda: slurm.job_pids(slurm_id), message="the job's processes to start")
+    result = ctl.cli("job", "stop", job_id)
+    assert result.returncode == 0, result.stderr
+    assert wait_state(c, job_id).job.state == "KILLED"
+    wait_until(lambda: slurm.state(slurm_id) == "" and not slurm.job_pids(slurm_id), message="processes gone")
+
+
+def test_slurm_job_slurm_can_never_host_is_unschedulable_with_slurms_reason(ctl):
+    c = client(ctl)
+    # The partition's MaxTime is 60 minutes; Iris's own view has no such limit, Slurm's does.
+    final = wait_state(c, c.launch_job(job("too-long", "true", timeout_s=7200)).job_id)
+    assert final.job.state == "UNSCHEDULABLE"
+    assert "Slurm can never run it in partition debug: Partition" in final.job.error  # Slurm's own reason
+
+
+def test_slurm_waiting_job_shows_slurms_pending_reason(ctl, slurm):
+    c = client(ctl)
+    hog = slurm.sbatch("sleep 300", "--cpus-per-task=2")  # another Slurm user holds both CPUs
+    try:
+        wait_until(lambda: slurm.state(hog) == "RUNNING", message="the other user's job to run")
+        job_id = c.launch_job(job("waits", "echo finally")).job_id
+        waiting = wait_until(
+            lambda: (
+                (s := status(c, job_id)).job.pending_reason.endswith("(the resources it asks for are in use)") and s
+            ),
+            message="Slurm's pending reason",
+        )
+        assert waiting.job.state == "PENDING"
+        assert waiting.job.pending_reason.startswith("Waiting in Slurm partition debug: Resources")
+    finally:
+        slurm.scancel(hog)
+    assert wait_state(c, job_id).job.state == "SUCCEEDED"
+    assert logs(c, job_id) == ["finally"]
+
+
+def test_sigkilled_controller_readopts_its_slurm_jobs_which_finish_once(ctl, slurm, tmp_path):
+    c = client(ctl)
+    ids = [
+        c.launch_job(job(f"survivor-{i}", f"sleep 3; echo ran >> {tmp_path}/ran-{i}; echo done {i}")).job_id
+        for i in range(2)
+    ]
+    attempts = [wait_state(c, j, states={"RUNNING"}).tasks[0].attempts[0] for j in ids]
+    ctl.kill()
+    # As if the controller had died between sbatch and committing the Slurm job id.
+    with sqlite3.connect(ctl.state_dir / "controller.db") as db:
+        db.execute("UPDATE attempts SET pid = NULL WHERE attempt_id = ?", (attempts[1].attempt_id,))
+    ctl.start()
+    c = client(ctl)
+    for i, job_id in enumerate(ids):
+        final = wait_state(c, job_id, timeout=60)
+        assert final.job.state == "SUCCEEDED"
+        assert [a.attempt_id for a in final.tasks[0].attempts] == [attempts[i].attempt_id]
+        assert (tmp_path / f"ran-{i}").read_text() == "ran\n"
+        assert slurm_job_of(slurm, attempts[i].attempt_id) == [f"{attempts[i].pid}|COMPLETED"]
+        wait_until(lambda j=job_id, i=i: logs(c, j) == [f"done {i}"], message="logs after re-adoption")
+
+
+def test_cpu_parent_hands_a_gpu_job_to_a_peer_whose_backend_is_slurm(slurm, controller_factory):
+    parent = controller_factory(
+        "marin",
+        start=False,
+        controller=FAST,
+        backends=[{"id": "cpu", "kind": "local", "workers": 2, "capacity": {"cpu": 4, "memory": "8G"}}],
+    )
+    key = public_key_pem(load_or_create_signing_key(None, parent.state_dir))
+    peer = controller_factory(
+        "cw-slurm", backends=[slurm_backend(slurm, "gpu")], controller=FAST, auth={"federation_peers": {"marin": key}}
+    )
+    parent.rewrite(peers={"cw-slurm": {"address": peer.url}})
+    parent.start()
+    c = client(parent, user_token(parent, "alice"))
+
+    def advertised():
+        peers = c.list_peers(pb.ListPeersRequest()).peers
+        return peers and peers[0].reachable and peers[0].backends and peers[0].backends[0]
+
+    backend = wait_until(advertised, message="the Slurm peer to advertise its backend")
+    assert backend.kind == "slurm"
+    assert backend.attributes["device-variant"] == "fake"
+    assert backend.availability.total_amounts["fake"] == 4
+    sent = c.launch_job(job("train", "echo on $IRIS_CLUSTER gpus=$CUDA_VISIBLE_DEVICES", gpus=1, variant="fake"))
+    assert sent.disposition == "queued"
+    final = wait_state(c, sent.job_id, timeout=60)
+    assert final.job.state == "SUCCEEDED" and final.job.cluster == "cw-slurm"
+    on_peer = status(client(peer), sent.job_id)
+    assert on_peer.tasks[0].backend_id == "gpu"
+    wait_until(lambda: logs(c, sent.job_id) == ["on cw-slurm gpus=0"], message="logs relayed to the parent")
