@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from iris.backends.local.spool import MAX_LINE, OutputSpool, cut_lines
+from iris.backends.spool import MAX_LINE, OutputSpool, cut_lines
 
 
 def test_cut_lines_without_newline_waits_until_complete():

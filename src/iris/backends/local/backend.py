@@ -6,7 +6,7 @@ pipes. That is what lets a restarted controller re-adopt attempts that outlived 
 keeps writing its output, the new controller resumes reading at the offsets it had committed, and
 the exit code survives even though the process is no longer its child. Each attempt is contained
 (see `containment`), so stopping it ends every process it started. Exits are noticed at once
-through pidfds (one watcher thread, no polling); a pump reads the spools (see `spool`) every
+through pidfds (one watcher thread, no polling); a pump reads the spools (see `iris.backends.spool`) every
 100 ms, or at once when the tick has stored what it handed over, so lines carry timestamps close
 to when they were written.
 
@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from iris.backends.local.containment import Containment
-from iris.backends.local.spool import OutputSpool
 from iris.backends.protocol import (
     AdoptRecord,
     AttemptExit,
@@ -43,6 +42,7 @@ from iris.backends.protocol import (
     Started,
     WorkerSnapshot,
 )
+from iris.backends.spool import OutputSpool
 from iris.backends.staging import safe_dirname
 from iris.core.config import LocalBackendConfig
 from iris.core.processes import is_attempt

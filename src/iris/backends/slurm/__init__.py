@@ -7,7 +7,7 @@ from iris.core.config import SlurmBackendConfig
 
 
 def _build(config: SlurmBackendConfig, context: BackendContext) -> SlurmBackend:
-    return SlurmBackend(config, context.cluster, context.state_dir, context.wake)
+    return SlurmBackend(config, context.cluster, context.state_dir, context.wake, context.output_cap)
 
 
 register("slurm", SlurmBackendConfig, _build)

@@ -12,8 +12,10 @@ larger than any node passes Iris's summed view and is refused by Slurm, which Ir
 UNSCHEDULABLE with Slurm's own words.
 
 One background thread polls: per `poll_interval` one `squeue` call for every live attempt (not one
-per job), every few seconds one `sinfo` for capacity, and in between it tails each attempt's
-stdout and stderr files (written by Slurm into the staging folder) into log lines.
+per job), every few seconds one `sinfo` for capacity, and in between it reads each attempt's
+stdout and stderr files (written by Slurm into the staging folder) through the shared output
+spool, as the local backend does. Events are kept until the tick acknowledges them (`ack`), and an
+exit is reported only once all of its output has been read.
 
 Restart: a Slurm job is named by its attempt id, and the attempt row is committed before `sbatch`
 runs; the Slurm job id is committed after. A restarted controller adopts attempts by job id, and
@@ -28,7 +30,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from iris.backends.local.backend import shell_argv
@@ -45,6 +47,7 @@ from iris.backends.protocol import (
 )
 from iris.backends.slurm.commands import MB, SlurmCommandError, SlurmCommands, SlurmNode, sbatch_argv
 from iris.backends.slurm.states import judge
+from iris.backends.spool import OutputSpool
 from iris.backends.staging import is_staged, safe_dirname
 from iris.core.config import SlurmBackendConfig
 from iris.core.resources import Device, Resources
@@ -55,7 +58,7 @@ log = logging.getLogger("iris.slurm")
 WRAPPER = '#!/bin/sh\nd="$1"; shift\n"$@"\nrc=$?\necho $rc > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"\nexit $rc\n'
 TAIL_INTERVAL_S = 0.2
 CAPACITY_INTERVAL_S = 10.0
-MAX_READ = 1 << 20
+MAX_PENDING_LINES = 100_000  # lines read but not yet stored: tailing waits beyond this
 DISK = 1 << 50  # Slurm does not schedule disk, so Iris must not gate on it either
 
 
@@ -68,18 +71,26 @@ class _Attempt:
     attempt_id: str
     folder: Path
     slurm_id: int | None
+    spool: OutputSpool
     running: bool = False
     waiting: str = ""
     stop_requested: bool = False
     gpus: tuple[str, int] | None = None  # (GRES type, count) it asked for
-    exited: AttemptExit | None = None
-    offsets: dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
+    exited: AttemptExit | None = None  # how it ended (Slurm's verdict)
+    reported: bool = False  # its exit is handed to the tick (all its output read first)
 
 
 class SlurmBackend:
     kind = "slurm"
 
-    def __init__(self, config: SlurmBackendConfig, cluster: str, state_dir: Path, wake: Callable[[], None]):
+    def __init__(
+        self,
+        config: SlurmBackendConfig,
+        cluster: str,
+        state_dir: Path,
+        wake: Callable[[], None] = lambda: None,
+        output_cap: int = 0,
+    ):
         self.id = config.id
         self.config = config
         self.cluster = cluster
@@ -90,13 +101,19 @@ class SlurmBackend:
         self.script.write_text(WRAPPER)
         self.script.chmod(0o755)
         self._wake = wake
+        self.output_cap = output_cap
         self._attributes = {k: str(v).lower() for k, v in config.attributes.items()}
         self._attributes.setdefault("pool", config.id)
         self._attributes["slurm-partition"] = config.partition
         self._attempts: dict[str, _Attempt] = {}
-        self._events: list = []  # started ids, (id, reason) waits, exits, log chunks, in order
+        self._started: list[str] = []
+        self._waiting: list[tuple[str, str]] = []
+        self._exits: list[AttemptExit] = []
+        self._logs: list[LogChunk] = []
+        self._pending_lines = 0
         self._lock = threading.Lock()
-        self._kick = threading.Event()
+        self._kick = threading.Event()  # wakes the poller: read output now
+        self._query_due = threading.Event()  # ask Slurm now, not at the next poll_interval
         self._closing = threading.Event()
         self._nodes: list[SlurmNode] = []
         self._nodes_ok = False
@@ -194,7 +211,7 @@ class SlurmBackend:
             self.config, self.cluster, spec, str(self.script), str(folder), workdir, shell_argv(spec.command)
         )
         gpus = (r.device.variant.lower(), r.device.count) if r.device.kind == "gpu" and r.device.count else None
-        record = _Attempt(spec.attempt_id, folder, None, gpus=gpus)
+        record = _Attempt(spec.attempt_id, folder, None, OutputSpool(folder, self.output_cap), gpus=gpus)
         try:
             out = self.slurm.run(argv, env=env)
         except SlurmCommandError as exc:
@@ -247,6 +264,7 @@ class SlurmBackend:
         except SlurmCommandError:
             with self._lock:
                 record.stop_requested = False  # retried by the tick's next reconcile
+        self._query_due.set()
         self._kick.set()
 
     def running(self) -> frozenset[str]:
@@ -266,6 +284,7 @@ class SlurmBackend:
                 a.stop_requested = True
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and any(a.exited is None for a in live):
+            self._query_due.set()
             self._kick.set()
             time.sleep(0.05)
         self._closing.set()
@@ -280,17 +299,18 @@ class SlurmBackend:
         while not self._closing.is_set():
             now = time.monotonic()
             try:
-                if now >= next_query or self._kick.is_set():
-                    self._kick.clear()
+                if now >= next_query or self._query_due.is_set():
+                    self._query_due.clear()
                     next_query = now + self.config.poll_interval
                     self._query()
                 if now >= next_capacity:
                     next_capacity = now + CAPACITY_INTERVAL_S
                     self._refresh_capacity()
-                self._tail_all()
+                self._tail()
             except Exception:  # noqa: BLE001 - the poller must outlive one bad answer
                 log.exception("Slurm poll failed; retrying")
             self._kick.wait(min(TAIL_INTERVAL_S, self.config.poll_interval))
+            self._kick.clear()
 
     def _query(self) -> None:
         with self._lock:
@@ -334,7 +354,7 @@ class SlurmBackend:
             if verdict.reason != record.waiting:
                 record.waiting = verdict.reason
                 with self._lock:
-                    self._events.append((record.attempt_id, verdict.reason))
+                    self._waiting.append((record.attempt_id, verdict.reason))
                 return True
             return False
         if verdict.phase == "unschedulable":
@@ -355,7 +375,7 @@ class SlurmBackend:
             return False
         record.running = True
         with self._lock:
-            self._events.append(record.attempt_id)
+            self._started.append(record.attempt_id)
         return True
 
     @staticmethod
@@ -366,52 +386,76 @@ class SlurmBackend:
             return None
 
     def _finish(self, record: _Attempt, exit: AttemptExit) -> None:
+        """Slurm says the job ended; its exit is reported once its output has all been read."""
         with self._lock:
-            self._read_logs(record, final=True)
             record.exited = exit
-            self._events.append(exit)
+        self._kick.set()
 
-    def _tail_all(self) -> None:
+    def _tail(self) -> None:
+        """Reads every attempt's output round-robin until each is caught up or the pending lines
+        reach their bound, then reports the exits whose output is all read."""
         with self._lock:
-            for record in self._attempts.values():
-                if record.exited is None:
-                    self._read_logs(record, final=False)
-
-    def _read_logs(self, record: _Attempt, final: bool) -> None:
-        """Appends new complete lines of both streams (at the end, an unterminated last line too)."""
-        ts = now_ms()
-        for stream in ("stdout", "stderr"):
-            try:
-                with open(record.folder / stream, "rb") as f:
-                    f.seek(record.offsets[stream])
-                    data = f.read(MAX_READ)
-            except OSError:
-                continue
-            cut = len(data) if final else data.rfind(b"\n") + 1
-            if cut <= 0:
-                continue
-            record.offsets[stream] += cut
-            lines = tuple((ts, line) for line in data[:cut].decode("utf-8", "replace").splitlines())
-            if lines:
-                self._events.append(LogChunk(record.attempt_id, stream, lines, record.offsets[stream]))
+            records = [r for r in self._attempts.values() if not r.reported]
+        active = list(records)
+        while active and self._pending_lines < MAX_PENDING_LINES:
+            still = []
+            for record in active:
+                pieces = record.spool.read(complete=record.exited is not None)
+                if not pieces:
+                    continue
+                ts = now_ms()
+                chunks = [
+                    LogChunk(record.attempt_id, p.stream, tuple((ts, line) for line in p.lines), p.end_offset)
+                    for p in pieces
+                ]
+                with self._lock:
+                    self._logs.extend(chunks)
+                    self._pending_lines += sum(len(c.lines) for c in chunks)
+                still.append(record)
+            active = still
+        for record in records:
+            record.spool.release()
+        done = [r for r in records if r.exited is not None and r.spool.drained()]
+        if done:
+            with self._lock:
+                for record in done:
+                    record.reported = True
+                    self._exits.append(record.exited)
+        if done or self._pending_lines:
+            self._wake()
 
     # -- reporting -----------------------------------------------------------------------------
 
     def poll(self) -> BackendEvents:
+        """What happened since the last `ack`: the same events again until they are acknowledged."""
         with self._lock:
-            events, self._events = self._events, []
-            exits = tuple(e for e in events if isinstance(e, AttemptExit))
-            for e in exits:
-                self._attempts.pop(e.attempt_id, None)
-        return BackendEvents(
-            exits=exits,
-            logs=tuple(e for e in events if isinstance(e, LogChunk)),
-            started=tuple(e for e in events if isinstance(e, str)),
-            waiting=tuple(e for e in events if isinstance(e, tuple)),
-        )
+            return BackendEvents(
+                exits=tuple(self._exits),
+                logs=tuple(self._logs),
+                started=tuple(self._started),
+                waiting=tuple(self._waiting),
+            )
+
+    def ack(self, events: BackendEvents) -> None:
+        """The tick committed `events`: forget them, and free the output bytes they came from."""
+        with self._lock:
+            del self._logs[: len(events.logs)]
+            del self._exits[: len(events.exits)]
+            del self._started[: len(events.started)]
+            del self._waiting[: len(events.waiting)]
+            self._pending_lines -= sum(len(c.lines) for c in events.logs)
+            for chunk in events.logs:
+                record = self._attempts.get(chunk.attempt_id)
+                if record is not None:
+                    record.spool.commit(chunk.stream, chunk.end_offset)
+            ended = [self._attempts.pop(e.attempt_id, None) for e in events.exits]
+        for record in ended:
+            if record is not None:
+                record.spool.remove()
+        self._kick.set()
 
     def adopt(self, records: list[AdoptRecord]) -> None:
         for rec in records:
-            attempt = _Attempt(rec.attempt_id, self.root / "attempts" / safe_dirname(rec.attempt_id), rec.pid or None)
-            attempt.offsets = {"stdout": rec.stdout_offset, "stderr": rec.stderr_offset}
-            self._add(attempt)
+            folder = self.root / "attempts" / safe_dirname(rec.attempt_id)
+            spool = OutputSpool(folder, self.output_cap, {"stdout": rec.stdout_offset, "stderr": rec.stderr_offset})
+            self._add(_Attempt(rec.attempt_id, folder, rec.pid or None, spool))

@@ -4,7 +4,9 @@ It decides where lines are cut (at a newline, or every `MAX_LINE` bytes of a lin
 when an attempt's output passes its cap (a marker line, then everything after it is discarded
 unread), and which bytes of the spool may be given back to the disk.
 
-Why a file spool, and why it is emptied as it is read: the attempt writes stdout and stderr to
+Every backend whose attempts write their output to files the controller can read (the local
+backend's attempt folders, Slurm's output files in its staging folder) reads them through this one
+module. Why a file spool, and why it is emptied as it is read: the attempt writes stdout and stderr to
 files in its folder, not to pipes, because a file outlives a controller crash (the attempt keeps
 running and writing; the next controller resumes at the offsets stored with the lines). But the
 database is the one store of output: once lines are committed there, their bytes in the spool are
