@@ -61,11 +61,11 @@ def slurm_drain(cluster: slurm_mod.SlurmCluster, jobs: int) -> float:
     return time.perf_counter() - t0
 
 
-def iris_latency(client: IrisClient, count: int) -> list[float]:
+def iris_latency(client: IrisClient, count: int, tag: str) -> list[float]:
     out = []
     for i in range(count):
         t0 = time.perf_counter()
-        job = client.submit("true", name=f"lat-{i}", user="bench", cpu=1)
+        job = client.submit("true", name=f"{tag}-{i}", user="bench", cpu=1)
         st = wait_until(
             lambda j=job: (s := client.status(j)).state in TERMINAL and s, timeout=60, interval=0.005, what=job
         )
@@ -130,9 +130,9 @@ def main() -> int:
         }
         ctl = Controller("iris-on-slurm", base, [backend]).start()
         client = IrisClient(ctl.url)
-        iris_latency(client, 1)  # warm
+        iris_latency(client, 1, "warm")
         s_lat = slurm_latency(cluster, args.latency)
-        i_lat = iris_latency(client, args.latency)
+        i_lat = iris_latency(client, args.latency, "latency")
         s_drain = slurm_drain(cluster, args.jobs)
         i_drain, i_cpu = iris_drain(client, ctl, args.jobs)
         client.close()

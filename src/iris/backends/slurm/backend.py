@@ -56,7 +56,7 @@ log = logging.getLogger("iris.slurm")
 # $1 is the attempt folder; the command follows. The exit code is kept in a file so it survives
 # Slurm forgetting the job (MinJobAge) while no controller was watching.
 WRAPPER = '#!/bin/sh\nd="$1"; shift\n"$@"\nrc=$?\necho $rc > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"\nexit $rc\n'
-TAIL_INTERVAL_S = 0.2
+TAIL_INTERVAL_S = 0.1
 CAPACITY_INTERVAL_S = 10.0
 MAX_PENDING_LINES = 100_000  # lines read but not yet stored: tailing waits beyond this
 DISK = 1 << 50  # Slurm does not schedule disk, so Iris must not gate on it either
@@ -391,9 +391,24 @@ class SlurmBackend:
             record.exited = exit
         self._kick.set()
 
+    def _watch_exit_files(self) -> None:
+        """An attempt whose wrapper recorded exit code 0 has succeeded: report it now rather than
+        at the next `squeue`. Any other code waits for Slurm's verdict (it may be Slurm's doing,
+        an out-of-memory kill, say), asked for at once."""
+        with self._lock:
+            live = [r for r in self._attempts.values() if r.exited is None and r.slurm_id]
+        for record in live:
+            code = self._exit_file(record)
+            if code == 0:
+                self._mark_running(record)
+                self._finish(record, AttemptExit(record.attempt_id, 0))
+            elif code is not None:
+                self._query_due.set()
+
     def _tail(self) -> None:
         """Reads every attempt's output round-robin until each is caught up or the pending lines
         reach their bound, then reports the exits whose output is all read."""
+        self._watch_exit_files()
         with self._lock:
             records = [r for r in self._attempts.values() if not r.reported]
         active = list(records)
