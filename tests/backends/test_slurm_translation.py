@@ -3,10 +3,13 @@ squeue and sinfo rows parsed, and Slurm states judged as Iris outcomes."""
 
 from __future__ import annotations
 
+import pytest
+
 from iris.backends.protocol import LaunchSpec
 from iris.backends.slurm.commands import SlurmJob, parse_sinfo, parse_squeue, sbatch_argv
 from iris.backends.slurm.states import judge
-from iris.core.config import SlurmBackendConfig
+from iris.core.config import SlurmBackendConfig, parse_config
+from iris.core.errors import InvalidArgument
 from iris.core.resources import Device, Resources
 from iris.core.states import TaskState
 
@@ -107,3 +110,14 @@ def test_ends_slurm_imposed_are_retried_and_exits_keep_their_code_and_signal():
     asked = judge(row("CANCELLED", status=15), "p", None, True)
     assert asked.outcome is None and asked.exit_code == 143
     assert judge(row("FAILED", status=1 << 8), "p", 4, False).exit_code == 4  # the wrapper's record wins
+
+
+def test_slurm_config_names_a_mistyped_key_and_resolves_paths_against_the_file(tmp_path):
+    with pytest.raises(InvalidArgument, match=r"backends\.0\.partiton: is not a known key"):
+        parse_config({"name": "c", "backends": [{"id": "s", "kind": "slurm", "partition": "p", "partiton": "q"}]})
+    config = parse_config(
+        {"name": "c", "backends": [{"id": "s", "kind": "slurm", "partition": "p", "slurm_conf": "etc/slurm.conf"}]},
+        base_dir=tmp_path,
+    )
+    assert config.backends[0].slurm_conf == str(tmp_path / "etc" / "slurm.conf")
+    assert config.backends[0].poll_interval == 1.0
