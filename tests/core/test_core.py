@@ -125,3 +125,9 @@ def test_config_errors_name_the_bad_key():
         assert fragment in err.value.message, err.value.message
     cfg = parse_config({**base, "controller": {"tick_interval": "250ms", "federation_sync_interval": 3}})
     assert cfg.controller.tick_interval == 0.25 and cfg.controller.federation_sync_interval == 3
+
+
+def test_job_placed_but_not_started_anywhere_is_still_pending():
+    S = TaskState
+    assert derive_job_state([S.ASSIGNED, S.PENDING]) is JobState.PENDING  # e.g. waiting in Slurm's queue
+    assert derive_job_state([S.ASSIGNED, S.RUNNING]) is JobState.RUNNING
