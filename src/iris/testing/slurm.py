@@ -50,6 +50,14 @@ def _which(name: str) -> str | None:
     )
 
 
+def _tool(name: str) -> str:
+    """The path of a Slurm or munge program (SlurmError when it is not installed)."""
+    path = _which(name)
+    if path is None:
+        raise SlurmError(f"{name} not found; install Slurm with: {INSTALL_HINT}")
+    return path
+
+
 def unavailable_reason() -> str | None:
     """None when a Slurm can be started here; otherwise why not."""
     missing = [n for n in REQUIRED if _which(n) is None]
@@ -136,7 +144,7 @@ class SlurmCluster:
             )
         log = open(self.base / "log" / "daemons.out", "ab")
         self.procs["slurmctld"] = subprocess.Popen(
-            [_which("slurmctld"), "-D", "-i", "-f", str(self.conf)],
+            [_tool("slurmctld"), "-D", "-i", "-f", str(self.conf)],
             env=self.env,
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -150,7 +158,7 @@ class SlurmCluster:
                 raise SlurmError(f"slurmctld did not answer within {timeout:g}s; see {self.base}/log")
             time.sleep(0.1)
         self.procs["slurmd"] = subprocess.Popen(
-            [_which("slurmd"), "-D", "-N", "localhost", "-f", str(self.conf)],
+            [_tool("slurmd"), "-D", "-N", "localhost", "-f", str(self.conf)],
             env=self.env,
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -172,14 +180,14 @@ class SlurmCluster:
         self.munge_dir.mkdir(exist_ok=True)
         key = self.munge_dir / "munge.key"
         if not key.exists():
-            subprocess.run([_which("mungekey"), "-c", "-k", str(key)], check=True, capture_output=True)
+            subprocess.run([_tool("mungekey"), "-c", "-k", str(key)], check=True, capture_output=True)
         shutil.chown(self.munge_dir, "munge", "munge")
         shutil.chown(key, "munge", "munge")
         self.munge_dir.chmod(0o755)  # the socket folder must be reachable by every client
         key.chmod(0o400)
         self.procs["munged"] = subprocess.Popen(
             [
-                _which("munged"),
+                _tool("munged"),
                 "-F",
                 f"--socket={self.socket}",
                 f"--key-file={key}",
@@ -321,11 +329,11 @@ PartitionName={self.partition} Nodes=localhost Default=YES MaxTime={self.max_tim
         return res.stdout
 
     def sbatch_argv(self, wrap: str, *extra: str) -> list[str]:
-        return [_which("sbatch"), "--parsable", f"--output={self.outdir}/%j.out", *extra, "--wrap", wrap]
+        return [_tool("sbatch"), "--parsable", f"--output={self.outdir}/%j.out", *extra, "--wrap", wrap]
 
     def sbatch(self, wrap: str, *extra: str) -> int:
         """Submits a batch job (one `sbatch` process); returns its id."""
-        out = self._run(self.sbatch_argv(wrap, *extra))
+        out = self._run(self.sbatch_argv(wrap, *extra)) or ""
         job_id = int(out.strip().split(";")[0])
         self.submitted.add(job_id)
         return job_id

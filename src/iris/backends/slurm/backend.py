@@ -29,7 +29,7 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -435,7 +435,7 @@ class SlurmBackend:
             with self._lock:
                 for record in done:
                     record.reported = True
-                    self._exits.append(record.exited)
+                    self._exits.extend([record.exited] if record.exited else [])
         if done or self._pending_lines:
             self._wake()
 
@@ -468,6 +468,14 @@ class SlurmBackend:
             if record is not None:
                 record.spool.remove()
         self._kick.set()
+
+    def discard(self, attempt_ids: Sequence[str]) -> None:
+        """Removes the staging folders of finished attempts (never of one this backend still holds)."""
+        with self._lock:
+            held = set(self._attempts)
+        for attempt_id in attempt_ids:
+            if attempt_id not in held:
+                shutil.rmtree(self.root / "attempts" / safe_dirname(attempt_id), ignore_errors=True)
 
     def adopt(self, records: list[AdoptRecord]) -> None:
         for rec in records:
