@@ -20,7 +20,7 @@ CONFIG = SlurmBackendConfig(
 
 def spec(resources: Resources, timeout_s: float = 0.0) -> LaunchSpec:
     return LaunchSpec(
-        "/alice/train/0:1", "/alice/train", 0, 1, "s-a100", ("python", "t.py"), {}, resources, "", timeout_s
+        "/alice/train/0:1", "/alice/train", 0, 1, "s-a100", ("python", "t.py"), {}, resources, "", timeout_s=timeout_s
     )
 
 
