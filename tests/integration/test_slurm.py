@@ -78,13 +78,20 @@ def slurm_job_of(slurm: SlurmCluster, attempt_id: str) -> list[str]:
 
 def test_slurm_job_succeeds_with_its_logs_and_one_slurm_job_named_by_the_attempt(ctl, slurm):
     c = client(ctl)
-    job_id = c.launch_job(job("hello", "echo hello from $SLURM_JOB_PARTITION; echo oops >&2")).job_id
+    request = job(
+        "hello",
+        "echo hello from $SLURM_JOB_PARTITION $(cat cfg.txt); echo oops >&2",
+        workdir_files={"cfg.txt": b"with-files"},
+    )
+    job_id = c.launch_job(request).job_id
     final = wait_state(c, job_id)
     assert final.job.state == "SUCCEEDED"
     attempt = final.tasks[0].attempts[0]
     # Iris reports success as soon as the job's wrapper records it; Slurm completes it just after.
     wait_until(lambda: slurm_job_of(slurm, attempt.attempt_id) == [f"{attempt.pid}|COMPLETED"], message="one Slurm job")
-    wait_until(lambda: sorted(logs(c, job_id)) == ["hello from debug", "oops"], message="both streams stored")
+    wait_until(
+        lambda: sorted(logs(c, job_id)) == ["hello from debug with-files", "oops"], message="both streams stored"
+    )
 
 
 def test_slurm_failing_job_reports_its_exit_code(ctl):

@@ -26,7 +26,9 @@ orphan: the job is found and adopted, or it was never submitted and the attempt 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -48,14 +50,24 @@ from iris.backends.protocol import (
 from iris.backends.slurm.commands import MB, SlurmCommandError, SlurmCommands, SlurmNode, sbatch_argv
 from iris.backends.slurm.states import judge
 from iris.backends.spool import OutputSpool
-from iris.backends.staging import is_staged, safe_dirname
+from iris.backends.staging import safe_dirname
 from iris.core.config import SlurmBackendConfig
 from iris.core.resources import Device, Resources
 
 log = logging.getLogger("iris.slurm")
-# $1 is the attempt folder; the command follows. The exit code is kept in a file so it survives
-# Slurm forgetting the job (MinJobAge) while no controller was watching.
-WRAPPER = '#!/bin/sh\nd="$1"; shift\n"$@"\nrc=$?\necho $rc > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"\nexit $rc\n'
+# $1 is the attempt folder, $2 the number of workspace layer folders that follow (copied in order
+# into the job's working folder, on the node, as the local backend does); the command comes last.
+# The exit code is kept in a file so it survives Slurm forgetting the job (MinJobAge) while no
+# controller was watching.
+WRAPPER = """#!/bin/sh
+d="$1"; n="$2"; shift 2
+while [ "$n" -gt 0 ] && cp -R "$1/." .; do shift; n=$((n-1)); done
+if [ "$n" -ne 0 ]; then echo "iris: cannot copy the job's workspace into $PWD" >&2; echo 126 > "$d/exit"; exit 126; fi
+"$@"
+rc=$?
+echo $rc > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"
+exit $rc
+"""
 TAIL_INTERVAL_S = 0.1
 CAPACITY_INTERVAL_S = 10.0
 MAX_PENDING_LINES = 100_000  # lines read but not yet stored: tailing waits beyond this
@@ -205,10 +217,16 @@ class SlurmBackend:
                 f"Slurm partition {self.config.partition} runs CPU and GPU jobs, not {r.device.kind}",
                 unschedulable=True,
             )
-        workdir = self._workdir(spec, folder)
+        workdir, layers = self._workdir(spec, folder)
         env = {**spec.env, **self.slurm.conf_env, "IRIS_ATTEMPT_ID": spec.attempt_id}
         argv = sbatch_argv(
-            self.config, self.cluster, spec, str(self.script), str(folder), workdir, shell_argv(spec.command)
+            self.config,
+            self.cluster,
+            spec,
+            str(self.script),
+            str(folder),
+            workdir,
+            [str(len(layers)), *layers, *shell_argv(spec.command)],
         )
         gpus = (r.device.variant.lower(), r.device.count) if r.device.kind == "gpu" and r.device.count else None
         record = _Attempt(spec.attempt_id, folder, None, OutputSpool(folder, self.output_cap), gpus=gpus)
@@ -230,19 +248,34 @@ class SlurmBackend:
         self._add(record)
         return Started(spec.attempt_id, record.slurm_id, running=False)
 
-    def _workdir(self, spec: LaunchSpec, folder: Path) -> str:
-        """Where the job starts: its staged workspace, copied into the staging folder (which every
-        node reads) when the controller staged it elsewhere; else the attempt's own folder."""
-        if not spec.workdir:
-            return str(folder)
-        source = Path(spec.workdir)
-        if not self.config.staging_dir or not is_staged(source) or source.is_relative_to(self.root):
-            return spec.workdir
-        target = self.root / "workspaces" / safe_dirname(spec.job_id)
-        if not is_staged(target):
-            tmp = target.with_name(target.name + f".tmp{threading.get_ident()}")
-            shutil.copytree(source, tmp, dirs_exist_ok=True)
-            tmp.rename(target) if not target.exists() else shutil.rmtree(tmp, ignore_errors=True)
+    def _workdir(self, spec: LaunchSpec, folder: Path) -> tuple[str, list[str]]:
+        """Where the job starts, and the workspace layers its wrapper copies there first: a folder
+        of the attempt's own (removed when it ends), or the job's explicit working directory.
+
+        Layers are content-addressed and never change, so with a `staging_dir` (a folder the nodes
+        read) each is copied there once and shared by every attempt that uses it."""
+        if spec.workdir:
+            return spec.workdir, []
+        work = folder / "work"
+        work.mkdir(exist_ok=True)
+        layers = [self._stage_layer(Path(layer)) for layer in spec.workspace]
+        return str(work), layers
+
+    def _stage_layer(self, source: Path) -> str:
+        if not self.config.staging_dir or source.is_relative_to(self.root):
+            return str(source)
+        target = self.root / "layers" / source.name
+        if not target.is_dir():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{source.name}-", dir=target.parent))
+            try:
+                shutil.copytree(source, tmp, dirs_exist_ok=True)
+                os.rename(tmp, target)
+            except OSError:
+                if not target.is_dir():
+                    raise
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
         return str(target)
 
     def _add(self, record: _Attempt) -> None:
@@ -467,6 +500,7 @@ class SlurmBackend:
         for record in ended:
             if record is not None:
                 record.spool.remove()
+                shutil.rmtree(record.folder / "work", ignore_errors=True)  # the workspace copy ends with it
         self._kick.set()
 
     def discard(self, attempt_ids: Sequence[str]) -> None:
