@@ -50,7 +50,7 @@ PEER_CALLS = [
     "FederationSync",
     "GetClusterInfo",
 ]
-WORKER_CALLS = ["RegisterWorker", "WorkerPoll"]
+WORKER_CALLS = ["RegisterWorker", "WorkerPoll", "FetchBundle"]
 
 EXPECTED = {
     Role.ADMIN: set(ALL),

@@ -65,6 +65,9 @@ class LaunchSpec:
     uid: int | None = None
     gid: int | None = None
     timeout_s: float = 0.0  # the job's run-time limit (0: none); the tick enforces it, a backend may too
+    # The same layers by content id, for a backend whose hosts fetch them (a worker daemon).
+    bundle_id: str = ""
+    files_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +165,9 @@ class WorkerHub(Protocol):
     def register_worker(self, request: Any, principal: str, admin: bool) -> Any: ...
 
     async def worker_poll(self, request: Any, principal: str, admin: bool) -> Any: ...
+
+    def workspace_grant(self, request: Any, principal: str, admin: bool) -> str:
+        """The job whose workspace layer the calling worker may fetch (PermissionDenied if none)."""
 
 
 class LaunchError(Exception):

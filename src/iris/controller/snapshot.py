@@ -252,4 +252,6 @@ class SnapshotLoader:
             uid=account.uid if account else None,
             gid=account.gid if account else None,
             timeout_s=cfg.timeout_s,
+            bundle_id=cfg.bundle_id,
+            files_id=cfg.files_id,
         )

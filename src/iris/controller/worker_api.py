@@ -1,20 +1,25 @@
-"""The two calls worker daemons make, RegisterWorker and WorkerPoll, routed to their backend.
+"""The calls worker daemons make, RegisterWorker, WorkerPoll and FetchBundle, routed to their backend.
 
 They are async, unlike the other handlers (which run their database work on a thread): a worker's
 long poll waits on an event for most of its life, and a thread per waiting daemon would exhaust the
 thread pool long before a thousand workers. Neither call touches the database; the backend keeps
-its members in memory and the tick commits what they report.
+its members in memory and the tick commits what they report. FetchBundle hands a worker a layer of
+the workspace of an attempt the backend placed on it (the backend says whether it did), read from
+the database on a thread: a worker on another host has no other way to the job's files.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from connectrpc.errors import ConnectError
 
+from iris.backends import staging
 from iris.backends.protocol import WorkerHub
+from iris.controller import workspace
 from iris.controller.auth import Role, authorize
-from iris.core.errors import InvalidArgument, IrisError
+from iris.core.errors import InvalidArgument, IrisError, NotFound
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.bounds import check_message
 
@@ -74,3 +79,29 @@ class WorkerCalls:
             raise
         except Exception as exc:
             raise _internal_error("WorkerPoll", exc) from None
+
+    async def fetch_bundle(self, req: pb.FetchBundleRequest, ctx) -> pb.FetchBundleResponse:
+        from iris.controller.service import _connect_error, _internal_error
+
+        try:
+            identity = self._caller(ctx, "FetchBundle")
+            check_message(req)
+            hub = worker_hub(self.c, req.backend_id)
+            job_id = hub.workspace_grant(req, identity.principal, identity.role is Role.ADMIN)
+            return await asyncio.to_thread(self._workspace_layer, job_id, req.content_id)
+        except IrisError as exc:
+            raise _connect_error(exc) from None
+        except ConnectError:
+            raise
+        except Exception as exc:
+            raise _internal_error("FetchBundle", exc) from None
+
+    def _workspace_layer(self, job_id: str, content_id: str) -> pb.FetchBundleResponse:
+        with self.c.db.read() as conn:
+            data = workspace.load_bundle(conn, content_id)
+            if data is not None:
+                return pb.FetchBundleResponse(data=data)
+            files = workspace.job_files(conn, job_id)
+        if files and staging.files_id(files) == content_id:
+            return pb.FetchBundleResponse(files=files)
+        raise NotFound(f"the workspace layer {content_id} of job {job_id} is no longer stored on this cluster")

@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, ConnectWSGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint, EndpointSync
 from pyqwest import Client, SyncClient
 
-from .controller_pb2 import ExecuteRawQueryRequest, ExecuteRawQueryResponse, ExplainJobRequest, ExplainJobResponse, FederationSyncRequest, FederationSyncResponse, FetchLogsRequest, FetchLogsResponse, GetClusterInfoRequest, GetClusterInfoResponse, GetJobStatusRequest, GetJobStatusResponse, LaunchJobRequest, LaunchJobResponse, ListBackendsRequest, ListBackendsResponse, ListJobsRequest, ListJobsResponse, ListPeersRequest, ListPeersResponse, ListTasksRequest, ListTasksResponse, ListWorkersRequest, ListWorkersResponse, RegisterWorkerRequest, RegisterWorkerResponse, RevokeTokenRequest, RevokeTokenResponse, TerminateJobRequest, TerminateJobResponse, WorkerPollRequest, WorkerPollResponse
+from .controller_pb2 import ExecuteRawQueryRequest, ExecuteRawQueryResponse, ExplainJobRequest, ExplainJobResponse, FederationSyncRequest, FederationSyncResponse, FetchBundleRequest, FetchBundleResponse, FetchLogsRequest, FetchLogsResponse, GetClusterInfoRequest, GetClusterInfoResponse, GetJobStatusRequest, GetJobStatusResponse, LaunchJobRequest, LaunchJobResponse, ListBackendsRequest, ListBackendsResponse, ListJobsRequest, ListJobsResponse, ListPeersRequest, ListPeersResponse, ListTasksRequest, ListTasksResponse, ListWorkersRequest, ListWorkersResponse, RegisterWorkerRequest, RegisterWorkerResponse, RevokeTokenRequest, RevokeTokenResponse, TerminateJobRequest, TerminateJobResponse, WorkerPollRequest, WorkerPollResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Iterable, Mapping
@@ -84,6 +84,9 @@ class ControllerService(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     async def revoke_token(self, request: RevokeTokenRequest, ctx: RequestContext[RevokeTokenRequest, RevokeTokenResponse], /) -> RevokeTokenResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def fetch_bundle(self, request: FetchBundleRequest, ctx: RequestContext[FetchBundleRequest, FetchBundleResponse], /) -> FetchBundleResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
 
@@ -275,6 +278,17 @@ class ControllerServiceASGIApplication(ConnectASGIApplication[ControllerService]
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.revoke_token,
+                ),
+                "/iris.v1.ControllerService/FetchBundle": Endpoint.unary(
+                    method=MethodInfo(
+                        name="FetchBundle",
+                        service_name="iris.v1.ControllerService",
+                        input=FetchBundleRequest,
+                        output=FetchBundleResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.fetch_bundle,
                 ),
             },
             interceptors=interceptors,
@@ -634,6 +648,26 @@ class ControllerServiceClient(ConnectClient):
             headers=headers,
             timeout_ms=timeout_ms,
         )
+    async def fetch_bundle(
+        self,
+        request: FetchBundleRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> FetchBundleResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="FetchBundle",
+                service_name="iris.v1.ControllerService",
+                input=FetchBundleRequest,
+                output=FetchBundleResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
 
 class ControllerServiceSync(Protocol):
     def launch_job(self, request: LaunchJobRequest, ctx: RequestContext[LaunchJobRequest, LaunchJobResponse], /) -> LaunchJobResponse:
@@ -682,6 +716,9 @@ class ControllerServiceSync(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     def revoke_token(self, request: RevokeTokenRequest, ctx: RequestContext[RevokeTokenRequest, RevokeTokenResponse], /) -> RevokeTokenResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def fetch_bundle(self, request: FetchBundleRequest, ctx: RequestContext[FetchBundleRequest, FetchBundleResponse], /) -> FetchBundleResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
 
@@ -871,6 +908,17 @@ class ControllerServiceWSGIApplication(ConnectWSGIApplication):
                         stream_type=StreamType.UNARY,
                     ),
                     function=service.revoke_token,
+                ),
+                "/iris.v1.ControllerService/FetchBundle": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="FetchBundle",
+                        service_name="iris.v1.ControllerService",
+                        input=FetchBundleRequest,
+                        output=FetchBundleResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.fetch_bundle,
                 ),
             },
             interceptors=interceptors,
@@ -1224,6 +1272,26 @@ class ControllerServiceClientSync(ConnectClientSync):
                 service_name="iris.v1.ControllerService",
                 input=RevokeTokenRequest,
                 output=RevokeTokenResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def fetch_bundle(
+        self,
+        request: FetchBundleRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> FetchBundleResponse:
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="FetchBundle",
+                service_name="iris.v1.ControllerService",
+                input=FetchBundleRequest,
+                output=FetchBundleResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

@@ -724,7 +724,7 @@ class RegisterWorkerResponse(_message.Message):
     def __init__(self, session: _Optional[str] = ..., grace_period_s: _Optional[float] = ..., poll_hold_s: _Optional[float] = ..., resume: _Optional[_Iterable[_Union[LogOffset, _Mapping]]] = ..., kill: _Optional[_Iterable[str]] = ..., worker_id: _Optional[str] = ...) -> None: ...
 
 class AttemptLaunch(_message.Message):
-    __slots__ = ("attempt_id", "job_id", "task_index", "attempt", "command", "env", "resources", "workdir", "image")
+    __slots__ = ("attempt_id", "job_id", "task_index", "attempt", "command", "env", "resources", "workdir", "image", "bundle_id", "files_id")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -741,6 +741,8 @@ class AttemptLaunch(_message.Message):
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     WORKDIR_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
+    BUNDLE_ID_FIELD_NUMBER: _ClassVar[int]
+    FILES_ID_FIELD_NUMBER: _ClassVar[int]
     attempt_id: str
     job_id: str
     task_index: int
@@ -750,7 +752,36 @@ class AttemptLaunch(_message.Message):
     resources: Resources
     workdir: str
     image: str
-    def __init__(self, attempt_id: _Optional[str] = ..., job_id: _Optional[str] = ..., task_index: _Optional[int] = ..., attempt: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., workdir: _Optional[str] = ..., image: _Optional[str] = ...) -> None: ...
+    bundle_id: str
+    files_id: str
+    def __init__(self, attempt_id: _Optional[str] = ..., job_id: _Optional[str] = ..., task_index: _Optional[int] = ..., attempt: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., workdir: _Optional[str] = ..., image: _Optional[str] = ..., bundle_id: _Optional[str] = ..., files_id: _Optional[str] = ...) -> None: ...
+
+class FetchBundleRequest(_message.Message):
+    __slots__ = ("backend_id", "session", "attempt_id", "content_id")
+    BACKEND_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    backend_id: str
+    session: str
+    attempt_id: str
+    content_id: str
+    def __init__(self, backend_id: _Optional[str] = ..., session: _Optional[str] = ..., attempt_id: _Optional[str] = ..., content_id: _Optional[str] = ...) -> None: ...
+
+class FetchBundleResponse(_message.Message):
+    __slots__ = ("data", "files")
+    class FilesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    files: _containers.ScalarMap[str, bytes]
+    def __init__(self, data: _Optional[bytes] = ..., files: _Optional[_Mapping[str, bytes]] = ...) -> None: ...
 
 class WorkerCommand(_message.Message):
     __slots__ = ("seq", "start", "stop")

@@ -16,6 +16,11 @@ byte has arrived. A connection error is retried with capped exponential back-off
 the session is unknown makes the daemon register again, reporting the attempts it still runs so
 the controller can re-adopt them (or order them killed).
 
+An attempt's workspace (the job's bundle and workdir files) is fetched by content id with
+`FetchBundle`, checked and unpacked by `iris.backends.staging` (the same bounds the controller
+applies) into `<work_dir>/bundles/<id>/`, where it stays as a cache shared by every attempt of the
+same tree; each attempt runs in its own copy, removed with the attempt's folder.
+
 The daemon keeps a `boot_id` in its work dir: a restarted daemon presents the previous one, which
 lets it take over its own name at once, while a second daemon under the same name is refused.
 """
@@ -34,7 +39,8 @@ from typing import TextIO
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from iris.core.errors import FailedPrecondition, IrisError, PermissionDenied
+from iris.backends import staging
+from iris.core.errors import FailedPrecondition, InvalidArgument, IrisError, PermissionDenied
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import resources_to_proto
 from iris.rpc.controller_connect import ControllerServiceClientSync
@@ -231,11 +237,46 @@ class WorkerDaemon:
     def _start(self, launch: pb.AttemptLaunch) -> None:
         self._sent.setdefault(launch.attempt_id, dict.fromkeys(STREAMS, 0))
         try:
-            self.runtime.start(launch)
+            self.runtime.start(launch, self._workspace(launch))
         except StartFailed as exc:
             log.warning("cannot start %s: %s", launch.attempt_id, exc)
             self._failed[launch.attempt_id] = str(exc)
         self._report_now.set()
+
+    def _workspace(self, launch: pb.AttemptLaunch) -> tuple[str, ...]:
+        """The unpacked layers of an attempt's workspace, fetched from the controller unless cached."""
+        root = self.settings.work_dir
+        layers = []
+        for content_id in (launch.bundle_id, launch.files_id):
+            if not content_id:
+                continue
+            try:
+                folder = staging.bundle_folder(root, content_id)
+                if not folder.is_dir():
+                    resp = self._client(60).fetch_bundle(
+                        pb.FetchBundleRequest(
+                            backend_id=self.settings.backend,
+                            session=self._session,
+                            attempt_id=launch.attempt_id,
+                            content_id=content_id,
+                        ),
+                        headers=self._headers(),
+                    )
+                    if content_id == launch.bundle_id:
+                        staging.unpack_bundle(root, content_id, resp.data)
+                    else:
+                        self._write_files(content_id, dict(resp.files))
+                layers.append(str(folder))
+            except (ConnectError, IrisError, OSError) as exc:
+                why = exc.message if isinstance(exc, (ConnectError, IrisError)) else str(exc)
+                raise StartFailed(f"cannot fetch the job's workspace {content_id}: {why}") from None
+        return tuple(layers)
+
+    def _write_files(self, content_id: str, files: dict[str, bytes]) -> None:
+        staging.check_tree((name, False) for name in files)
+        if staging.files_id(files) != content_id:
+            raise InvalidArgument(f"the workdir files sent for {content_id} do not match that id")
+        staging.write_files(self.settings.work_dir, files)
 
     # -- reports --------------------------------------------------------------------------------
 

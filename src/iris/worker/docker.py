@@ -62,9 +62,11 @@ class DockerRuntime(ProcessRuntime):
             self._docker("rm", "-f", *ids)
         return killed + [0] * len(ids)
 
-    def _launch(self, run: AttemptRun, launch: pb.AttemptLaunch, env: dict, workdir: str) -> None:
+    def _launch(
+        self, run: AttemptRun, launch: pb.AttemptLaunch, env: dict, workdir: str, layers: tuple[str, ...]
+    ) -> None:
         if not launch.image:
-            super()._launch(run, launch, env, workdir)
+            super()._launch(run, launch, env, workdir, layers)
             return
         name = container_name(launch.attempt_id)
         resources = launch.resources

@@ -89,7 +89,8 @@ class ProcessRuntime:
 
     # -- attempts -------------------------------------------------------------------------------
 
-    def start(self, launch: pb.AttemptLaunch) -> AttemptRun:
+    def start(self, launch: pb.AttemptLaunch, layers: tuple[str, ...] = ()) -> AttemptRun:
+        """Starts an attempt in its own working folder, a copy of `layers` (the workspace) in order."""
         folder = self.root / safe_dirname(launch.attempt_id)
         folder.mkdir(parents=True, exist_ok=True)
         run = AttemptRun(launch.attempt_id, folder)
@@ -105,9 +106,14 @@ class ProcessRuntime:
         env = {**os.environ, **dict(launch.env), "IRIS_ATTEMPT_ID": launch.attempt_id}
         if launch.resources.device.kind == "gpu":
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, run.devices))
-        workdir = launch.workdir if launch.workdir and Path(launch.workdir).is_dir() else str(folder)
+        if launch.workdir and Path(launch.workdir).is_dir():
+            workdir, layers = launch.workdir, ()
+        else:
+            work = folder / "work"
+            work.mkdir(exist_ok=True)
+            workdir = str(work)
         try:
-            self._launch(run, launch, env, workdir)
+            self._launch(run, launch, env, workdir, layers)
         except (OSError, StartFailed) as exc:
             self._release(run)
             with self._lock:
@@ -118,11 +124,14 @@ class ProcessRuntime:
         threading.Thread(target=self._wait, args=(run,), name=f"wait-{run.pid}", daemon=True).start()
         return run
 
-    def _launch(self, run: AttemptRun, launch: pb.AttemptLaunch, env: dict, workdir: str) -> None:
+    def _launch(
+        self, run: AttemptRun, launch: pb.AttemptLaunch, env: dict, workdir: str, layers: tuple[str, ...]
+    ) -> None:
         cgroup = self.containment.prepare(run.folder.name)
+        argv = [_WRAPPER, str(run.folder), cgroup, str(len(layers)), *layers, *shell_argv(tuple(launch.command))]
         with open(run.path("stdout"), "ab") as out, open(run.path("stderr"), "ab") as err:
             popen = subprocess.Popen(
-                ["/bin/sh", "-c", _WRAPPER, str(run.folder), cgroup, "0", *shell_argv(tuple(launch.command))],
+                ["/bin/sh", "-c", *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,

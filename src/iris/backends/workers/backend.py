@@ -82,6 +82,8 @@ class _Attempt:
     offsets: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STREAMS, 0))
     stopping: bool = False
     adopt_deadline: float | None = None  # set while waiting for its daemon after a restart
+    job_id: str = ""
+    layers: frozenset[str] = frozenset()  # the workspace content ids its worker may fetch
 
 
 @dataclass
@@ -172,6 +174,9 @@ class WorkersBackend:
             resources=resources_to_proto(spec.resources),
             workdir=spec.workdir,
             image=spec.image,
+            # A job that names a folder on the host runs there; any other fetches its workspace.
+            bundle_id="" if spec.workdir else spec.bundle_id,
+            files_id="" if spec.workdir else spec.files_id,
         )
         with self._lock:
             worker = self._workers.get(spec.worker_id)
@@ -183,7 +188,8 @@ class WorkersBackend:
                     "start workers with --runtime docker to run images",
                     retryable=False,
                 )
-            self._attempts[spec.attempt_id] = _Attempt(spec.attempt_id, worker.name)
+            layers = frozenset(i for i in (launch.bundle_id, launch.files_id) if i)
+            self._attempts[spec.attempt_id] = _Attempt(spec.attempt_id, worker.name, job_id=spec.job_id, layers=layers)
             self._command(worker, pb.WorkerCommand(start=launch))
         return Started(spec.attempt_id, 0, "")
 
@@ -373,7 +379,24 @@ class WorkersBackend:
             resp.commands.extend(worker.commands)
         return resp
 
-    def _session(self, req: pb.WorkerPollRequest, principal: str, admin: bool) -> _Worker | None:
+    def workspace_grant(self, req: pb.FetchBundleRequest, principal: str, admin: bool) -> str:
+        """The job whose workspace layer a worker asks for, if the attempt it names is assigned to
+        that worker and carries that layer; PermissionDenied otherwise."""
+        with self._lock:
+            worker = self._session(req, principal, admin)
+            attempt = self._attempts.get(req.attempt_id)
+            if worker is None or attempt is None or attempt.worker != worker.name or attempt.stopping:
+                raise PermissionDenied(
+                    f"attempt {req.attempt_id!r} is not running on this worker; a worker fetches only the "
+                    "workspace of an attempt it was given"
+                )
+            if req.content_id not in attempt.layers:
+                raise PermissionDenied(f"{req.content_id!r} is not part of the workspace of attempt {req.attempt_id}")
+            return attempt.job_id
+
+    def _session(
+        self, req: pb.WorkerPollRequest | pb.FetchBundleRequest, principal: str, admin: bool
+    ) -> _Worker | None:
         worker = self._sessions.get(req.session)
         if worker is None:
             return None

@@ -40,10 +40,11 @@ CONTROLLER_METHODS = frozenset(
         "FederationSync",
         "RegisterWorker",
         "WorkerPoll",
+        "FetchBundle",
     }
 )
 
-WORKER_METHODS = frozenset({"RegisterWorker", "WorkerPoll"})
+WORKER_METHODS = frozenset({"RegisterWorker", "WorkerPoll", "FetchBundle"})
 
 READ_METHODS = frozenset(
     {
