@@ -105,7 +105,8 @@ class ControllerFederationStore:
                 sql(
                     f"SELECT DISTINCT f.peer_id FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
                     f" WHERE f.direction = 'SENT' AND f.handoff_state IN ('PENDING_HANDOFF','HANDED_OFF')"
-                    f" AND (j.state NOT IN {TERMINAL_JOB_SQL} OR f.first_report = 0 OR j.finished_ms > :recent)"
+                    f" AND (j.state NOT IN {TERMINAL_JOB_SQL} OR f.first_report = 0 OR j.finished_ms > :recent"
+                    f" OR (f.handoff_state = 'HANDED_OFF' AND f.logs_complete = 0))"
                 ),
                 {"recent": self.now_ms() - 60_000},
             ).all()
@@ -117,14 +118,22 @@ class ControllerFederationStore:
                 sql(
                     "SELECT f.job_id, f.log_cursor FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
                     " WHERE f.direction = 'SENT' AND f.peer_id = :p AND f.handoff_state = 'HANDED_OFF'"
-                    " AND f.first_report = 1 AND (j.finished_ms IS NULL OR j.finished_ms > :recent)"
+                    " AND f.first_report = 1 AND f.logs_complete = 0"
                 ),
-                {"p": peer_id, "recent": self.now_ms() - 60_000},
+                {"p": peer_id},
             ).all()
         return [(r[0], r[1]) for r in rows]
 
-    def append_relayed_logs(self, job_id: str, lines: list[pb.LogLine], cursor: int) -> None:
+    def append_relayed_logs(self, job_id: str, lines: list[pb.LogLine], cursor: int, complete: bool = False) -> None:
+        """Stores relayed lines and the cursor after them in one transaction; `complete` records that
+        the peer said the job is over and no line remains, which ends relay for that job."""
         with self.db.write() as conn:
+            if not lines:
+                conn.execute(
+                    sql("UPDATE federated_jobs SET logs_complete = :d WHERE job_id = :j AND direction = 'SENT'"),
+                    {"d": int(complete), "j": job_id},
+                )
+                return
             conn.execute(
                 sql(
                     "INSERT INTO logs (job_id, task_index, attempt, stream, ts_ms, text) VALUES (:j, :i, :a, :s, :ts, :x)"
@@ -135,8 +144,10 @@ class ControllerFederationStore:
                 ],
             )
             conn.execute(
-                sql("UPDATE federated_jobs SET log_cursor = :c WHERE job_id = :j AND direction = 'SENT'"),
-                {"c": cursor, "j": job_id},
+                sql(
+                    "UPDATE federated_jobs SET log_cursor = :c, logs_complete = :d WHERE job_id = :j AND direction = 'SENT'"
+                ),
+                {"c": cursor, "d": int(complete), "j": job_id},
             )
 
     def active_counts(self) -> dict[str, int]:

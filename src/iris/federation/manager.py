@@ -10,8 +10,10 @@ One background thread runs everything that needs the network, so a slow peer del
 work but never the control tick; the tick's `plan` step is pure computation plus one conditional
 update per promotion.
 
-A federated job's logs are relayed on each sync: they trail the peer by at most one
-`federation_sync_interval` (3 s by default) plus the peer's own capture delay (about 0.1 s).
+A federated job's logs are relayed on each sync by a per-job cursor: they trail the peer by at most
+one `federation_sync_interval` (3 s by default) plus the peer's own capture delay (about 0.1 s), and
+relay goes on, across any outage of either side, until the peer reports the job over with no line
+left after the cursor.
 """
 
 from __future__ import annotations
@@ -58,7 +60,9 @@ class FederationStore(Protocol):
     def mark_stale(self, peer_id: str) -> None: ...
     def peers_with_handles(self) -> set[str]: ...
     def log_targets(self, peer_id: str) -> list[tuple[str, int]]: ...  # (job, last relayed peer log seq)
-    def append_relayed_logs(self, job_id: str, lines: list[pb.LogLine], cursor: int) -> None: ...
+    def append_relayed_logs(
+        self, job_id: str, lines: list[pb.LogLine], cursor: int, complete: bool = False
+    ) -> None: ...
     def active_counts(self) -> dict[str, int]: ...
 
 
@@ -294,17 +298,19 @@ class FederationManager:
                 self.store.mark_stale(peer_id)
 
     def _relay_logs(self, peer_id: str, client: PeerClient) -> None:
+        """Asks the peer for each job's lines after its cursor, page by page, until the peer has no
+        more; a job whose peer says it is over with nothing left (or no longer knows it) is done."""
         for job_id, cursor in self.store.log_targets(peer_id):
             while True:
                 try:
                     resp = client.fetch_logs(job_id, cursor)
                 except NotFound:
+                    self.store.append_relayed_logs(job_id, [], cursor, complete=True)
                     break
-                if not resp.lines:
-                    break
-                self.store.append_relayed_logs(job_id, list(resp.lines), resp.next_seq)
+                if resp.lines or resp.job_finished:
+                    self.store.append_relayed_logs(job_id, list(resp.lines), resp.next_seq, complete=resp.job_finished)
                 cursor = resp.next_seq
-                if len(resp.lines) < 5000:
+                if resp.job_finished or not resp.lines:
                     break
 
     # -- reporting -----------------------------------------------------------------------------

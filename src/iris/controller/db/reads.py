@@ -240,4 +240,18 @@ def fetch_logs(
     resp.next_seq = lines[-1]["seq"] if lines else after_seq
     if resp.job_finished and len(lines) == params["n"] and tail <= 0:
         resp.job_finished = False  # more lines remain: the caller should keep reading
+    if resp.job_finished and _relay_pending(conn, job_id):
+        resp.job_finished = False  # over on its peer, but lines are still on their way here
     return resp
+
+
+def _relay_pending(conn: Connection, job_id: str) -> bool:
+    """Whether the job ran on a peer and its last lines have not all been relayed here yet."""
+    row = conn.execute(
+        sql(
+            "SELECT 1 FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"
+            " AND handoff_state = 'HANDED_OFF' AND logs_complete = 0"
+        ),
+        {"j": job_id},
+    ).first()
+    return row is not None

@@ -218,6 +218,11 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             )""",
         ],
     ),
+    (
+        6,
+        "whether a handed-off job's logs have all been relayed from its peer",
+        ["ALTER TABLE federated_jobs ADD COLUMN logs_complete INTEGER NOT NULL DEFAULT 0"],
+    ),
 ]
 
 
