@@ -3,10 +3,14 @@ and a cancel shown as stopping until the peer confirms it."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 
 from tests.conftest import wait_until
-from tests.controller.helpers import client, logs, status, wait_state
+from tests.controller.helpers import client, logs, pid_alive, status, wait_state
 from tests.integration.test_federation import gpu_job, start_federation
 
 FORTY = "for i in $(seq 1 20); do echo line-$i; done; sleep 2; for i in $(seq 21 40); do echo line-$i; done"
@@ -30,3 +34,37 @@ def test_logs_arrive_complete_in_order_and_once_after_the_parent_was_down_across
     assert followed.stdout.splitlines() == expected
     assert logs(c, job) == expected
     assert status(c, job).job.state == "SUCCEEDED"
+
+
+def test_stop_of_a_federated_job_shows_stopping_until_the_peer_confirms(controller_factory):
+    fed = start_federation(controller_factory)
+    marin, h100 = fed.marin, fed.h100
+    c, p = client(marin, fed.token), client(h100)
+    job = c.launch_job(gpu_job("long", "h100", command=("sleep", "300"))).job_id
+    wait_until(lambda: status(c, job).job.state == "RUNNING", timeout=30, message="running on the peer")
+    pid = wait_until(
+        lambda: status(p, job).tasks[0].attempts[0].pid if status(p, job).tasks[0].attempts else 0, message="peer pid"
+    )
+    marin.extra_env["IRIS_TOKEN"] = fed.token
+    os.kill(h100.proc.pid, signal.SIGSTOP)
+    try:
+        stopped = marin.cli("job", "stop", job, timeout=30)
+        assert stopped.returncode == 0, stopped.stderr
+        wait_until(lambda: status(c, job).job.stale, timeout=15, message="peer marked stale")
+        now = status(c, job).job
+        assert now.state == "RUNNING" and "stopping" in now.pending_reason and "cw-h100" in now.pending_reason
+        assert pid_alive(pid)
+        waiter = subprocess.Popen(
+            [sys.executable, "-m", "iris.cli.main", "job", "stop", "--wait", job],
+            env={**os.environ, "IRIS_CONTROLLER": marin.url, "IRIS_TOKEN": fed.token},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        os.kill(h100.proc.pid, signal.SIGCONT)
+    out, err = waiter.communicate(timeout=60)
+    assert waiter.returncode == 0, err
+    assert out.splitlines()[-1] == f"{job} KILLED"
+    assert status(c, job).job.state == "KILLED"
+    wait_until(lambda: not pid_alive(pid), timeout=20, message="peer process gone")

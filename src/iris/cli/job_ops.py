@@ -41,6 +41,12 @@ def _matching(obj: CliContext, user: str | None, state: str | None, prefix: str 
 @click.option("--prefix", help="Only jobs whose id starts with this, e.g. /alice/sweep-.")
 @click.option("-y", "--yes", is_flag=True, help=f"Stop more than {CONFIRM_ABOVE} jobs without asking.")
 @click.option("--reason", default="", help="Recorded as the reason the job was stopped.")
+@click.option(
+    "--wait",
+    "wait_ended",
+    is_flag=True,
+    help="Return only once each stopped job has ended (a job on a peer: once the peer confirms).",
+)
 @output_option
 @click.pass_obj
 def stop(
@@ -51,6 +57,7 @@ def stop(
     prefix: str | None,
     yes: bool,
     reason: str,
+    wait_ended: bool,
 ) -> int:
     """Stops jobs (ids, short names, or every live job the filters match) and every job below them.
 
@@ -80,10 +87,10 @@ def stop(
             click.confirm(f"stop {len(targets)} jobs (and every job below them)?", abort=True, err=True)
         if not obj.json:
             click.echo(f"stopping {len(targets)} job(s)", err=True)
-    return _stop_each(obj, targets, reason or "stopped with iris job stop")
+    return _stop_each(obj, targets, reason or "stopped with iris job stop", wait_ended)
 
 
-def _stop_each(obj: CliContext, targets: list[str], reason: str) -> int:
+def _stop_each(obj: CliContext, targets: list[str], reason: str, wait_ended: bool = False) -> int:
     client = obj.client()
     stopped: dict[str, list[str]] = {}
     finished: dict[str, str] = {}
@@ -109,8 +116,18 @@ def _stop_each(obj: CliContext, targets: list[str], reason: str) -> int:
             children = [j for j in resp.terminated if j != job_id]
             more = f" and {len(children)} job(s) below it" if children else ""
             click.echo(f"stopped {job_id}{more}")
+    ended: dict[str, str] = {}
+    if wait_ended:
+        for job_id in stopped:
+            status = client.status(job_id)
+            if status.state not in STATE_EXIT_CODES and not obj.json:
+                click.echo(f"{job_id}: {status.pending_reason or 'stopping'}", err=True)
+            ended[job_id] = client.wait(job_id).state
+            if not obj.json:
+                click.echo(f"{job_id} {ended[job_id]}")
     if obj.json:
-        obj.emit({"stopped": stopped, "already_finished": finished, "errors": errors})
+        out = {"stopped": stopped, "already_finished": finished, "errors": errors}
+        obj.emit({**out, "ended": ended} if wait_ended else out)
     return EXIT_FAILED if errors else EXIT_OK
 
 

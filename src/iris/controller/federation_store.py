@@ -77,7 +77,7 @@ class ControllerFederationStore:
 
     def mark_cancel_relayed(self, job_id: str, version: int) -> None:
         with self.db.write() as conn:
-            fed.mark_cancel_relayed(conn, job_id, version)
+            fed.mark_cancel_relayed(conn, job_id, version, self.now_ms())
 
     def sync_cursor(self, peer_id: str) -> int:
         with self.db.read() as conn:
@@ -192,13 +192,21 @@ def _mirror_job(conn, peer_id: str, synced: pb.SyncedJob, now_ms: int) -> None:
     if handle is None:
         return  # not a job this cluster handed to that peer
     local = conn.execute(sql("SELECT state, cancel_requested FROM jobs WHERE job_id = :j"), {"j": job.job_id}).first()
-    keep_local_state = (
-        local is not None
-        and local[1]
-        and local[0] in ("KILLED",)
-        and job.state not in ("SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE")
-    )
-    if not keep_local_state:
+    peer_live = job.state not in ("SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE")
+    keep_local_state = local is not None and local[1] and local[0] in ("KILLED",) and peer_live
+    if local is not None and local[1] and peer_live and not keep_local_state:
+        # Stopping, not yet confirmed by the peer: its state moves, the stopping reason stays.
+        conn.execute(
+            sql("UPDATE jobs SET state = :s, started_ms = :st, pending_reason = :r, cluster = :p WHERE job_id = :j"),
+            {
+                "s": job.state,
+                "st": job.started_ms or None,
+                "r": fed.stopping_reason(peer_id),
+                "p": peer_id,
+                "j": job.job_id,
+            },
+        )
+    elif not keep_local_state:
         conn.execute(
             sql(
                 "UPDATE jobs SET state = :s, started_ms = :st, finished_ms = :fin, error = :e, pending_reason = :r,"

@@ -265,10 +265,12 @@ def cancel_sent(conn: Connection, job_id: str, reason: str, now_ms: int) -> bool
     """Cancels a federated job on the parent; True when it has a SENT handle.
 
     Queued or awaiting delivery: it ends KILLED here and is never delivered. Handed off: the
-    cancel intent is bumped so the sync loop relays TerminateJob to the peer until it lands.
+    cancel intent is bumped so the sync loop relays TerminateJob to the peer until it lands; until
+    the peer confirms, the job keeps its state with a pending reason saying it is stopping there.
     """
     handle = conn.execute(
-        sql("SELECT handoff_state FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
+        sql("SELECT handoff_state, peer_id FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"),
+        {"j": job_id},
     ).first()
     if handle is None:
         return False
@@ -280,6 +282,15 @@ def cancel_sent(conn: Connection, job_id: str, reason: str, now_ms: int) -> bool
         {"now": now_ms, "j": job_id},
     )
     before_handoff = handle[0] in (HandoffState.QUEUED_HANDOFF.value, HandoffState.PENDING_HANDOFF.value)
+    if not before_handoff:
+        conn.execute(
+            sql(
+                f"UPDATE jobs SET cancel_requested = 1, pending_reason = :r, error = :e"
+                f" WHERE job_id = :j AND state NOT IN {TERMINAL_JOB_SQL}"
+            ),
+            {"r": stopping_reason(handle[1]), "e": reason, "j": job_id},
+        )
+        return True
     conn.execute(
         sql(
             f"UPDATE jobs SET state = 'KILLED', cancel_requested = 1, finished_ms = :now, pending_reason = '',"
@@ -290,7 +301,19 @@ def cancel_sent(conn: Connection, job_id: str, reason: str, now_ms: int) -> bool
     return True
 
 
-def mark_cancel_relayed(conn: Connection, job_id: str, version: int) -> None:
+def stopping_reason(peer_id: str) -> str:
+    return f"stopping: waiting for peer {peer_id} to confirm the cancel"
+
+
+def mark_cancel_relayed(conn: Connection, job_id: str, version: int, now_ms: int) -> None:
+    """The peer confirmed the cancel (or no longer knows the job): it ends KILLED here."""
+    conn.execute(
+        sql(
+            f"UPDATE jobs SET state = 'KILLED', finished_ms = :now, pending_reason = ''"
+            f" WHERE job_id = :j AND cancel_requested = 1 AND state NOT IN {TERMINAL_JOB_SQL}"
+        ),
+        {"now": now_ms, "j": job_id},
+    )
     conn.execute(
         sql(
             "UPDATE federated_jobs SET cancel_relayed_version = MAX(cancel_relayed_version, :v)"

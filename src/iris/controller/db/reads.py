@@ -27,6 +27,11 @@ def _stale_peers(conn: Connection) -> frozenset[str]:
     return frozenset(r[0] for r in conn.execute(sql("SELECT peer_id FROM federation_sync_state WHERE stale = 1")))
 
 
+def _waiting(row) -> bool:
+    """Pending, or live but stopping (a cancel its peer has not confirmed yet): the reason says why."""
+    return row["state"] == "PENDING" or (row["state"] == "RUNNING" and bool(row.get("cancel_requested")))
+
+
 def _job_message(
     row, counts: dict[str, int], cfg=None, fed=None, local_cluster: str = "", stale_peers: frozenset[str] = frozenset()
 ) -> pb.JobStatus:
@@ -43,7 +48,7 @@ def _job_message(
         submitted_ms=row["submitted_ms"],
         started_ms=row["started_ms"] or 0,
         finished_ms=row["finished_ms"] or 0,
-        pending_reason=row["pending_reason"] if row["state"] == "PENDING" else "",
+        pending_reason=row["pending_reason"] if _waiting(row) else "",
         error=row["error"] or "",
         parent_job_id=row["parent_job_id"] or "",
     )
