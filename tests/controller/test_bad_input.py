@@ -15,6 +15,19 @@ def test_bad_requests_are_refused_and_write_nothing(controller):
                 name="x",
                 user="alice",
                 command=["true"],
+                constraints=[
+                    pb.Constraint(key="cluster", op="EQ", values=["cw-h100"]),
+                    pb.Constraint(key="backend", op="EQ", values=["cpu"]),
+                ],
+            ),
+            "invalid_argument",
+            "pins both cluster=cw-h100 and backend=cpu",
+        ),
+        (
+            pb.LaunchJobRequest(
+                name="x",
+                user="alice",
+                command=["true"],
                 constraints=[pb.Constraint(key="colour", op="EQ", values=["red"])],
             ),
             "invalid_argument",

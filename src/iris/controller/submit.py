@@ -189,6 +189,13 @@ def check_constraints(items) -> None:
         check_text("constraint key", c.key, 256)
         for v in c.values:
             check_text(f"a value of constraint {c.key!r}", v, 256)
+    pins = {c.key: ",".join(c.values) for c in items if c.key in ("cluster", "backend")}
+    if len(pins) == 2:
+        raise InvalidArgument(
+            f"the job pins both cluster={pins['cluster']} and backend={pins['backend']}; a backend pin names"
+            " a backend of this cluster and a cluster pin sends the job to a peer, so give only one"
+            " (--target-cluster to choose the peer, which picks its own backend)"
+        )
 
 
 def check_env(env) -> None:

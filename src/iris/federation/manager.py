@@ -30,7 +30,7 @@ from typing import Protocol
 from iris.core.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, Unauthenticated, Unavailable
 from iris.federation.availability import ReservationLedger, assign_queued
 from iris.federation.model import PeerBackend, PeerSnapshot, Promotion, QueuedJob, SubmittedJob, Submitter
-from iris.federation.peer import PeerClient
+from iris.federation.peer import PeerClient, UnreadableAvailability
 from iris.federation.reasons import credentials_refused_reason, peer_error_words, queued_reason
 from iris.federation.router import PeerRouter
 from iris.rpc import controller_pb2 as pb
@@ -172,7 +172,16 @@ class FederationManager:
         with self._lock:
             for peer_id, outcome in results:
                 status = self._status[peer_id]
-                if isinstance(outcome, Exception):
+                if isinstance(outcome, UnreadableAvailability):
+                    # It answers: reported reachable with the cause, offered no work until readable.
+                    self._status[peer_id] = replace(
+                        status,
+                        reachable=True,
+                        last_contact_ms=self.now_ms(),
+                        backends=(),
+                        last_error=peer_error_words(outcome),
+                    )
+                elif isinstance(outcome, Exception):
                     self._status[peer_id] = replace(status, reachable=False, last_error=peer_error_words(outcome))
                 else:
                     cluster, backends = outcome

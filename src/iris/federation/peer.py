@@ -37,18 +37,46 @@ _ERRORS = {
 }
 
 
+READABLE_AVAILABILITY_VERSIONS = (1, 2)  # ours (lowercase band labels) and the upstream one
+_UPSTREAM_BAND_PREFIX = "PRIORITY_BAND_"
+
+
+class UnreadableAvailability(FailedPrecondition):
+    """The peer answered, but an availability block it sent cannot be read here."""
+
+
+def _wire_band(name: str) -> Band:
+    """A band as either wire format names it: ours (`batch`) or upstream's (`PRIORITY_BAND_BATCH`)."""
+    label = name[len(_UPSTREAM_BAND_PREFIX) :] if name.upper().startswith(_UPSTREAM_BAND_PREFIX) else name
+    if not label.strip():
+        raise InvalidArgument(f"band {name!r} is empty")
+    return Band.parse(label)
+
+
 def availability_from_proto(m: pb.Availability) -> Availability:
+    version = m.version or 1
+    if version not in READABLE_AVAILABILITY_VERSIONS:
+        raise InvalidArgument(
+            f"availability block version {version} is not understood (this cluster reads versions"
+            f" {', '.join(map(str, READABLE_AVAILABILITY_VERSIONS))})"
+        )
     return Availability(
         observation_epoch_ms=m.observation_epoch_ms,
         amounts=dict(m.amounts),
         total_amounts=dict(m.total_amounts),
-        held_by_band=tuple(BandHolding(Band.parse(h.band), dict(h.amounts)) for h in m.held_by_band),
-        version=m.version or 1,
+        held_by_band=tuple(BandHolding(_wire_band(h.band), dict(h.amounts)) for h in m.held_by_band),
+        version=version,
     )
 
 
 def backend_from_proto(m: pb.BackendInfo) -> PeerBackend:
-    avail = availability_from_proto(m.availability) if m.HasField("availability") else None
+    try:
+        avail = availability_from_proto(m.availability) if m.HasField("availability") else None
+    except InvalidArgument as exc:
+        raise UnreadableAvailability(
+            f"its availability block for backend {m.id} cannot be read: {exc.message}; upgrade one side so"
+            " both speak a common version"
+        ) from None
     return PeerBackend(m.id, m.kind, dict(m.attributes), avail)
 
 

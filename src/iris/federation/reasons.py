@@ -7,7 +7,7 @@ wording is the table in DESIGN §6; it is defined once here so every surface sho
 
 from __future__ import annotations
 
-from iris.core.errors import IrisError, PermissionDenied, Unauthenticated, Unavailable
+from iris.core.errors import FailedPrecondition, IrisError, PermissionDenied, Unauthenticated, Unavailable
 from iris.federation.model import HandoffState
 
 
@@ -21,6 +21,8 @@ def peer_error_words(exc: Exception) -> str:
         )
     if isinstance(exc, PermissionDenied):
         return f"refuses this cluster ({message})"
+    if isinstance(exc, FailedPrecondition):
+        return f"answers, but {message}"
     if isinstance(exc, Unavailable):
         return f"does not answer ({message})"
     return f"failed: {type(exc).__name__}: {message}"
