@@ -103,6 +103,11 @@ class ControllerServiceImpl(WorkerCalls):
         now = self.c.now_ms()
         policy = req.existing_job_policy or "error"
         submitter = self.c.submitter(req, identity)
+        if req.image and not any(getattr(b, "runs_images", False) for b in self.c.backends.values()):
+            raise InvalidArgument(
+                f"the job names image {req.image!r}, but no backend of cluster {self.c.config.name} runs images: "
+                "add a workers backend with workers started with --runtime docker, or drop --image"
+            )
         files = dict(req.workdir_files)
         received = self._receive_workspace(req, files)
         if received is _MISSING:

@@ -16,7 +16,7 @@ import time
 from iris import REVISION_DATE
 from iris.controller.db.database import sql
 from iris.core.bands import Band
-from iris.core.constraints import ANY_REGION, Constraint, Op, inherit_constraints
+from iris.core.constraints import ANY_REGION, Constraint, Op, inherit_constraints, make_constraint
 from iris.core.errors import FailedPrecondition, InvalidArgument
 from iris.core.job import DEFAULT_MAX_RETRIES_PREEMPTION, EXISTING_JOB_POLICIES, JobSpec
 from iris.core.names import JobName, validate_component
@@ -102,6 +102,9 @@ def build_spec(
         constraints = inherit_constraints(parent_constraints, constraints)
     else:
         constraints = tuple(c for c in constraints if not (c.key in ("region", "zone") and ANY_REGION in c.values))
+    if req.image and not any(c.key == "runtime" for c in constraints):
+        # An image runs only on a worker with a container runtime, never as a process elsewhere.
+        constraints = (*constraints, make_constraint("runtime", Op.EQ, ["docker"]))
     band = Band.parse(req.priority) if req.priority else (Band.parse(parent["band"]) if parent else Band.INTERACTIVE)
     if req.existing_job_policy and req.existing_job_policy not in EXISTING_JOB_POLICIES:
         raise InvalidArgument(

@@ -63,6 +63,9 @@ REGISTRY: dict[str, KeySpec] = {
         KeySpec("pool", "tag", TAG_OPS, False, "a group of hosts that share an interconnect"),
         KeySpec("tpu-name", "tag", TAG_OPS, False, "the TPU slice a host belongs to"),
         KeySpec("worker", "tag", TAG_OPS, False, "a worker id"),
+        KeySpec(
+            "runtime", "tag", TAG_OPS, False, "how a worker runs attempts: process or docker (--image needs docker)"
+        ),
         KeySpec("backend", "tag", frozenset({Op.EQ, Op.IN}), False, "pin to a local backend id"),
         KeySpec("cluster", "tag", frozenset({Op.EQ}), False, "pin to a federation peer (--target-cluster)"),
     )

@@ -111,6 +111,7 @@ def _notify(worker: _Worker) -> None:
 
 class WorkersBackend:
     kind = "workers"
+    runs_images = True  # on its workers started with --runtime docker
 
     def __init__(self, config: WorkersBackendConfig, context: BackendContext):
         self.id = config.id
@@ -342,7 +343,8 @@ class WorkersBackend:
                     f"backend {self.id} takes only workers with {key}={want}; worker {name} advertises "
                     f"{key}={have if have is not None else '(nothing)'}: start it with --attr {key}={want}"
                 )
-        attributes.update(pool=self.id, worker=name)
+        # `runtime` lets a job's image steer it to workers that run containers (a hard constraint).
+        attributes.update(pool=self.id, worker=name, runtime=req.runtime or "process")
         return name, capacity, attributes
 
     async def worker_poll(self, req: pb.WorkerPollRequest, principal: str, admin: bool) -> pb.WorkerPollResponse:
