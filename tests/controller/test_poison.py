@@ -138,7 +138,10 @@ def test_a_workspace_within_the_documented_limit_travels_and_a_larger_request_is
     assert logs(c, job) == [str(len(five_mb))]
     oversize = {"data.bin": os.urandom(80 * 1024**2)}  # incompressible: the body itself is too large
     code, message = error_code(lambda: launch(c, "huge", ["true"], workdir_files=oversize))
-    assert code == "resource_exhausted" and "workspace" in message and "at most" in message
+    # Past the transport's limit the request is refused unread (resource_exhausted); below it but
+    # past the workspace limit the workspace check refuses it (invalid_argument). Either names the limit.
+    assert code in ("resource_exhausted", "invalid_argument"), (code, message)
+    assert "workspace" in message and "at most" in message, message
     assert job_count(c) == 1
 
 
@@ -150,7 +153,7 @@ def test_a_readmitted_handoff_is_loaded_with_its_new_command(tmp_path):
     def admit(nonce: str, command: tuple[str, ...]) -> None:
         spec = JobSpec(job_id=job_id, user="alice", owner="alice", command=command, resources=Resources())
         with db.write() as conn:
-            admit_received(conn, spec, pb.HandoffRecord(requester_cluster="marin", nonce=nonce), b"", {}, 1)
+            admit_received(conn, spec, pb.HandoffRecord(requester_cluster="marin", nonce=nonce), {}, 1)
 
     admit("n1", ("echo", "first run"))
     with db.read() as conn:
