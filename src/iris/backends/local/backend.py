@@ -278,6 +278,7 @@ class LocalBackend:
                     umask=0o077 if as_task else -1,
                 )
         except OSError as exc:
+            self.containment.end(folder.name, spec.attempt_id)
             with self._lock:
                 self._free_devices[spec.worker_id].update(devices)
             raise LaunchError(f"cannot start the attempt in {workdir}: {exc.strerror or exc}") from None

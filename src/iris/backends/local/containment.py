@@ -22,6 +22,7 @@ import ctypes.util
 import hashlib
 import os
 import signal
+import threading
 from pathlib import Path
 
 import psutil
@@ -79,6 +80,8 @@ class Containment:
     def __init__(self, state_root: Path):
         self.base = cgroup_base(state_root)
         self.kind = "cgroup" if self.base is not None else "subreaper"
+        self._claimed: set[str] = set()
+        self._claims_lock = threading.Lock()
 
     # -- spawn -------------------------------------------------------------------------------------
 
@@ -91,6 +94,10 @@ class Containment:
             path.mkdir(exist_ok=True)
         except OSError:
             return ""
+        # Until the attempt ends, `sweep` leaves its cgroup alone: between this call and the
+        # backend's registering the attempt, the cgroup is empty and held by no record.
+        with self._claims_lock:
+            self._claimed.add(name)
         return str(path)
 
     def preexec(self):
@@ -143,6 +150,8 @@ class Containment:
     def end(self, name: str, attempt_id: str) -> None:
         """Kills whatever the attempt left behind after its wrapper exited, and removes its cgroup."""
         self.signal(name, -1, attempt_id, signal.SIGKILL)
+        with self._claims_lock:
+            self._claimed.discard(name)
         if self.base is not None:
             try:
                 (self.base / name).rmdir()
@@ -153,8 +162,10 @@ class Containment:
         """Removes empty cgroups of attempts no longer held (a retry of `end`)."""
         if self.base is None:
             return
+        with self._claims_lock:
+            keep = live | self._claimed
         for path in self.base.iterdir():
-            if path.is_dir() and path.name not in live:
+            if path.is_dir() and path.name not in keep:
                 try:
                     path.rmdir()
                 except OSError:
@@ -164,6 +175,8 @@ class Containment:
         """Removes this state folder's cgroup folder once every attempt in it has ended."""
         if self.base is None:
             return
+        with self._claims_lock:
+            self._claimed.clear()
         self.sweep(set())
         try:
             self.base.rmdir()
