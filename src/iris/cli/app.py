@@ -15,6 +15,7 @@ from iris.cli.main import CliContext, end_startup
 _SUBCOMMANDS = {
     "cluster": ("iris.cli.cluster", "cluster", "Start, stop and inspect a cluster's controller."),
     "demo": ("iris.cli.demo", "demo", "Run a throw-away three-cluster federation with a few real jobs."),
+    "endpoint": ("iris.cli.endpoint", "endpoint", "List serving endpoints and mint URLs that reach them."),
     "job": ("iris.cli.job", "job", "Submit, list, watch and stop jobs."),
     "query": ("iris.cli.query", "query", "Run a read-only SQL query against the controller's database."),
     "rpc": ("iris.cli.rpc", "rpc", "Call any API method with a JSON body."),

@@ -387,6 +387,40 @@ class IrisClient:
     def cluster_info(self) -> pb.GetClusterInfoResponse:
         return self._transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
 
+    # -- serving endpoints ----------------------------------------------------------------------
+
+    def register_endpoint(
+        self, name: str, port: int, host: str | None = None, *, job: str | None = None, attempt: str | None = None
+    ) -> pb.Endpoint:
+        """From inside a task: announces that this attempt serves `name` on `host:port` (host defaults
+        to $IRIS_ENDPOINT_HOST, else 127.0.0.1). The endpoint lives until the attempt ends."""
+        job = job or os.environ.get("IRIS_JOB_ID", "")
+        attempt = attempt or os.environ.get("IRIS_ATTEMPT_ID", "")
+        if not job or not attempt:
+            from iris.core.errors import InvalidArgument
+
+            raise InvalidArgument(
+                "register_endpoint runs inside a task (IRIS_JOB_ID and IRIS_ATTEMPT_ID are unset); pass job= and attempt="
+            )
+        request = pb.RegisterEndpointRequest(
+            job_id=job,
+            attempt_id=attempt,
+            name=name,
+            host=host or os.environ.get("IRIS_ENDPOINT_HOST", "127.0.0.1"),
+            port=port,
+        )
+        return self._transport.call("RegisterEndpoint", request, pb.RegisterEndpointResponse).endpoint
+
+    def endpoints(self, job: str = "") -> builtins.list[pb.Endpoint]:
+        """The live endpoints of `job` (every job's when empty)."""
+        request = pb.ListEndpointsRequest(job_id=job)
+        return list(self._transport.call("ListEndpoints", request, pb.ListEndpointsResponse).endpoints)
+
+    def endpoint_url(self, job: str, name: str, ttl_s: float = 0) -> pb.MintEndpointUrlResponse:
+        """A capability URL that reaches endpoint `name` of `job` for `ttl_s` seconds (0: 8 hours)."""
+        request = pb.MintEndpointUrlRequest(job_id=job, name=name, ttl_s=ttl_s)
+        return self._transport.call("MintEndpointUrl", request, pb.MintEndpointUrlResponse)
+
     def call(self, method: str, request: Message) -> Message:
         """Calls any ControllerService method by its proto name (e.g. "ListPeers")."""
         descriptor = pb.DESCRIPTOR.services_by_name["ControllerService"].methods_by_name.get(method)

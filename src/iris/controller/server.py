@@ -2,6 +2,7 @@
 
 One ASGI callable dispatches on the path prefix, so the Connect application sees its own paths
 unchanged and later surfaces (dashboard, /proxy) mount beside it without touching the API.
+`/proxy/t/…` (capability URLs to serving endpoints) is `iris.controller.proxy`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from iris.controller import dashboard
+from iris.controller import dashboard, proxy
 from iris.controller.app import Controller
 from iris.controller.service import ControllerServiceImpl
 from iris.controller.workspace import MAX_WORKSPACE_BYTES
@@ -56,7 +57,8 @@ def build_app(controller: Controller):
         h = controller.health()
         return JSONResponse({"cluster": controller.config.name, **h.as_dict()}, status_code=200 if h.ok else 503)
 
-    web = Starlette(routes=[Route("/health", health), *dashboard.routes()])
+    relay = proxy.Proxy(controller)
+    web = Starlette(routes=[Route("/health", health), *proxy.routes(relay), *dashboard.routes()])
 
     async def app(scope, receive, send):
         if scope["type"] == "http" and scope["path"].startswith(API_PREFIX):

@@ -20,7 +20,7 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from iris import REVISION_DATE, __version__
-from iris.controller import workspace
+from iris.controller import endpoints, workspace
 from iris.controller.auth import Identity, Role, authorize, check_may_stop, check_sync_requester
 from iris.controller.auth.policy import check_may_create, check_may_read, in_job_tree
 from iris.controller.db import federation as fed
@@ -369,3 +369,25 @@ class ControllerServiceImpl(WorkerCalls):
                     job=reads.get_job(conn, job_id, self.name), tasks=reads.list_tasks(conn, job_id, True, self.name)
                 )
         return resp
+
+    @rpc
+    def register_endpoint(self, req: pb.RegisterEndpointRequest, identity: Identity) -> pb.RegisterEndpointResponse:
+        with self.c.db.write() as conn:
+            return pb.RegisterEndpointResponse(endpoint=endpoints.register(conn, identity, req, self.c.now_ms()))
+
+    @rpc
+    def list_endpoints(self, req: pb.ListEndpointsRequest, identity: Identity) -> pb.ListEndpointsResponse:
+        with self.c.db.read() as conn:
+            if req.job_id:
+                require_job(conn, req.job_id)
+            return pb.ListEndpointsResponse(endpoints=endpoints.list_live(conn, req.job_id))
+
+    @rpc
+    def mint_endpoint_url(self, req: pb.MintEndpointUrlRequest, identity: Identity) -> pb.MintEndpointUrlResponse:
+        with self.c.db.read() as conn:
+            endpoints.check_may_mint(conn, identity, req.job_id, req.name)
+        cfg = self.c.config
+        url, expires_ms = endpoints.mint_url(
+            self.c.auth.signing_key, cfg.name, cfg.url, cfg.federation_public_parent, req.job_id, req.name, req.ttl_s
+        )
+        return pb.MintEndpointUrlResponse(url=url, expires_ms=expires_ms)

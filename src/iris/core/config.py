@@ -236,6 +236,9 @@ class ClusterConfig(_Model):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
     listen: str = "127.0.0.1:10000"
     public_url: str | None = None
+    # The public cluster this one's serving endpoints are reached through (capability URLs are
+    # minted against it, tagged with this cluster's name); None: against this cluster's own URL.
+    federation_public_parent: str | None = Field(default=None, pattern=r"^https?://")
     state_dir: str = "./state"
     backends: list[BackendConfig] = Field(min_length=1)
     peers: dict[str, PeerConfig] = {}

@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, ConnectWSGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint, EndpointSync
 from pyqwest import Client, SyncClient
 
-from .controller_pb2 import ExecuteRawQueryRequest, ExecuteRawQueryResponse, ExplainJobRequest, ExplainJobResponse, FederationSyncRequest, FederationSyncResponse, FetchBundleRequest, FetchBundleResponse, FetchLogsRequest, FetchLogsResponse, GetClusterInfoRequest, GetClusterInfoResponse, GetJobStatusRequest, GetJobStatusResponse, LaunchJobRequest, LaunchJobResponse, ListBackendsRequest, ListBackendsResponse, ListJobsRequest, ListJobsResponse, ListPeersRequest, ListPeersResponse, ListTasksRequest, ListTasksResponse, ListWorkersRequest, ListWorkersResponse, RegisterWorkerRequest, RegisterWorkerResponse, RevokeTokenRequest, RevokeTokenResponse, TerminateJobRequest, TerminateJobResponse, WorkerPollRequest, WorkerPollResponse
+from .controller_pb2 import ExecuteRawQueryRequest, ExecuteRawQueryResponse, ExplainJobRequest, ExplainJobResponse, FederationSyncRequest, FederationSyncResponse, FetchBundleRequest, FetchBundleResponse, FetchLogsRequest, FetchLogsResponse, GetClusterInfoRequest, GetClusterInfoResponse, GetJobStatusRequest, GetJobStatusResponse, LaunchJobRequest, LaunchJobResponse, ListBackendsRequest, ListBackendsResponse, ListEndpointsRequest, ListEndpointsResponse, ListJobsRequest, ListJobsResponse, ListPeersRequest, ListPeersResponse, ListTasksRequest, ListTasksResponse, ListWorkersRequest, ListWorkersResponse, MintEndpointUrlRequest, MintEndpointUrlResponse, RegisterEndpointRequest, RegisterEndpointResponse, RegisterWorkerRequest, RegisterWorkerResponse, RevokeTokenRequest, RevokeTokenResponse, TerminateJobRequest, TerminateJobResponse, WorkerPollRequest, WorkerPollResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Iterable, Mapping
@@ -87,6 +87,15 @@ class ControllerService(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     async def fetch_bundle(self, request: FetchBundleRequest, ctx: RequestContext[FetchBundleRequest, FetchBundleResponse], /) -> FetchBundleResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def register_endpoint(self, request: RegisterEndpointRequest, ctx: RequestContext[RegisterEndpointRequest, RegisterEndpointResponse], /) -> RegisterEndpointResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def list_endpoints(self, request: ListEndpointsRequest, ctx: RequestContext[ListEndpointsRequest, ListEndpointsResponse], /) -> ListEndpointsResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def mint_endpoint_url(self, request: MintEndpointUrlRequest, ctx: RequestContext[MintEndpointUrlRequest, MintEndpointUrlResponse], /) -> MintEndpointUrlResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
 
@@ -289,6 +298,39 @@ class ControllerServiceASGIApplication(ConnectASGIApplication[ControllerService]
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.fetch_bundle,
+                ),
+                "/iris.v1.ControllerService/RegisterEndpoint": Endpoint.unary(
+                    method=MethodInfo(
+                        name="RegisterEndpoint",
+                        service_name="iris.v1.ControllerService",
+                        input=RegisterEndpointRequest,
+                        output=RegisterEndpointResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.register_endpoint,
+                ),
+                "/iris.v1.ControllerService/ListEndpoints": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ListEndpoints",
+                        service_name="iris.v1.ControllerService",
+                        input=ListEndpointsRequest,
+                        output=ListEndpointsResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.list_endpoints,
+                ),
+                "/iris.v1.ControllerService/MintEndpointUrl": Endpoint.unary(
+                    method=MethodInfo(
+                        name="MintEndpointUrl",
+                        service_name="iris.v1.ControllerService",
+                        input=MintEndpointUrlRequest,
+                        output=MintEndpointUrlResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.mint_endpoint_url,
                 ),
             },
             interceptors=interceptors,
@@ -668,6 +710,66 @@ class ControllerServiceClient(ConnectClient):
             headers=headers,
             timeout_ms=timeout_ms,
         )
+    async def register_endpoint(
+        self,
+        request: RegisterEndpointRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> RegisterEndpointResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="RegisterEndpoint",
+                service_name="iris.v1.ControllerService",
+                input=RegisterEndpointRequest,
+                output=RegisterEndpointResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def list_endpoints(
+        self,
+        request: ListEndpointsRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ListEndpointsResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ListEndpoints",
+                service_name="iris.v1.ControllerService",
+                input=ListEndpointsRequest,
+                output=ListEndpointsResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def mint_endpoint_url(
+        self,
+        request: MintEndpointUrlRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> MintEndpointUrlResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="MintEndpointUrl",
+                service_name="iris.v1.ControllerService",
+                input=MintEndpointUrlRequest,
+                output=MintEndpointUrlResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
 
 class ControllerServiceSync(Protocol):
     def launch_job(self, request: LaunchJobRequest, ctx: RequestContext[LaunchJobRequest, LaunchJobResponse], /) -> LaunchJobResponse:
@@ -719,6 +821,15 @@ class ControllerServiceSync(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     def fetch_bundle(self, request: FetchBundleRequest, ctx: RequestContext[FetchBundleRequest, FetchBundleResponse], /) -> FetchBundleResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def register_endpoint(self, request: RegisterEndpointRequest, ctx: RequestContext[RegisterEndpointRequest, RegisterEndpointResponse], /) -> RegisterEndpointResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def list_endpoints(self, request: ListEndpointsRequest, ctx: RequestContext[ListEndpointsRequest, ListEndpointsResponse], /) -> ListEndpointsResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def mint_endpoint_url(self, request: MintEndpointUrlRequest, ctx: RequestContext[MintEndpointUrlRequest, MintEndpointUrlResponse], /) -> MintEndpointUrlResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
 
@@ -919,6 +1030,39 @@ class ControllerServiceWSGIApplication(ConnectWSGIApplication):
                         stream_type=StreamType.UNARY,
                     ),
                     function=service.fetch_bundle,
+                ),
+                "/iris.v1.ControllerService/RegisterEndpoint": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="RegisterEndpoint",
+                        service_name="iris.v1.ControllerService",
+                        input=RegisterEndpointRequest,
+                        output=RegisterEndpointResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.register_endpoint,
+                ),
+                "/iris.v1.ControllerService/ListEndpoints": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="ListEndpoints",
+                        service_name="iris.v1.ControllerService",
+                        input=ListEndpointsRequest,
+                        output=ListEndpointsResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.list_endpoints,
+                ),
+                "/iris.v1.ControllerService/MintEndpointUrl": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="MintEndpointUrl",
+                        service_name="iris.v1.ControllerService",
+                        input=MintEndpointUrlRequest,
+                        output=MintEndpointUrlResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.mint_endpoint_url,
                 ),
             },
             interceptors=interceptors,
@@ -1292,6 +1436,66 @@ class ControllerServiceClientSync(ConnectClientSync):
                 service_name="iris.v1.ControllerService",
                 input=FetchBundleRequest,
                 output=FetchBundleResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def register_endpoint(
+        self,
+        request: RegisterEndpointRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> RegisterEndpointResponse:
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="RegisterEndpoint",
+                service_name="iris.v1.ControllerService",
+                input=RegisterEndpointRequest,
+                output=RegisterEndpointResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def list_endpoints(
+        self,
+        request: ListEndpointsRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ListEndpointsResponse:
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ListEndpoints",
+                service_name="iris.v1.ControllerService",
+                input=ListEndpointsRequest,
+                output=ListEndpointsResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def mint_endpoint_url(
+        self,
+        request: MintEndpointUrlRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> MintEndpointUrlResponse:
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="MintEndpointUrl",
+                service_name="iris.v1.ControllerService",
+                input=MintEndpointUrlRequest,
+                output=MintEndpointUrlResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

@@ -866,3 +866,67 @@ class RevokeTokenResponse(_message.Message):
     token_id: str
     newly_revoked: bool
     def __init__(self, token_id: _Optional[str] = ..., newly_revoked: _Optional[bool] = ...) -> None: ...
+
+class Endpoint(_message.Message):
+    __slots__ = ("job_id", "name", "address", "attempt_id", "created_ms")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    name: str
+    address: str
+    attempt_id: str
+    created_ms: int
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., address: _Optional[str] = ..., attempt_id: _Optional[str] = ..., created_ms: _Optional[int] = ...) -> None: ...
+
+class RegisterEndpointRequest(_message.Message):
+    __slots__ = ("job_id", "attempt_id", "name", "host", "port")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    attempt_id: str
+    name: str
+    host: str
+    port: int
+    def __init__(self, job_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., name: _Optional[str] = ..., host: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
+
+class RegisterEndpointResponse(_message.Message):
+    __slots__ = ("endpoint",)
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    endpoint: Endpoint
+    def __init__(self, endpoint: _Optional[_Union[Endpoint, _Mapping]] = ...) -> None: ...
+
+class ListEndpointsRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class ListEndpointsResponse(_message.Message):
+    __slots__ = ("endpoints",)
+    ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
+    endpoints: _containers.RepeatedCompositeFieldContainer[Endpoint]
+    def __init__(self, endpoints: _Optional[_Iterable[_Union[Endpoint, _Mapping]]] = ...) -> None: ...
+
+class MintEndpointUrlRequest(_message.Message):
+    __slots__ = ("job_id", "name", "ttl_s")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    name: str
+    ttl_s: float
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., ttl_s: _Optional[float] = ...) -> None: ...
+
+class MintEndpointUrlResponse(_message.Message):
+    __slots__ = ("url", "expires_ms")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_MS_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    expires_ms: int
+    def __init__(self, url: _Optional[str] = ..., expires_ms: _Optional[int] = ...) -> None: ...

@@ -41,6 +41,9 @@ CONTROLLER_METHODS = frozenset(
         "RegisterWorker",
         "WorkerPoll",
         "FetchBundle",
+        "RegisterEndpoint",
+        "ListEndpoints",
+        "MintEndpointUrl",
     }
 )
 
@@ -58,6 +61,7 @@ READ_METHODS = frozenset(
         "ExecuteRawQuery",
         "ExplainJob",
         "GetClusterInfo",
+        "ListEndpoints",
     }
 )
 

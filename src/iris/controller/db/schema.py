@@ -223,6 +223,11 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "whether a handed-off job's logs have all been relayed from its peer",
         ["ALTER TABLE federated_jobs ADD COLUMN logs_complete INTEGER NOT NULL DEFAULT 0"],
     ),
+    (
+        7,
+        "the attempt that holds each serving endpoint's lease",
+        ["ALTER TABLE endpoints ADD COLUMN attempt_id TEXT NOT NULL DEFAULT ''"],
+    ),
 ]
 
 

@@ -1,0 +1,61 @@
+"""`iris endpoint list|url`: the serving endpoints tasks registered, and capability URLs to reach them.
+
+A URL is minted by the cluster that runs the job; when that cluster sits behind a public parent
+(`federation_public_parent`) the URL already points at the parent, which relays it.
+"""
+
+from __future__ import annotations
+
+import click
+
+from iris.cli.main import CliContext, output_option
+
+
+@click.group("endpoint")
+def endpoint() -> None:
+    """Serving endpoints registered by tasks (`IrisClient.register_endpoint`)."""
+
+
+@endpoint.command("list")
+@click.argument("job", required=False, default="")
+@output_option
+@click.pass_obj
+def list_endpoints(obj: CliContext, job: str) -> None:
+    """Lists the live endpoints of JOB (of every job without one)."""
+    eps = obj.client().endpoints(job)
+    if obj.json:
+        obj.emit(
+            {
+                "endpoints": [
+                    {"job_id": e.job_id, "name": e.name, "address": e.address, "attempt_id": e.attempt_id} for e in eps
+                ]
+            }
+        )
+        return
+    if not eps:
+        click.echo("no live endpoints" + (f" for {job}" if job else ""))
+        return
+    rows = [("JOB", "NAME", "ADDRESS", "ATTEMPT")] + [(e.job_id, e.name, e.address, e.attempt_id) for e in eps]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for r in rows:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[3])
+
+
+@endpoint.command("url")
+@click.argument("job")
+@click.argument("name")
+@click.option("--ttl", default="8h", show_default=True, help="How long the URL works (e.g. 30m, 8h, 2d).")
+@output_option
+@click.pass_obj
+def url(obj: CliContext, job: str, name: str, ttl: str) -> None:
+    """Mints a capability URL that reaches endpoint NAME of JOB until it expires.
+
+    Anyone holding the URL reaches the endpoint: share it like a password.
+    """
+    from iris.core.units import parse_duration
+
+    resp = obj.client().endpoint_url(job, name, parse_duration(ttl))
+    if obj.json:
+        obj.emit({"url": resp.url, "expires_ms": resp.expires_ms})
+    else:
+        click.echo(resp.url)

@@ -1,0 +1,133 @@
+"""Serving endpoints: which tasks may register one, how long it lives, and the capability tokens
+that reach it.
+
+An endpoint's lease is its attempt: a row names the attempt that registered it, and every read
+joins the attempts table and keeps only rows whose attempt is still active. So an ended attempt's
+endpoint disappears the moment its state is written, with no sweeper to fall behind and no
+second clock to disagree with the tick.
+
+A capability token is a JWT minted with the cluster's own signing key (`iris.controller.auth`),
+whose subject is the job and whose audience is `iris-endpoint/<name>`. API verification accepts
+no audience but a federation peer's, so such a token can never act as an API token, and one
+endpoint's token does not open another's.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from iris.controller.auth import Identity, Role, mint_token, verify_token
+from iris.controller.auth.keys import SigningKey
+from iris.controller.db.database import sql
+from iris.core.errors import InvalidArgument, NotFound, PermissionDenied
+from iris.rpc import controller_pb2 as pb
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+DEFAULT_URL_TTL_S = 8 * 3600.0
+MAX_URL_TTL_S = 30 * 86400.0
+AUDIENCE_PREFIX = "iris-endpoint/"
+LIVE_ATTEMPT_STATES = ("ASSIGNED", "BUILDING", "RUNNING")
+
+_LIVE = (
+    "SELECT e.job_id, e.name, e.address, e.attempt_id, e.created_ms FROM endpoints e "
+    "JOIN attempts a ON a.attempt_id = e.attempt_id "
+    f"WHERE a.state IN ({','.join(repr(s) for s in LIVE_ATTEMPT_STATES)})"
+)
+
+
+def check_name(name: str) -> str:
+    if not NAME_PATTERN.match(name or ""):
+        raise InvalidArgument(
+            f"endpoint name {name!r} is not valid: use 1-63 letters, digits, '_', '.' or '-', starting with a"
+            " letter or digit (e.g. 'web' or 'tensorboard')"
+        )
+    return name
+
+
+def _check_owner(identity: Identity, job_id: str, owner: str, what: str) -> None:
+    if identity.role is Role.ADMIN or (identity.role is Role.USER and owner and identity.principal == owner):
+        return
+    raise PermissionDenied(
+        f"{identity.principal} ({identity.role.value}) may not {what} for {job_id}: it belongs to"
+        f" {owner or 'nobody'}, and only its owner, its tasks or an admin may"
+    )
+
+
+def register(conn, identity: Identity, req: pb.RegisterEndpointRequest, now_ms: int) -> pb.Endpoint:
+    """Records (or moves) the endpoint `req.name` of `req.job_id`, leased to a live attempt of that job."""
+    name = check_name(req.name)
+    if not 0 < req.port < 65536:
+        raise InvalidArgument(f"port must be between 1 and 65535, got {req.port}")
+    host = req.host or "127.0.0.1"
+    if not re.match(r"^[A-Za-z0-9.:_-]{1,253}$", host):
+        raise InvalidArgument(f"host {host!r} is not a host name or IP address")
+    job = conn.execute(sql("SELECT owner FROM jobs WHERE job_id = :j"), {"j": req.job_id}).first()
+    if job is None:
+        raise NotFound(f"no job {req.job_id!r} on this cluster; register from inside the job's task")
+    _check_owner(identity, req.job_id, job[0], "register an endpoint")
+    attempt = conn.execute(
+        sql("SELECT state FROM attempts WHERE attempt_id = :a AND job_id = :j"),
+        {"a": req.attempt_id, "j": req.job_id},
+    ).first()
+    if attempt is None:
+        raise InvalidArgument(
+            f"attempt {req.attempt_id!r} is not an attempt of {req.job_id}: register from inside a running task"
+            " (it has IRIS_JOB_ID and IRIS_ATTEMPT_ID set)"
+        )
+    if attempt[0] not in LIVE_ATTEMPT_STATES:
+        raise InvalidArgument(f"attempt {req.attempt_id} has ended ({attempt[0]}); an ended attempt cannot serve")
+    address = f"[{host}]:{req.port}" if ":" in host else f"{host}:{req.port}"
+    conn.execute(
+        sql(
+            "INSERT INTO endpoints (name, job_id, address, created_ms, attempt_id) VALUES (:n, :j, :a, :t, :at)"
+            " ON CONFLICT (job_id, name) DO UPDATE SET address = :a, created_ms = :t, attempt_id = :at"
+        ),
+        {"n": name, "j": req.job_id, "a": address, "t": now_ms, "at": req.attempt_id},
+    )
+    return pb.Endpoint(job_id=req.job_id, name=name, address=address, attempt_id=req.attempt_id, created_ms=now_ms)
+
+
+def list_live(conn, job_id: str = "") -> list[pb.Endpoint]:
+    """The endpoints whose attempt is still active, of one job or of all."""
+    query = _LIVE + (" AND e.job_id = :j" if job_id else "") + " ORDER BY e.job_id, e.name"
+    rows = conn.execute(sql(query), {"j": job_id}).all()
+    return [pb.Endpoint(job_id=r[0], name=r[1], address=r[2], attempt_id=r[3], created_ms=r[4]) for r in rows]
+
+
+def live_address(conn, job_id: str, name: str) -> str | None:
+    row = conn.execute(sql(_LIVE + " AND e.job_id = :j AND e.name = :n"), {"j": job_id, "n": name}).first()
+    return row[2] if row else None
+
+
+def check_may_mint(conn, identity: Identity, job_id: str, name: str) -> None:
+    """Only the job's owner (or an admin) mints a URL, and only for an endpoint that is live now."""
+    check_name(name)
+    job = conn.execute(sql("SELECT owner FROM jobs WHERE job_id = :j"), {"j": job_id}).first()
+    if job is None:
+        raise NotFound(f"no job {job_id!r} on this cluster")
+    _check_owner(identity, job_id, job[0], "mint an endpoint URL")
+    if live_address(conn, job_id, name) is None:
+        raise NotFound(f"{job_id} has no live endpoint {name!r}; `iris endpoint list {job_id}` shows the live ones")
+
+
+def mint_url(
+    key: SigningKey, cluster: str, origin: str, parent: str | None, job_id: str, name: str, ttl_s: float
+) -> tuple[str, int]:
+    """The capability URL for (job, endpoint) and its expiry (epoch ms); tagged for the parent's relay
+    when this cluster is reached through `parent`."""
+    ttl = ttl_s or DEFAULT_URL_TTL_S
+    if not 0 < ttl <= MAX_URL_TTL_S:
+        raise InvalidArgument(f"ttl must be between 1 second and {MAX_URL_TTL_S / 86400:g} days, got {ttl:g} s")
+    now = time.time()
+    token = mint_token(key, cluster, job_id, Role.USER, ttl, now=now, audience=AUDIENCE_PREFIX + name)
+    if parent:
+        base = f"{parent.rstrip('/')}/proxy/t/cluster={cluster}/{token}/{name}/"
+    else:
+        base = f"{origin.rstrip('/')}/proxy/t/{token}/{name}/"
+    return base, int((now + ttl) * 1000)
+
+
+def verify_capability(key: SigningKey, cluster: str, token: str, name: str) -> str:
+    """The job a capability token for endpoint `name` opens; Unauthenticated if it is bad or expired."""
+    return verify_token(token, key, cluster, audience=AUDIENCE_PREFIX + name).principal

@@ -1,0 +1,161 @@
+"""The `/proxy/t/…` surface: capability URLs relayed to a task's serving endpoint, and the blind
+relay a parent cluster runs for its peers' URLs.
+
+`/proxy/t/<token>/<name>/<path>` is served here: the token is checked against this cluster's key
+for endpoint `name`, the endpoint is looked up among live attempts, and the request is streamed
+to it. `/proxy/t/cluster=<peer>/<rest>` is relayed to that configured peer's `/proxy/t/<rest>`
+without reading the token: the cluster that minted it is the only one that judges it.
+
+Bodies are streamed both ways (httpx for HTTP, `websockets` for WebSockets): a request body is
+forwarded as it arrives and a response (chunked, server-sent events, a large download) is passed
+on chunk by chunk, so no body is held whole in the controller. `Authorization` and `Cookie` are
+dropped before forwarding: the capability URL is the credential, and the cluster's own credentials
+never reach a served app. An unknown or ended endpoint answers 404 at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING
+
+import httpx
+import websockets
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from iris.controller import endpoints
+from iris.core.errors import IrisError, NotFound, Unauthenticated
+
+if TYPE_CHECKING:
+    from iris.controller.app import Controller
+
+PREFIX = "/proxy/t/"
+CLUSTER_TAG = "cluster="
+METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+# Not forwarded in either direction: per-connection headers, and the caller's credentials.
+HOP_HEADERS = frozenset(
+    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding"}
+    | {"upgrade", "host"}
+)
+STRIPPED_REQUEST_HEADERS = HOP_HEADERS | {"authorization", "cookie"}
+
+
+class Proxy:
+    """Resolves a `/proxy/t/…` path to an upstream URL and relays one request or WebSocket to it."""
+
+    def __init__(self, controller: Controller):
+        self.c = controller
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(connect=10.0, read=None, write=None, pool=None),
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+                follow_redirects=False,
+            )
+        return self._client
+
+    def _target(self, rest: str) -> str:
+        """The upstream http(s) URL for `rest`, the part after /proxy/t/; typed errors otherwise."""
+        if rest.startswith(CLUSTER_TAG):
+            peer, _, tail = rest[len(CLUSTER_TAG) :].partition("/")
+            config = self.c.config.peers.get(peer)
+            if config is None:
+                raise NotFound(f"no federation peer named {peer!r} here; this cluster relays only to its peers")
+            return config.address.rstrip("/") + PREFIX + tail
+        token, _, tail = rest.partition("/")
+        name, _, path = tail.partition("/")
+        if not token or not name:
+            raise NotFound("a capability URL has the form /proxy/t/<token>/<name>/…; mint one with `iris endpoint url`")
+        cluster = self.c.config.name
+        job_id = endpoints.verify_capability(self.c.auth.signing_key, cluster, token, name)
+        with self.c.db.read() as conn:
+            address = endpoints.live_address(conn, job_id, name)
+        if address is None:
+            raise NotFound(
+                f"endpoint {name!r} of {job_id} is not being served (its task has ended or never registered it)"
+            )
+        return f"http://{address}/{path}"
+
+    async def http(self, request: Request):
+        try:
+            target = await asyncio.to_thread(self._target, request.path_params["rest"])
+        except IrisError as exc:
+            return _error(exc)
+        url = target + (f"?{request.url.query}" if request.url.query else "")
+        headers = [(k, v) for k, v in request.headers.items() if k not in STRIPPED_REQUEST_HEADERS]
+        has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
+        upstream_request = self.client.build_request(
+            request.method, url, headers=headers, content=request.stream() if has_body else None
+        )
+        try:
+            upstream = await self.client.send(upstream_request, stream=True)
+        except httpx.HTTPError as exc:
+            return JSONResponse({"error": f"the endpoint did not answer: {type(exc).__name__}"}, status_code=502)
+        out = [(k, v) for k, v in upstream.headers.multi_items() if k.lower() not in HOP_HEADERS]
+        response = StreamingResponse(
+            upstream.aiter_raw(), status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
+        )
+        response.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in out]
+        return response
+
+    async def websocket(self, ws: WebSocket):
+        try:
+            target = await asyncio.to_thread(self._target, ws.path_params["rest"])
+        except IrisError as exc:
+            await ws.close(code=4404 if isinstance(exc, NotFound) else 4401, reason=exc.message[:120])
+            return
+        url = "ws" + target[len("http") :] + (f"?{ws.url.query}" if ws.url.query else "")
+        try:
+            upstream = await websockets.connect(url, max_size=None, open_timeout=10)
+        except (OSError, websockets.WebSocketException, TimeoutError):
+            await ws.close(code=1014, reason="the endpoint did not answer")
+            return
+        await ws.accept()
+        async with upstream:
+            await _pump(ws, upstream)
+
+
+async def _pump(ws: WebSocket, upstream) -> None:
+    async def client_to_upstream():
+        with contextlib.suppress(WebSocketDisconnect):
+            while True:
+                message = await ws.receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                await upstream.send(message["bytes"] if message.get("bytes") is not None else message["text"])
+
+    async def upstream_to_client():
+        with contextlib.suppress(websockets.ConnectionClosed):
+            async for message in upstream:
+                if isinstance(message, bytes):
+                    await ws.send_bytes(message)
+                else:
+                    await ws.send_text(message)
+
+    tasks = [asyncio.ensure_future(client_to_upstream()), asyncio.ensure_future(upstream_to_client())]
+    _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    with contextlib.suppress(Exception):
+        await upstream.close()
+    with contextlib.suppress(Exception):
+        await ws.close()
+
+
+def _error(exc: IrisError) -> JSONResponse:
+    status = 404 if isinstance(exc, NotFound) else 401 if isinstance(exc, Unauthenticated) else 403
+    return JSONResponse({"code": exc.code, "message": exc.message}, status_code=status)
+
+
+def routes(proxy: Proxy) -> list:
+    return [
+        Route(PREFIX + "{rest:path}", proxy.http, methods=METHODS),
+        WebSocketRoute(PREFIX + "{rest:path}", proxy.websocket),
+    ]

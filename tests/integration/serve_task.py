@@ -1,0 +1,93 @@
+"""A task that serves HTTP (standard library) and a WebSocket echo, registers both, and serves
+until its job is stopped. Run by the endpoint tests as a real job's command."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from websockets.sync.server import serve
+
+from iris.client.client import IrisClient
+
+RELEASE = threading.Event()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
+        self.send_response(code)
+        self.send_header("content-type", ctype)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path.startswith("/hello"):
+            seen = {k.lower(): v for k, v in self.headers.items()}
+            doc = {"path": self.path, "authorization": seen.get("authorization"), "cookie": seen.get("cookie")}
+            self._send(200, json.dumps(doc).encode())
+        elif self.path == "/release":
+            RELEASE.set()
+            self._send(200, b"{}")
+        elif self.path.startswith("/stream"):
+            # Chunked: the first chunk goes out, the second only after /release was called, so a
+            # client that reads the first before releasing proves the relay does not buffer.
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            for part in (b"data: first\n\n", b"data: second\n\n"):
+                if part.startswith(b"data: second"):
+                    RELEASE.wait(60)
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        elif self.path.startswith("/bytes/"):
+            size = int(self.path.rsplit("/", 1)[1])
+            self.send_response(200)
+            self.send_header("content-length", str(size))
+            self.end_headers()
+            block = b"x" * (1 << 20)
+            while size > 0:
+                n = min(size, len(block))
+                self.wfile.write(block[:n])
+                size -= n
+        else:
+            self._send(404, b"{}")
+
+    def do_POST(self):
+        remaining = int(self.headers.get("content-length", 0))
+        digest = hashlib.sha256()
+        while remaining:
+            chunk = self.rfile.read(min(remaining, 1 << 20))
+            digest.update(chunk)
+            remaining -= len(chunk)
+        self._send(200, json.dumps({"sha256": digest.hexdigest()}).encode())
+
+
+def echo(ws):
+    for message in ws:
+        ws.send(message)
+
+
+def main() -> None:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    ws_server = serve(echo, "127.0.0.1", 0)
+    threading.Thread(target=ws_server.serve_forever, daemon=True).start()
+    client = IrisClient()
+    client.register_endpoint("web", httpd.server_address[1])
+    client.register_endpoint("ws", ws_server.socket.getsockname()[1])
+    print("serving", flush=True)
+    threading.Event().wait()  # serves until the job is stopped
+
+
+if __name__ == "__main__":
+    main()
