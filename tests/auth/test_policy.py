@@ -39,6 +39,7 @@ READS = [
     "ExecuteRawQuery",
     "ExplainJob",
     "GetClusterInfo",
+    "ListEndpoints",
 ]
 PEER_CALLS = [
     "LaunchJob",

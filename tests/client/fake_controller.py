@@ -303,6 +303,15 @@ class FakeService:
     async def worker_poll(self, request, ctx) -> pb.WorkerPollResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "no worker pools here")
 
+    async def register_endpoint(self, request, ctx) -> pb.RegisterEndpointResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, "no serving endpoints here")
+
+    async def list_endpoints(self, request, ctx) -> pb.ListEndpointsResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, "no serving endpoints here")
+
+    async def mint_endpoint_url(self, request, ctx) -> pb.MintEndpointUrlResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, "no serving endpoints here")
+
     def stop_all(self) -> None:
         for job in self.jobs.values():
             for proc in job.procs:
