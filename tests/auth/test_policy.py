@@ -68,6 +68,8 @@ EXPECTED = {
         "ExplainJob",
         "LaunchJob",
         "TerminateJob",
+        "RegisterEndpoint",
+        "ListEndpoints",
     },
 }
 

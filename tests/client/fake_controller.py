@@ -303,6 +303,9 @@ class FakeService:
     async def worker_poll(self, request, ctx) -> pb.WorkerPollResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "no worker pools here")
 
+    async def revoke_token(self, request, ctx) -> pb.RevokeTokenResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, "no token deny list here")
+
     async def register_endpoint(self, request, ctx) -> pb.RegisterEndpointResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "no serving endpoints here")
 

@@ -19,6 +19,7 @@ import time
 
 from iris.controller.auth import Identity, Role, mint_token, verify_token
 from iris.controller.auth.keys import SigningKey
+from iris.controller.auth.policy import in_job_tree
 from iris.controller.db.database import sql
 from iris.core.errors import InvalidArgument, NotFound, PermissionDenied
 from iris.rpc import controller_pb2 as pb
@@ -45,8 +46,10 @@ def check_name(name: str) -> str:
     return name
 
 
-def _check_owner(identity: Identity, job_id: str, owner: str, what: str) -> None:
+def _check_owner(identity: Identity, job_id: str, owner: str, what: str, tasks_may: bool = False) -> None:
     if identity.role is Role.ADMIN or (identity.role is Role.USER and owner and identity.principal == owner):
+        return
+    if tasks_may and identity.role is Role.TASK and in_job_tree(job_id, identity.job_scope or "\0"):
         return
     raise PermissionDenied(
         f"{identity.principal} ({identity.role.value}) may not {what} for {job_id}: it belongs to"
@@ -65,7 +68,7 @@ def register(conn, identity: Identity, req: pb.RegisterEndpointRequest, now_ms: 
     job = conn.execute(sql("SELECT owner FROM jobs WHERE job_id = :j"), {"j": req.job_id}).first()
     if job is None:
         raise NotFound(f"no job {req.job_id!r} on this cluster; register from inside the job's task")
-    _check_owner(identity, req.job_id, job[0], "register an endpoint")
+    _check_owner(identity, req.job_id, job[0], "register an endpoint", tasks_may=True)
     attempt = conn.execute(
         sql("SELECT state FROM attempts WHERE attempt_id = :a AND job_id = :j"),
         {"a": req.attempt_id, "j": req.job_id},

@@ -84,6 +84,8 @@ ROLE_METHODS: Mapping[Role, frozenset[str]] = MappingProxyType(
                 "ExplainJob",
                 "LaunchJob",
                 "TerminateJob",
+                "RegisterEndpoint",
+                "ListEndpoints",
             }
         ),
         Role.FEDERATION_PEER: frozenset(
