@@ -306,6 +306,9 @@ class FakeService:
     async def revoke_token(self, request, ctx) -> pb.RevokeTokenResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "no token deny list here")
 
+    async def fetch_bundle(self, request, ctx) -> pb.FetchBundleResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, "no bundles here")
+
     async def register_endpoint(self, request, ctx) -> pb.RegisterEndpointResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "no serving endpoints here")
 
