@@ -114,3 +114,14 @@ def test_task_token_reaches_only_its_own_job_and_ends_with_its_attempt(controlle
     assert code == "unauthenticated" and "has ended" in message
     assert status(alice, other).job.state in ("PENDING", "RUNNING")
     alice.terminate_job(pb.TerminateJobRequest(job_id=other))
+
+
+def test_task_under_its_own_uid_can_import_the_sdk_with_the_python3_on_its_path(controller):
+    """The controller's interpreter may sit in a folder closed to the task's uid; whichever `python3`
+    the task finds, it can still import the SDK it submits children with."""
+    alice = client(controller, user_token(controller, "alice"))
+    job = launch(alice, "sdk", ["sh", "-c", "id -u; python3 -c 'import iris.client; print(\"sdk ok\")'"])
+    assert wait_state(alice, job).job.state == "SUCCEEDED", logs(alice, job)
+    uid_line, last = logs(alice, job)[0], logs(alice, job)[-1]
+    assert int(uid_line) not in (0, os.getuid())
+    assert last == "sdk ok"

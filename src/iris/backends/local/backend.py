@@ -23,6 +23,7 @@ import re
 import selectors
 import shutil
 import signal
+import site
 import subprocess
 import threading
 import time
@@ -30,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import iris
 from iris.backends.local.containment import Containment
 from iris.backends.protocol import (
     AdoptRecord,
@@ -104,6 +106,19 @@ def worker_capacity(config: LocalBackendConfig) -> Resources:
         kind = "gpu" if config.devices.gpu else "tpu"
         device = Device(kind, (config.devices.gpu or config.devices.tpu or "").lower(), config.devices.count)
     return Resources(cpu=config.capacity.cpu, memory=config.capacity.memory, disk=config.capacity.disk, device=device)
+
+
+def sdk_pythonpath(current: str) -> str:
+    """`current` with Iris's own package folder and its dependencies' folder appended.
+
+    A task under its user's uid may be unable to run the interpreter that runs the controller (a
+    Python installed under a home folder closed to others), so `python3` on its PATH can be another
+    one of the same version: with these folders it can still import the SDK (`iris.client`) that
+    tasks use to submit children and register endpoints. Appended, so the task's own choices win.
+    """
+    extra = [str(Path(iris.__file__).resolve().parent.parent), *site.getsitepackages()]
+    parts = [p for p in current.split(os.pathsep) if p]
+    return os.pathsep.join(parts + [p for p in extra if p not in parts])
 
 
 def shell_argv(command: tuple[str, ...]) -> list[str]:
@@ -262,6 +277,7 @@ class LocalBackend:
                         os.lchown(os.path.join(root, name), spec.uid, gid)
         if as_task:
             env["HOME"] = str(home)  # the controller's home is not the task's to write
+            env["PYTHONPATH"] = sdk_pythonpath(env.get("PYTHONPATH", ""))
         cgroup = self.containment.prepare(folder.name)
         try:
             with open(folder / "stdout", "ab") as out, open(folder / "stderr", "ab") as err:
