@@ -97,12 +97,16 @@ class RawQueryRunner:
         self._closing.set()
 
     def _run(self, query: str, limit: int, future: Future) -> None:
+        # The slot is free before the caller hears the answer, so a script that sends its next
+        # query as soon as one returns is never refused as over the limit.
         try:
-            future.set_result(self.run(query, limit))
+            result = self.run(query, limit)
         except BaseException as exc:
-            future.set_exception(exc)
-        finally:
             self._slots.release()
+            future.set_exception(exc)
+            return
+        self._slots.release()
+        future.set_result(result)
 
     def run(self, query: str, limit: int) -> pb.ExecuteRawQueryResponse:
         """Runs one query on this thread, within every limit of this module."""

@@ -55,9 +55,12 @@ log = logging.getLogger("iris.backends.local")
 # $0 is the attempt folder, $1 the cgroup to join (or ""), $2 the number of workspace layer folders
 # that follow (their contents are copied in order into the attempt's working folder, its cwd: the
 # copy runs in the attempt's process, not on the control tick); the command comes last. Only shell
-# builtins besides `cp`, so an attempt without a workspace costs one extra fork (the command's).
+# builtins besides `cp` (and `mkdir`, should the attempt's cgroup have gone), so an attempt without a
+# workspace costs one extra fork (the command's). A cgroup that cannot be joined leaves the attempt
+# contained by its process group alone, and never puts a line in its output.
 _WRAPPER = (
-    'cg=$1; shift; [ -n "$cg" ] && echo $$ > "$cg/cgroup.procs"; '
+    'cg=$1; shift; if [ -n "$cg" ]; then [ -d "$cg" ] || mkdir "$cg" 2>/dev/null; '
+    '{ echo $$ > "$cg/cgroup.procs"; } 2>/dev/null; fi; '
     'echo $$ > "$0/pid"; n=$1; shift; '
     'while [ "$n" -gt 0 ] && cp -R "$1/." .; do shift; n=$((n-1)); done; '
     'if [ "$n" -ne 0 ]; then echo "iris: cannot copy the job\'s workspace into $PWD" >&2; echo 126 > "$0/exit"; exit 126; fi; '
