@@ -166,7 +166,7 @@ def unpack_bundle(state_dir: Path, bundle_id: str, data: bytes) -> Path:
     inspect_bundle(data, bundle_id)
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
-            _publish(target, lambda tmp: _extract(zf, tmp))
+            publish_folder(target, lambda tmp: _extract(zf, tmp))
     except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, NotImplementedError) as exc:
         raise InvalidArgument(
             f"the workspace bundle is damaged and cannot be unpacked ({exc}); pack it again"
@@ -189,7 +189,7 @@ def write_files(state_dir: Path, files: dict[str, bytes]) -> str:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
 
-    _publish(target, fill)
+    publish_folder(target, fill)
     return fid
 
 
@@ -198,7 +198,7 @@ def layers(state_dir: Path, bundle_id: str, files_id: str) -> tuple[str, ...]:
     return tuple(str(bundle_folder(state_dir, i)) for i in (bundle_id, files_id) if i)
 
 
-def _publish(target: Path, fill) -> None:
+def publish_folder(target: Path, fill) -> None:
     """Fills a fresh folder beside `target`, then renames it into place (readers never see half of it)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))

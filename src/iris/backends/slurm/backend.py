@@ -26,9 +26,7 @@ orphan: the job is found and adopted, or it was never submitted and the attempt 
 from __future__ import annotations
 
 import logging
-import os
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -50,7 +48,7 @@ from iris.backends.protocol import (
 from iris.backends.slurm.commands import MB, SlurmCommandError, SlurmCommands, SlurmNode, sbatch_argv
 from iris.backends.slurm.states import judge
 from iris.backends.spool import OutputSpool
-from iris.backends.staging import safe_dirname
+from iris.backends.staging import publish_folder, safe_dirname
 from iris.core.config import SlurmBackendConfig
 from iris.core.resources import Device, Resources
 
@@ -266,16 +264,7 @@ class SlurmBackend:
             return str(source)
         target = self.root / "layers" / source.name
         if not target.is_dir():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{source.name}-", dir=target.parent))
-            try:
-                shutil.copytree(source, tmp, dirs_exist_ok=True)
-                os.rename(tmp, target)
-            except OSError:
-                if not target.is_dir():
-                    raise
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+            publish_folder(target, lambda tmp: shutil.copytree(source, tmp, dirs_exist_ok=True))
         return str(target)
 
     def _add(self, record: _Attempt) -> None:
