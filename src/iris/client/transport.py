@@ -30,20 +30,6 @@ if TYPE_CHECKING:
 SERVICE = "iris.v1.ControllerService"
 _M = TypeVar("_M", bound="Message")
 
-# Connect code name -> the typed error the SDK raises. Codes not listed keep their name on a plain
-# IrisError, so nothing the server says is lost.
-_ERRORS: dict[str, type[errors.IrisError]] = {
-    cls.code: cls
-    for cls in (
-        errors.InvalidArgument,
-        errors.NotFound,
-        errors.AlreadyExists,
-        errors.PermissionDenied,
-        errors.FailedPrecondition,
-        errors.Unavailable,
-        errors.Unauthenticated,
-    )
-}
 # The Connect protocol's code for a non-200 answer without a Connect error body.
 _HTTP_CODES = {
     400: "internal",
@@ -61,13 +47,8 @@ _IDLE_RECONNECT_S = 4.0
 
 
 def error_from_code(code: str, message: str) -> errors.IrisError:
-    """The typed error for a Connect error code (`not_found` → NotFound, …)."""
-    cls = _ERRORS.get(code)
-    if cls is not None:
-        return cls(message)
-    err = errors.IrisError(message)
-    err.code = code
-    return err
+    """The typed error for a Connect error code (`not_found` → NotFound, …), by the one table."""
+    return errors.error_for_code(code, message)
 
 
 def unreachable(url: str, reason: str) -> errors.Unavailable:

@@ -36,6 +36,7 @@ from iris.federation.model import DispositionKind, SubmittedJob
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.bounds import check_message
 from iris.rpc.codec import fill_availability, resources_to_proto
+from iris.rpc.errors import to_connect
 
 if TYPE_CHECKING:
     from iris.controller.app import Controller
@@ -44,10 +45,6 @@ log = logging.getLogger("iris.api")
 
 
 _MISSING = object()  # the request names a bundle this cluster does not hold
-
-
-def _connect_error(exc: IrisError) -> ConnectError:
-    return ConnectError(Code[exc.code.upper()], exc.message)
 
 
 def _internal_error(method: str, exc: BaseException) -> ConnectError:
@@ -75,7 +72,7 @@ def rpc(fn):
                 return await fn(self, request, identity)  # it brings its own threads
             return await asyncio.to_thread(fn, self, request, identity)
         except IrisError as exc:
-            raise _connect_error(exc) from None
+            raise to_connect(exc) from None
         except ConnectError:
             raise
         except Exception as exc:

@@ -22,6 +22,7 @@ from iris.controller.auth import Role, authorize
 from iris.core.errors import InvalidArgument, IrisError, NotFound
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.bounds import check_message
+from iris.rpc.errors import to_connect
 
 if TYPE_CHECKING:
     from iris.controller.app import Controller
@@ -51,7 +52,7 @@ class WorkerCalls:
         return identity
 
     async def register_worker(self, req: pb.RegisterWorkerRequest, ctx) -> pb.RegisterWorkerResponse:
-        from iris.controller.service import _connect_error, _internal_error
+        from iris.controller.service import _internal_error
 
         try:
             identity = self._caller(ctx, "RegisterWorker")
@@ -59,14 +60,14 @@ class WorkerCalls:
             hub = worker_hub(self.c, req.backend_id)
             return hub.register_worker(req, identity.principal, identity.role is Role.ADMIN)
         except IrisError as exc:
-            raise _connect_error(exc) from None
+            raise to_connect(exc) from None
         except ConnectError:
             raise
         except Exception as exc:
             raise _internal_error("RegisterWorker", exc) from None
 
     async def worker_poll(self, req: pb.WorkerPollRequest, ctx) -> pb.WorkerPollResponse:
-        from iris.controller.service import _connect_error, _internal_error
+        from iris.controller.service import _internal_error
 
         try:
             identity = self._caller(ctx, "WorkerPoll")
@@ -74,14 +75,14 @@ class WorkerCalls:
             hub = worker_hub(self.c, req.backend_id)
             return await hub.worker_poll(req, identity.principal, identity.role is Role.ADMIN)
         except IrisError as exc:
-            raise _connect_error(exc) from None
+            raise to_connect(exc) from None
         except ConnectError:
             raise
         except Exception as exc:
             raise _internal_error("WorkerPoll", exc) from None
 
     async def fetch_bundle(self, req: pb.FetchBundleRequest, ctx) -> pb.FetchBundleResponse:
-        from iris.controller.service import _connect_error, _internal_error
+        from iris.controller.service import _internal_error
 
         try:
             identity = self._caller(ctx, "FetchBundle")
@@ -90,7 +91,7 @@ class WorkerCalls:
             job_id = hub.workspace_grant(req, identity.principal, identity.role is Role.ADMIN)
             return await asyncio.to_thread(self._workspace_layer, job_id, req.content_id)
         except IrisError as exc:
-            raise _connect_error(exc) from None
+            raise to_connect(exc) from None
         except ConnectError:
             raise
         except Exception as exc:

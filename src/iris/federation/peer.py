@@ -9,33 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from iris.core.availability import Availability, BandHolding
 from iris.core.bands import Band
-from iris.core.errors import (
-    AlreadyExists,
-    FailedPrecondition,
-    InvalidArgument,
-    IrisError,
-    NotFound,
-    PermissionDenied,
-    Unauthenticated,
-    Unavailable,
-)
+from iris.core.errors import FailedPrecondition, InvalidArgument, IrisError, Unavailable
 from iris.federation.model import PeerBackend
 from iris.rpc import controller_pb2 as pb
-
-_ERRORS = {
-    Code.INVALID_ARGUMENT: InvalidArgument,
-    Code.NOT_FOUND: NotFound,
-    Code.ALREADY_EXISTS: AlreadyExists,
-    Code.PERMISSION_DENIED: PermissionDenied,
-    Code.FAILED_PRECONDITION: FailedPrecondition,
-    Code.UNAUTHENTICATED: Unauthenticated,
-}
-
+from iris.rpc.errors import from_connect
 
 READABLE_AVAILABILITY_VERSIONS = (1, 2)  # ours (lowercase band labels) and the upstream one
 _UPSTREAM_BAND_PREFIX = "PRIORITY_BAND_"
@@ -98,9 +79,11 @@ class PeerClient:
         try:
             return getattr(self._client, method)(request, headers=headers)
         except ConnectError as exc:
-            error = _ERRORS.get(exc.code)
-            if error is not None:
-                raise error(f"peer {self.peer_id}: {exc.message}") from None
+            # A refusal keeps its type; anything else (unavailable, internal, a code with no type
+            # here) means the peer cannot serve now, so the manager retries it next cycle.
+            error = from_connect(exc, f"peer {self.peer_id}: {exc.message}")
+            if type(error) is not IrisError and not isinstance(error, Unavailable):
+                raise error from None
             raise Unavailable(
                 f"peer {self.peer_id} at {self.address}: {exc.code.name.lower()}: {exc.message}"
             ) from None

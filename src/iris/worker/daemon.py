@@ -40,10 +40,11 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from iris.backends import staging
-from iris.core.errors import FailedPrecondition, InvalidArgument, IrisError, PermissionDenied
+from iris.core.errors import FailedPrecondition, InvalidArgument, IrisError
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import resources_to_proto
 from iris.rpc.controller_connect import ControllerServiceClientSync
+from iris.rpc.errors import from_connect
 from iris.worker.runtime import STREAMS, AttemptRun, ProcessRuntime, StartFailed
 from iris.worker.settings import WorkerSettings
 
@@ -203,7 +204,7 @@ class WorkerDaemon:
                 backoff.reset()
             except ConnectError as exc:
                 if exc.code in FATAL:
-                    raise _typed(exc) from None
+                    raise from_connect(exc) from None
                 log.info("controller unreachable (%s); retrying", exc.message)
                 client = None
                 backoff.wait(self._stop)
@@ -352,16 +353,3 @@ class WorkerDaemon:
             self._client(5).worker_poll(req, headers=self._headers())
         except (ConnectError, OSError, TimeoutError):
             pass
-
-
-def _typed(exc: ConnectError) -> IrisError:
-    """The controller's refusal as the typed error the CLI reports (and exits with)."""
-    from iris.core import errors
-
-    by_code = {
-        Code.PERMISSION_DENIED: PermissionDenied,
-        Code.INVALID_ARGUMENT: errors.InvalidArgument,
-        Code.ALREADY_EXISTS: errors.AlreadyExists,
-        Code.UNAUTHENTICATED: errors.Unauthenticated,
-    }
-    return by_code.get(exc.code, errors.Unavailable)(exc.message)
