@@ -14,6 +14,7 @@ import pytest
 from websockets.sync.client import connect
 
 from iris.controller.auth import load_or_create_signing_key, mint_token, public_key_pem
+from iris.federation.ids import received_job_id
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until
 from tests.controller.helpers import client, error_code, status, user_token, wait_state
@@ -97,7 +98,8 @@ def check_refusals(h100, job: str) -> None:
 
 def test_endpoint_on_a_peer_is_reached_through_the_parent(clusters):
     marin, h100 = clusters
-    job = serving_job(marin)
+    submitted = serving_job(marin)
+    job = received_job_id("marin", submitted)  # the id cw-h100 runs it under
     eps = wait_until(lambda: len(live(h100, job)) == 2 and live(h100, job), timeout=60, message="endpoints registered")
     assert eps["web"].address.startswith("127.0.0.1:")
 
@@ -156,7 +158,7 @@ def test_endpoint_on_a_peer_is_reached_through_the_parent(clusters):
         assert ws.recv(timeout=10) == b"\x00\x01"
 
     check_refusals(h100, job)
-    client(marin, user_token(marin, "alice")).terminate_job(pb.TerminateJobRequest(job_id=job))
+    client(marin, user_token(marin, "alice")).terminate_job(pb.TerminateJobRequest(job_id=submitted))
     wait_state(client(h100), job)
     assert live(h100, job) == {}
     with httpx.Client(timeout=10) as http:

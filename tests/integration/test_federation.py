@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from iris.controller.auth import load_or_create_signing_key, public_key_pem
+from iris.federation.ids import received_job_id
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import free_port, wait_until
 from tests.controller.helpers import client, error_code, logs, pid_alive, status, user_token, wait_state
@@ -70,6 +71,11 @@ def federation(controller_factory) -> Federation:
     return start_federation(controller_factory)
 
 
+def on_peer(job_id: str, requester: str = "marin") -> str:
+    """The id a peer files a job handed off by `requester` under."""
+    return received_job_id(requester, job_id)
+
+
 def gpu_job(
     name: str,
     variant: str,
@@ -106,8 +112,8 @@ def test_cpu_job_runs_locally_and_gpu_job_runs_on_the_peer_with_state_and_logs_m
     assert final.job.state == "SUCCEEDED"
     assert final.job.cluster == "cw-h100" and final.job.handoff_state == "HANDED_OFF"
     assert final.tasks and final.tasks[0].cluster == "cw-h100" and final.tasks[0].exit_code == 0
-    on_peer = status(client(h100), sent.job_id)
-    assert on_peer.job.state == "SUCCEEDED"
+    on_peer_status = status(client(h100), on_peer(sent.job_id))
+    assert on_peer_status.job.state == "SUCCEEDED"
     wait_until(
         lambda: logs(c, sent.job_id) == ["on cw-h100 gpus=0,1,2,3,4,5,6,7 with-files from-parent peer-set"],
         message="relayed logs",
@@ -132,7 +138,7 @@ def test_pinned_job_goes_to_its_peer_even_when_it_could_run_locally(federation):
     )
     assert resp.disposition == "queued" and resp.peer_id == "cw-gb200"
     assert wait_state(c, resp.job_id).job.cluster == "cw-gb200"
-    assert status(client(gb200), resp.job_id).job.state == "SUCCEEDED"
+    assert status(client(gb200), on_peer(resp.job_id)).job.state == "SUCCEEDED"
 
 
 def test_a_job_nothing_can_host_fails_at_once(federation):
@@ -192,13 +198,17 @@ def test_cancel_after_handoff_stops_the_process_on_the_peer(federation):
     resp = c.launch_job(gpu_job("long", "h100", command=("sleep", "300")))
     wait_until(lambda: status(c, resp.job_id).job.state == "RUNNING", timeout=30, message="running on the peer")
     pid = wait_until(
-        lambda: status(p, resp.job_id).tasks[0].attempts[0].pid if status(p, resp.job_id).tasks[0].attempts else 0,
+        lambda: (
+            status(p, on_peer(resp.job_id)).tasks[0].attempts[0].pid
+            if status(p, on_peer(resp.job_id)).tasks[0].attempts
+            else 0
+        ),
         message="peer pid",
     )
     assert pid_alive(pid)
     c.terminate_job(pb.TerminateJobRequest(job_id=resp.job_id))
     wait_until(lambda: not pid_alive(pid), timeout=20, message="peer process gone")
-    wait_until(lambda: status(p, resp.job_id).job.state == "KILLED", message="killed on the peer")
+    wait_until(lambda: status(p, on_peer(resp.job_id)).job.state == "KILLED", message="killed on the peer")
     assert status(c, resp.job_id).job.state == "KILLED"
 
 
@@ -246,7 +256,7 @@ def test_handoff_signed_by_an_unknown_key_or_for_another_requester_is_refused(fe
     marins = mint_peer_token(load_or_create_signing_key(None, marin.state_dir), "marin", "cw-h100")
     code, message = error_code(handoff(marins, "cw-gb200"))
     assert code == "permission_denied" and "cw-gb200" in message
-    code, _ = error_code(lambda: status(client(h100), "/alice/sneaky"))
+    code, _ = error_code(lambda: status(client(h100), on_peer("/alice/sneaky")))
     assert code == "not_found"
 
 

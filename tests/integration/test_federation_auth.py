@@ -16,7 +16,7 @@ from iris.controller.auth import load_or_create_signing_key, public_key_pem
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until
 from tests.controller.helpers import client, status, user_token, wait_state
-from tests.integration.test_federation import FAST, gpu_backend, gpu_job
+from tests.integration.test_federation import FAST, gpu_backend, gpu_job, on_peer
 
 REFUSAL = b'{"code":"unauthenticated","message":"signing key of marin is not trusted here yet"}'
 
@@ -112,5 +112,5 @@ def test_unauthenticated_at_delivery_keeps_the_job_pending_with_the_cause_and_ru
     relay.refusing.clear()  # the key is in place now
     final = wait_state(c, job, timeout=40)
     assert final.job.state == "SUCCEEDED" and final.job.cluster == "cw-h100"
-    on_peer = status(client(h100), job)
-    assert len(on_peer.tasks) == 1 and len(on_peer.tasks[0].attempts) == 1
+    peer_run = status(client(h100), on_peer(job))
+    assert len(peer_run.tasks) == 1 and len(peer_run.tasks[0].attempts) == 1

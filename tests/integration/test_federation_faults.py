@@ -15,7 +15,7 @@ import pytest
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until
 from tests.controller.helpers import client, logs, status, wait_state
-from tests.integration.test_federation import FAST, gpu_job, start_federation
+from tests.integration.test_federation import FAST, gpu_job, on_peer, start_federation
 
 
 def handoff_state(c, job_id: str) -> str:
@@ -57,15 +57,15 @@ def test_parent_killed_between_promotion_and_delivery_ack_runs_the_job_exactly_o
     marin.start()
     c = client(marin, fed.token)
     final = wait_state(c, job, timeout=40)
-    assert final.job.state == "SUCCEEDED" and final.job.cluster == "cw-h100", logs(client(h100), job)
+    assert final.job.state == "SUCCEEDED" and final.job.cluster == "cw-h100", logs(client(h100), on_peer(job))
     assert runs.read_text().splitlines() == ["run"]
-    on_peer = status(client(h100), job)
-    assert len(on_peer.tasks) == 1 and len(on_peer.tasks[0].attempts) == 1
+    peer_run = status(client(h100), on_peer(job))
+    assert len(peer_run.tasks) == 1 and len(peer_run.tasks[0].attempts) == 1
     handles = (
         client(h100)
         .execute_raw_query(
             pb.ExecuteRawQueryRequest(
-                sql=f"SELECT COUNT(*) FROM federated_jobs WHERE job_id = '{job}' AND direction = 'RECEIVED'"
+                sql=f"SELECT COUNT(*) FROM federated_jobs WHERE job_id = '{on_peer(job)}' AND direction = 'RECEIVED'"
             )
         )
         .rows

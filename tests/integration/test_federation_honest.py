@@ -11,7 +11,7 @@ import time
 
 from tests.conftest import wait_until
 from tests.controller.helpers import client, logs, pid_alive, status, wait_state
-from tests.integration.test_federation import gpu_job, start_federation
+from tests.integration.test_federation import gpu_job, on_peer, start_federation
 
 FORTY = "for i in $(seq 1 20); do echo line-$i; done; sleep 2; for i in $(seq 21 40); do echo line-$i; done"
 
@@ -24,7 +24,7 @@ def test_logs_arrive_complete_in_order_and_once_after_the_parent_was_down_across
     wait_until(lambda: len(logs(c, job)) >= 1, timeout=30, message="first lines relayed")
     marin.kill()
     peer = client(h100)
-    wait_state(peer, job, timeout=30)
+    wait_state(peer, on_peer(job), timeout=30)
     time.sleep(1.5)  # the parent stays down for a few more of the peer's sync intervals
     marin.start()
     marin.extra_env["IRIS_TOKEN"] = fed.token
@@ -43,7 +43,8 @@ def test_stop_of_a_federated_job_shows_stopping_until_the_peer_confirms(controll
     job = c.launch_job(gpu_job("long", "h100", command=("sleep", "300"))).job_id
     wait_until(lambda: status(c, job).job.state == "RUNNING", timeout=30, message="running on the peer")
     pid = wait_until(
-        lambda: status(p, job).tasks[0].attempts[0].pid if status(p, job).tasks[0].attempts else 0, message="peer pid"
+        lambda: status(p, on_peer(job)).tasks[0].attempts[0].pid if status(p, on_peer(job)).tasks[0].attempts else 0,
+        message="peer pid",
     )
     marin.extra_env["IRIS_TOKEN"] = fed.token
     os.kill(h100.proc.pid, signal.SIGSTOP)

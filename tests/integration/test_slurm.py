@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from iris.controller.auth import load_or_create_signing_key, public_key_pem
+from iris.federation.ids import received_job_id
 from iris.rpc import controller_pb2 as pb
 from iris.testing.slurm import SlurmCluster, SlurmError, unavailable_reason
 from tests.conftest import ControllerFactory, wait_until
@@ -211,6 +212,6 @@ def test_cpu_parent_hands_a_gpu_job_to_a_peer_whose_backend_is_slurm(slurm, cont
     assert sent.disposition == "queued"
     final = wait_state(c, sent.job_id, timeout=60)
     assert final.job.state == "SUCCEEDED" and final.job.cluster == "cw-slurm"
-    on_peer = status(client(peer), sent.job_id)
+    on_peer = status(client(peer), received_job_id(parent.name, sent.job_id))
     assert on_peer.tasks[0].backend_id == "gpu"
     wait_until(lambda: logs(c, sent.job_id) == ["on cw-slurm gpus=0"], message="logs relayed to the parent")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from iris.controller.auth import load_or_create_signing_key, public_key_pem
+from iris.federation.ids import received_job_id
 from tests.conftest import wait_until
 from tests.controller.helpers import client, logs, pb, user_token, wait_state
 from tests.workers.conftest import GRACE, workers_backends
@@ -41,5 +42,5 @@ def test_workers_pool_peer_takes_a_gpu_job_from_its_parent(controller_factory, w
     assert done.job.state == "SUCCEEDED", done
     assert done.job.cluster == "cw-pool"
     wait_until(lambda: logs(c, job) == ["on cw-pool gpus=0,1"], timeout=30, message="the peer's logs")
-    on_peer = wait_state(client(peer), job)
+    on_peer = wait_state(client(peer), received_job_id(parent.name, job))
     assert on_peer.tasks[0].worker_id == "gpu-host"

@@ -32,6 +32,7 @@ from iris.controller.worker_api import WorkerCalls
 from iris.core.constraints import Constraint
 from iris.core.errors import InvalidArgument, IrisError
 from iris.core.names import JobName
+from iris.federation.ids import received_job_id
 from iris.federation.model import DispositionKind, SubmittedJob
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.bounds import check_message
@@ -150,15 +151,17 @@ class ControllerServiceImpl(WorkerCalls):
         if not handoff.requester_cluster or not handoff.nonce:
             raise InvalidArgument("a handoff needs the requesting cluster and a nonce")
         self.c.auth.check_handoff(identity, handoff.requester_cluster, handoff.owner_principal)
-        name = resolve_job_id(req)
-        if not name.is_root:
-            raise InvalidArgument(f"only root jobs can be handed off; {name} is a child job")
+        # Filed under the requester's namespace, so two parents' /u1/train never collide here.
+        req.name, req.user = received_job_id(handoff.requester_cluster, str(resolve_job_id(req))), ""
         files = dict(req.workdir_files)
         received = self._receive_workspace(req, files)
         if received is _MISSING:
             raise InvalidArgument(f"the handoff names bundle {req.bundle_id} but does not carry its bytes")
         bundle, files_id = received
-        spec = replace(build_spec(req, None, (), {}, owner=handoff.owner_principal or name.user), files_id=files_id)
+        spec = replace(
+            build_spec(req, None, (), {}, owner=handoff.owner_principal or JobName.parse(req.name).user),
+            files_id=files_id,
+        )
         with self.c.db.write() as conn:
             now = self.c.now_ms()
             outcome = fed.admit_received(conn, spec, handoff, files, now)

@@ -1,8 +1,9 @@
 """Parses and builds job, task and attempt names.
 
 A root job is `/<user>/<name>`, a child nests under its parent (`/<user>/<parent>/<child>`), a task
-is `<job>/<index>` and an attempt `<task>:<n>`. Names are cluster-invariant: a peer runs a handed-off
-job under the very same id, so every cluster must parse them identically.
+is `<job>/<index>` and an attempt `<task>:<n>`. Every cluster parses them identically: a peer files a
+handed-off job under its requester's namespace (`iris.federation.ids`) and maps ids back by string
+rules alone.
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ class FederationManager:
         self.clock = clock
         self.ledger = ReservationLedger()
         self.clients = {
-            pid: PeerClient(pid, addr, functools.partial(token_source, pid), timeout_s=3.0)
+            pid: PeerClient(pid, addr, functools.partial(token_source, pid), timeout_s=3.0, requester=cluster_name)
             for pid, addr in peers.items()
         }
         self._status = {pid: PeerStatus(pid, addr) for pid, addr in peers.items()}
@@ -299,7 +299,7 @@ class FederationManager:
             if client is None:
                 continue
             try:
-                response = client.federation_sync(self.cluster_name, self.store.sync_cursor(peer_id))
+                response = client.federation_sync(self.store.sync_cursor(peer_id))
                 self.store.apply_sync(peer_id, response)
                 self._relay_logs(peer_id, client)
             except Exception as exc:

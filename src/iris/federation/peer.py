@@ -14,6 +14,7 @@ from connectrpc.errors import ConnectError
 from iris.core.availability import Availability, BandHolding
 from iris.core.bands import Band
 from iris.core.errors import FailedPrecondition, InvalidArgument, IrisError, Unavailable
+from iris.federation.ids import received_job_id, sync_for_parent
 from iris.federation.model import PeerBackend
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.errors import from_connect
@@ -62,13 +63,23 @@ def backend_from_proto(m: pb.BackendInfo) -> PeerBackend:
 
 
 class PeerClient:
+    """Calls one peer on behalf of cluster `requester`. Callers speak this cluster's job ids; the
+    client names the peer's copy of a job by the id the peer filed it under (`ids`), and maps the
+    ids in a sync answer back."""
+
     def __init__(
-        self, peer_id: str, address: str, token_source: Callable[[], str | None] = lambda: None, timeout_s: float = 5.0
+        self,
+        peer_id: str,
+        address: str,
+        token_source: Callable[[], str | None] = lambda: None,
+        timeout_s: float = 5.0,
+        requester: str = "",
     ):
         from iris.rpc.controller_connect import ControllerServiceClientSync
 
         self.peer_id = peer_id
         self.address = address.rstrip("/")
+        self.requester = requester
         self._token_source = token_source
         self._timeout_ms = int(timeout_s * 1000)
         self._client = ControllerServiceClientSync(self.address, timeout_ms=self._timeout_ms)
@@ -100,14 +111,17 @@ class PeerClient:
         return self._call("launch_job", request)
 
     def terminate_job(self, job_id: str, reason: str) -> pb.TerminateJobResponse:
-        return self._call("terminate_job", pb.TerminateJobRequest(job_id=job_id, reason=reason))
+        remote = received_job_id(self.requester, job_id)
+        return self._call("terminate_job", pb.TerminateJobRequest(job_id=remote, reason=reason))
 
-    def federation_sync(self, requester: str, cursor: int) -> pb.FederationSyncResponse:
-        return self._call("federation_sync", pb.FederationSyncRequest(requester=requester, cursor=cursor))
+    def federation_sync(self, cursor: int) -> pb.FederationSyncResponse:
+        resp = self._call("federation_sync", pb.FederationSyncRequest(requester=self.requester, cursor=cursor))
+        return sync_for_parent(self.requester, resp)
 
     def fetch_logs(self, job_id: str, after_seq: int, limit: int = 5000) -> pb.FetchLogsResponse:
+        remote = received_job_id(self.requester, job_id)
         return self._call(
-            "fetch_logs", pb.FetchLogsRequest(job_id=job_id, task_index=-1, after_seq=after_seq, limit=limit)
+            "fetch_logs", pb.FetchLogsRequest(job_id=remote, task_index=-1, after_seq=after_seq, limit=limit)
         )
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ peers' reported capacity (`iris.federation.availability`), so that a job waits f
 rather than piling onto the first one that merely could host it.
 
 Two refusals guard whatever would cross the boundary: only root jobs federate (a peer runs a
-handed-off job under the same id and cannot hold a child whose parent it lacks), and only an
+handed-off job as a root of its own and cannot hold a child whose parent it lacks), and only an
 accountable user does (a `local_admin` identity has no principal a peer could check).
 """
 

@@ -180,7 +180,8 @@ def sent_handles(conn: Connection, states: tuple[str, ...]) -> list[dict]:
 
 
 def delivery_request(conn: Connection, job_id: str, requester: str) -> pb.LaunchJobRequest:
-    """The LaunchJob a peer receives: same id, env and shape, files inline, a handoff record."""
+    """The LaunchJob a peer receives: this cluster's id (the peer files it under this cluster's
+    namespace), env and shape, files inline, a handoff record."""
     job = job_row(conn, job_id)
     cfg = conn.execute(sql("SELECT * FROM job_config WHERE job_id = :j"), {"j": job_id}).mappings().one()
     handle = (
@@ -339,7 +340,8 @@ def active_counts(conn: Connection) -> dict[str, int]:
 def admit_received(
     conn: Connection, spec: JobSpec, handoff: pb.HandoffRecord, files: dict[str, bytes], now_ms: int
 ) -> str:
-    """Admits a handed-off job under the parent's id. Returns 'created' or 'existing'.
+    """Admits a handed-off job under the id the requester's namespace gives it (`spec.job_id`, see
+    `iris.federation.ids`). Returns 'created' or 'existing'.
 
     The same nonce again is a replay (idempotent); a new nonce over a finished run re-runs it; over
     a live run, or over a job this cluster did not receive, it is refused as already existing.

@@ -1,0 +1,60 @@
+"""Decides the id a peer gives a job it receives, and maps the peer's ids back to the parent's.
+
+A peer keeps the jobs of every cluster that hands it work in one database, so two parents that
+both hand off `/u1/train` must not collide there. The peer files a received root job under its
+requester's namespace: `/u1/train` from `marin` becomes `/u1/marin.train` (its tasks
+`/u1/marin.train/0`, its attempts `/u1/marin.train/0:1`). Cluster names have no '.', so the first
+'.' of the root name always ends the requester, and the mapping is its own inverse without a
+lookup table: the parent computes the same id to cancel or read the job, and strips the prefix from
+every id a sync brings back, so the user only ever sees the id they submitted.
+"""
+
+from __future__ import annotations
+
+from iris.core.errors import InvalidArgument
+from iris.core.names import JobName, validate_component
+from iris.rpc import controller_pb2 as pb
+
+
+def received_job_id(requester: str, job_id: str) -> str:
+    """The id a peer files root job `job_id` from cluster `requester` under."""
+    name = JobName.parse(job_id)
+    if not name.is_root:
+        raise InvalidArgument(f"only root jobs can be handed off; {job_id} is a child job")
+    local = f"{requester}.{name.parts[0]}"
+    try:
+        validate_component("job name", local)
+    except InvalidArgument:
+        raise InvalidArgument(
+            f"job name {name.parts[0]!r} is too long to be received from cluster {requester}: a peer files it as"
+            f" {local!r}, over 128 characters; shorten the job name"
+        ) from None
+    return str(JobName.root(name.user, local))
+
+
+def parent_id(requester: str, peer_id: str) -> str:
+    """The parent's id for a peer's job, task or attempt id in `requester`'s namespace (unchanged
+    when it is not in that namespace)."""
+    user, sep, rest = peer_id.lstrip("/").partition("/")
+    prefix = f"{requester}."
+    if not sep or not rest.startswith(prefix):
+        return peer_id
+    return f"/{user}/{rest[len(prefix) :]}"
+
+
+def sync_for_parent(requester: str, resp: pb.FederationSyncResponse) -> pb.FederationSyncResponse:
+    """A peer's sync answer with every job, task and attempt id mapped back to the parent's."""
+    out = pb.FederationSyncResponse()
+    out.CopyFrom(resp)
+    for synced in out.jobs:
+        synced.job.job_id = parent_id(requester, synced.job.job_id)
+        if synced.job.parent_job_id:
+            synced.job.parent_job_id = parent_id(requester, synced.job.parent_job_id)
+        for task in synced.tasks:
+            task.task_id = parent_id(requester, task.task_id)
+            task.job_id = parent_id(requester, task.job_id)
+            for attempt in task.attempts:
+                attempt.attempt_id = parent_id(requester, attempt.attempt_id)
+    out.ClearField("tombstones")
+    out.tombstones.extend(parent_id(requester, t) for t in resp.tombstones)
+    return out
