@@ -9,6 +9,11 @@ served for the new job.
 A task whose attempts failed waits out its retry backoff (`retry_backoff_s`) before it enters the
 snapshot again; its job's pending reason says so.
 
+Between ticks little changes, so the loader keeps what it built: each pending or running task
+is rebuilt only when its row changed since the last load (otherwise the same frozen object is
+handed on), and the scheduler's worker index (`iris.scheduler.index.ClusterIndex`) is advanced
+from the last tick's, redoing only the workers whose running tasks changed.
+
 A row the loader cannot turn into a sane config (unparseable JSON, a number that is not finite or
 is out of range) is left out of the snapshot and reported in `poisoned`, for the tick to fail that
 one job; one bad row never stops the scheduling of the others.
@@ -31,6 +36,7 @@ from iris.core.constraints import Constraint, Op
 from iris.core.resources import Device, Resources
 from iris.core.states import retry_backoff_s
 from iris.rpc.bounds import check_number
+from iris.scheduler.index import ClusterIndex
 from iris.scheduler.snapshot import PendingTask, RunningTask, SchedulingSnapshot
 
 
@@ -94,6 +100,10 @@ class SnapshotLoader:
         self.poisoned: dict[str, str] = {}
         # Jobs left out of the last snapshot because a failed task waits out its retry backoff.
         self.backing_off: dict[str, str] = {}
+        # task id -> (its row, the task built from it) as of the last load
+        self._pending_rows: dict[str, tuple[tuple, PendingTask]] = {}
+        self._running_rows: dict[str, tuple[tuple, RunningTask]] = {}
+        self._index: ClusterIndex | None = None
 
     def config(self, conn, job_id: str, insertion: int | None = None) -> JobConfig:
         """The parsed config of `job_id`; `insertion` (when the caller has it) saves a lookup."""
@@ -144,7 +154,14 @@ class SnapshotLoader:
             ).all()
             pending = []
             self.backing_off = {}
+            known, self._pending_rows = self._pending_rows, {}
             for r in rows:
+                row = tuple(r)
+                cached = known.get(row[0])
+                if cached is not None and cached[0] == row and row[12] is None:
+                    pending.append(cached[1])
+                    self._pending_rows[row[0]] = cached
+                    continue
                 if r[12] is not None:
                     wait_s = retry_backoff_s(r[11])
                     if now_ms < r[12] + wait_s * 1000:
@@ -155,28 +172,35 @@ class SnapshotLoader:
                         continue
                 try:
                     cfg = self.config(conn, r[1], r[7])
-                    pending.append(
-                        PendingTask(
-                            task_id=r[0],
-                            job_id=r[1],
-                            index=r[2],
-                            resources=cfg.resources,
-                            constraints=cfg.constraints,
-                            band=Band.parse(r[3]),
-                            user=r[4],
-                            depth=r[5],
-                            root_submitted_ms=r[6],
-                            insertion=r[7],
-                            replicas=r[8],
-                            coschedule=cfg.coschedule,
-                            scheduling_deadline_ms=r[9],
-                            parent_running=r[10] == "RUNNING",
-                        )
+                    task = PendingTask(
+                        task_id=r[0],
+                        job_id=r[1],
+                        index=r[2],
+                        resources=cfg.resources,
+                        constraints=cfg.constraints,
+                        band=Band.parse(r[3]),
+                        user=r[4],
+                        depth=r[5],
+                        root_submitted_ms=r[6],
+                        insertion=r[7],
+                        replicas=r[8],
+                        coschedule=cfg.coschedule,
+                        scheduling_deadline_ms=r[9],
+                        parent_running=r[10] == "RUNNING",
                     )
                 except Exception as exc:
                     self._poison(r[1], exc)
+                    continue
+                pending.append(task)
+                self._pending_rows[row[0]] = (row, task)
         self._forget_finished({t.job_id for t in running} | {t.job_id for t in pending})
-        return SchedulingSnapshot(now_ms=now_ms, workers=workers, running=running, pending=tuple(pending))
+        if self._index is None:
+            self._index = ClusterIndex(workers, running)
+        else:
+            self._index = self._index.advance(workers, running)
+        return SchedulingSnapshot(
+            now_ms=now_ms, workers=workers, running=running, pending=tuple(pending), index=self._index
+        )
 
     def _forget_finished(self, active: set[str]) -> None:
         """Drops cached configs of jobs that no longer run or wait, once they outnumber the live ones."""
@@ -196,12 +220,23 @@ class SnapshotLoader:
             )
         ).all()
         running = []
+        known, fresh = self._running_rows, {}
         for r in rows:
+            row = tuple(r)
+            cached = known.get(row[0])
+            if cached is not None and cached[0] == row:
+                running.append(cached[1])
+                fresh[row[0]] = cached
+                continue
             try:
                 cfg = self.config(conn, r[1], r[6])
-                running.append(RunningTask(r[0], r[1], r[2], cfg.resources, Band.parse(r[4]), r[3], r[5]))
+                task = RunningTask(r[0], r[1], r[2], cfg.resources, Band.parse(r[4]), r[3], r[5])
             except Exception as exc:
                 self._poison(r[1], exc)
+                continue
+            running.append(task)
+            fresh[row[0]] = (row, task)
+        self._running_rows = fresh
         return tuple(running)
 
     def launch_spec(

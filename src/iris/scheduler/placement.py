@@ -18,6 +18,7 @@ from iris.core.bands import Band
 from iris.scheduler.fit import Shape, copies
 from iris.scheduler.ledger import Ledger, Pool, best_fit
 from iris.scheduler.preemption import (
+    LOWEST_BAND,
     VictimIndex,
     VictimSet,
     apply_victim_set,
@@ -38,6 +39,8 @@ class Memo:
     no_gang: set[tuple] = field(default_factory=set)
     victims: dict[tuple, VictimIndex] = field(default_factory=dict)
     gang_slots: dict[tuple, int] = field(default_factory=dict)  # (shape, group) -> slots, when short
+    gang_reclaim: dict[tuple, int] = field(default_factory=dict)  # (shape, group, band) -> the same, evicting
+    gang_cost: dict[tuple, tuple] = field(default_factory=dict)  # (shape, n, band, group) -> (state, cost)
 
 
 @dataclass(slots=True)
@@ -161,11 +164,13 @@ def place_coscheduled(
     if pinned_group is not None:
         groups = [(g, plan) for g, plan in groups if g == pinned_group]
     best: tuple | None = None
+    free_slots: dict[tuple[str, str], int] = {}
     for group, plan in groups:
         bound = memo.gang_slots.get((shape, group))
         if bound is not None and bound < n:
+            free_slots[group] = bound
             continue
-        slots = _slots(ledger, plan, shape, n)
+        slots = free_slots[group] = _slots(ledger, plan, shape, n)
         if slots < n:
             memo.gang_slots[(shape, group)] = slots  # exact when short: no worker reached the cap
         elif best is None or (slots, group) < best[0]:
@@ -176,15 +181,36 @@ def place_coscheduled(
         return None
     allowed = set(ledger.preemptible_workers(shape))
     cheapest: tuple | None = None
-    for group, plan in groups:
-        if _slots(ledger, plan, shape, n, band) < n:
+    # Every task that free capacity cannot hold evicts at least one task, and no eviction costs
+    # less than one of the lowest band losing no work: a bound that skips the trial of a group
+    # which cannot beat the cheapest found so far. Groups with the most free room go first.
+    floor = {g: ((-LOWEST_BAND, n - free_slots[g], 0), g) for g, _ in groups}
+    for group, plan in sorted(groups, key=lambda item: floor[item[0]]):
+        if cheapest is not None and floor[group] >= cheapest[0]:
+            continue
+        bound = memo.gang_reclaim.get((shape, group, band))
+        if bound is not None and bound < n:
+            continue
+        reclaim = _slots(ledger, plan, shape, n, band)
+        if reclaim < n:
+            memo.gang_reclaim[(shape, group, band)] = reclaim  # what evictions can free only shrinks
             continue
         members = tuple(sorted(w for pool in plan for w in pool.members if w in allowed))
-        ledger.begin_trial()
-        placed = _fill_group(ledger, plan, shape, band, tasks, members, now_ms)
-        ledger.rollback_trial()  # only measuring the cost here
-        if placed is not None:
-            cost = (victim_cost(placed.victims, now_ms), group)
+        # A trial's cost depends on the group's state alone, which its highest stamp identifies:
+        # the same request measured again on an unchanged group is not tried twice in a tick.
+        state = max(ledger.version[w] for pool in plan for w in pool.members)
+        key = (shape, n, band, group)
+        known = memo.gang_cost.get(key)
+        if known is not None and known[0] == state:
+            trial_cost = known[1]
+        else:
+            ledger.begin_trial()
+            placed = _fill_group(ledger, plan, shape, band, tasks, members, now_ms)
+            ledger.rollback_trial()  # only measuring the cost here
+            trial_cost = None if placed is None else victim_cost(placed.victims, now_ms)
+            memo.gang_cost[key] = (state, trial_cost)
+        if trial_cost is not None:
+            cost = (trial_cost, group)
             if cheapest is None or cost < cheapest[0]:
                 cheapest = (cost, plan, members)
     if cheapest is None:

@@ -38,12 +38,12 @@ def may_preempt(preemptor: Band, victim: Band) -> bool:
     return preemptor.outranks(victim)
 
 
-_LOWEST_BAND = int(max(Band))
+LOWEST_BAND = int(max(Band))
 
 
 def can_preempt_anything(band: Band) -> bool:
     """Every band above the lowest has something it may evict."""
-    return int(band) < _LOWEST_BAND
+    return int(band) < LOWEST_BAND
 
 
 def victim_order_key(task: RunningTask) -> tuple:

@@ -69,6 +69,10 @@ class SchedulingSnapshot:
     pending: tuple[PendingTask, ...]
     # user -> budget (a resource value summed over active non-batch tasks); absent = unlimited
     user_budgets: Mapping[str, float] = field(default_factory=dict)
+    # An `index.ClusterIndex` built from exactly these workers and running tasks (typically
+    # advanced from the last tick's), or None: the scheduler then builds its own. It saves work
+    # and never changes a decision.
+    index: object | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

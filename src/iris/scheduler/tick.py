@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from iris.scheduler.fit import ShapeCache
-from iris.scheduler.gating import deadline_passed, effective_band, user_spend
+from iris.scheduler.gating import deadline_passed, effective_band
 from iris.scheduler.ledger import Ledger
 from iris.scheduler.ordering import JobRequest, is_coscheduled, order_requests, task_order_key
 from iris.scheduler.placement import Memo, Placed, place_coscheduled, place_independent
@@ -86,12 +86,13 @@ def build_requests(
     snapshot: SchedulingSnapshot, ledger: Ledger, by_job: dict[str, list[PendingTask]], shapes: ShapeCache
 ) -> list[JobRequest]:
     """Gating: applies budgets and deadlines to each pending job, and orders the jobs."""
-    spend = user_spend(snapshot.running)
+    spend = ledger.ix.spend
+    job_workers = ledger.ix.job_workers
     running_groups: dict[str, tuple[str, str]] = {}
-    for task in snapshot.running:
-        w = ledger.index.get(task.worker_id)
-        if w is not None and task.job_id in by_job:
-            running_groups.setdefault(task.job_id, ledger.group(w))
+    for job_id in by_job.keys() & job_workers.keys():
+        placed = [(t, w) for t, w in job_workers[job_id].items() if w is not None]
+        if placed:
+            running_groups[job_id] = ledger.group(min(placed)[1])
     requests = []
     now_ms = snapshot.now_ms
     for job_id, tasks in by_job.items():
@@ -139,7 +140,7 @@ def run_tick(snapshot: SchedulingSnapshot) -> Tick:
     ledger = Ledger(snapshot, per_worker=pins_worker)
     tick = Tick(snapshot, ledger)
     memo = Memo()
-    never: dict[tuple, str | None] = {}
+    never = ledger.ix.never  # a function of the workers alone: kept across ticks with them
     for request in build_requests(snapshot, ledger, by_job, shapes):
         outcome = tick.outcomes[request.job_id] = JobOutcome(request)
         replicas = request.replicas if request.coscheduled else 1

@@ -1,0 +1,365 @@
+"""Decides which workers a request may use and how much each has free before a tick starts: the
+worker-side half of a tick's state, kept from one tick to the next.
+
+Why it outlives a tick: in a large cluster little changes between two ticks (a few tasks start or
+end; workers come and go rarely), yet rebuilding the worker classes, the attribute indexes and the
+best-fit orderings costs time in proportion to the number of workers. `advance` derives the next
+tick's index from the last one, redoing only the workers whose running tasks changed, so the cost
+of a tick follows what is pending and what changed rather than the size of the cluster.
+
+An index answers only for the workers and running tasks it was built from; `SchedulingSnapshot`
+carries the one made from its own workers and running tasks. The scheduler never writes into it
+beyond filling its memo caches (every cached answer is a function of what the index was built
+from), so the scheduler stays a pure function of its snapshot: with or without an index carried
+over, the same snapshot yields the same decisions.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from iris.core.bands import Band
+from iris.core.constraints import Constraint, Op, matches
+from iris.scheduler.fit import (
+    Shape,
+    Vector,
+    demand,
+    group_of,
+    preemption_allowed_on,
+    preference_score,
+    subtract,
+    worker_attributes,
+)
+from iris.scheduler.gating import resource_value
+from iris.scheduler.snapshot import RunningTask, WorkerSnapshot
+
+Keys = list[tuple]
+MAX_CACHED = 20_000  # per-request answers kept across ticks
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerClass:
+    """Workers of one backend with identical attributes and capacity: a group of identical workers."""
+
+    backend_id: str
+    attributes: dict[str, str]
+    capacity: Vector
+    members: tuple[int, ...]  # worker indexes, alive or not
+    any_alive: bool
+
+    @property
+    def group(self) -> tuple[str, str]:
+        return group_of(self.attributes, self.backend_id)
+
+
+def _by_text(constraint: Constraint) -> bool:
+    """True when `matches` reduces to comparing lower-cased text (IN, or EQ with a non-number),
+    so the classes can be looked up by value instead of scanned."""
+    if constraint.op is Op.IN:
+        return True
+    if constraint.op is not Op.EQ:
+        return False
+    try:
+        float(constraint.values[0])
+    except ValueError:
+        return True
+    return False
+
+
+_SHARED = ("per_worker", "workers", "index", "alive", "attributes", "capacity", "classes", "class_of", "group_of")
+# Answers that depend on the workers alone, kept while they do not change.
+_CACHES = (
+    "_classes_matching",
+    "_matching_classes",
+    "_values",
+    "_scores",
+    "_matching",
+    "_levels",
+    "_group_levels",
+    "_preemptible",
+    "never",
+    "member_of",
+    "set_ids",
+)
+
+
+def _count(spend: dict[str, int], task: RunningTask, sign: int) -> None:
+    if task.band is not Band.BATCH:
+        spend[task.user] = spend.get(task.user, 0) + sign * resource_value(task.resources)
+        if not spend[task.user]:
+            del spend[task.user]
+
+
+def _static(worker: WorkerSnapshot) -> tuple:
+    """What placement reads of a worker (its last contact time is not among it)."""
+    return (worker.worker_id, worker.backend_id, worker.capacity, worker.attributes, worker.alive)
+
+
+class ClusterIndex:
+    """Workers sorted and classified, their free capacity after the running tasks, and per-request
+    answers (matching workers, preference levels, best-fit orderings) computed on first use."""
+
+    def __init__(self, workers: Sequence[WorkerSnapshot], running: Iterable[RunningTask], per_worker: bool = False):
+        """`per_worker` makes every worker its own class, for snapshots whose tasks pin a `worker`."""
+        self.per_worker = per_worker
+        self.source = tuple(workers)
+        self.workers: list[WorkerSnapshot] = sorted(workers, key=lambda w: (w.backend_id, w.worker_id))
+        self.index = {w.worker_id: i for i, w in enumerate(self.workers)}
+        self.alive = [w.alive for w in self.workers]
+        self.attributes = [worker_attributes(w) for w in self.workers]
+        if per_worker:
+            for attrs, worker in zip(self.attributes, self.workers):
+                attrs["worker"] = worker.worker_id
+        self.capacity: list[Vector] = [demand(w.capacity) for w in self.workers]
+        self.classes = self._classify()
+        self.class_of = [0] * len(self.workers)
+        for c, cls in enumerate(self.classes):
+            for w in cls.members:
+                self.class_of[w] = c
+        self.group_of = [self.classes[c].group for c in self.class_of]
+        self.running: dict[str, RunningTask] = {}
+        self.running_on: list[list[RunningTask]] = [[] for _ in self.workers]
+        self.spend: dict[str, int] = {}  # per user, the resource value of placed non-batch work
+        self.job_workers: dict[str, dict[str, int | None]] = {}  # job -> its running tasks' workers
+        for task in running:
+            self.running[task.task_id] = task
+            w = self.index.get(task.worker_id)
+            _count(self.spend, task, 1)
+            self.job_workers.setdefault(task.job_id, {})[task.task_id] = w
+            if w is not None and self.alive[w]:
+                self.running_on[w].append(task)
+        self.free: list[Vector] = [self._free_of(w) for w in range(len(self.workers))]
+        self._reset_caches()
+
+    def _reset_caches(self) -> None:
+        self._classes_matching: dict[Constraint, frozenset[int]] = {}
+        self._matching_classes: dict[tuple, list[int]] = {}
+        self._values: dict[str, dict[str, set[int]]] = {}
+        self._scores: dict[tuple, list[int]] = {}
+        self._matching: dict[tuple, list[int]] = {}
+        self._levels: dict[tuple, list[tuple[int, ...]]] = {}
+        self._group_levels: dict[tuple, list[tuple[tuple[str, str], list[tuple[int, ...]]]]] = {}
+        self._preemptible: dict[tuple, tuple[int, ...]] = {}
+        self._sorted: dict[tuple[int, ...], tuple[Keys, dict[int, tuple]]] = {}
+        self._carried: dict[tuple[int, ...], tuple[Keys, dict[int, tuple]]] = {}
+        self._moved: set[int] = set()
+        self.never: dict[tuple, str | None] = {}
+        # Worker sets (levels, and levels within a group) are numbered, and each worker lists the
+        # numbers of the sets it belongs to: hashing a set of thousands of workers costs too much
+        # to do on every change of free capacity.
+        self.set_ids: dict[tuple[int, ...], int] = {}
+        self.member_of: defaultdict[int, list[int]] = defaultdict(list)
+
+    def _free_of(self, w: int) -> Vector:
+        free = self.capacity[w]
+        if not self.alive[w]:
+            return free
+        for task in self.running_on[w]:
+            free = subtract(free, demand(task.resources))
+        return free
+
+    def _classify(self) -> list[WorkerClass]:
+        grouped: dict[tuple, list[int]] = defaultdict(list)
+        for i, w in enumerate(self.workers):
+            key = (w.backend_id, tuple(sorted(self.attributes[i].items())), self.capacity[i])
+            grouped[key].append(i)
+        return [
+            WorkerClass(
+                backend, self.attributes[members[0]], capacity, tuple(members), any(self.alive[w] for w in members)
+            )
+            for (backend, _, capacity), members in grouped.items()
+        ]
+
+    # -- the next tick -------------------------------------------------------------------------
+
+    def advance(self, workers: Sequence[WorkerSnapshot], running: Iterable[RunningTask]) -> ClusterIndex:
+        """The index for the next tick's workers and running tasks, reusing this one's work.
+
+        Built from scratch when any worker came, went, or changed what placement reads of it;
+        otherwise only the workers whose running tasks changed are recomputed, and the best-fit
+        orderings this index handed out are carried over, repaired for those workers alone (one
+        not asked for since is dropped). This index is left as it is.
+        """
+        workers = tuple(workers)
+        same = workers is self.source or workers == self.source
+        if not same and (
+            len(workers) != len(self.source) or any(_static(a) != _static(b) for a, b in zip(workers, self.source))
+        ):
+            return ClusterIndex(workers, running, self.per_worker)
+        nxt = object.__new__(ClusterIndex)
+        for name in _SHARED:
+            setattr(nxt, name, getattr(self, name))
+        nxt.source = workers
+        nxt.running = {t.task_id: t for t in running}
+        old, new, index, alive = self.running, nxt.running, self.index, self.alive
+        gone = [old[t] for t in old.keys() - new.keys()]
+        came = [t for task_id, t in new.items() if (was := old.get(task_id)) is not t and was != t]
+        gone += [old[t.task_id] for t in came if t.task_id in old]
+        nxt.spend = dict(self.spend)
+        jobs = nxt.job_workers = dict(self.job_workers)
+        for job_id in {t.job_id for t in gone} | {t.job_id for t in came}:
+            jobs[job_id] = dict(jobs.get(job_id, ()))  # copied before it changes: this index keeps its own
+        for t in gone:
+            _count(nxt.spend, t, -1)
+            jobs[t.job_id].pop(t.task_id, None)
+        for t in came:
+            _count(nxt.spend, t, 1)
+            jobs[t.job_id][t.task_id] = index.get(t.worker_id)
+        for job_id in [j for j in jobs if not jobs[j]]:
+            del jobs[job_id]
+        changed: dict[int, list[RunningTask]] = {}
+        for t in came:
+            w = index.get(t.worker_id)
+            if w is not None and alive[w]:
+                changed.setdefault(w, []).append(t)
+        removed = {t.task_id for t in gone}
+        for t in gone:
+            w = index.get(t.worker_id)
+            if w is not None and alive[w]:
+                changed.setdefault(w, [])
+        nxt.running_on = list(self.running_on)
+        nxt.free = list(self.free)
+        for w, added in changed.items():
+            nxt.running_on[w] = [t for t in self.running_on[w] if t.task_id not in removed] + added
+            nxt.free[w] = nxt._free_of(w)
+        if len(self._matching) + len(self.never) > MAX_CACHED:
+            nxt._reset_caches()  # requests come and go; start afresh rather than grow without end
+        else:
+            for name in _CACHES:
+                setattr(nxt, name, getattr(self, name))
+            nxt._sorted = {}
+        nxt._carried = self._sorted
+        nxt._moved = {w for w in changed if nxt.free[w] != self.free[w]}
+        return nxt
+
+    # -- which workers a request may use ---------------------------------------------------------
+
+    def classes_matching(self, constraint: Constraint) -> frozenset[int]:
+        """Indexes of the classes whose attributes satisfy one constraint."""
+        found = self._classes_matching.get(constraint)
+        if found is None:
+            if _by_text(constraint):
+                index = self._value_index(constraint.key)
+                found = frozenset().union(*(index.get(v, ()) for v in constraint.values))
+            else:
+                found = frozenset(i for i, cls in enumerate(self.classes) if matches(constraint, cls.attributes))
+            self._classes_matching[constraint] = found
+        return found
+
+    def _value_index(self, key: str) -> dict[str, set[int]]:
+        """For one attribute key, the classes per lower-cased value."""
+        index = self._values.get(key)
+        if index is None:
+            index = self._values[key] = defaultdict(set)
+            for i, cls in enumerate(self.classes):
+                value = cls.attributes.get(key)
+                if value is not None:
+                    index[str(value).lower()].add(i)
+        return index
+
+    def matching_classes(self, hard: tuple[Constraint, ...]) -> list[int]:
+        """Indexes of the classes that satisfy every constraint in `hard`."""
+        found = self._matching_classes.get(hard)
+        if found is None:
+            selected = set(range(len(self.classes)))
+            for constraint in hard:
+                selected &= self.classes_matching(constraint)
+            found = self._matching_classes[hard] = sorted(selected)
+        return found
+
+    def matching(self, hard: tuple[Constraint, ...], alive_only: bool = True) -> list[int]:
+        """The workers whose attributes satisfy every constraint in `hard`, in index order."""
+        key = (hard, alive_only)
+        found = self._matching.get(key)
+        if found is None:
+            found = sorted(
+                w
+                for c in self.matching_classes(hard)
+                for w in self.classes[c].members
+                if self.alive[w] or not alive_only
+            )
+            self._matching[key] = found
+        return found
+
+    def _split(self, shape: Shape, workers: list[int]) -> list[tuple[int, ...]]:
+        """Splits workers by preferred-constraint score, best score first."""
+        if not shape.preferred:
+            return [tuple(workers)] if workers else []
+        class_scores = self._scores.get(shape.preferred)
+        if class_scores is None:
+            class_scores = self._scores[shape.preferred] = [
+                preference_score(shape.preferred, cls.attributes) for cls in self.classes
+            ]
+        by_score: dict[int, list[int]] = defaultdict(list)
+        for w in workers:
+            by_score[class_scores[self.class_of[w]]].append(w)
+        return [tuple(by_score[s]) for s in sorted(by_score, reverse=True)]
+
+    def levels(self, shape: Shape) -> list[tuple[int, ...]]:
+        """The alive workers a shape may use, split into preference levels, best first."""
+        key = shape.where
+        found = self._levels.get(key)
+        if found is None:
+            found = self._levels[key] = self._split(shape, self.matching(shape.hard))
+            self._register(found)
+        return found
+
+    def group_levels(self, shape: Shape) -> list[tuple[tuple[str, str], list[tuple[int, ...]]]]:
+        """Per coscheduling group (shared `tpu-name`, `pool`, or backend), the levels a shape uses there."""
+        key = shape.where
+        found = self._group_levels.get(key)
+        if found is None:
+            by_group: dict[tuple[str, str], list[int]] = defaultdict(list)
+            for w in self.matching(shape.hard):
+                by_group[self.group_of[w]].append(w)
+            found = self._group_levels[key] = [(g, self._split(shape, by_group[g])) for g in sorted(by_group)]
+            self._register(levels for _, group in found for levels in group)
+        return found
+
+    def _register(self, worker_sets: Iterable[tuple[int, ...]]) -> None:
+        for members in worker_sets:
+            if members in self.set_ids:
+                continue
+            number = self.set_ids[members] = len(self.set_ids)
+            for w in members:
+                self.member_of[w].append(number)
+
+    def preemptible_workers(self, shape: Shape) -> tuple[int, ...]:
+        """Alive workers matching `shape` on which it may evict lower-band work (same device variant)."""
+        key = shape.evicts_among
+        found = self._preemptible.get(key)
+        if found is None:
+            found = self._preemptible[key] = tuple(
+                w for w in self.matching(shape.hard) if preemption_allowed_on(shape, self.workers[w])
+            )
+        return found
+
+    def sorted_keys(self, members: tuple[int, ...]) -> tuple[Keys, dict[int, tuple]]:
+        """`members` ordered by free capacity before the tick, as (free..., worker) keys, and each
+        member's key. Shared: a caller that changes them works on copies."""
+        found = self._sorted.get(members)
+        if found is None and members in self._carried:
+            keys, key_of = self._carried[members]
+            touched = key_of.keys() & self._moved
+            if touched:
+                keys, key_of = list(keys), dict(key_of)
+                repair(keys, key_of, touched, self.free)
+            found = self._sorted[members] = (keys, key_of)
+        elif found is None:
+            free = self.free
+            key_of = {w: (*free[w], w) for w in members}
+            found = self._sorted[members] = (sorted(key_of.values()), key_of)
+        return found
+
+
+def repair(keys: Keys, key_of: dict[int, tuple], workers: Iterable[int], free: list[Vector]) -> None:
+    """Moves each of `workers` to where its free capacity now sorts."""
+    for w in workers:
+        old, new = key_of[w], (*free[w], w)
+        if old != new:
+            del keys[bisect_left(keys, old)]
+            insort(keys, new)
+            key_of[w] = new
