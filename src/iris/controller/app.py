@@ -14,21 +14,22 @@ import time
 from iris import scheduler
 from iris.backends import registry
 from iris.backends.protocol import BackendContext
+from iris.controller import applier
 from iris.controller.auth import Authenticator, Identity, Role, mint_token
 from iris.controller.auth.isolation import TaskIdentities, loopback_socket_uid, secure_state_dir
 from iris.controller.auth.tokens import token_expiry
 from iris.controller.db import attempts as attempt_db
-from iris.controller.db.database import Database, sql
-from iris.controller.db.jobs import refresh_jobs, require_job
+from iris.controller.db.database import Database, quoted, sql
+from iris.controller.db.jobs import require_job
 from iris.controller.health import Health, Watchdog, assess
 from iris.controller.raw_query import RawQueryRunner
 from iris.controller.retention import LogRetention
 from iris.controller.snapshot import TaskIdentity
-from iris.controller.tick import ControlLoop
+from iris.controller.tick import LIVE_ATTEMPTS, ControlLoop
+from iris.controller.transitions import WorkerLost
 from iris.core.config import ClusterConfig
 from iris.core.errors import InvalidArgument, PermissionDenied, Unauthenticated
-from iris.core.states import TaskState
-from iris.federation.model import Submitter
+from iris.federation.model import Direction, Submitter
 from iris.federation.reasons import refuses
 from iris.rpc import controller_pb2 as pb
 
@@ -176,14 +177,9 @@ class Controller:
         now = self.now_ms()
         with self.db.write() as conn:
             live = conn.execute(
-                sql(
-                    "SELECT attempt_id FROM attempts WHERE state IN ('ASSIGNED','BUILDING','RUNNING') AND cluster IS NULL"
-                )
+                sql(f"SELECT attempt_id FROM attempts WHERE state IN {LIVE_ATTEMPTS} AND cluster IS NULL")
             ).all()
-            jobs = [
-                attempt_db.end_attempt(conn, r[0], TaskState.WORKER_FAILED, now, "the controller stopped") for r in live
-            ]
-            refresh_jobs(conn, [j for j in jobs if j], now)
+            applier.end_attempts(conn, [WorkerLost(r[0], "the controller stopped") for r in live], now)
         for backend in self.backends.values():
             backend.shutdown()
         with self.db.write() as conn:
@@ -266,7 +262,9 @@ class Controller:
         with self.db.read() as conn:
             row = require_job(conn, job_id)
             handle = conn.execute(
-                sql("SELECT handoff_state, peer_id FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"),
+                sql(
+                    f"SELECT handoff_state, peer_id FROM federated_jobs WHERE job_id = :j AND direction = {quoted(Direction.SENT)}"
+                ),
                 {"j": job_id},
             ).first()
             token = self.tick.loader.config(conn, job_id, row["insertion"]).resources.device.token if handle else ""

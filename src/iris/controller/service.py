@@ -21,12 +21,13 @@ from connectrpc.errors import ConnectError
 
 from iris import REVISION_DATE, __version__
 from iris.controller import endpoints, workspace
+from iris.controller.applier import stop_job
 from iris.controller.auth import Identity, Role, authorize, check_may_stop, check_sync_requester
 from iris.controller.auth.policy import check_may_create, check_may_read, in_job_tree
 from iris.controller.db import federation as fed
 from iris.controller.db import reads
 from iris.controller.db.database import sql
-from iris.controller.db.jobs import insert_job, require_job, terminate_job
+from iris.controller.db.jobs import insert_job, require_job
 from iris.controller.submit import build_spec, check_client_freshness, parent_context, resolve_job_id
 from iris.controller.worker_api import WorkerCalls
 from iris.core.constraints import Constraint
@@ -228,7 +229,7 @@ class ControllerServiceImpl(WorkerCalls):
             if fed.cancel_sent(conn, req.job_id, reason, now):
                 stopped = [req.job_id]
             else:
-                stopped = terminate_job(conn, req.job_id, reason, now)
+                stopped = stop_job(conn, req.job_id, reason, now)
         if self.c.federation is not None and stopped:
             self.c.federation.wake()
         if stopped:

@@ -1,9 +1,12 @@
 """The control tick: the one thread that changes what runs where.
 
 Each pass: collect backend events (exits, logs) → reconcile (stop what the database says must not
-run, time out overlong attempts) → load a snapshot and call the pure scheduler → commit its
+run, time out overlong attempts) → load a snapshot and call the pure scheduler → apply its
 decisions → start the placed attempts → commit their pids → promote queued federated jobs onto
-peers with room. It runs every `tick_interval` and at
+peers with room. Every step is load → decide (pure: the scheduler, `transitions`) → apply (the
+applier's guarded updates) → act (start and stop processes); a decision the rows no longer allow
+(a placement whose job was cancelled after the snapshot was read) is refused and counted in
+`refused`, never written over the newer state. It runs every `tick_interval` and at
 once when woken (a submit, a cancel, an attempt exit), so a short job does not wait for a timer.
 
 A fault while handling one job (its stored request cannot be parsed, the scheduler raises on it,
@@ -16,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,19 +27,21 @@ from pathlib import Path
 from sqlalchemy.exc import OperationalError
 
 from iris.backends.protocol import AdoptRecord, Backend, LaunchError, LaunchSpec
+from iris.controller import applier
+from iris.controller import transitions as tr
 from iris.controller.db import attempts as attempt_db
-from iris.controller.db.database import Database, sql
+from iris.controller.db.database import Database, in_list, quoted, sql
 from iris.controller.db.federation import prune_changelog
-from iris.controller.db.jobs import fail_jobs, refresh_jobs
 from iris.controller.snapshot import SnapshotLoader, TaskIdentity, TaskIdentitySource
 from iris.core.availability import Availability
 from iris.core.errors import DiskFull
-from iris.core.states import TaskState
+from iris.core.states import ACTIVE_TASK_STATES, JobState, TaskState
 from iris.scheduler import compute_availability, schedule
 
 log = logging.getLogger("iris.tick")
 MIN_PASS_GAP_S = 0.005
 MAINTENANCE_INTERVAL_S = 60.0
+LIVE_ATTEMPTS = in_list(ACTIVE_TASK_STATES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +72,7 @@ class ControlLoop:
         self.federation = federation
         self.loader = SnapshotLoader(db, state_dir, task_identity or (lambda *_: TaskIdentity()))
         self._reasons: dict[str, str] = {}
+        self.refused: Counter[str] = Counter()  # decisions the applier refused, by kind of change
         self._next_maintenance = 0.0
         self.generation = 0
         self.last_stats: TickStats | None = None
@@ -88,7 +95,7 @@ class ControlLoop:
             rows = conn.execute(
                 sql(
                     "SELECT attempt_id, backend_id, worker_id, pid, devices, stdout_offset, stderr_offset"
-                    " FROM attempts WHERE state IN ('ASSIGNED','BUILDING','RUNNING') AND cluster IS NULL"
+                    f" FROM attempts WHERE state IN {LIVE_ATTEMPTS} AND cluster IS NULL"
                 )
             ).all()
         by_backend: dict[str, list[AdoptRecord]] = {}
@@ -103,11 +110,8 @@ class ControlLoop:
         if orphans:
             now = self.now_ms()
             with self.db.write() as conn:
-                jobs = [
-                    attempt_db.end_attempt(conn, a, TaskState.WORKER_FAILED, now, "its backend is no longer configured")
-                    for a in orphans
-                ]
-                refresh_jobs(conn, [j for j in jobs if j], now)
+                lost = [tr.WorkerLost(a, "its backend is no longer configured") for a in orphans]
+                self._count(applier.end_attempts(conn, lost, now))
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="control-tick", daemon=True)
@@ -187,6 +191,11 @@ class ControlLoop:
                 self.plan_error = f"promoting queued jobs onto peers fails: {type(exc).__name__}: {exc}"
         return TickStats((time.perf_counter() - t0) * 1000, pending, assigned, exits)
 
+    def _count(self, report: applier.Report) -> applier.Report:
+        """Counts the refusals of one apply (each was logged at debug by the applier)."""
+        self.refused.update(r.change for r in report.refused)
+        return report
+
     def _maintain(self) -> None:
         """Housekeeping that needs no precision: trims the federation changelog once a minute."""
         now = time.monotonic()
@@ -213,15 +222,14 @@ class ControlLoop:
                 for ex in e.exits:
                     try:
                         with conn.begin_nested():
-                            job_id = attempt_db.record_exit(conn, ex, now)
+                            report = self._count(applier.end_attempt(conn, tr.exited(ex), now))
                     except Exception as exc:  # one attempt's bad row fails its own job only
                         if isinstance(exc, OperationalError):
                             raise  # the database itself refuses: the whole pass retries
                         self.loader.poisoned[ex.attempt_id.rpartition("/")[0]] = f"its exit cannot be recorded ({exc})"
                         continue
-                    if job_id:
-                        jobs.append(job_id)
-            refresh_jobs(conn, jobs, now)
+                    jobs += report.jobs
+            self._count(applier.roll_up(conn, jobs, now))
         for backend, e in polled:
             backend.ack(e)
         return sum(len(e.exits) for _, e in polled)
@@ -234,7 +242,7 @@ class ControlLoop:
                 sql(
                     "SELECT a.attempt_id, a.backend_id, a.started_ms, c.timeout_s, a.state FROM attempts a"
                     " JOIN job_config c ON c.job_id = a.job_id"
-                    " WHERE a.state IN ('ASSIGNED','BUILDING','RUNNING') AND a.cluster IS NULL"
+                    f" WHERE a.state IN {LIVE_ATTEMPTS} AND a.cluster IS NULL"
                 )
             ).all()
         live_ids = {r[0] for r in live}
@@ -245,7 +253,7 @@ class ControlLoop:
         timed_out, lost = [], []
         for attempt_id, backend_id, started_ms, timeout_s, state in live:
             try:
-                if state != "ASSIGNED" and attempt_id not in held.get(backend_id, frozenset()):
+                if state != TaskState.ASSIGNED.value and attempt_id not in held.get(backend_id, frozenset()):
                     lost.append(attempt_id)
                 elif timeout_s and started_ms and now - started_ms > timeout_s * 1000:
                     timed_out.append((attempt_id, backend_id, timeout_s))
@@ -253,16 +261,12 @@ class ControlLoop:
                 self.loader.poisoned[attempt_id.rpartition("/")[0]] = f"its timeout {timeout_s!r} is not usable ({exc})"
         if not (timed_out or lost):
             return
+        events: list[tr.AttemptEvent] = [
+            tr.AttemptExited(a, TaskState.FAILED, f"timed out after {t:g}s") for a, _, t in timed_out
+        ]
+        events += [tr.WorkerLost(a, "its backend lost the attempt") for a in lost]
         with self.db.write() as conn:
-            jobs = [
-                attempt_db.end_attempt(conn, a, TaskState.FAILED, now, f"timed out after {t:g}s")
-                for a, _, t in timed_out
-            ]
-            jobs += [
-                attempt_db.end_attempt(conn, a, TaskState.WORKER_FAILED, now, "its backend lost the attempt")
-                for a in lost
-            ]
-            refresh_jobs(conn, [j for j in jobs if j], now)
+            self._count(applier.end_attempts(conn, events, now))
         for attempt_id, backend_id, _ in timed_out:
             self.backends[backend_id].stop(attempt_id)
 
@@ -313,7 +317,8 @@ class ControlLoop:
         for job_id, reason in poisoned.items():
             log.error("failing job %s: %s", job_id, reason)
         with self.db.write() as conn:
-            fail_jobs(conn, {j: f"the controller cannot run this job: {r}" for j, r in poisoned.items()}, now)
+            errors = {j: f"the controller cannot run this job: {r}" for j, r in poisoned.items()}
+            self._count(applier.fail_jobs(conn, errors, now))
 
     def availability(self) -> dict[str, Availability]:
         """Each backend's availability block, from the placed work committed now.
@@ -339,66 +344,47 @@ class ControlLoop:
         """Writes the pending reasons that changed since the last pass (an unchanged one costs no write)."""
         changed = [{"r": r, "j": j} for j, r in reasons.items() if self._reasons.get(j) != r]
         if changed:
-            conn.execute(sql("UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = 'PENDING'"), changed)
+            conn.execute(
+                sql(f"UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = {quoted(JobState.PENDING)}"),
+                changed,
+            )
         self._reasons = dict(reasons)
 
     def _commit_decisions(
         self, result, now: int, backing_off: dict[str, str]
     ) -> tuple[list[tuple[Backend, LaunchSpec]], list[tuple[str, str]]]:
         """Commits one scheduling result; returns the attempts to start and the victims to stop."""
-        victims: list[tuple[str, str]] = []
         launches: list[tuple[Backend, LaunchSpec]] = []
         with self.db.write() as conn:
-            jobs: list[str] = []
-            for p in result.preemptions:
-                row = conn.execute(
-                    sql(
-                        "SELECT attempt, backend_id FROM tasks WHERE task_id = :t AND state IN ('ASSIGNED','BUILDING','RUNNING')"
-                    ),
-                    {"t": p.task_id},
-                ).first()
-                if row is None:
-                    continue
-                attempt_id = f"{p.task_id}:{row[0]}"
-                job = attempt_db.end_attempt(conn, attempt_id, TaskState.PREEMPTED, now, f"preempted by {p.by_task_id}")
-                if job:
-                    jobs.append(job)
-                    victims.append((row[1], attempt_id))
-            for u in result.unschedulable:
-                conn.execute(
-                    sql(
-                        "UPDATE tasks SET state = 'UNSCHEDULABLE', error = :e, finished_ms = :now"
-                        " WHERE task_id = :t AND state = 'PENDING'"
-                    ),
-                    {"e": u.reason, "now": now, "t": u.task_id},
-                )
-                jobs.append(u.task_id.rpartition("/")[0])
+            report, victims = applier.commit_schedule(conn, result, now)
             broken: dict[str, str] = {}
             for a in result.assignments:
-                job_id, _, idx = a.task_id.rpartition("/")
+                job_id = a.task_id.rpartition("/")[0]
                 if job_id in broken:
                     continue
                 try:
                     # A savepoint per placement: a job whose launch spec cannot be built (say, its
                     # workspace cannot be unpacked) loses only its own writes.
                     with conn.begin_nested():
-                        placed = attempt_db.assign_attempt(conn, a.task_id, a.backend_id, a.worker_id, now)
-                        if placed is None:
+                        step = applier.place(conn, tr.Placement(a.task_id, a.backend_id, a.worker_id), now)
+                        report.refused += step.refused
+                        if not step.placed:
                             continue
-                        attempt_id, attempt = placed
+                        p = step.placed[0]
                         spec = self.loader.launch_spec(
-                            conn, job_id, int(idx), attempt, attempt_id, a.worker_id, a.backend_id, self.base_env
+                            conn, p.job_id, p.index, p.attempt, p.attempt_id, p.worker_id, p.backend_id, self.base_env
                         )
                 except Exception as exc:
                     log.exception("cannot prepare %s for launch", a.task_id)
                     broken[job_id] = f"the controller cannot run this job: it could not be prepared ({exc})"
                     continue
                 launches.append((self.backends[a.backend_id], spec))
-                jobs.append(job_id)
+                report.jobs.append(job_id)
             if broken:
                 launches = [(b, spec) for b, spec in launches if spec.job_id not in broken]
-                fail_jobs(conn, broken, now)
-            refresh_jobs(conn, jobs, now)
+                report.merge(applier.fail_jobs(conn, broken, now))
+            report.merge(applier.roll_up(conn, report.jobs, now))
+            self._count(report)
             self._store_reasons(conn, {**result.pending_reasons, **backing_off})
         return launches, victims
 
@@ -420,10 +406,12 @@ class ControlLoop:
         now = self.now_ms()
         with self.db.write() as conn:
             jobs = [attempt_db.mark_started(conn, s.attempt_id, s.pid, s.devices, now, s.running) for s in started]
+            report = applier.Report()
             for spec, error in failed:
                 attempt_db.add_system_log(conn, spec.job_id, spec.task_index, spec.attempt, str(error), now)
                 outcome = TaskState.WORKER_FAILED if error.retryable else TaskState.FAILED
                 if error.unschedulable:
                     outcome = TaskState.UNSCHEDULABLE
-                jobs.append(attempt_db.end_attempt(conn, spec.attempt_id, outcome, now, str(error)))
-            refresh_jobs(conn, [j for j in jobs if j], now)
+                report.merge(applier.end_attempt(conn, tr.AttemptExited(spec.attempt_id, outcome, str(error)), now))
+            report.merge(applier.roll_up(conn, [j for j in jobs if j] + report.jobs, now))
+            self._count(report)

@@ -1,25 +1,21 @@
-"""Job writes: submit, terminate, and the one function that keeps a job's stored state equal to
-what its tasks derive.
+"""Job writes at submit: storing a job, its config and its tasks, and replacing or deleting a
+finished job's tree.
 
-Every function takes an open write transaction; the caller commits. `refresh_jobs` is called after
-any change to tasks, so the denormalised `jobs.state` used by listings can never drift from
-`derive_job_state`, and a job that ends takes its unfinished tasks and descendant jobs with it.
+Every function takes an open write transaction; the caller commits. What happens to a job after
+submit (its tasks' attempts, its roll-up, stopping it) is decided in `controller/transitions.py`
+and written by `controller/applier.py` alone, so the state rules live in one place.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from sqlalchemy.engine import Connection
 
-from iris.controller.db.database import dumps, sql
+from iris.controller.db.database import dumps, in_list, quoted, sql
 from iris.core.errors import AlreadyExists, FailedPrecondition, NotFound
 from iris.core.job import JobSpec
-from iris.core.states import JobState, TaskState, derive_job_state
+from iris.core.states import TERMINAL_JOB_STATES, JobState, TaskState
 
-ACTIVE_TASK_SQL = "('ASSIGNED','BUILDING','RUNNING')"
-TERMINAL_TASK_SQL = "('SUCCEEDED','FAILED','KILLED','WORKER_FAILED','PREEMPTED','UNSCHEDULABLE')"
-TERMINAL_JOB_SQL = "('SUCCEEDED','FAILED','KILLED','UNSCHEDULABLE')"
+TERMINAL_JOB_SQL = in_list(TERMINAL_JOB_STATES)
 
 
 def job_row(conn: Connection, job_id: str):
@@ -108,7 +104,7 @@ def insert_job(
         sql(
             "INSERT INTO jobs (job_id, insertion, parent_job_id, root_job_id, depth, user, owner, band, state,"
             " replicas, cluster, submitted_ms, root_submitted_ms, scheduling_deadline_ms, pending_reason)"
-            " VALUES (:job_id, :insertion, :parent, :root, :depth, :user, :owner, :band, 'PENDING', :replicas,"
+            f" VALUES (:job_id, :insertion, :parent, :root, :depth, :user, :owner, :band, {quoted(JobState.PENDING)}, :replicas,"
             " :cluster, :now, :root_now, :deadline, :reason)"
         ),
         {
@@ -165,146 +161,7 @@ def insert_job(
     )
     if with_tasks:
         conn.execute(
-            sql("INSERT INTO tasks (task_id, job_id, idx, state) VALUES (:t, :j, :i, 'PENDING')"),
+            sql(f"INSERT INTO tasks (task_id, job_id, idx, state) VALUES (:t, :j, :i, {quoted(TaskState.PENDING)})"),
             [{"t": f"{spec.job_id}/{i}", "j": spec.job_id, "i": i} for i in range(spec.replicas)],
         )
     return JobState.PENDING.value, True
-
-
-def kill_tasks(conn: Connection, job_ids: Iterable[str], reason: str, now_ms: int) -> None:
-    """Marks every unfinished task (and live attempt) of `job_ids` KILLED.
-
-    Processes of attempts marked here are stopped by the next tick, which stops any attempt a
-    backend still runs whose stored state is terminal.
-    """
-    ids = list(job_ids)
-    if not ids:
-        return
-    params = {**_params(ids), "now": now_ms, "reason": reason}
-    conn.execute(
-        sql(
-            f"UPDATE attempts SET state = 'KILLED', finished_ms = :now, error = :reason"
-            f" WHERE job_id IN ({_placeholders(ids)}) AND state IN {ACTIVE_TASK_SQL}"
-        ),
-        params,
-    )
-    conn.execute(
-        sql(
-            f"UPDATE tasks SET state = 'KILLED', finished_ms = :now, error = :reason"
-            f" WHERE job_id IN ({_placeholders(ids)}) AND state NOT IN {TERMINAL_TASK_SQL}"
-        ),
-        params,
-    )
-
-
-def terminate_job(conn: Connection, job_id: str, reason: str, now_ms: int) -> list[str]:
-    """Stops a job and all its descendants; returns the ids of the jobs that were still live."""
-    require_job(conn, job_id)
-    ids = [job_id, *descendant_ids(conn, job_id)]
-    live = [
-        r[0]
-        for r in conn.execute(
-            sql(f"SELECT job_id FROM jobs WHERE job_id IN ({_placeholders(ids)}) AND state NOT IN {TERMINAL_JOB_SQL}"),
-            _params(ids),
-        )
-    ]
-    if not live:
-        return []
-    conn.execute(sql(f"UPDATE jobs SET cancel_requested = 1 WHERE job_id IN ({_placeholders(live)})"), _params(live))
-    kill_tasks(conn, live, reason, now_ms)
-    refresh_jobs(conn, live, now_ms)
-    return live
-
-
-def refresh_jobs(conn: Connection, job_ids: Iterable[str], now_ms: int) -> list[str]:
-    """Recomputes each job's state from its tasks; returns the jobs that became terminal.
-
-    A job that ends (failed, unschedulable, killed, succeeded) stops its unfinished tasks and
-    every descendant job, so nothing it started outlives it.
-    """
-    ended: list[str] = []
-    pending = list(dict.fromkeys(job_ids))
-    while pending:
-        job_id = pending.pop(0)
-        row = conn.execute(sql("SELECT state, started_ms, error FROM jobs WHERE job_id = :j"), {"j": job_id}).first()
-        if row is None or JobState(row[0]).is_terminal:
-            continue  # a finished job never changes state again
-        if conn.execute(
-            sql("SELECT 1 FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
-        ).first():
-            continue  # a federated job mirrors its state from its peer instead
-        tasks = conn.execute(
-            sql("SELECT state, error, idx FROM tasks WHERE job_id = :j ORDER BY idx"), {"j": job_id}
-        ).all()
-        if not tasks:
-            continue
-        states = [TaskState(t[0]) for t in tasks]
-        new_state = derive_job_state(states)
-        error = row[2]
-        if new_state.is_terminal and new_state is not JobState.SUCCEEDED and not error:
-            culprit = next(
-                (t for t in tasks if t[0] not in ("SUCCEEDED", "KILLED") and TaskState(t[0]).is_terminal), None
-            )
-            culprit = culprit or next((t for t in tasks if t[0] == "KILLED"), None)
-            if culprit is not None:
-                error = f"task {culprit[2]} {culprit[0].lower().replace('_', ' ')}" + (
-                    f": {culprit[1]}" if culprit[1] else ""
-                )
-        started = row[1]
-        if started is None and new_state in (JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED):
-            started = now_ms
-        conn.execute(
-            sql(
-                "UPDATE jobs SET state = :s, started_ms = :st, error = :e,"
-                " finished_ms = CASE WHEN :terminal THEN :now ELSE NULL END,"
-                " pending_reason = CASE WHEN :s = 'PENDING' THEN pending_reason ELSE '' END"
-                " WHERE job_id = :j"
-            ),
-            {
-                "s": new_state.value,
-                "st": started,
-                "e": error,
-                "terminal": new_state.is_terminal,
-                "now": now_ms,
-                "j": job_id,
-            },
-        )
-        if new_state.is_terminal:
-            ended.append(job_id)
-            if any(not s.is_terminal for s in states):
-                kill_tasks(conn, [job_id], f"job {new_state.value.lower()}", now_ms)
-            children = [
-                c
-                for c in descendant_ids(conn, job_id)
-                if conn.execute(
-                    sql(f"SELECT 1 FROM jobs WHERE job_id = :c AND state NOT IN {TERMINAL_JOB_SQL}"), {"c": c}
-                ).first()
-            ]
-            if children:
-                kill_tasks(conn, children, f"parent job {job_id} ended ({new_state.value})", now_ms)
-                pending.extend(children)
-    return ended
-
-
-def fail_jobs(conn: Connection, errors: dict[str, str], now_ms: int) -> list[str]:
-    """Fails each job in `errors` (job id → why) outright: its unfinished tasks and live attempts
-    become FAILED with that error, with no retry. For a job the controller itself cannot handle
-    (a poison row), so that it stops taking part in every pass of the tick."""
-    for job_id, error in errors.items():
-        params = {"j": job_id, "e": error, "now": now_ms}
-        conn.execute(
-            sql(
-                "UPDATE attempts SET state = 'FAILED', finished_ms = :now, error = :e"
-                f" WHERE job_id = :j AND state IN {ACTIVE_TASK_SQL}"
-            ),
-            params,
-        )
-        conn.execute(
-            sql(
-                "UPDATE tasks SET state = 'FAILED', finished_ms = :now, error = :e"
-                f" WHERE job_id = :j AND state NOT IN {TERMINAL_TASK_SQL}"
-            ),
-            params,
-        )
-        conn.execute(sql("UPDATE jobs SET error = :e WHERE job_id = :j AND state NOT IN " + TERMINAL_JOB_SQL), params)
-    return refresh_jobs(conn, list(errors), now_ms)
