@@ -19,8 +19,9 @@ from iris.controller.auth import Authenticator, Identity, Role, mint_token
 from iris.controller.auth.isolation import TaskIdentities, loopback_socket_uid, secure_state_dir
 from iris.controller.auth.tokens import token_expiry
 from iris.controller.db import attempts as attempt_db
-from iris.controller.db.database import Database, quoted, sql
+from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import require_job
+from iris.controller.db.literals import SENT
 from iris.controller.health import Health, Watchdog, assess
 from iris.controller.raw_query import RawQueryRunner
 from iris.controller.retention import LogRetention
@@ -29,7 +30,7 @@ from iris.controller.tick import LIVE_ATTEMPTS, ControlLoop
 from iris.controller.transitions import WorkerLost
 from iris.core.config import ClusterConfig
 from iris.core.errors import InvalidArgument, PermissionDenied, Unauthenticated
-from iris.federation.model import Direction, Submitter
+from iris.federation.model import Submitter
 from iris.federation.reasons import refuses
 from iris.rpc import controller_pb2 as pb
 
@@ -262,9 +263,7 @@ class Controller:
         with self.db.read() as conn:
             row = require_job(conn, job_id)
             handle = conn.execute(
-                sql(
-                    f"SELECT handoff_state, peer_id FROM federated_jobs WHERE job_id = :j AND direction = {quoted(Direction.SENT)}"
-                ),
+                sql(f"SELECT handoff_state, peer_id FROM federated_jobs WHERE job_id = :j AND direction = {SENT}"),
                 {"j": job_id},
             ).first()
             token = self.tick.loader.config(conn, job_id, row["insertion"]).resources.device.token if handle else ""

@@ -22,23 +22,13 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from iris.controller import transitions as tr
-from iris.controller.db.database import in_list, quoted, sql
-from iris.core.states import (
-    ACTIVE_TASK_STATES,
-    TERMINAL_JOB_STATES,
-    TERMINAL_TASK_STATES,
-    JobState,
-    RetryBudget,
-    TaskState,
-)
-from iris.federation.model import Direction
+from iris.controller.db.database import sql
+from iris.controller.db.literals import JOB_PENDING, LIVE_TASKS, PENDING, SENT, TERMINAL_JOBS, TERMINAL_TASKS, quoted
+from iris.core.states import JobState, RetryBudget, TaskState
 
 log = logging.getLogger("iris.applier")
 
-ACTIVE = in_list(ACTIVE_TASK_STATES)
-TERMINAL_TASKS = in_list(TERMINAL_TASK_STATES)
-TERMINAL_JOBS = in_list(TERMINAL_JOB_STATES)
-PENDING = quoted(TaskState.PENDING)
+ACTIVE = LIVE_TASKS
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +110,7 @@ def load_job(conn: Connection, job_id: str) -> tr.JobRow | None:
         sql(
             "SELECT state, started_ms, error, cancel_requested,"
             " EXISTS (SELECT 1 FROM federated_jobs f WHERE f.job_id = jobs.job_id"
-            f" AND f.direction = {quoted(Direction.SENT)})"
+            f" AND f.direction = {SENT})"
             " FROM jobs WHERE job_id = :j"
         ),
         {"j": job_id},
@@ -230,7 +220,7 @@ def _job_rolled_up(conn: Connection, c: tr.JobRolledUp, report: Report) -> str |
     n = conn.execute(
         sql(
             "UPDATE jobs SET state = :s, started_ms = :st, finished_ms = :fin,"
-            f" pending_reason = CASE WHEN :s = {quoted(JobState.PENDING)} THEN pending_reason ELSE '' END"
+            f" pending_reason = CASE WHEN :s = {JOB_PENDING} THEN pending_reason ELSE '' END"
             " WHERE job_id = :j AND state = :from"
         ),
         {"s": c.state.value, "st": c.started_ms, "fin": c.finished_ms, "j": c.job_id, "from": c.from_state.value},

@@ -11,6 +11,7 @@ from __future__ import annotations
 from iris.controller.db import federation as fed
 from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import TERMINAL_JOB_SQL
+from iris.controller.db.literals import FAILED, HANDED_OFF, JOB_PENDING, PENDING_HANDOFF, SENT
 from iris.federation.model import Promotion, QueuedJob
 from iris.rpc import controller_pb2 as pb
 
@@ -63,7 +64,7 @@ class ControllerFederationStore:
     def note_pending_reason(self, job_id: str, reason: str) -> None:
         with self.db.write() as conn:
             conn.execute(
-                sql("UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = 'PENDING'"),
+                sql(f"UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = {JOB_PENDING}"),
                 {"r": reason, "j": job_id},
             )
 
@@ -104,9 +105,9 @@ class ControllerFederationStore:
             rows = conn.execute(
                 sql(
                     f"SELECT DISTINCT f.peer_id FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
-                    f" WHERE f.direction = 'SENT' AND f.handoff_state IN ('PENDING_HANDOFF','HANDED_OFF')"
+                    f" WHERE f.direction = {SENT} AND f.handoff_state IN ({PENDING_HANDOFF},{HANDED_OFF})"
                     f" AND (j.state NOT IN {TERMINAL_JOB_SQL} OR f.first_report = 0 OR j.finished_ms > :recent"
-                    f" OR (f.handoff_state = 'HANDED_OFF' AND f.logs_complete = 0))"
+                    f" OR (f.handoff_state = {HANDED_OFF} AND f.logs_complete = 0))"
                 ),
                 {"recent": self.now_ms() - 60_000},
             ).all()
@@ -117,7 +118,7 @@ class ControllerFederationStore:
             rows = conn.execute(
                 sql(
                     "SELECT f.job_id, f.log_cursor FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
-                    " WHERE f.direction = 'SENT' AND f.peer_id = :p AND f.handoff_state = 'HANDED_OFF'"
+                    f" WHERE f.direction = {SENT} AND f.peer_id = :p AND f.handoff_state = {HANDED_OFF}"
                     " AND f.first_report = 1 AND f.logs_complete = 0"
                 ),
                 {"p": peer_id},
@@ -130,7 +131,7 @@ class ControllerFederationStore:
         with self.db.write() as conn:
             if not lines:
                 conn.execute(
-                    sql("UPDATE federated_jobs SET logs_complete = :d WHERE job_id = :j AND direction = 'SENT'"),
+                    sql(f"UPDATE federated_jobs SET logs_complete = :d WHERE job_id = :j AND direction = {SENT}"),
                     {"d": int(complete), "j": job_id},
                 )
                 return
@@ -145,7 +146,7 @@ class ControllerFederationStore:
             )
             conn.execute(
                 sql(
-                    "UPDATE federated_jobs SET log_cursor = :c, logs_complete = :d WHERE job_id = :j AND direction = 'SENT'"
+                    f"UPDATE federated_jobs SET log_cursor = :c, logs_complete = :d WHERE job_id = :j AND direction = {SENT}"
                 ),
                 {"c": cursor, "d": int(complete), "j": job_id},
             )
@@ -167,7 +168,7 @@ class ControllerFederationStore:
             if resp.cursor_stale:
                 live = conn.execute(
                     sql(
-                        "SELECT job_id FROM federated_jobs WHERE direction = 'SENT' AND peer_id = :p AND handoff_state = 'HANDED_OFF'"
+                        f"SELECT job_id FROM federated_jobs WHERE direction = {SENT} AND peer_id = :p AND handoff_state = {HANDED_OFF}"
                     ),
                     {"p": peer_id},
                 ).all()
@@ -186,7 +187,7 @@ class ControllerFederationStore:
 def _mirror_job(conn, peer_id: str, synced: pb.SyncedJob, now_ms: int) -> None:
     job = synced.job
     handle = conn.execute(
-        sql("SELECT handoff_state FROM federated_jobs WHERE job_id = :j AND direction = 'SENT' AND peer_id = :p"),
+        sql(f"SELECT handoff_state FROM federated_jobs WHERE job_id = :j AND direction = {SENT} AND peer_id = :p"),
         {"j": job.job_id, "p": peer_id},
     ).first()
     if handle is None:
@@ -275,8 +276,8 @@ def _mirror_job(conn, peer_id: str, synced: pb.SyncedJob, now_ms: int) -> None:
     conn.execute(
         sql(
             "UPDATE federated_jobs SET first_report = 1, updated_ms = :now,"
-            " handoff_state = CASE WHEN handoff_state = 'PENDING_HANDOFF' THEN 'HANDED_OFF' ELSE handoff_state END"
-            " WHERE job_id = :j AND direction = 'SENT'"
+            f" handoff_state = CASE WHEN handoff_state = {PENDING_HANDOFF} THEN {HANDED_OFF} ELSE handoff_state END"
+            f" WHERE job_id = :j AND direction = {SENT}"
         ),
         {"now": now_ms, "j": job.job_id},
     )
@@ -286,11 +287,11 @@ def _drop_handle(conn, peer_id: str, job_id: str, now_ms: int) -> None:
     """The peer no longer knows the job: fail it here if it was still live, and drop the handle."""
     conn.execute(
         sql(
-            f"UPDATE jobs SET state = 'FAILED', finished_ms = :now, error = :e WHERE job_id = :j AND state NOT IN {TERMINAL_JOB_SQL}"
+            f"UPDATE jobs SET state = {FAILED}, finished_ms = :now, error = :e WHERE job_id = :j AND state NOT IN {TERMINAL_JOB_SQL}"
         ),
         {"now": now_ms, "e": f"peer {peer_id} no longer has this job", "j": job_id},
     )
     conn.execute(
-        sql("DELETE FROM federated_jobs WHERE job_id = :j AND direction = 'SENT' AND peer_id = :p"),
+        sql(f"DELETE FROM federated_jobs WHERE job_id = :j AND direction = {SENT} AND peer_id = :p"),
         {"j": job_id, "p": peer_id},
     )

@@ -30,6 +30,7 @@ from iris.backends import staging
 from iris.backends.protocol import LaunchSpec, WorkerSnapshot
 from iris.controller.auth.isolation import TaskAccount
 from iris.controller.db.database import Database, sql
+from iris.controller.db.literals import LIVE_TASKS, PENDING
 from iris.controller.submit import MAX_BYTES, MAX_CPU, MAX_DEVICES
 from iris.core.bands import Band
 from iris.core.constraints import Constraint, Op
@@ -149,7 +150,7 @@ class SnapshotLoader:
                     " (SELECT a.finished_ms FROM attempts a WHERE a.attempt_id = t.task_id || ':' || t.attempt) END"
                     " FROM tasks t JOIN jobs j ON j.job_id = t.job_id"
                     " LEFT JOIN jobs p ON p.job_id = j.parent_job_id"
-                    " WHERE t.state = 'PENDING' AND t.cluster IS NULL"
+                    f" WHERE t.state = {PENDING} AND t.cluster IS NULL"
                 )
             ).all()
             pending = []
@@ -216,7 +217,7 @@ class SnapshotLoader:
             sql(
                 "SELECT t.task_id, t.job_id, t.worker_id, COALESCE(t.started_ms, j.submitted_ms), j.band, j.user,"
                 " j.insertion FROM tasks t JOIN jobs j ON j.job_id = t.job_id"
-                " WHERE t.state IN ('ASSIGNED','BUILDING','RUNNING') AND t.cluster IS NULL"
+                f" WHERE t.state IN {LIVE_TASKS} AND t.cluster IS NULL"
             )
         ).all()
         running = []

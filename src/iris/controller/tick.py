@@ -30,18 +30,19 @@ from iris.backends.protocol import AdoptRecord, Backend, LaunchError, LaunchSpec
 from iris.controller import applier
 from iris.controller import transitions as tr
 from iris.controller.db import attempts as attempt_db
-from iris.controller.db.database import Database, in_list, quoted, sql
+from iris.controller.db.database import Database, sql
 from iris.controller.db.federation import prune_changelog
+from iris.controller.db.literals import JOB_PENDING, LIVE_TASKS
 from iris.controller.snapshot import SnapshotLoader, TaskIdentity, TaskIdentitySource
 from iris.core.availability import Availability
 from iris.core.errors import DiskFull
-from iris.core.states import ACTIVE_TASK_STATES, JobState, TaskState
+from iris.core.states import TaskState
 from iris.scheduler import compute_availability, schedule
 
 log = logging.getLogger("iris.tick")
 MIN_PASS_GAP_S = 0.005
 MAINTENANCE_INTERVAL_S = 60.0
-LIVE_ATTEMPTS = in_list(ACTIVE_TASK_STATES)
+LIVE_ATTEMPTS = LIVE_TASKS
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,7 +346,7 @@ class ControlLoop:
         changed = [{"r": r, "j": j} for j, r in reasons.items() if self._reasons.get(j) != r]
         if changed:
             conn.execute(
-                sql(f"UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = {quoted(JobState.PENDING)}"),
+                sql(f"UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = {JOB_PENDING}"),
                 changed,
             )
         self._reasons = dict(reasons)

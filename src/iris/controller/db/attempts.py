@@ -14,11 +14,9 @@ from collections.abc import Iterable
 from sqlalchemy.engine import Connection
 
 from iris.backends.protocol import LogChunk
-from iris.controller.db.database import quoted, sql
-from iris.core.states import JobState, TaskState
-
-ASSIGNED = quoted(TaskState.ASSIGNED)
-RUNNING = quoted(TaskState.RUNNING)
+from iris.controller.db.database import sql
+from iris.controller.db.literals import ASSIGNED, JOB_PENDING, RUNNING
+from iris.core.states import TaskState
 
 
 def mark_started(
@@ -92,7 +90,7 @@ def store_waiting(conn: Connection, waiting: Iterable[tuple[str, str]]) -> None:
     if rows:
         conn.execute(
             sql(
-                f"UPDATE jobs SET pending_reason = :r WHERE state = {quoted(JobState.PENDING)} AND job_id ="
+                f"UPDATE jobs SET pending_reason = :r WHERE state = {JOB_PENDING} AND job_id ="
                 f" (SELECT job_id FROM attempts WHERE attempt_id = :a AND state = {ASSIGNED})"
             ),
             rows,

@@ -7,12 +7,11 @@ deferred transaction, which in WAL mode sees one consistent snapshot and never b
 
 from __future__ import annotations
 
-import enum
 import functools
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -67,17 +66,6 @@ class Database:
 # A statement's TextClause is built once and reused: building one parses its bind parameters,
 # which on the submit path cost more than executing the statement.
 sql = functools.lru_cache(maxsize=4096)(text)
-
-
-def quoted(state: enum.Enum) -> str:
-    """A state as an SQL literal ('RUNNING'): state names in SQL come from the enums, never typed."""
-    return f"'{state.value}'"
-
-
-def in_list(states: Iterable[enum.Enum]) -> str:
-    """A set of states as an SQL `IN` list ('A','B'), in a stable order so the statement text (and
-    its cached clause) is the same on every call."""
-    return "(" + ",".join(sorted(quoted(s) for s in states)) + ")"
 
 
 def dumps(value) -> str:

@@ -21,6 +21,18 @@ from iris.controller.db.jobs import (
     insert_job,
     job_row,
 )
+from iris.controller.db.literals import (
+    FAILED,
+    HANDED_OFF,
+    HANDOFF_REJECTED,
+    JOB_PENDING,
+    KILLED,
+    PENDING_HANDOFF,
+    QUEUED_HANDOFF,
+    RECEIVED,
+    SENT,
+    UNSCHEDULABLE,
+)
 from iris.controller.snapshot import parse_constraints, parse_resources
 from iris.core.bands import Band
 from iris.core.errors import AlreadyExists
@@ -59,7 +71,7 @@ def queue_job(
     conn.execute(
         sql(
             "INSERT INTO federated_jobs (job_id, direction, peer_id, owner_principal, submitting_user, handoff_state,"
-            " nonce, updated_ms) VALUES (:j, 'SENT', :p, :o, :u, 'QUEUED_HANDOFF', :n, :now)"
+            f" nonce, updated_ms) VALUES (:j, {SENT}, :p, :o, :u, {QUEUED_HANDOFF}, :n, :now)"
         ),
         {"j": spec.job_id, "p": peer_id or "", "o": owner, "u": spec.user, "n": new_nonce(), "now": now_ms},
     )
@@ -72,7 +84,7 @@ def reject_job(conn: Connection, spec: JobSpec, reason: str, now_ms: int, existi
     if created:
         conn.execute(
             sql(
-                "UPDATE jobs SET state = 'UNSCHEDULABLE', error = :e, finished_ms = :now, pending_reason = '' WHERE job_id = :j"
+                f"UPDATE jobs SET state = {UNSCHEDULABLE}, error = :e, finished_ms = :now, pending_reason = '' WHERE job_id = :j"
             ),
             {"e": f"no local backend or federation peer can host it: {reason}", "now": now_ms, "j": spec.job_id},
         )
@@ -85,7 +97,7 @@ def queued_past_deadline(conn: Connection, now_ms: int) -> list:
         conn.execute(
             sql(
                 "SELECT j.job_id, j.scheduling_deadline_ms, j.submitted_ms, f.peer_id FROM federated_jobs f"
-                " JOIN jobs j ON j.job_id = f.job_id WHERE f.direction = 'SENT' AND f.handoff_state = 'QUEUED_HANDOFF'"
+                f" JOIN jobs j ON j.job_id = f.job_id WHERE f.direction = {SENT} AND f.handoff_state = {QUEUED_HANDOFF}"
                 " AND j.scheduling_deadline_ms IS NOT NULL AND j.scheduling_deadline_ms <= :now"
                 f" AND j.state NOT IN {TERMINAL_JOB_SQL}"
             ),
@@ -105,7 +117,7 @@ def expire_queued(conn: Connection, now_ms: int) -> list[str]:
         where = f"peer {peer}" if peer else "any federation peer"
         conn.execute(
             sql(
-                "UPDATE jobs SET state = 'UNSCHEDULABLE', error = :e, finished_ms = :now, pending_reason = ''"
+                f"UPDATE jobs SET state = {UNSCHEDULABLE}, error = :e, finished_ms = :now, pending_reason = ''"
                 f" WHERE job_id = :j AND state NOT IN {TERMINAL_JOB_SQL}"
             ),
             {
@@ -121,9 +133,9 @@ def set_queued_reasons(conn: Connection, reasons: dict[str, str]) -> None:
     """Rewrites the pending reason of jobs that are still queued (a promoted one has its own)."""
     conn.execute(
         sql(
-            "UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = 'PENDING' AND EXISTS"
-            " (SELECT 1 FROM federated_jobs f WHERE f.job_id = :j AND f.direction = 'SENT'"
-            " AND f.handoff_state = 'QUEUED_HANDOFF')"
+            f"UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = {JOB_PENDING} AND EXISTS"
+            f" (SELECT 1 FROM federated_jobs f WHERE f.job_id = :j AND f.direction = {SENT}"
+            f" AND f.handoff_state = {QUEUED_HANDOFF})"
         ),
         [{"j": j, "r": r} for j, r in reasons.items()],
     )
@@ -134,7 +146,7 @@ def queued_jobs(conn: Connection) -> list[QueuedJob]:
         sql(
             "SELECT j.job_id, j.band, j.submitted_ms, j.replicas, c.resources, c.constraints, f.peer_id"
             " FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id JOIN job_config c ON c.job_id = f.job_id"
-            f" WHERE f.direction = 'SENT' AND f.handoff_state = 'QUEUED_HANDOFF' AND j.cancel_requested = 0"
+            f" WHERE f.direction = {SENT} AND f.handoff_state = {QUEUED_HANDOFF} AND j.cancel_requested = 0"
             f" AND j.state NOT IN {TERMINAL_JOB_SQL}"
         )
     ).all()
@@ -148,8 +160,8 @@ def promote(conn: Connection, p: Promotion, now_ms: int) -> bool:
     """QUEUED_HANDOFF → PENDING_HANDOFF, only if still queued, not cancelled and not terminal."""
     result = conn.execute(
         sql(
-            "UPDATE federated_jobs SET handoff_state = 'PENDING_HANDOFF', peer_id = :p, backend_id = :b, updated_ms = :now"
-            " WHERE job_id = :j AND direction = 'SENT' AND handoff_state = 'QUEUED_HANDOFF' AND (peer_id = '' OR peer_id = :p)"
+            f"UPDATE federated_jobs SET handoff_state = {PENDING_HANDOFF}, peer_id = :p, backend_id = :b, updated_ms = :now"
+            f" WHERE job_id = :j AND direction = {SENT} AND handoff_state = {QUEUED_HANDOFF} AND (peer_id = '' OR peer_id = :p)"
             f" AND EXISTS (SELECT 1 FROM jobs WHERE job_id = :j AND cancel_requested = 0 AND state NOT IN {TERMINAL_JOB_SQL})"
         ),
         {"p": p.peer_id, "b": p.backend_id, "now": now_ms, "j": p.job_id},
@@ -169,7 +181,7 @@ def sent_handles(conn: Connection, states: tuple[str, ...]) -> list[dict]:
         conn.execute(
             sql(
                 f"SELECT f.*, j.state AS job_state, j.cancel_requested FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
-                f" WHERE f.direction = 'SENT' AND f.handoff_state IN ({marks})"
+                f" WHERE f.direction = {SENT} AND f.handoff_state IN ({marks})"
             ),
             {f"s{i}": s for i, s in enumerate(states)},
         )
@@ -185,7 +197,7 @@ def delivery_request(conn: Connection, job_id: str, requester: str) -> pb.Launch
     job = job_row(conn, job_id)
     cfg = conn.execute(sql("SELECT * FROM job_config WHERE job_id = :j"), {"j": job_id}).mappings().one()
     handle = (
-        conn.execute(sql("SELECT * FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id})
+        conn.execute(sql(f"SELECT * FROM federated_jobs WHERE job_id = :j AND direction = {SENT}"), {"j": job_id})
         .mappings()
         .one()
     )
@@ -225,13 +237,13 @@ def delivery_request(conn: Connection, job_id: str, requester: str) -> pb.Launch
 def mark_handed_off(conn: Connection, job_id: str, now_ms: int) -> None:
     conn.execute(
         sql(
-            "UPDATE federated_jobs SET handoff_state = 'HANDED_OFF', updated_ms = :now"
-            " WHERE job_id = :j AND direction = 'SENT' AND handoff_state = 'PENDING_HANDOFF'"
+            f"UPDATE federated_jobs SET handoff_state = {HANDED_OFF}, updated_ms = :now"
+            f" WHERE job_id = :j AND direction = {SENT} AND handoff_state = {PENDING_HANDOFF}"
         ),
         {"now": now_ms, "j": job_id},
     )
     conn.execute(
-        sql("UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = 'PENDING'"),
+        sql(f"UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = {JOB_PENDING}"),
         {"r": awaiting_first_report_reason(_peer_of(conn, job_id)), "j": job_id},
     )
 
@@ -239,14 +251,14 @@ def mark_handed_off(conn: Connection, job_id: str, now_ms: int) -> None:
 def mark_rejected(conn: Connection, job_id: str, message: str, now_ms: int) -> None:
     conn.execute(
         sql(
-            "UPDATE federated_jobs SET handoff_state = 'HANDOFF_REJECTED', error = :e, updated_ms = :now"
-            " WHERE job_id = :j AND direction = 'SENT'"
+            f"UPDATE federated_jobs SET handoff_state = {HANDOFF_REJECTED}, error = :e, updated_ms = :now"
+            f" WHERE job_id = :j AND direction = {SENT}"
         ),
         {"e": message, "now": now_ms, "j": job_id},
     )
     conn.execute(
         sql(
-            f"UPDATE jobs SET state = 'FAILED', error = :e, finished_ms = :now, pending_reason = ''"
+            f"UPDATE jobs SET state = {FAILED}, error = :e, finished_ms = :now, pending_reason = ''"
             f" WHERE job_id = :j AND state NOT IN {TERMINAL_JOB_SQL}"
         ),
         {"e": f"the peer refused the handoff: {message}", "now": now_ms, "j": job_id},
@@ -256,7 +268,7 @@ def mark_rejected(conn: Connection, job_id: str, message: str, now_ms: int) -> N
 def _peer_of(conn: Connection, job_id: str) -> str:
     return (
         conn.execute(
-            sql("SELECT peer_id FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id}
+            sql(f"SELECT peer_id FROM federated_jobs WHERE job_id = :j AND direction = {SENT}"), {"j": job_id}
         ).scalar()
         or ""
     )
@@ -270,7 +282,7 @@ def cancel_sent(conn: Connection, job_id: str, reason: str, now_ms: int) -> bool
     the peer confirms, the job keeps its state with a pending reason saying it is stopping there.
     """
     handle = conn.execute(
-        sql("SELECT handoff_state, peer_id FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"),
+        sql(f"SELECT handoff_state, peer_id FROM federated_jobs WHERE job_id = :j AND direction = {SENT}"),
         {"j": job_id},
     ).first()
     if handle is None:
@@ -278,7 +290,7 @@ def cancel_sent(conn: Connection, job_id: str, reason: str, now_ms: int) -> bool
     conn.execute(
         sql(
             "UPDATE federated_jobs SET cancel_intent_version = cancel_intent_version + 1, updated_ms = :now"
-            " WHERE job_id = :j AND direction = 'SENT'"
+            f" WHERE job_id = :j AND direction = {SENT}"
         ),
         {"now": now_ms, "j": job_id},
     )
@@ -294,7 +306,7 @@ def cancel_sent(conn: Connection, job_id: str, reason: str, now_ms: int) -> bool
         return True
     conn.execute(
         sql(
-            f"UPDATE jobs SET state = 'KILLED', cancel_requested = 1, finished_ms = :now, pending_reason = '',"
+            f"UPDATE jobs SET state = {KILLED}, cancel_requested = 1, finished_ms = :now, pending_reason = '',"
             f" error = :e WHERE job_id = :j AND state NOT IN {TERMINAL_JOB_SQL}"
         ),
         {"now": now_ms, "j": job_id, "e": "Cancelled before handoff" if before_handoff else reason},
@@ -310,7 +322,7 @@ def mark_cancel_relayed(conn: Connection, job_id: str, version: int, now_ms: int
     """The peer confirmed the cancel (or no longer knows the job): it ends KILLED here."""
     conn.execute(
         sql(
-            f"UPDATE jobs SET state = 'KILLED', finished_ms = :now, pending_reason = ''"
+            f"UPDATE jobs SET state = {KILLED}, finished_ms = :now, pending_reason = ''"
             f" WHERE job_id = :j AND cancel_requested = 1 AND state NOT IN {TERMINAL_JOB_SQL}"
         ),
         {"now": now_ms, "j": job_id},
@@ -318,7 +330,7 @@ def mark_cancel_relayed(conn: Connection, job_id: str, version: int, now_ms: int
     conn.execute(
         sql(
             "UPDATE federated_jobs SET cancel_relayed_version = MAX(cancel_relayed_version, :v)"
-            " WHERE job_id = :j AND direction = 'SENT'"
+            f" WHERE job_id = :j AND direction = {SENT}"
         ),
         {"v": version, "j": job_id},
     )
@@ -328,7 +340,7 @@ def active_counts(conn: Connection) -> dict[str, int]:
     rows = conn.execute(
         sql(
             f"SELECT f.peer_id, COUNT(*) FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
-            f" WHERE f.direction = 'SENT' AND f.peer_id != '' AND j.state NOT IN {TERMINAL_JOB_SQL} GROUP BY f.peer_id"
+            f" WHERE f.direction = {SENT} AND f.peer_id != '' AND j.state NOT IN {TERMINAL_JOB_SQL} GROUP BY f.peer_id"
         )
     ).all()
     return {r[0]: r[1] for r in rows}
@@ -349,7 +361,7 @@ def admit_received(
     existing = job_row(conn, spec.job_id)
     if existing is not None:
         handle = conn.execute(
-            sql("SELECT nonce, peer_id FROM federated_jobs WHERE job_id = :j AND direction = 'RECEIVED'"),
+            sql(f"SELECT nonce, peer_id FROM federated_jobs WHERE job_id = :j AND direction = {RECEIVED}"),
             {"j": spec.job_id},
         ).first()
         if handle is None or handle[1] != handoff.requester_cluster:
@@ -367,7 +379,7 @@ def admit_received(
     conn.execute(
         sql(
             "INSERT INTO federated_jobs (job_id, direction, peer_id, owner_principal, submitting_user, handoff_state,"
-            " nonce, updated_ms) VALUES (:j, 'RECEIVED', :p, :o, :u, 'HANDED_OFF', :n, :now)"
+            f" nonce, updated_ms) VALUES (:j, {RECEIVED}, :p, :o, :u, {HANDED_OFF}, :n, :now)"
         ),
         {
             "j": spec.job_id,
@@ -389,7 +401,7 @@ def admit_received(
 
 def received_requester(conn: Connection, job_id: str) -> str | None:
     return conn.execute(
-        sql("SELECT peer_id FROM federated_jobs WHERE job_id = :j AND direction = 'RECEIVED'"), {"j": job_id}
+        sql(f"SELECT peer_id FROM federated_jobs WHERE job_id = :j AND direction = {RECEIVED}"), {"j": job_id}
     ).scalar()
 
 
@@ -405,7 +417,8 @@ def changes_since(conn: Connection, requester: str, cursor: int) -> tuple[list[s
         jobs = [
             r[0]
             for r in conn.execute(
-                sql("SELECT job_id FROM federated_jobs WHERE direction = 'RECEIVED' AND peer_id = :r"), {"r": requester}
+                sql(f"SELECT job_id FROM federated_jobs WHERE direction = {RECEIVED} AND peer_id = :r"),
+                {"r": requester},
             )
         ]
         return jobs, [], max_seq, True

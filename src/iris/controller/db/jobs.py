@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Connection
 
-from iris.controller.db.database import dumps, in_list, quoted, sql
+from iris.controller.db.database import dumps, sql
+from iris.controller.db.literals import TERMINAL_JOBS, quoted
 from iris.core.errors import AlreadyExists, FailedPrecondition, NotFound
 from iris.core.job import JobSpec
-from iris.core.states import TERMINAL_JOB_STATES, JobState, TaskState
+from iris.core.states import JobState, TaskState
 
-TERMINAL_JOB_SQL = in_list(TERMINAL_JOB_STATES)
+TERMINAL_JOB_SQL = TERMINAL_JOBS
 
 
 def job_row(conn: Connection, job_id: str):

@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection
 
 from iris.controller.db.database import sql
 from iris.controller.db.jobs import require_job
+from iris.controller.db.literals import HANDED_OFF, SENT
 from iris.controller.snapshot import parse_constraints, parse_resources
 from iris.core.errors import InvalidArgument
 from iris.core.states import JobState
@@ -92,7 +93,7 @@ def get_job(conn: Connection, job_id: str, local_cluster: str) -> pb.JobStatus:
     row = require_job(conn, job_id)
     cfg = conn.execute(sql("SELECT * FROM job_config WHERE job_id = :j"), {"j": job_id}).mappings().first()
     fed = (
-        conn.execute(sql("SELECT * FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"), {"j": job_id})
+        conn.execute(sql(f"SELECT * FROM federated_jobs WHERE job_id = :j AND direction = {SENT}"), {"j": job_id})
         .mappings()
         .first()
     )
@@ -254,8 +255,8 @@ def _relay_pending(conn: Connection, job_id: str) -> bool:
     """Whether the job ran on a peer and its last lines have not all been relayed here yet."""
     row = conn.execute(
         sql(
-            "SELECT 1 FROM federated_jobs WHERE job_id = :j AND direction = 'SENT'"
-            " AND handoff_state = 'HANDED_OFF' AND logs_complete = 0"
+            f"SELECT 1 FROM federated_jobs WHERE job_id = :j AND direction = {SENT}"
+            f" AND handoff_state = {HANDED_OFF} AND logs_complete = 0"
         ),
         {"j": job_id},
     ).first()

@@ -16,6 +16,8 @@ from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import QueuePool
 
+from iris.controller.db.literals import RECEIVED
+
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (
         1,
@@ -176,11 +178,11 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             )""",
             *[
                 f"""CREATE TRIGGER IF NOT EXISTS changelog_{table}_{event.lower()} AFTER {event} ON {table}
-                FOR EACH ROW WHEN EXISTS (SELECT 1 FROM federated_jobs f WHERE f.job_id = NEW.job_id AND f.direction = 'RECEIVED')
+                FOR EACH ROW WHEN EXISTS (SELECT 1 FROM federated_jobs f WHERE f.job_id = NEW.job_id AND f.direction = {RECEIVED})
                 BEGIN
                     INSERT INTO federation_changelog (job_id, requester, task_index, tombstone, ts_ms)
                     SELECT NEW.job_id, f.peer_id, {index}, 0, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
-                    FROM federated_jobs f WHERE f.job_id = NEW.job_id AND f.direction = 'RECEIVED';
+                    FROM federated_jobs f WHERE f.job_id = NEW.job_id AND f.direction = {RECEIVED};
                 END"""
                 for table, event, index in (
                     ("jobs", "UPDATE", "NULL"),

@@ -1,0 +1,45 @@
+"""The tick applies a scheduling result through the applier: a placement decided from a snapshot
+that a cancel has since overtaken is refused and counted, and the cancel's state stands."""
+
+from __future__ import annotations
+
+import logging
+
+from iris.backends.protocol import WorkerSnapshot
+from iris.controller import applier
+from iris.controller.db.database import Database, sql
+from iris.controller.db.jobs import insert_job
+from iris.controller.tick import ControlLoop
+from iris.core.job import JobSpec
+from iris.core.resources import Resources
+from iris.scheduler import schedule
+
+
+def _submit(db: Database, name: str) -> str:
+    spec = JobSpec(job_id=f"/alice/{name}", user="alice", owner="alice", command=("true",), resources=Resources(cpu=1))
+    with db.write() as conn:
+        insert_job(conn, spec, 1)
+    return spec.job_id
+
+
+def test_tick_refuses_a_placement_whose_job_was_cancelled_after_the_snapshot(tmp_path, caplog):
+    db = Database(tmp_path / "controller.db")
+    try:
+        loop = ControlLoop(db, {}, {})
+        job = _submit(db, "raced")
+        worker = WorkerSnapshot("w0", "local", Resources(cpu=4, memory=2**30, disk=2**30), {})
+        result = schedule(loop.loader.load(2, (worker,)))
+        assert [a.task_id for a in result.assignments] == [f"{job}/0"]
+        with db.write() as conn:  # the stop commits between the snapshot and the apply
+            assert applier.stop_job(conn, job, "stopped by alice", 3) == [job]
+        with caplog.at_level(logging.DEBUG, logger="iris.applier"):
+            launches, victims = loop._commit_decisions(result, 4, {})
+        assert launches == [] and victims == []
+        assert loop.refused["AttemptPlaced"] == 1
+        assert f"refused AttemptPlaced on {job}/0: job {job} was cancelled" in caplog.text
+        with db.read() as conn:
+            assert conn.execute(sql("SELECT state FROM jobs WHERE job_id = :j"), {"j": job}).scalar() == "KILLED"
+            assert conn.execute(sql("SELECT state, attempt FROM tasks")).all() == [("KILLED", -1)]
+            assert conn.execute(sql("SELECT COUNT(*) FROM attempts")).scalar() == 0
+    finally:
+        db.close()
