@@ -7,11 +7,13 @@ import logging
 
 from iris.backends.protocol import WorkerSnapshot
 from iris.controller import applier
+from iris.controller import transitions as tr
 from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import insert_job
 from iris.controller.tick import ControlLoop
 from iris.core.job import JobSpec
 from iris.core.resources import Resources
+from iris.core.states import TaskState
 from iris.scheduler import schedule
 
 
@@ -41,5 +43,34 @@ def test_tick_refuses_a_placement_whose_job_was_cancelled_after_the_snapshot(tmp
             assert conn.execute(sql("SELECT state FROM jobs WHERE job_id = :j"), {"j": job}).scalar() == "KILLED"
             assert conn.execute(sql("SELECT state, attempt FROM tasks")).all() == [("KILLED", -1)]
             assert conn.execute(sql("SELECT COUNT(*) FROM attempts")).scalar() == 0
+    finally:
+        db.close()
+
+
+def test_roll_up_of_a_child_listed_before_its_failing_parent_still_ends_the_child(tmp_path):
+    db = Database(tmp_path / "controller.db")
+    try:
+        parent = _submit(db, "p")
+        child = JobSpec(
+            job_id=f"{parent}/c",
+            user="alice",
+            owner="alice",
+            command=("true",),
+            resources=Resources(cpu=1),
+            parent_job_id=parent,
+            depth=1,
+            root_job_id=parent,
+        )
+        with db.write() as conn:
+            insert_job(conn, child, 1)
+            for task in (f"{parent}/0", f"{child.job_id}/0"):
+                assert applier.place(conn, tr.Placement(task, "local", "w0"), 2).placed
+            ended = applier.end_attempt(conn, tr.AttemptExited(f"{parent}/0:0", TaskState.FAILED, "boom", 1), 3)
+            assert ended.jobs == [parent]
+            report = applier.roll_up(conn, [child.job_id, parent], 4)
+        assert report.ended == [parent, child.job_id]
+        with db.read() as conn:
+            states = dict(conn.execute(sql("SELECT job_id, state FROM jobs")).all())
+        assert states == {parent: "FAILED", child.job_id: "KILLED"}
     finally:
         db.close()

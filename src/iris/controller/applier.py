@@ -378,13 +378,12 @@ def roll_up(conn: Connection, job_ids: Iterable[str], now_ms: int) -> Report:
     every descendant job with it (those are rolled up in turn). `report.ended` lists the jobs that
     ended."""
     report = Report()
+    # A job is rolled up again when it comes back to the queue: a child rolled up early in the
+    # pass is rolled up once more after its parent ended and killed its tasks. Each job ends once,
+    # so the queue always drains.
     queue = list(dict.fromkeys(job_ids))
-    seen: set[str] = set()
     while queue:
         job_id = queue.pop(0)
-        if job_id in seen:
-            continue
-        seen.add(job_id)
         job = load_job(conn, job_id)
         if job is None:
             continue
@@ -395,7 +394,7 @@ def roll_up(conn: Connection, job_ids: Iterable[str], now_ms: int) -> Report:
         report.refused += step.refused
         for change in changes:
             if isinstance(change, tr.ChildrenKilled):
-                queue.extend(c for c in change.children if c not in seen)
+                queue.extend(change.children)
     return report
 
 
