@@ -1,4 +1,4 @@
-"""The SDK's Connect transport: URL parsing, HTTP framing, connection reuse and error mapping."""
+"""The Connect transport the SDK and the peer client share: URL parsing, connection reuse and error mapping."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from iris.client.transport import ConnectTransport, error_from_code, parse_url
 from iris.core import errors
 from iris.rpc import controller_pb2 as pb
+from iris.rpc.transport import ConnectTransport, error_from_code, parse_url
 
 
 class ScriptedServer:
@@ -173,3 +173,61 @@ def test_error_from_code_keeps_unknown_codes():
     assert isinstance(error_from_code("already_exists", "dup"), errors.AlreadyExists)
     err = error_from_code("resource_exhausted", "too many")
     assert type(err) is errors.IrisError and err.code == "resource_exhausted" and err.message == "too many"
+
+
+def test_transport_close_closes_the_connections_of_every_thread(scripted):
+    info = pb.GetClusterInfoResponse(name="a")
+    # The scripted server serves one connection at a time: it drops each after one answer.
+    server = scripted(ok_response(info), ok_response(info), ok_response(info), close_after=1)
+    transport = ConnectTransport(server.url, timeout=5)
+    worker = threading.Thread(
+        target=transport.call, args=("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
+    )
+    worker.start()
+    worker.join()
+    transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
+    assert len(transport._open) == 2
+    transport.close()
+    assert not transport._open
+    assert transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse) == info
+    assert server.connections == 3
+
+
+def test_peer_client_shares_the_transport_and_names_the_peer_in_its_errors(scripted):
+    from iris.federation.peer import PeerClient
+
+    body = b'{"code": "permission_denied", "message": "submitter bob is not allowed"}'
+    refusal = b"HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
+        len(body),
+        body,
+    )
+    server = scripted(refusal, ok_response(pb.TerminateJobResponse(state="KILLED")))
+    peer = PeerClient("cw-h100", server.url, token_source=lambda: "peer-token", requester="marin")
+    with pytest.raises(errors.PermissionDenied, match="^peer cw-h100: submitter bob is not allowed$"):
+        peer.launch_job(pb.LaunchJobRequest(name="/alice/j"))
+    assert peer.terminate_job("/alice/j", "cancelled").state == "KILLED"
+    assert server.connections == 1  # the refusal kept the connection
+    assert all(b"Authorization: Bearer peer-token" in r for r in server.requests)
+    assert server.requests[0].startswith(b"POST /iris.v1.ControllerService/LaunchJob HTTP/1.1\r\n")
+
+
+def test_peer_client_turns_an_unknown_code_into_unavailable(scripted):
+    from iris.federation.peer import PeerClient
+
+    body = b'{"code": "resource_exhausted", "message": "too many handoffs"}'
+    server = scripted(
+        b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+        % (len(body), body)
+    )
+    with pytest.raises(errors.Unavailable, match="^peer p at .*: resource_exhausted: too many handoffs$"):
+        PeerClient("p", server.url, requester="marin").federation_sync(0)
+
+
+def test_peer_client_of_a_peer_that_does_not_answer_is_unavailable():
+    from iris.federation.peer import PeerClient
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+        with pytest.raises(errors.Unavailable, match="^peer cw-h100 at .* is unreachable: connection refused$"):
+            PeerClient("cw-h100", url).list_backends()

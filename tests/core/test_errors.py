@@ -5,10 +5,10 @@ from __future__ import annotations
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from iris.client.transport import error_from_code
 from iris.core import errors
 from iris.core.errors import ERRORS_BY_CODE, error_for_code
 from iris.rpc.errors import from_connect, to_connect
+from iris.rpc.transport import error_from_code
 
 
 def test_errors_every_type_round_trips_through_its_connect_code():

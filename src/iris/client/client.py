@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from iris.client.launch import build_launch_request
 from iris.client.tokens import token_subject
-from iris.client.transport import ConnectTransport
+from iris.rpc.transport import ConnectTransport
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message

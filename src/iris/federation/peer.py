@@ -8,8 +8,7 @@ mark the peer unreachable, keep the last known state, try again on the next cycl
 from __future__ import annotations
 
 from collections.abc import Callable
-
-from connectrpc.errors import ConnectError
+from typing import TYPE_CHECKING, TypeVar
 
 from iris.core.availability import Availability, BandHolding
 from iris.core.bands import Band
@@ -17,7 +16,12 @@ from iris.core.errors import FailedPrecondition, InvalidArgument, IrisError, Una
 from iris.federation.ids import received_job_id, sync_for_parent
 from iris.federation.model import PeerBackend
 from iris.rpc import controller_pb2 as pb
-from iris.rpc.errors import from_connect
+from iris.rpc.transport import ConnectTransport
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
+
+_M = TypeVar("_M", bound="Message")
 
 READABLE_AVAILABILITY_VERSIONS = (1, 2)  # ours (lowercase band labels) and the upstream one
 _UPSTREAM_BAND_PREFIX = "PRIORITY_BAND_"
@@ -62,10 +66,14 @@ def backend_from_proto(m: pb.BackendInfo) -> PeerBackend:
     return PeerBackend(m.id, m.kind, dict(m.attributes), avail)
 
 
+class _Unreachable(Unavailable):
+    """The peer did not answer at all (as opposed to answering UNAVAILABLE)."""
+
+
 class PeerClient:
-    """Calls one peer on behalf of cluster `requester`. Callers speak this cluster's job ids; the
-    client names the peer's copy of a job by the id the peer filed it under (`ids`), and maps the
-    ids in a sync answer back."""
+    """Calls one peer on behalf of cluster `requester`, over the Connect transport the SDK uses.
+    Callers speak this cluster's job ids; the client names the peer's copy of a job by the id the
+    peer filed it under (`ids`), and maps the ids in a sync answer back."""
 
     def __init__(
         self,
@@ -75,54 +83,46 @@ class PeerClient:
         timeout_s: float = 5.0,
         requester: str = "",
     ):
-        from iris.rpc.controller_connect import ControllerServiceClientSync
-
         self.peer_id = peer_id
         self.address = address.rstrip("/")
         self.requester = requester
         self._token_source = token_source
-        self._timeout_ms = int(timeout_s * 1000)
-        self._client = ControllerServiceClientSync(self.address, timeout_ms=self._timeout_ms)
+        self._transport = ConnectTransport(self.address, timeout=timeout_s, on_unreachable=self._unreachable)
 
-    def _call(self, method: str, request):
-        token = self._token_source()
-        headers = {"authorization": f"Bearer {token}"} if token else None
+    def _unreachable(self, url: str, reason: str) -> Unavailable:
+        return _Unreachable(f"peer {self.peer_id} at {self.address} is unreachable: {reason}")
+
+    def _call(self, method: str, request: Message, response_type: type[_M]) -> _M:
         try:
-            return getattr(self._client, method)(request, headers=headers)
-        except ConnectError as exc:
+            return self._transport.call(method, request, response_type, token=self._token_source())
+        except _Unreachable:
+            raise
+        except IrisError as exc:
             # A refusal keeps its type; anything else (unavailable, internal, a code with no type
             # here) means the peer cannot serve now, so the manager retries it next cycle.
-            error = from_connect(exc, f"peer {self.peer_id}: {exc.message}")
-            if type(error) is not IrisError and not isinstance(error, Unavailable):
-                raise error from None
-            raise Unavailable(
-                f"peer {self.peer_id} at {self.address}: {exc.code.name.lower()}: {exc.message}"
-            ) from None
-        except IrisError:
-            raise
-        except Exception as exc:  # transport errors come from several layers; all mean unreachable
-            raise Unavailable(f"peer {self.peer_id} at {self.address} is unreachable: {exc}") from None
+            if type(exc) is not IrisError and not isinstance(exc, Unavailable):
+                raise type(exc)(f"peer {self.peer_id}: {exc.message}") from None
+            raise Unavailable(f"peer {self.peer_id} at {self.address}: {exc.code}: {exc.message}") from None
 
     def list_backends(self) -> tuple[str, tuple[PeerBackend, ...]]:
-        resp = self._call("list_backends", pb.ListBackendsRequest())
+        resp = self._call("ListBackends", pb.ListBackendsRequest(), pb.ListBackendsResponse)
         return resp.cluster, tuple(backend_from_proto(b) for b in resp.backends)
 
     def launch_job(self, request: pb.LaunchJobRequest) -> pb.LaunchJobResponse:
-        return self._call("launch_job", request)
+        return self._call("LaunchJob", request, pb.LaunchJobResponse)
 
     def terminate_job(self, job_id: str, reason: str) -> pb.TerminateJobResponse:
-        remote = received_job_id(self.requester, job_id)
-        return self._call("terminate_job", pb.TerminateJobRequest(job_id=remote, reason=reason))
+        request = pb.TerminateJobRequest(job_id=received_job_id(self.requester, job_id), reason=reason)
+        return self._call("TerminateJob", request, pb.TerminateJobResponse)
 
     def federation_sync(self, cursor: int) -> pb.FederationSyncResponse:
-        resp = self._call("federation_sync", pb.FederationSyncRequest(requester=self.requester, cursor=cursor))
-        return sync_for_parent(self.requester, resp)
+        request = pb.FederationSyncRequest(requester=self.requester, cursor=cursor)
+        return sync_for_parent(self.requester, self._call("FederationSync", request, pb.FederationSyncResponse))
 
     def fetch_logs(self, job_id: str, after_seq: int, limit: int = 5000) -> pb.FetchLogsResponse:
         remote = received_job_id(self.requester, job_id)
-        return self._call(
-            "fetch_logs", pb.FetchLogsRequest(job_id=remote, task_index=-1, after_seq=after_seq, limit=limit)
-        )
+        request = pb.FetchLogsRequest(job_id=remote, task_index=-1, after_seq=after_seq, limit=limit)
+        return self._call("FetchLogs", request, pb.FetchLogsResponse)
 
     def close(self) -> None:
-        self._client.close()
+        self._transport.close()
