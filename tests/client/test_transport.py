@@ -231,3 +231,22 @@ def test_peer_client_of_a_peer_that_does_not_answer_is_unavailable():
         url = f"http://127.0.0.1:{s.getsockname()[1]}"
         with pytest.raises(errors.Unavailable, match="^peer cw-h100 at .* is unreachable: connection refused$"):
             PeerClient("cw-h100", url).list_backends()
+
+
+def test_a_call_interrupted_midway_leaves_the_next_call_a_fresh_connection(scripted, monkeypatch):
+    import http.client
+
+    info = pb.GetClusterInfoResponse(name="a")
+    server = scripted(ok_response(info), ok_response(info), ok_response(info))
+    transport = ConnectTransport(server.url, timeout=5)
+    transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(http.client.HTTPConnection, "getresponse", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
+    assert transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse) == info
+    assert server.connections == 2  # the interrupted one was closed, not reused

@@ -172,6 +172,11 @@ class ConnectTransport:
             except (OSError, http.client.HTTPException) as exc:
                 self._drop(conn)
                 raise self._on_unreachable(self.url, _describe(exc)) from None
+            except BaseException:
+                # Ctrl-C (or any exception) in the middle of an exchange leaves the connection
+                # holding half of it; the next call must start on a fresh one.
+                self._drop(conn)
+                raise
             self._local.last_used = time.monotonic()
             if response.will_close:
                 self._drop(conn)
