@@ -12,7 +12,7 @@ from iris.controller.db import federation as fed
 from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import TERMINAL_JOB_SQL
 from iris.controller.db.literals import FAILED, HANDED_OFF, JOB_PENDING, PENDING_HANDOFF, SENT
-from iris.federation.model import Promotion, QueuedJob
+from iris.federation.model import LogTarget, PendingCancel, PendingDelivery, Promotion, QueuedJob
 from iris.rpc import controller_pb2 as pb
 
 
@@ -42,10 +42,10 @@ class ControllerFederationStore:
         with self.db.write() as conn:
             return fed.promote(conn, promotion, self.now_ms())
 
-    def pending_deliveries(self) -> list[tuple[str, str, bool]]:
+    def pending_deliveries(self) -> list[PendingDelivery]:
         with self.db.read() as conn:
             return [
-                (h["job_id"], h["peer_id"], bool(h["cancel_requested"]))
+                PendingDelivery(h["job_id"], h["peer_id"], bool(h["cancel_requested"]))
                 for h in fed.sent_handles(conn, ("PENDING_HANDOFF",))
             ]
 
@@ -68,10 +68,10 @@ class ControllerFederationStore:
                 {"r": reason, "j": job_id},
             )
 
-    def pending_cancels(self) -> list[tuple[str, str, int]]:
+    def pending_cancels(self) -> list[PendingCancel]:
         with self.db.read() as conn:
             return [
-                (h["job_id"], h["peer_id"], h["cancel_intent_version"])
+                PendingCancel(h["job_id"], h["peer_id"], h["cancel_intent_version"])
                 for h in fed.sent_handles(conn, ("HANDED_OFF",))
                 if h["cancel_intent_version"] > h["cancel_relayed_version"]
             ]
@@ -113,7 +113,7 @@ class ControllerFederationStore:
             ).all()
         return {r[0] for r in rows if r[0]}
 
-    def log_targets(self, peer_id: str) -> list[tuple[str, int]]:
+    def log_targets(self, peer_id: str) -> list[LogTarget]:
         with self.db.read() as conn:
             rows = conn.execute(
                 sql(
@@ -123,7 +123,7 @@ class ControllerFederationStore:
                 ),
                 {"p": peer_id},
             ).all()
-        return [(r[0], r[1]) for r in rows]
+        return [LogTarget(r[0], r[1]) for r in rows]
 
     def append_relayed_logs(self, job_id: str, lines: list[pb.LogLine], cursor: int, complete: bool = False) -> None:
         """Stores relayed lines and the cursor after them in one transaction; `complete` records that

@@ -29,7 +29,17 @@ from typing import Protocol
 
 from iris.core.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, Unauthenticated, Unavailable
 from iris.federation.availability import ReservationLedger, assign_queued
-from iris.federation.model import PeerBackend, PeerSnapshot, Promotion, QueuedJob, SubmittedJob, Submitter
+from iris.federation.model import (
+    LogTarget,
+    PeerBackend,
+    PeerSnapshot,
+    PendingCancel,
+    PendingDelivery,
+    Promotion,
+    QueuedJob,
+    SubmittedJob,
+    Submitter,
+)
 from iris.federation.peer import PeerClient, UnreadableAvailability
 from iris.federation.reasons import credentials_refused_reason, peer_error_words, queued_reason
 from iris.federation.router import PeerRouter
@@ -48,18 +58,18 @@ class FederationStore(Protocol):
     def expire_queued(self) -> list[str]: ...  # queued jobs past their scheduling timeout, now ended
     def set_queued_reasons(self, reasons: dict[str, str]) -> None: ...  # job -> pending reason
     def promote(self, promotion: Promotion) -> bool: ...
-    def pending_deliveries(self) -> list[tuple[str, str, bool]]: ...  # (job, peer, cancelled)
+    def pending_deliveries(self) -> list[PendingDelivery]: ...
     def delivery_request(self, job_id: str) -> pb.LaunchJobRequest: ...
     def mark_handed_off(self, job_id: str) -> None: ...
     def mark_rejected(self, job_id: str, message: str) -> None: ...
     def note_pending_reason(self, job_id: str, reason: str) -> None: ...
-    def pending_cancels(self) -> list[tuple[str, str, int]]: ...  # (job, peer, intent version)
+    def pending_cancels(self) -> list[PendingCancel]: ...
     def mark_cancel_relayed(self, job_id: str, version: int) -> None: ...
     def sync_cursor(self, peer_id: str) -> int: ...
     def apply_sync(self, peer_id: str, response: pb.FederationSyncResponse) -> None: ...
     def mark_stale(self, peer_id: str) -> None: ...
     def peers_with_handles(self) -> set[str]: ...
-    def log_targets(self, peer_id: str) -> list[tuple[str, int]]: ...  # (job, last relayed peer log seq)
+    def log_targets(self, peer_id: str) -> list[LogTarget]: ...
     def append_relayed_logs(
         self, job_id: str, lines: list[pb.LogLine], cursor: int, complete: bool = False
     ) -> None: ...
@@ -249,8 +259,9 @@ class FederationManager:
         is re-driven with back-off (1 s doubling to a minute), same id and nonce.
         """
         now = time.monotonic()
-        for job_id, peer_id, cancelled in self.store.pending_deliveries():
-            if cancelled:
+        for delivery in self.store.pending_deliveries():
+            job_id, peer_id = delivery.job_id, delivery.peer_id
+            if delivery.cancelled:
                 continue  # cancelled before handoff: never delivered
             retry = self._delivery_backoff.get(job_id)
             if retry is not None and now < retry[0]:
@@ -280,7 +291,8 @@ class FederationManager:
                 self.store.mark_handed_off(job_id)
 
     def relay_cancels(self) -> None:
-        for job_id, peer_id, version in self.store.pending_cancels():
+        for cancel in self.store.pending_cancels():
+            job_id, peer_id, version = cancel.job_id, cancel.peer_id, cancel.version
             client = self.clients.get(peer_id)
             if client is None:
                 continue
@@ -309,7 +321,8 @@ class FederationManager:
     def _relay_logs(self, peer_id: str, client: PeerClient) -> None:
         """Asks the peer for each job's lines after its cursor, page by page, until the peer has no
         more; a job whose peer says it is over with nothing left (or no longer knows it) is done."""
-        for job_id, cursor in self.store.log_targets(peer_id):
+        for target in self.store.log_targets(peer_id):
+            job_id, cursor = target.job_id, target.after_seq
             while True:
                 try:
                     resp = client.fetch_logs(job_id, cursor)

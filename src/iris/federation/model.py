@@ -143,6 +143,32 @@ class Promotion:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingDelivery:
+    """A promoted job waiting to be delivered to its peer; a cancelled one is never delivered."""
+
+    job_id: str
+    peer_id: str
+    cancelled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCancel:
+    """A handed-off job whose cancel (intent `version`) the peer has not confirmed yet."""
+
+    job_id: str
+    peer_id: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogTarget:
+    """A handed-off job whose logs are relayed from its peer, after the peer's log seq `after_seq`."""
+
+    job_id: str
+    after_seq: int
+
+
+@dataclass(frozen=True, slots=True)
 class LocalBackendShape:
     """A local backend as the router sees it: per-worker capacity and attributes."""
 
