@@ -29,22 +29,3 @@ def test_a_failed_write_transaction_leaves_nothing_behind(tmp_path):
             raise RuntimeError("crash mid-transaction")
     with db.read() as conn:
         assert conn.execute(text("SELECT COUNT(*) FROM bundles")).scalar() == 0
-
-
-def test_changelog_pruning_keeps_the_newest_window(tmp_path):
-    from iris.controller.db.federation import changes_since, prune_changelog
-
-    db = Database(tmp_path / "c.db")
-    with db.write() as conn:
-        conn.execute(
-            text(
-                "INSERT INTO federation_changelog (job_id, requester, task_index, tombstone, ts_ms) VALUES ('/a/j', 'marin', 0, 0, 1)"
-            ),
-            [{}] * 10,
-        )
-        prune_changelog(conn, keep=3)
-        seqs = [r[0] for r in conn.execute(text("SELECT seq FROM federation_changelog ORDER BY seq"))]
-        assert seqs == [8, 9, 10]
-        # a cursor older than the window gets a full resync; one inside it gets the changes since
-        assert changes_since(conn, "marin", 2)[3] is True
-        assert changes_since(conn, "marin", 8) == (["/a/j"], [], 10, False)

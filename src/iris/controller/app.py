@@ -75,6 +75,7 @@ class Controller:
             federation=self.federation,
             state_dir=state,
             task_identity=self.task_identity,
+            changelog_retention_s=config.controller.federation_changelog_retention,
         )
         self.retention = LogRetention(self.db, self.backends, config.controller.log_retention, clock=clock)
 

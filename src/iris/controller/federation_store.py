@@ -100,6 +100,12 @@ class ControllerFederationStore:
                 {"p": peer_id},
             )
 
+    def followed_unreported(self, peer_id: str, reported: set[str]) -> list[str]:
+        """Jobs handed to `peer_id` that this cluster still follows (live here, or awaiting their
+        first report or their last log lines) and that a full resync did not mention."""
+        with self.db.read() as conn:
+            return [j for j in _followed(conn, peer_id) if j not in reported]
+
     def peers_with_handles(self) -> set[str]:
         with self.db.read() as conn:
             rows = conn.execute(
@@ -166,13 +172,7 @@ class ControllerFederationStore:
                 _mirror_job(conn, peer_id, synced, now)
             dropped = list(resp.tombstones)
             if resp.cursor_stale:
-                live = conn.execute(
-                    sql(
-                        f"SELECT job_id FROM federated_jobs WHERE direction = {SENT} AND peer_id = :p AND handoff_state = {HANDED_OFF}"
-                    ),
-                    {"p": peer_id},
-                ).all()
-                dropped += [r[0] for r in live if r[0] not in reported]
+                dropped += [j for j in _followed(conn, peer_id) if j not in reported]
             for job_id in dropped:
                 _drop_handle(conn, peer_id, job_id, now)
             conn.execute(
@@ -283,15 +283,43 @@ def _mirror_job(conn, peer_id: str, synced: pb.SyncedJob, now_ms: int) -> None:
     )
 
 
+def _followed(conn, peer_id: str) -> list[str]:
+    """Handed-off jobs on `peer_id` whose mirror is not settled: live here, never reported, or with
+    log lines still to relay. A settled one needs nothing more from the peer."""
+    rows = conn.execute(
+        sql(
+            "SELECT f.job_id FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
+            f" WHERE f.direction = {SENT} AND f.peer_id = :p AND f.handoff_state = {HANDED_OFF}"
+            f" AND (j.state NOT IN {TERMINAL_JOB_SQL} OR f.first_report = 0 OR f.logs_complete = 0)"
+        ),
+        {"p": peer_id},
+    ).all()
+    return [r[0] for r in rows]
+
+
 def _drop_handle(conn, peer_id: str, job_id: str, now_ms: int) -> None:
-    """The peer no longer knows the job: fail it here if it was still live, and drop the handle."""
+    """The peer no longer holds the job: fail it here if it was still live, and drop the handle.
+
+    Only a handed-off handle: one still awaiting delivery is a newer run the peer has not been
+    given yet (delivery re-drives it), which a tombstone for the run before must not touch.
+    """
+    handed_off = conn.execute(
+        sql(
+            f"DELETE FROM federated_jobs WHERE job_id = :j AND direction = {SENT} AND peer_id = :p"
+            f" AND handoff_state = {HANDED_OFF}"
+        ),
+        {"j": job_id, "p": peer_id},
+    ).rowcount
+    if not handed_off:
+        return
     conn.execute(
         sql(
-            f"UPDATE jobs SET state = {FAILED}, finished_ms = :now, error = :e WHERE job_id = :j AND state NOT IN {TERMINAL_JOB_SQL}"
+            f"UPDATE jobs SET state = {FAILED}, finished_ms = :now, pending_reason = '', error = :e"
+            f" WHERE job_id = :j AND state NOT IN {TERMINAL_JOB_SQL}"
         ),
-        {"now": now_ms, "e": f"peer {peer_id} no longer has this job", "j": job_id},
-    )
-    conn.execute(
-        sql(f"DELETE FROM federated_jobs WHERE job_id = :j AND direction = {SENT} AND peer_id = :p"),
-        {"j": job_id, "p": peer_id},
+        {
+            "now": now_ms,
+            "e": f"peer {peer_id} no longer holds this job (it was deleted or replaced there); its outcome is unknown",
+            "j": job_id,
+        },
     )

@@ -363,9 +363,9 @@ class ControllerServiceImpl(WorkerCalls):
             raise InvalidArgument("FederationSync needs the requesting cluster's name")
         check_sync_requester(identity, req.requester)
         with self.c.db.read() as conn:
-            changed, tombstones, cursor, full = fed.changes_since(conn, req.requester, req.cursor)
-            resp = pb.FederationSyncResponse(cursor=cursor, cursor_stale=full, tombstones=tombstones)
-            for job_id in changed:
+            batch = fed.changes_since(conn, req.requester, req.cursor, req.job_ids)
+            resp = pb.FederationSyncResponse(cursor=batch.cursor, cursor_stale=batch.full, tombstones=batch.tombstones)
+            for job_id in batch.changed:
                 resp.jobs.add(
                     job=reads.get_job(conn, job_id, self.name), tasks=reads.list_tasks(conn, job_id, True, self.name)
                 )

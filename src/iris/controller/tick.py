@@ -64,8 +64,10 @@ class ControlLoop:
         federation=None,
         state_dir: Path | None = None,
         task_identity: TaskIdentitySource | None = None,
+        changelog_retention_s: float = 3600.0,
     ):
         self.db = db
+        self.changelog_retention_s = changelog_retention_s
         self.backends = dict(backends)
         self.base_env = dict(base_env)
         self.tick_interval = tick_interval
@@ -198,13 +200,14 @@ class ControlLoop:
         return report
 
     def _maintain(self) -> None:
-        """Housekeeping that needs no precision: trims the federation changelog once a minute."""
+        """Housekeeping that needs no precision: drops federation changelog entries older than
+        their retention, checking a quarter as often as the retention (at most once a minute)."""
         now = time.monotonic()
         if now < self._next_maintenance:
             return
-        self._next_maintenance = now + MAINTENANCE_INTERVAL_S
+        self._next_maintenance = now + min(MAINTENANCE_INTERVAL_S, max(1.0, self.changelog_retention_s / 4))
         with self.db.write() as conn:
-            prune_changelog(conn)
+            prune_changelog(conn, self.now_ms() - int(self.changelog_retention_s * 1000))
 
     def _collect_events(self) -> int:
         """Commits what the backends report, then acknowledges it. When the commit fails (a full

@@ -196,6 +196,9 @@ class ControllerSettings(_Model):
     federation_heartbeat_interval: float = 30.0
     federation_sync_interval: float = 3.0
     max_federation_handoffs_per_cycle: int = Field(default=8, ge=1)
+    # How long a peer keeps its changelog of received jobs (tombstones included): a parent away for
+    # longer gets a full resync, which carries the active jobs plus what changed within this window.
+    federation_changelog_retention: float = Field(default=3600.0, gt=0)
     worker_grace_period: float = 30.0
     client_max_age_days: int = Field(default=14, ge=0)
     # Output kept per attempt (stdout and stderr together); past it, a marker line and the rest is
@@ -211,6 +214,7 @@ class ControllerSettings(_Model):
         "tick_interval",
         "federation_heartbeat_interval",
         "federation_sync_interval",
+        "federation_changelog_retention",
         "worker_grace_period",
         "log_retention",
         "query_timeout",

@@ -49,6 +49,7 @@ from iris.rpc.codec import fill_availability
 log = logging.getLogger("iris.federation")
 MIN_DELIVERY_BACKOFF_S = 1.0
 MAX_DELIVERY_BACKOFF_S = 60.0
+SYNC_FOLLOW_UP_PAGE = 500  # jobs named per follow-up FederationSync after a full resync
 
 
 class FederationStore(Protocol):
@@ -68,6 +69,7 @@ class FederationStore(Protocol):
     def sync_cursor(self, peer_id: str) -> int: ...
     def apply_sync(self, peer_id: str, response: pb.FederationSyncResponse) -> None: ...
     def mark_stale(self, peer_id: str) -> None: ...
+    def followed_unreported(self, peer_id: str, reported: set[str]) -> list[str]: ...
     def peers_with_handles(self) -> set[str]: ...
     def log_targets(self, peer_id: str) -> list[LogTarget]: ...
     def append_relayed_logs(
@@ -312,11 +314,25 @@ class FederationManager:
                 continue
             try:
                 response = client.federation_sync(self.store.sync_cursor(peer_id))
+                if response.cursor_stale:
+                    self._complete_resync(peer_id, client, response)
                 self.store.apply_sync(peer_id, response)
                 self._relay_logs(peer_id, client)
             except Exception as exc:
                 log.info("sync with %s failed; keeping the last known state: %s", peer_id, exc)
                 self.store.mark_stale(peer_id)
+
+    def _complete_resync(self, peer_id: str, client: PeerClient, response: pb.FederationSyncResponse) -> None:
+        """Asks the peer by name about the jobs this cluster still follows there that a full resync
+        left out (it carries only active jobs and recent changes), so that set-replacement drops
+        only what the peer truly no longer holds, and a job that ended while this cluster was away
+        longer than the peer's window gets its real outcome."""
+        reported = {j.job.job_id for j in response.jobs} | set(response.tombstones)
+        missing = self.store.followed_unreported(peer_id, reported)
+        for start in range(0, len(missing), SYNC_FOLLOW_UP_PAGE):
+            answer = client.federation_sync(0, job_ids=missing[start : start + SYNC_FOLLOW_UP_PAGE])
+            response.jobs.extend(answer.jobs)
+            response.tombstones.extend(answer.tombstones)
 
     def _relay_logs(self, peer_id: str, client: PeerClient) -> None:
         """Asks the peer for each job's lines after its cursor, page by page, until the peer has no

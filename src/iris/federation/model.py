@@ -169,6 +169,17 @@ class LogTarget:
 
 
 @dataclass(frozen=True, slots=True)
+class SyncBatch:
+    """What a peer reports to one requester in a sync: jobs to report in full, jobs it no longer
+    holds (tombstones), the cursor to ask from next, and whether this is a full resync."""
+
+    changed: tuple[str, ...]
+    tombstones: tuple[str, ...]
+    cursor: int
+    full: bool
+
+
+@dataclass(frozen=True, slots=True)
 class LocalBackendShape:
     """A local backend as the router sees it: per-worker capacity and attributes."""
 

@@ -7,7 +7,7 @@ mark the peer unreachable, keep the last known state, try again on the next cycl
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from iris.core.availability import Availability, BandHolding
@@ -115,8 +115,12 @@ class PeerClient:
         request = pb.TerminateJobRequest(job_id=received_job_id(self.requester, job_id), reason=reason)
         return self._call("TerminateJob", request, pb.TerminateJobResponse)
 
-    def federation_sync(self, cursor: int) -> pb.FederationSyncResponse:
-        request = pb.FederationSyncRequest(requester=self.requester, cursor=cursor)
+    def federation_sync(self, cursor: int, job_ids: Sequence[str] = ()) -> pb.FederationSyncResponse:
+        """The peer's changes since `cursor`, or (with `job_ids`, this cluster's ids) a report on
+        exactly those jobs; every id in the answer is mapped back to this cluster's."""
+        request = pb.FederationSyncRequest(
+            requester=self.requester, cursor=cursor, job_ids=[received_job_id(self.requester, j) for j in job_ids]
+        )
         return sync_for_parent(self.requester, self._call("FederationSync", request, pb.FederationSyncResponse))
 
     def fetch_logs(self, job_id: str, after_seq: int, limit: int = 5000) -> pb.FetchLogsResponse:

@@ -651,12 +651,14 @@ class SyncedJob(_message.Message):
     def __init__(self, job: _Optional[_Union[JobStatus, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., attempts: _Optional[_Iterable[_Union[SyncedAttempt, _Mapping]]] = ...) -> None: ...
 
 class FederationSyncRequest(_message.Message):
-    __slots__ = ("requester", "cursor")
+    __slots__ = ("requester", "cursor", "job_ids")
     REQUESTER_FIELD_NUMBER: _ClassVar[int]
     CURSOR_FIELD_NUMBER: _ClassVar[int]
+    JOB_IDS_FIELD_NUMBER: _ClassVar[int]
     requester: str
     cursor: int
-    def __init__(self, requester: _Optional[str] = ..., cursor: _Optional[int] = ...) -> None: ...
+    job_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, requester: _Optional[str] = ..., cursor: _Optional[int] = ..., job_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class FederationSyncResponse(_message.Message):
     __slots__ = ("jobs", "tombstones", "cursor", "cursor_stale")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Sequence
 
 from sqlalchemy.engine import Connection
 
@@ -35,10 +36,10 @@ from iris.controller.db.literals import (
 )
 from iris.controller.snapshot import parse_constraints, parse_resources
 from iris.core.bands import Band
-from iris.core.errors import AlreadyExists
+from iris.core.errors import AlreadyExists, InvalidArgument
 from iris.core.job import JobSpec
 from iris.core.states import JobState
-from iris.federation.model import HandoffState, Promotion, QueuedJob
+from iris.federation.model import HandoffState, Promotion, QueuedJob, SyncBatch
 from iris.federation.reasons import (
     awaiting_acceptance_reason,
     awaiting_first_report_reason,
@@ -46,8 +47,6 @@ from iris.federation.reasons import (
 )
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import constraint_to_proto, resources_to_proto
-
-CHANGELOG_RETAIN = 100_000
 
 
 def new_nonce() -> str:
@@ -405,39 +404,88 @@ def received_requester(conn: Connection, job_id: str) -> str | None:
     ).scalar()
 
 
-def changes_since(conn: Connection, requester: str, cursor: int) -> tuple[list[str], list[str], int, bool]:
-    """(changed job ids, tombstoned ids, new cursor, full resync?) for one requester.
+MAX_SYNC_JOB_IDS = 1000  # jobs one follow-up may name; the parent asks in pages of fewer
 
-    A cursor of 0, or one older than the retained window, gets a full resync: every job this
-    requester handed here, so the parent can set-replace its mirror.
+
+def changelog_bounds(conn: Connection) -> tuple[int, int]:
+    """(head, pruned_through): the last seq ever written, and the last one pruned away.
+
+    The head comes from SQLite's own AUTOINCREMENT record, so it survives pruning every entry;
+    pruning only removes a prefix, so everything after `pruned_through` is still there.
     """
-    head = conn.execute(sql("SELECT COALESCE(MAX(seq), 0), COALESCE(MIN(seq), 1) FROM federation_changelog")).one()
-    max_seq, min_seq = head[0], head[1]
-    if cursor <= 0 or cursor < min_seq - 1 or cursor > max_seq:
-        jobs = [
-            r[0]
-            for r in conn.execute(
-                sql(f"SELECT job_id FROM federated_jobs WHERE direction = {RECEIVED} AND peer_id = :r"),
-                {"r": requester},
-            )
-        ]
-        return jobs, [], max_seq, True
+    head = conn.execute(sql("SELECT seq FROM sqlite_sequence WHERE name = 'federation_changelog'")).scalar() or 0
+    oldest = conn.execute(sql("SELECT MIN(seq) FROM federation_changelog")).scalar()
+    return head, head if oldest is None else oldest - 1
+
+
+def _latest_entries(conn: Connection, requester: str, after: int, head: int) -> tuple[list[str], list[str]]:
+    """(changed, tombstoned) jobs of `requester` with an entry after `after`, each judged by its
+    latest entry: a job replaced since (tombstone, then a new admission) counts as changed."""
     rows = conn.execute(
         sql(
-            "SELECT job_id, MAX(tombstone) FROM federation_changelog WHERE requester = :r AND seq > :c AND seq <= :m"
-            " GROUP BY job_id"
+            # SQLite takes the bare column `tombstone` from the row holding MAX(seq).
+            "SELECT job_id, tombstone, MAX(seq) FROM federation_changelog"
+            " WHERE requester = :r AND seq > :c AND seq <= :h GROUP BY job_id"
         ),
-        {"r": requester, "c": cursor, "m": max_seq},
+        {"r": requester, "c": after, "h": head},
     ).all()
-    changed = [r[0] for r in rows if not r[1]]
-    tombstones = [r[0] for r in rows if r[1]]
-    return changed, tombstones, max_seq, False
+    return [r[0] for r in rows if not r[1]], [r[0] for r in rows if r[1]]
 
 
-def prune_changelog(conn: Connection, keep: int = CHANGELOG_RETAIN) -> None:
-    conn.execute(
+def changes_since(conn: Connection, requester: str, cursor: int, job_ids: Sequence[str] = ()) -> SyncBatch:
+    """What one FederationSync answers `requester`.
+
+    A cursor inside the retained changelog gets the jobs changed after it, each once. A cursor of
+    0, one from before the pruned prefix, or one past the head (this database was replaced) gets a
+    full resync: the requester's active jobs plus whatever changed within the retained window,
+    never every job it ever handed here. `job_ids` asks about named jobs instead (the parent's
+    follow-up for jobs it still follows but the full resync did not mention): each is reported if
+    it was received from the requester, else tombstoned.
+    """
+    head, pruned = changelog_bounds(conn)
+    if job_ids:
+        if len(job_ids) > MAX_SYNC_JOB_IDS:
+            raise InvalidArgument(
+                f"FederationSync names {len(job_ids)} jobs; ask about at most {MAX_SYNC_JOB_IDS} per call"
+            )
+        marks = ",".join(f":j{i}" for i in range(len(job_ids)))
+        held = {
+            r[0]
+            for r in conn.execute(
+                sql(
+                    f"SELECT job_id FROM federated_jobs WHERE direction = {RECEIVED} AND peer_id = :r"
+                    f" AND job_id IN ({marks})"
+                ),
+                {"r": requester, **{f"j{i}": j for i, j in enumerate(job_ids)}},
+            )
+        }
+        wanted = list(dict.fromkeys(job_ids))
+        return SyncBatch(tuple(j for j in wanted if j in held), tuple(j for j in wanted if j not in held), head, False)
+    if 0 < cursor and pruned <= cursor <= head:
+        changed, tombstones = _latest_entries(conn, requester, cursor, head)
+        return SyncBatch(tuple(changed), tuple(tombstones), head, False)
+    active = [
+        r[0]
+        for r in conn.execute(
+            sql(
+                "SELECT f.job_id FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
+                f" WHERE f.direction = {RECEIVED} AND f.peer_id = :r AND j.state NOT IN {TERMINAL_JOB_SQL}"
+            ),
+            {"r": requester},
+        )
+    ]
+    recent, tombstones = _latest_entries(conn, requester, pruned, head)
+    changed = list(dict.fromkeys([*active, *recent]))
+    return SyncBatch(tuple(changed), tuple(t for t in tombstones if t not in set(changed)), head, True)
+
+
+def prune_changelog(conn: Connection, cutoff_ms: int) -> int:
+    """Drops the changelog's entries (tombstones included) written before `cutoff_ms`, as a prefix
+    of seqs so that `changelog_bounds` stays exact; returns how many went."""
+    return conn.execute(
         sql(
-            "DELETE FROM federation_changelog WHERE seq <= (SELECT COALESCE(MAX(seq), 0) FROM federation_changelog) - :k"
+            "DELETE FROM federation_changelog WHERE seq <="
+            " (SELECT COALESCE(MAX(seq), 0) FROM federation_changelog WHERE ts_ms < :cutoff)"
         ),
-        {"k": keep},
-    )
+        {"cutoff": cutoff_ms},
+    ).rowcount

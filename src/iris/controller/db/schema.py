@@ -230,6 +230,19 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "the attempt that holds each serving endpoint's lease",
         ["ALTER TABLE endpoints ADD COLUMN attempt_id TEXT NOT NULL DEFAULT ''"],
     ),
+    (
+        8,
+        "a tombstone in the federation changelog whenever a received job is deleted or replaced",
+        [
+            f"""CREATE TRIGGER IF NOT EXISTS changelog_received_delete AFTER DELETE ON federated_jobs
+            FOR EACH ROW WHEN OLD.direction = {RECEIVED}
+            BEGIN
+                INSERT INTO federation_changelog (job_id, requester, task_index, tombstone, ts_ms)
+                VALUES (OLD.job_id, OLD.peer_id, NULL, 1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER));
+            END""",
+            "CREATE INDEX IF NOT EXISTS federation_changelog_ts ON federation_changelog(ts_ms)",
+        ],
+    ),
 ]
 
 
