@@ -126,11 +126,11 @@ class ClusterIndex:
         self.job_workers: dict[str, dict[str, int | None]] = {}  # job -> its running tasks' workers
         for task in running:
             self.running[task.task_id] = task
-            w = self.index.get(task.worker_id)
+            slot = self.index.get(task.worker_id)
             _count(self.spend, task, 1)
-            self.job_workers.setdefault(task.job_id, {})[task.task_id] = w
-            if w is not None and self.alive[w]:
-                self.running_on[w].append(task)
+            self.job_workers.setdefault(task.job_id, {})[task.task_id] = slot
+            if slot is not None and self.alive[slot]:
+                self.running_on[slot].append(task)
         self.free: list[Vector] = [self._free_of(w) for w in range(len(self.workers))]
         self._reset_caches()
 
