@@ -382,7 +382,7 @@ def run_step(marin, peers: dict, step: Step, echo: Echo, seen_pids: list[int]) -
         step.expect_cluster,
     )
     ran_on = peers.get(final.cluster, marin)
-    lines, rows, pids = tasks_text(final.cluster, ran_on.describe(launched.job_id))
+    lines, rows, pids = tasks_text(final.cluster, ran_on.describe(id_on(final.cluster, launched.job_id)))
     for line in lines:
         echo(line)
     if not rows:
@@ -411,6 +411,13 @@ def run_step(marin, peers: dict, step: Step, echo: Echo, seen_pids: list[int]) -
     return report
 
 
+def id_on(cluster: str, job_id: str) -> str:
+    """The id marin's job `job_id` has on `cluster`: a peer files a job it receives under marin's namespace."""
+    from iris.federation.ids import received_job_id
+
+    return job_id if cluster == PARENT else received_job_id(PARENT, job_id)
+
+
 def run_cancel_step(marin, peers: dict, step: Step, echo: Echo, seen_pids: list[int]) -> dict:
     """Starts a long job on a peer, cancels it on marin, and shows its process gone on the peer."""
     from iris.client.client import TERMINAL_STATES
@@ -420,8 +427,10 @@ def run_cancel_step(marin, peers: dict, step: Step, echo: Echo, seen_pids: list[
     running, timeline = watch(marin, job_id, lambda s: s.state == "RUNNING" and s.cluster in peers, started, echo)
     peer = peers[running.cluster]
 
+    peer_job_id = id_on(running.cluster, job_id)
+
     def peer_pid() -> int:
-        tasks = peer.describe(job_id).tasks
+        tasks = peer.describe(peer_job_id).tasks
         return tasks[0].attempts[-1].pid if tasks and tasks[0].attempts else 0
 
     pid = wait_for(peer_pid, 10, f"{job_id}'s pid on {running.cluster}")
@@ -435,7 +444,9 @@ def run_cancel_step(marin, peers: dict, step: Step, echo: Echo, seen_pids: list[
     gone_s = time.monotonic() - cancelled
     echo(f"   pid {pid} on {running.cluster} is gone {gone_s:.2f}s after the cancel")
     peer_state = wait_for(
-        lambda: (s := peer.status(job_id).state) in TERMINAL_STATES and s, 15, f"{job_id} to end on {running.cluster}"
+        lambda: (s := peer.status(peer_job_id).state) in TERMINAL_STATES and s,
+        15,
+        f"{job_id} to end on {running.cluster}",
     )
     final, more = watch(marin, job_id, lambda s: s.state in TERMINAL_STATES, started, echo)
     elapsed = time.monotonic() - started
