@@ -57,6 +57,7 @@ from common import (  # noqa: E402
 from iris.client import IrisClient  # noqa: E402
 from iris.controller.auth import load_or_create_signing_key, mint_token, public_key_pem  # noqa: E402
 from iris.core.errors import NotFound  # noqa: E402
+from iris.federation.ids import received_job_id  # noqa: E402
 
 USER = "bench"
 TERMINAL = {"SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE"}
@@ -139,7 +140,7 @@ def latency(parent: Controller, peers: dict[str, Controller], token: str, sample
                         t_handed = now
                 if peer_id:
                     try:
-                        pst = peer_clients[peer_id].status(job)
+                        pst = peer_clients[peer_id].status(received_job_id(parent.name, job))
                         if pst.state != "PENDING":
                             t_running = time.perf_counter()
                             if pst.state != "RUNNING":
@@ -216,7 +217,8 @@ def throughput(parent: Controller, peers: dict[str, Controller], token: str, n: 
         for p in peers.values():
             with IrisClient(p.url) as pc:
                 finished += count(
-                    pc, "SELECT COUNT(*) FROM jobs WHERE job_id LIKE '/bench/tp-%' AND state = 'SUCCEEDED'"
+                    pc,
+                    f"SELECT COUNT(*) FROM jobs WHERE job_id LIKE '/bench/{parent.name}.tp-%' AND state = 'SUCCEEDED'",
                 )
         per_peer = {}
         for r in watcher.query(

@@ -140,6 +140,19 @@ def test_assign_equal_peers_spread_single_jobs_by_stable_hash():
     assert again == assign_queued([job("/u/job-3")], list(reversed(peers)), ReservationLedger(), 8)
 
 
+def test_assign_burst_one_job_per_pass_spreads_over_peers_that_reported_the_same_room():
+    ledger = ReservationLedger()
+    peers = [h100_peer("cw-0", 480), h100_peer("cw-1", 480), h100_peer("cw-2", 480)]
+    per_peer: dict[str, int] = {}
+    for i in range(60):  # one job per pass, as submits arriving one by one wake the tick
+        (promotion,) = assign_queued([job(f"/u/burst-{i}")], peers, ledger, 8)
+        ledger.charge(promotion)
+        per_peer[promotion.peer_id] = per_peer.get(promotion.peer_id, 0) + 1
+    assert sorted(per_peer) == ["cw-0", "cw-1", "cw-2"]
+    assert min(per_peer.values()) >= 10
+    assert ledger.reserved("cw-0", "h100", "h100", EPOCH) == 8 * per_peer["cw-0"]  # still charged
+
+
 def test_assign_prefers_best_fit_among_idle_backends():
     peers = [h100_peer("cw-big", 64), h100_peer("cw-snug", 8)]
     (promotion,) = assign_queued([job("/u/a")], peers, ReservationLedger(), 8)

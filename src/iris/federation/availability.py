@@ -17,9 +17,11 @@ The rules (DESIGN §6), each one a small function below:
 - among the backends that fit: one that preempts nothing, then the one that preempts least, then the
   best fit (least left over of what the peer reported), then spread (fewer promotions to that peer in
   this pass, then a stable per-job hash), then peer id. Best fit is judged against the reported
-  capacity, not the in-pass remainder, because every promotion of a pass is made against the same
-  stale observation: spreading a burst across peers that reported the same room limits how far any
-  one of them is over-promised. A backend with no availability block is matched on shape alone and
+  capacity, not the in-pass remainder nor the ledger's reservations, because every promotion made
+  since the last report is made against the same stale observation: spreading a burst across peers
+  that reported the same room limits how far any one of them is over-promised, and lets them admit
+  it side by side. (Judged net of reservations, the peer that took the last job always looked the
+  tightest, and a burst arriving one job per pass packed onto one peer.) A backend with no availability block is matched on shape alone and
   ranks after every backend with a metric; a peer that reports no band split reclaims nothing;
 - unreachable peers host nothing; a pin confines a job to its peer; a job that fits nowhere is
   skipped, never blocking the jobs behind it; each peer takes at most `max_per_peer` per pass.
@@ -131,7 +133,7 @@ class _TokenPool:
     `prefix[i] - spent`: free + held below it − reserved − taken this pass.
     """
 
-    __slots__ = ("prefix", "spent", "reserved", "epoch")
+    __slots__ = ("prefix", "spent", "epoch")
 
     def __init__(self, availability: Availability, token: str, reserved: float):
         total = max(0.0, float(availability.amounts.get(token, 0.0)))
@@ -140,7 +142,6 @@ class _TokenPool:
             total += max(0.0, float(availability.held(band, token)))
             prefix.append(total)
         self.prefix = prefix
-        self.reserved = reserved
         self.spent = reserved
         self.epoch = availability.observation_epoch_ms
 
@@ -286,9 +287,9 @@ def _best_entry(state: _Pass, job: QueuedJob, shape: _Shape, live: list[_Entry])
                 continue
             idle = prefix[0] - spent
             if idle >= amount:
-                reclaimed, slack = 0.0, prefix[0] - pool.reserved - amount
+                reclaimed, slack = 0.0, prefix[0] - amount
             else:
-                reclaimed, slack = amount - max(idle, 0.0), prefix[reach] - pool.reserved - amount
+                reclaimed, slack = amount - max(idle, 0.0), prefix[reach] - amount
         if best is not None:
             if reclaimed != b_reclaimed:
                 if reclaimed > b_reclaimed:

@@ -50,6 +50,7 @@ log = logging.getLogger("iris.federation")
 MIN_DELIVERY_BACKOFF_S = 1.0
 MAX_DELIVERY_BACKOFF_S = 60.0
 SYNC_FOLLOW_UP_PAGE = 500  # jobs named per follow-up FederationSync after a full resync
+DELIVERIES_IN_FLIGHT = 4  # LaunchJob calls one peer answers at once during a delivery pass
 
 
 class FederationStore(Protocol):
@@ -123,7 +124,9 @@ class FederationManager:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._pool = ThreadPoolExecutor(max_workers=min(8, max(1, len(peers))), thread_name_prefix="federation-peer")
+        self._pool = ThreadPoolExecutor(
+            max_workers=min(32, max(1, DELIVERIES_IN_FLIGHT * len(peers))), thread_name_prefix="federation-peer"
+        )
         self._next_heartbeat = 0.0
         self._next_sync = 0.0
         # Deliveries a peer refused our credentials for: job -> (next try, monotonic s; last delay).
@@ -261,6 +264,7 @@ class FederationManager:
         is re-driven with back-off (1 s doubling to a minute), same id and nonce.
         """
         now = time.monotonic()
+        by_peer: dict[str, list[str]] = {}
         for delivery in self.store.pending_deliveries():
             job_id, peer_id = delivery.job_id, delivery.peer_id
             if delivery.cancelled:
@@ -268,10 +272,30 @@ class FederationManager:
             retry = self._delivery_backoff.get(job_id)
             if retry is not None and now < retry[0]:
                 continue
-            client = self.clients.get(peer_id)
-            if client is None:
+            if peer_id not in self.clients:
                 self.store.mark_rejected(job_id, f"peer {peer_id} is no longer configured")
                 continue
+            by_peer.setdefault(peer_id, []).append(job_id)
+        # Up to DELIVERIES_IN_FLIGHT calls per peer at once, all peers side by side: a burst is
+        # handed off at the pace at which the peers admit, not one round trip after another.
+        # Each job is delivered once per pass and the pass waits for every answer, so the next
+        # pass sees what this one did: no job goes out twice at once (a re-drive after a lost
+        # answer carries the same nonce, which the peer dedups).
+        lanes = [
+            (peer_id, job_ids[lane::DELIVERIES_IN_FLIGHT])
+            for peer_id, job_ids in by_peer.items()
+            for lane in range(min(DELIVERIES_IN_FLIGHT, len(job_ids)))
+        ]
+        if len(lanes) == 1:
+            self._deliver_to(*lanes[0])
+        elif lanes:
+            list(self._pool.map(lambda lane: self._deliver_to(*lane), lanes))
+
+    def _deliver_to(self, peer_id: str, job_ids: list[str]) -> None:
+        """Delivers `job_ids` to one peer, one after the other."""
+        client = self.clients[peer_id]
+        for job_id in job_ids:
+            retry = self._delivery_backoff.get(job_id)
             try:
                 client.launch_job(self.store.delivery_request(job_id))
             except Unauthenticated as exc:
