@@ -11,17 +11,21 @@ from tests.controller.helpers import client, status, user_token, wait_state
 from tests.integration.test_federation import FAST, gpu_backend, gpu_job, on_peer
 
 
-def start_pair(controller_factory, peer_controller: dict | None = None):
+def start_pair(controller_factory, peer_controller: dict | None = None, peer_workers: int = 3, **parent_config):
     """marin (CPU only) peered with cw-h100 alone; returns (marin, h100, alice's token on marin)."""
     marin = controller_factory(
         "marin",
         start=False,
         controller=FAST,
         backends=[{"id": "cpu", "kind": "local", "workers": 1, "capacity": {"cpu": 2, "memory": "4G"}}],
+        **parent_config,
     )
     auth = {"federation_peers": {"marin": public_key_pem(load_or_create_signing_key(None, marin.state_dir))}}
     h100 = controller_factory(
-        "cw-h100", backends=gpu_backend("h100", workers=3), controller={**FAST, **(peer_controller or {})}, auth=auth
+        "cw-h100",
+        backends=gpu_backend("h100", workers=peer_workers),
+        controller={**FAST, **(peer_controller or {})},
+        auth=auth,
     )
     marin.rewrite(peers={"cw-h100": {"address": h100.url}})
     marin.start()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from iris.core.bands import Band
 from iris.scheduler import schedule
 from iris.scheduler.gating import effective_band, resource_value, user_spend
+from iris.scheduler.tick import run_tick
 from tests.scheduler.scheduler_builders import (
     G,
     cpu_request,
@@ -30,6 +33,26 @@ def test_user_spend_excludes_batch_work():
         running("/bob/c/0", "w", cpu_request(cpu=1, memory=0), band=Band.PRODUCTION, user="bob"),
     ]
     assert user_spend(tasks) == {"alice": 10, "bob": 5}
+
+
+def test_user_spend_adds_work_held_on_federation_peers():
+    tasks = [running("/alice/a/0", "w", cpu_request(cpu=2, memory=0), band=Band.INTERACTIVE, user="alice")]
+    assert user_spend(tasks, {"alice": 8000, "carol": 3}) == {"alice": 8010, "carol": 3}
+
+
+def test_effective_band_default_budget_applies_to_users_without_their_own():
+    spend = {"alice": 50, "bob": 50}
+    assert effective_band(Band.INTERACTIVE, "bob", spend, {"alice": 100}, 10) is Band.BATCH
+    assert effective_band(Band.INTERACTIVE, "alice", spend, {"alice": 100}, 10) is Band.INTERACTIVE
+
+
+def test_schedule_peer_spend_counts_toward_the_budget():
+    workers = [cpu_worker("w0", cpu=2)]
+    pending = [job("/alice/new", cpu_request(cpu=1), user="alice")]
+    result = schedule(replace(snapshot(workers, pending, [], budgets={"alice": 100}), peer_spend={"alice": 8000}))
+    assert result.pending_reasons == {} and placements(result) == {"/alice/new/0": "w0"}  # batch still fits
+    over = run_tick(replace(snapshot(workers, pending, [], budgets={"alice": 100}), peer_spend={"alice": 8000}))
+    assert over.outcomes["/alice/new"].request.band is Band.BATCH
 
 
 def test_effective_band_over_budget_interactive_downgraded():

@@ -298,7 +298,24 @@ def cluster_status_text(url: str, info: Any, backends: Any, workers: Sequence[An
             live = f"{b.live_workers}/{b.workers}"
             rows.append((b.id, b.kind, live, per_worker, use, free or "-"))
         out += ["", render_table(("BACKEND", "KIND", "LIVE WORKERS", "PER WORKER", "IN USE", "FREE DEVICES"), rows)]
+    if info.spend:
+        out += ["", spend_table(info.spend)]
     return "\n".join(out)
+
+
+def spend_table(spend: Sequence[Any]) -> str:
+    """Per user, what their placed work outside the batch band is worth against their budget."""
+    rows = [
+        (
+            s.user,
+            str(s.spend),
+            str(s.on_peers) if s.on_peers else "-",
+            _num(s.budget) if s.HasField("budget") else "unlimited",
+            "OVER: interactive work competes as batch" if s.over_budget else "within budget",
+        )
+        for s in spend
+    ]
+    return render_table(("USER", "SPEND", "ON PEERS", "BUDGET", "STATE"), rows)
 
 
 def worker_table(workers: Sequence[Any], now_ms: int | None = None) -> str:

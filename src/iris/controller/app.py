@@ -18,6 +18,7 @@ from iris.controller import applier
 from iris.controller.auth import Authenticator, Identity, Role, mint_token
 from iris.controller.auth.isolation import TaskIdentities, loopback_socket_uid, secure_state_dir
 from iris.controller.auth.tokens import token_expiry
+from iris.controller.budgets import spend_report
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import require_job
@@ -28,10 +29,11 @@ from iris.controller.retention import LogRetention
 from iris.controller.snapshot import TaskIdentity
 from iris.controller.tick import LIVE_ATTEMPTS, ControlLoop
 from iris.controller.transitions import WorkerLost
+from iris.core.bands import Band
 from iris.core.config import ClusterConfig
 from iris.core.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from iris.federation.explain import PeerExplanation, explain_peers
 from iris.federation.model import Submitter
-from iris.federation.reasons import refuses
 from iris.rpc import controller_pb2 as pb
 
 log = logging.getLogger("iris.controller")
@@ -76,6 +78,7 @@ class Controller:
             state_dir=state,
             task_identity=self.task_identity,
             changelog_retention_s=config.controller.federation_changelog_retention,
+            budgets=config.budgets,
         )
         self.retention = LogRetention(self.db, self.backends, config.controller.log_retention, clock=clock)
 
@@ -255,6 +258,11 @@ class Controller:
             raise PermissionDenied(f"your token is for user {identity.principal}; it cannot submit jobs as {req.user}")
         return Submitter(principal=identity.principal, local_admin=identity.local_admin)
 
+    def spend(self) -> list[pb.UserSpend]:
+        """Per user, what their placed work is worth against their budget (see `budgets`)."""
+        running, peer_spend = self.tick.loader.load_spend_inputs()
+        return spend_report(running, peer_spend, self.config.budgets.users, self.config.budgets.default)
+
     def list_peers(self) -> pb.ListPeersResponse:
         return self.federation.list_peers() if self.federation is not None else pb.ListPeersResponse()
 
@@ -268,13 +276,15 @@ class Controller:
                 {"j": job_id},
             ).first()
             token = self.tick.loader.config(conn, job_id, row["insertion"]).resources.device.token if handle else ""
-        resp = pb.ExplainJobResponse(job_id=job_id)
+        resp = pb.ExplainJobResponse(job_id=job_id, band=Band.parse(row["band"]).label)
         if row["state"] != "PENDING":
             resp.summary = f"job is {row['state']}" + (f": {row['error']}" if row["error"] else "")
             return resp
         if handle is not None:
             resp.summary = row["pending_reason"] or f"handoff {handle[0]}"
-            resp.lines.extend(self._peer_lines(token, handle[1]))
+            peers = self._peer_explanation(token, Band.parse(row["band"]), handle[1])
+            resp.lines.extend(peers.lines)
+            resp.peer_backends.extend(peers.backends)
             return resp
         workers = tuple(w for b in self.backends.values() for w in b.workers())
         result = scheduler.explain(self.tick.loader.load(self.now_ms(), workers), job_id)
@@ -286,43 +296,8 @@ class Controller:
         resp.lines.extend(result.lines)
         return resp
 
-    def _peer_lines(self, token: str, pinned: str) -> list[str]:
+    def _peer_explanation(self, token: str, band: Band, pinned: str) -> PeerExplanation:
         if self.federation is None:
-            return []
-        lines = []
-        now = self.now_ms()
+            return PeerExplanation((), ())
         stale_after = 2 * self.config.controller.federation_heartbeat_interval * 1000
-        for status in self.federation.statuses():
-            if pinned and status.peer_id != pinned:
-                continue
-            if status.reachable:
-                state = "reachable"
-            elif refuses(status.last_error):
-                state = status.last_error  # it answers, but will not take this cluster's jobs
-            else:
-                state = f"unreachable ({status.last_error or 'no answer yet'})"
-            lines.append(f"peer {status.peer_id}: {state}")
-            age = now - status.last_contact_ms if status.last_contact_ms else None
-            if status.backends and age is not None and (not status.reachable or age > stale_after):
-                lines.append(
-                    f"  STALE: the figures below are from its last answer {age / 1000:.0f}s ago; the peer has not"
-                    " answered since, so they may no longer hold"
-                )
-            for b in status.backends:
-                a = b.availability
-                if a is None:
-                    lines.append(f"  backend {b.backend_id}: reports no availability; matched on shape only")
-                elif token:
-                    lines.append(
-                        f"  backend {b.backend_id}: {token} {a.amounts.get(token, 0):g} free of "
-                        f"{a.total_amounts.get(token, 0):g}"
-                    )
-                else:
-                    lines.append(
-                        f"  backend {b.backend_id}: "
-                        + (
-                            ", ".join(f"{k} {a.amounts.get(k, 0):g} free of {v:g}" for k, v in a.total_amounts.items())
-                            or "no devices"
-                        )
-                    )
-        return lines
+        return explain_peers(self.federation.statuses(), token, band, pinned, self.now_ms(), stale_after)

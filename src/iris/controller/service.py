@@ -349,6 +349,7 @@ class ControllerServiceImpl(WorkerCalls):
             healthy=health.ok,
             problems=health.problems,
             last_tick_age_s=-1 if health.last_tick_age_s is None else health.last_tick_age_s,
+            spend=self.c.spend(),
         )
 
     @rpc

@@ -37,6 +37,7 @@ from iris.core.constraints import Constraint, Op
 from iris.core.resources import Device, Resources
 from iris.core.states import retry_backoff_s
 from iris.rpc.bounds import check_number
+from iris.scheduler.gating import resource_value
 from iris.scheduler.index import ClusterIndex
 from iris.scheduler.snapshot import PendingTask, RunningTask, SchedulingSnapshot
 
@@ -92,10 +93,14 @@ class SnapshotLoader:
         db: Database,
         state_dir: Path | None = None,
         task_identity: TaskIdentitySource = lambda *_: TaskIdentity(),
+        user_budgets: Mapping[str, float] | None = None,
+        default_budget: float | None = None,
     ):
         self.db = db
         self.state_dir = state_dir
         self.task_identity = task_identity
+        self.user_budgets = dict(user_budgets or {})
+        self.default_budget = default_budget
         self._configs: dict[str, tuple[int, JobConfig]] = {}
         # Jobs whose stored config could not be loaded, with why; the tick fails them and drains this.
         self.poisoned: dict[str, str] = {}
@@ -142,6 +147,7 @@ class SnapshotLoader:
     def load(self, now_ms: int, workers: tuple[WorkerSnapshot, ...]) -> SchedulingSnapshot:
         with self.db.read() as conn:
             running = self._running(conn)
+            peer_spend = self._peer_spend(conn)
             rows = conn.execute(
                 sql(
                     "SELECT t.task_id, t.job_id, t.idx, j.band, j.user, j.depth, j.root_submitted_ms, j.insertion,"
@@ -200,7 +206,14 @@ class SnapshotLoader:
         else:
             self._index = self._index.advance(workers, running)
         return SchedulingSnapshot(
-            now_ms=now_ms, workers=workers, running=running, pending=tuple(pending), index=self._index
+            now_ms=now_ms,
+            workers=workers,
+            running=running,
+            pending=tuple(pending),
+            index=self._index,
+            user_budgets=self.user_budgets,
+            default_budget=self.default_budget,
+            peer_spend=peer_spend,
         )
 
     def _forget_finished(self, active: set[str]) -> None:
@@ -211,6 +224,32 @@ class SnapshotLoader:
     def load_running(self) -> tuple[RunningTask, ...]:
         with self.db.read() as conn:
             return self._running(conn)
+
+    def load_spend_inputs(self) -> tuple[tuple[RunningTask, ...], dict[str, int]]:
+        """What budgets are charged from, read in one transaction: the tasks placed here, and per
+        user what their handed-off jobs hold on federation peers."""
+        with self.db.read() as conn:
+            return self._running(conn), self._peer_spend(conn)
+
+    def _peer_spend(self, conn) -> dict[str, int]:
+        """Per owner, the resource value of the live mirrored tasks of root jobs handed to peers
+        (outside the batch band): federated work is charged on this cluster, where it was submitted."""
+        rows = conn.execute(
+            sql(
+                "SELECT t.job_id, j.user, j.band, j.insertion FROM tasks t JOIN jobs j ON j.job_id = t.job_id"
+                f" WHERE t.state IN {LIVE_TASKS} AND t.cluster IS NOT NULL AND t.cluster != ''"
+            )
+        ).all()
+        spend: dict[str, int] = {}
+        for job_id, user, band, insertion in rows:
+            if Band.parse(band) is Band.BATCH:
+                continue
+            try:
+                value = resource_value(self.config(conn, job_id, insertion).resources)
+            except Exception:  # its peer runs it; an unreadable copy here only goes uncharged
+                continue
+            spend[user] = spend.get(user, 0) + value
+        return spend
 
     def _running(self, conn) -> tuple[RunningTask, ...]:
         rows = conn.execute(

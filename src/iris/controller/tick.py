@@ -35,6 +35,7 @@ from iris.controller.db.federation import prune_changelog
 from iris.controller.db.literals import JOB_PENDING, LIVE_TASKS
 from iris.controller.snapshot import SnapshotLoader, TaskIdentity, TaskIdentitySource
 from iris.core.availability import Availability
+from iris.core.config import BudgetsConfig
 from iris.core.errors import DiskFull
 from iris.core.states import TaskState
 from iris.scheduler import compute_availability, schedule
@@ -65,6 +66,7 @@ class ControlLoop:
         state_dir: Path | None = None,
         task_identity: TaskIdentitySource | None = None,
         changelog_retention_s: float = 3600.0,
+        budgets: BudgetsConfig | None = None,
     ):
         self.db = db
         self.changelog_retention_s = changelog_retention_s
@@ -73,7 +75,13 @@ class ControlLoop:
         self.tick_interval = tick_interval
         self.clock = clock
         self.federation = federation
-        self.loader = SnapshotLoader(db, state_dir, task_identity or (lambda *_: TaskIdentity()))
+        self.loader = SnapshotLoader(
+            db,
+            state_dir,
+            task_identity or (lambda *_: TaskIdentity()),
+            user_budgets=budgets.users if budgets else None,
+            default_budget=budgets.default if budgets else None,
+        )
         self._reasons: dict[str, str] = {}
         self.refused: Counter[str] = Counter()  # decisions the applier refused, by kind of change
         self._next_maintenance = 0.0

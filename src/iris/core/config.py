@@ -232,6 +232,23 @@ class ControllerSettings(_Model):
         return v
 
 
+class BudgetsConfig(_Model):
+    """Per-user budgets, in resource value (1000 per accelerator + 1 per GiB of memory + 5 per core,
+    summed over a user's placed work outside the batch band, here and on federation peers). A user
+    over budget keeps scheduling, but their interactive work competes as batch."""
+
+    default: float | None = Field(default=None, ge=0)  # for users not listed; None: unlimited
+    users: dict[str, float] = {}
+
+    @field_validator("users")
+    @classmethod
+    def _non_negative(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = sorted(u for u, amount in v.items() if amount < 0)
+        if bad:
+            raise ValueError(f"{bad[0]}: a budget must be zero or more")
+        return v
+
+
 class DefaultsConfig(_Model):
     task_env: dict[str, str] = {}
 
@@ -249,6 +266,7 @@ class ClusterConfig(_Model):
     auth: AuthConfig = AuthConfig()
     controller: ControllerSettings = ControllerSettings()
     defaults: DefaultsConfig = DefaultsConfig()
+    budgets: BudgetsConfig = BudgetsConfig()
 
     @field_validator("listen")
     @classmethod

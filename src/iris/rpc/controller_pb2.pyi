@@ -563,24 +563,44 @@ class ExplainGroup(_message.Message):
     reasons: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, backend_id: _Optional[str] = ..., group: _Optional[str] = ..., workers: _Optional[int] = ..., verdict: _Optional[str] = ..., reasons: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class ExplainPeerBackend(_message.Message):
+    __slots__ = ("peer_id", "backend_id", "state", "stale", "availability", "held_below")
+    PEER_ID_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STALE_FIELD_NUMBER: _ClassVar[int]
+    AVAILABILITY_FIELD_NUMBER: _ClassVar[int]
+    HELD_BELOW_FIELD_NUMBER: _ClassVar[int]
+    peer_id: str
+    backend_id: str
+    state: str
+    stale: bool
+    availability: Availability
+    held_below: _containers.RepeatedCompositeFieldContainer[BandAmounts]
+    def __init__(self, peer_id: _Optional[str] = ..., backend_id: _Optional[str] = ..., state: _Optional[str] = ..., stale: _Optional[bool] = ..., availability: _Optional[_Union[Availability, _Mapping]] = ..., held_below: _Optional[_Iterable[_Union[BandAmounts, _Mapping]]] = ...) -> None: ...
+
 class ExplainJobResponse(_message.Message):
-    __slots__ = ("job_id", "summary", "groups", "lines")
+    __slots__ = ("job_id", "summary", "groups", "lines", "peer_backends", "band")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     LINES_FIELD_NUMBER: _ClassVar[int]
+    PEER_BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    BAND_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     summary: str
     groups: _containers.RepeatedCompositeFieldContainer[ExplainGroup]
     lines: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, job_id: _Optional[str] = ..., summary: _Optional[str] = ..., groups: _Optional[_Iterable[_Union[ExplainGroup, _Mapping]]] = ..., lines: _Optional[_Iterable[str]] = ...) -> None: ...
+    peer_backends: _containers.RepeatedCompositeFieldContainer[ExplainPeerBackend]
+    band: str
+    def __init__(self, job_id: _Optional[str] = ..., summary: _Optional[str] = ..., groups: _Optional[_Iterable[_Union[ExplainGroup, _Mapping]]] = ..., lines: _Optional[_Iterable[str]] = ..., peer_backends: _Optional[_Iterable[_Union[ExplainPeerBackend, _Mapping]]] = ..., band: _Optional[str] = ...) -> None: ...
 
 class GetClusterInfoRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class GetClusterInfoResponse(_message.Message):
-    __slots__ = ("name", "version", "revision_date", "uptime_s", "job_counts", "backends", "peers", "pid", "state_dir", "caller", "caller_role", "healthy", "problems", "last_tick_age_s")
+    __slots__ = ("name", "version", "revision_date", "uptime_s", "job_counts", "backends", "peers", "pid", "state_dir", "caller", "caller_role", "healthy", "problems", "last_tick_age_s", "spend")
     class JobCountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -602,6 +622,7 @@ class GetClusterInfoResponse(_message.Message):
     HEALTHY_FIELD_NUMBER: _ClassVar[int]
     PROBLEMS_FIELD_NUMBER: _ClassVar[int]
     LAST_TICK_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    SPEND_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     revision_date: str
@@ -616,7 +637,22 @@ class GetClusterInfoResponse(_message.Message):
     healthy: bool
     problems: _containers.RepeatedScalarFieldContainer[str]
     last_tick_age_s: float
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., revision_date: _Optional[str] = ..., uptime_s: _Optional[float] = ..., job_counts: _Optional[_Mapping[str, int]] = ..., backends: _Optional[int] = ..., peers: _Optional[int] = ..., pid: _Optional[int] = ..., state_dir: _Optional[str] = ..., caller: _Optional[str] = ..., caller_role: _Optional[str] = ..., healthy: _Optional[bool] = ..., problems: _Optional[_Iterable[str]] = ..., last_tick_age_s: _Optional[float] = ...) -> None: ...
+    spend: _containers.RepeatedCompositeFieldContainer[UserSpend]
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., revision_date: _Optional[str] = ..., uptime_s: _Optional[float] = ..., job_counts: _Optional[_Mapping[str, int]] = ..., backends: _Optional[int] = ..., peers: _Optional[int] = ..., pid: _Optional[int] = ..., state_dir: _Optional[str] = ..., caller: _Optional[str] = ..., caller_role: _Optional[str] = ..., healthy: _Optional[bool] = ..., problems: _Optional[_Iterable[str]] = ..., last_tick_age_s: _Optional[float] = ..., spend: _Optional[_Iterable[_Union[UserSpend, _Mapping]]] = ...) -> None: ...
+
+class UserSpend(_message.Message):
+    __slots__ = ("user", "spend", "on_peers", "budget", "over_budget")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    SPEND_FIELD_NUMBER: _ClassVar[int]
+    ON_PEERS_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    OVER_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    spend: int
+    on_peers: int
+    budget: float
+    over_budget: bool
+    def __init__(self, user: _Optional[str] = ..., spend: _Optional[int] = ..., on_peers: _Optional[int] = ..., budget: _Optional[float] = ..., over_budget: _Optional[bool] = ...) -> None: ...
 
 class SyncedAttempt(_message.Message):
     __slots__ = ("task_index", "attempt", "state", "worker_id", "exit_code", "has_exit_code", "started_ms", "finished_ms", "error")

@@ -29,26 +29,43 @@ def resource_value(resources: Resources) -> int:
     return 1000 * accelerators + resources.memory // GIB + 5 * int(resources.cpu)
 
 
-def user_spend(running: Iterable[RunningTask]) -> dict[str, int]:
-    """Per user, the resource value of their placed work outside the batch band."""
+def user_spend(running: Iterable[RunningTask], elsewhere: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Per user, the resource value of their placed work outside the batch band: the tasks running
+    here plus `elsewhere` (what their handed-off root jobs hold on federation peers)."""
     spend: dict[str, int] = defaultdict(int)
     for task in running:
         if task.band is not Band.BATCH:
             spend[task.user] += resource_value(task.resources)
-    return dict(spend)
+    return with_peer_spend(spend, elsewhere or {})
 
 
-def over_budget(user: str, spend: Mapping[str, int], budgets: Mapping[str, float]) -> bool:
-    """True when the user has a budget and spends more than it (no budget means unlimited)."""
-    budget = budgets.get(user)
+def with_peer_spend(here: Mapping[str, int], on_peers: Mapping[str, int]) -> dict[str, int]:
+    """Per user, spend here plus what their handed-off root jobs hold on federation peers."""
+    if not on_peers:
+        return dict(here)
+    return {user: here.get(user, 0) + on_peers.get(user, 0) for user in here.keys() | on_peers.keys()}
+
+
+def budget_of(user: str, budgets: Mapping[str, float], default: float | None = None) -> float | None:
+    """The user's own budget, else the default; None means unlimited."""
+    return budgets.get(user, default)
+
+
+def over_budget(
+    user: str, spend: Mapping[str, int], budgets: Mapping[str, float], default: float | None = None
+) -> bool:
+    """True when the user has a budget (their own or the default) and spends more than it."""
+    budget = budget_of(user, budgets, default)
     return budget is not None and spend.get(user, 0) > budget
 
 
-def effective_band(band: Band, user: str, spend: Mapping[str, int], budgets: Mapping[str, float]) -> Band:
+def effective_band(
+    band: Band, user: str, spend: Mapping[str, int], budgets: Mapping[str, float], default: float | None = None
+) -> Band:
     """The band a job competes in this tick: its own, or batch when its user is over budget."""
     if band is Band.PRODUCTION or band is Band.BATCH:
         return band
-    return Band.BATCH if over_budget(user, spend, budgets) else band
+    return Band.BATCH if over_budget(user, spend, budgets, default) else band
 
 
 def deadline_passed(task: PendingTask, now_ms: int) -> bool:

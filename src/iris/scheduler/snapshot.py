@@ -67,8 +67,11 @@ class SchedulingSnapshot:
     workers: tuple[WorkerSnapshot, ...]
     running: tuple[RunningTask, ...]
     pending: tuple[PendingTask, ...]
-    # user -> budget (a resource value summed over active non-batch tasks); absent = unlimited
+    # user -> budget (a resource value summed over active non-batch tasks); absent = `default_budget`
     user_budgets: Mapping[str, float] = field(default_factory=dict)
+    default_budget: float | None = None  # for users without their own; None = unlimited
+    # user -> the resource value of their work placed on federation peers (charged here too)
+    peer_spend: Mapping[str, int] = field(default_factory=dict)
     # An `index.ClusterIndex` built from exactly these workers and running tasks (typically
     # advanced from the last tick's), or None: the scheduler then builds its own. It saves work
     # and never changes a decision.

@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from iris.scheduler.fit import ShapeCache
-from iris.scheduler.gating import deadline_passed, effective_band
+from iris.scheduler.gating import deadline_passed, effective_band, with_peer_spend
 from iris.scheduler.ledger import Ledger
 from iris.scheduler.ordering import JobRequest, is_coscheduled, order_requests, task_order_key
 from iris.scheduler.placement import Memo, Placed, place_coscheduled, place_independent
@@ -86,7 +86,7 @@ def build_requests(
     snapshot: SchedulingSnapshot, ledger: Ledger, by_job: dict[str, list[PendingTask]], shapes: ShapeCache
 ) -> list[JobRequest]:
     """Gating: applies budgets and deadlines to each pending job, and orders the jobs."""
-    spend = ledger.ix.spend
+    spend = with_peer_spend(ledger.ix.spend, snapshot.peer_spend)
     job_workers = ledger.ix.job_workers
     running_groups: dict[str, tuple[str, str]] = {}
     for job_id in by_job.keys() & job_workers.keys():
@@ -105,7 +105,7 @@ def build_requests(
                 tasks=live,
                 expired=expired,
                 shape=shapes.of(first),
-                band=effective_band(first.band, first.user, spend, snapshot.user_budgets),
+                band=effective_band(first.band, first.user, spend, snapshot.user_budgets, snapshot.default_budget),
                 requested_band=first.band,
                 user=first.user,
                 replicas=max(first.replicas, len(tasks)),
