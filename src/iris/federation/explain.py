@@ -95,7 +95,7 @@ def explain_peers(
         lines.append(f"peer {peer.peer_id}: {state}")
         age = now_ms - peer.last_contact_ms if peer.last_contact_ms else None
         stale = bool(peer.backends) and age is not None and (not peer.reachable or age > stale_after_ms)
-        if stale:
+        if stale and age is not None:
             lines.append(
                 f"  STALE: the figures below are from its last answer {age / 1000:.0f}s ago; the peer has not"
                 " answered since, so they may no longer hold"
