@@ -35,10 +35,14 @@ from iris.controller.db.federation import prune_changelog
 from iris.controller.db.literals import JOB_PENDING, LIVE_TASKS
 from iris.controller.snapshot import SnapshotLoader, TaskIdentity, TaskIdentitySource
 from iris.core.availability import Availability
+from iris.core.bands import Band
 from iris.core.config import BudgetsConfig
 from iris.core.errors import DiskFull
+from iris.core.names import JobName
 from iris.core.states import TaskState
+from iris.federation.model import QueuedJob
 from iris.scheduler import compute_availability, schedule
+from iris.scheduler.gating import effective_band, user_spend
 
 log = logging.getLogger("iris.tick")
 MIN_PASS_GAP_S = 0.005
@@ -70,6 +74,8 @@ class ControlLoop:
     ):
         self.db = db
         self.changelog_retention_s = changelog_retention_s
+        self._budgeted = budgets is not None and (bool(budgets.users) or budgets.default is not None)
+        self._spend: dict[str, int] = {}
         self.backends = dict(backends)
         self.base_env = dict(base_env)
         self.tick_interval = tick_interval
@@ -195,12 +201,17 @@ class ControlLoop:
         pending, assigned = self._schedule_and_start()
         if self.federation is not None:
             try:
-                self.federation.plan()
+                self.federation.plan(self._queued_band if self._budgeted else None)
                 self.plan_error = None
             except Exception as exc:  # handoffs wait for the next pass; local placement (done) goes on
                 log.exception("promoting queued jobs onto peers failed; retrying on the next pass")
                 self.plan_error = f"promoting queued jobs onto peers fails: {type(exc).__name__}: {exc}"
         return TickStats((time.perf_counter() - t0) * 1000, pending, assigned, exits)
+
+    def _queued_band(self, job: QueuedJob) -> Band:
+        """The band a job queued for a peer competes in: batch while its owner is over budget."""
+        user = JobName.parse(job.job_id).user
+        return effective_band(job.band, user, self._spend, self.loader.user_budgets, self.loader.default_budget)
 
     def _count(self, report: applier.Report) -> applier.Report:
         """Counts the refusals of one apply (each was logged at debug by the applier)."""
@@ -286,6 +297,8 @@ class ControlLoop:
         now = self.now_ms()
         workers = tuple(w for b in self.backends.values() for w in b.workers())
         snapshot = self.loader.load(now, workers)
+        if self._budgeted:  # what queued federated jobs are judged by in this pass's federation step
+            self._spend = user_spend(snapshot.running, snapshot.peer_spend)
         backing_off = self.loader.backing_off
         self._fail_poisoned(now)
         if not snapshot.pending:

@@ -27,7 +27,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from iris.core.bands import Band
 from iris.core.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, Unauthenticated, Unavailable
+from iris.core.names import JobName
 from iris.federation.availability import ReservationLedger, assign_queued
 from iris.federation.model import (
     LogTarget,
@@ -45,6 +47,7 @@ from iris.federation.reasons import credentials_refused_reason, peer_error_words
 from iris.federation.router import PeerRouter
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import fill_availability
+from iris.scheduler.gating import over_budget_note
 
 log = logging.getLogger("iris.federation")
 MIN_DELIVERY_BACKOFF_S = 1.0
@@ -222,13 +225,16 @@ class FederationManager:
     def classify(self, job: SubmittedJob, submitter: Submitter):
         return self.router.classify(job, self.peers(), submitter)
 
-    def plan(self) -> list[Promotion]:
+    def plan(self, band_of: Callable[[QueuedJob], Band] | None = None) -> list[Promotion]:
         """The tick's federation step: end queued jobs past their scheduling timeout, then promote
-        the others onto peers with room (CAS each)."""
+        the others onto peers with room (CAS each). `band_of` says which band each queued job
+        competes in (batch when its owner is over budget); None: its own."""
         self.store.expire_queued()
-        candidates = self.store.queued_jobs()
-        if not candidates:
+        queued = self.store.queued_jobs()
+        if not queued:
             return []
+        candidates = [replace(job, band=band_of(job)) for job in queued] if band_of else queued
+        downgraded = {c.job_id for c, job in zip(candidates, queued, strict=True) if c.band is not job.band}
         promotions = assign_queued(candidates, self.peers(), self.ledger, self.max_per_peer)
         confirmed = []
         for promotion in promotions:
@@ -237,15 +243,20 @@ class FederationManager:
                 confirmed.append(promotion)
         if confirmed:
             self.wake()
-        self._explain_waits([c for c in candidates if c.job_id not in {p.job_id for p in confirmed}])
+        self._explain_waits([c for c in candidates if c.job_id not in {p.job_id for p in confirmed}], downgraded)
         return confirmed
 
-    def _explain_waits(self, waiting: list[QueuedJob]) -> None:
+    def _explain_waits(self, waiting: list[QueuedJob], downgraded: set[str]) -> None:
         """Gives each still-queued job a pending reason that names why its peers cannot take it
-        (a peer that refuses this cluster's key, one that does not answer); written only on change."""
+        (a peer that refuses this cluster's key, one that does not answer, an owner over budget);
+        written only on change."""
         with self._lock:
             errors = {s.peer_id: s.last_error for s in self._status.values() if s.last_error}
-        reasons = {j.job_id: queued_reason(j.pinned_peer, errors) for j in waiting}
+        reasons = {
+            j.job_id: queued_reason(j.pinned_peer, errors)
+            + (over_budget_note(JobName.parse(j.job_id).user) if j.job_id in downgraded else "")
+            for j in waiting
+        }
         changed = {j: r for j, r in reasons.items() if self._queued_reasons.get(j) != r}
         self._queued_reasons = reasons
         if changed:

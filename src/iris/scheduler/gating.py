@@ -68,6 +68,11 @@ def effective_band(
     return Band.BATCH if over_budget(user, spend, budgets, default) else band
 
 
+def over_budget_note(user: str) -> str:
+    """What a waiting job's reason adds when its user is over budget (here or queued for a peer)."""
+    return f"; user {user} is over budget, so it competes as batch"
+
+
 def deadline_passed(task: PendingTask, now_ms: int) -> bool:
     """True when the task's scheduling deadline has been reached without a placement."""
     return task.scheduling_deadline_ms is not None and now_ms >= task.scheduling_deadline_ms

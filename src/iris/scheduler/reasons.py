@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from iris.scheduler.fit import DEVICES, DIMENSIONS, Shape, amount, copies, fits
+from iris.scheduler.gating import over_budget_note
 from iris.scheduler.ledger import Ledger, WorkerClass
 from iris.scheduler.ordering import JobRequest
 
@@ -139,5 +140,5 @@ def waiting_reason(ledger: Ledger, stats: PoolStats, request: JobRequest, count:
         else:
             sentence = _waiting_for_one(ledger, stats, shape, tuple(sorted(members)))
     if request.downgraded:
-        sentence += f"; user {request.user} is over budget, so it competes as batch"
+        sentence += over_budget_note(request.user)
     return sentence
