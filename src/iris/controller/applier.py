@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -105,7 +105,9 @@ def live_descendants(conn: Connection, job_id: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def load_job(conn: Connection, job_id: str) -> tr.JobRow | None:
+def load_job(conn: Connection, job_id: str, descendants: bool = True) -> tr.JobRow | None:
+    """The job's row; `descendants` False leaves `live_descendants` empty (a roll-up loads them
+    only for a job its tasks end)."""
     row = conn.execute(
         sql(
             "SELECT state, started_ms, error, cancel_requested,"
@@ -118,7 +120,7 @@ def load_job(conn: Connection, job_id: str) -> tr.JobRow | None:
     if row is None:
         return None
     state = JobState(row[0])
-    live = () if state.is_terminal or row[4] else live_descendants(conn, job_id)
+    live = live_descendants(conn, job_id) if descendants and not (state.is_terminal or row[4]) else ()
     return tr.JobRow(job_id, state, row[1], row[2], bool(row[3]), bool(row[4]), live)
 
 
@@ -384,11 +386,14 @@ def roll_up(conn: Connection, job_ids: Iterable[str], now_ms: int) -> Report:
     queue = list(dict.fromkeys(job_ids))
     while queue:
         job_id = queue.pop(0)
-        job = load_job(conn, job_id)
+        job = load_job(conn, job_id, descendants=False)
         if job is None:
             continue
         tasks = () if job.state.is_terminal or job.mirrored else load_tasks(conn, job_id)
         changes = tr.roll_up(job, tasks, now_ms)
+        if any(isinstance(c, tr.JobRolledUp) and c.state.is_terminal for c in changes):
+            # Most roll-ups leave the job running; only one that ends it needs the subtree.
+            changes = tr.roll_up(replace(job, live_descendants=live_descendants(conn, job_id)), tasks, now_ms)
         step = apply(conn, changes)
         report.ended += step.ended
         report.refused += step.refused

@@ -1,7 +1,7 @@
 """API reads: jobs, tasks, attempts and logs as protobuf messages.
 
 Listings come straight from the denormalised `jobs` row (kept equal to the derived state by
-`refresh_jobs`), so `job list` over a large database is one indexed query plus one grouped count.
+the applier's roll-up), so `job list` over a large database is one indexed query plus one grouped count.
 """
 
 from __future__ import annotations
