@@ -22,10 +22,12 @@ def test_error_codes_reach_sdk_peer_and_raw_callers_as_the_same_type(controller)
         sdk.explain(missing)
     assert sdk_err.value.message == message
 
-    peer = PeerClient("upstream", controller.url)
+    peer = PeerClient("upstream", controller.url, requester="home")
     with pytest.raises(NotFound) as peer_err:
         peer.terminate_job(missing, "test")
-    assert peer_err.value.message.startswith("peer upstream: ") and missing in peer_err.value.message
+    # the peer files what cluster "home" hands it under "home." and answers in its own ids
+    assert peer_err.value.message.startswith("peer upstream: ")
+    assert "/alice/home.never-submitted" in peer_err.value.message
 
     with pytest.raises(Unauthenticated):
         PeerClient("upstream", controller.url, token_source=lambda: "not-a-token").list_backends()

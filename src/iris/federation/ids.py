@@ -26,8 +26,8 @@ def received_job_id(requester: str, job_id: str) -> str:
         validate_component("job name", local)
     except InvalidArgument:
         raise InvalidArgument(
-            f"job name {name.parts[0]!r} is too long to be received from cluster {requester}: a peer files it as"
-            f" {local!r}, over 128 characters; shorten the job name"
+            f"job name {name.parts[0]!r} cannot be received from cluster {requester!r}: a peer files it as"
+            f" {local!r}, which is not a valid job name (at most 128 characters); shorten the job name"
         ) from None
     return str(JobName.root(name.user, local))
 
