@@ -1,9 +1,15 @@
-"""Finished jobs' logs and attempt folders are deleted once the retention has passed; running and
-recently finished jobs keep theirs."""
+"""Finished jobs' logs, attempt folders and workspaces are deleted once the retention has passed;
+running and recently finished jobs keep theirs, and a workspace layer stays while any job still
+within retention names it."""
 
 from __future__ import annotations
 
-from iris.backends.staging import safe_dirname
+import hashlib
+import io
+import zipfile
+
+from iris.backends.staging import bundle_folder, files_id, safe_dirname
+from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until
 from tests.controller.helpers import client, launch, logs, wait_state
 
@@ -24,3 +30,63 @@ def test_retention_deletes_old_logs_and_attempt_folders_but_not_live_ones(contro
     assert wait_state(c, done).job.state == "SUCCEEDED"  # the job itself is kept
     assert logs(c, live) == ["still here"]
     assert (ctl.state_dir / "attempts" / safe_dirname(f"{live}/0:0")).is_dir()
+
+
+def _zip(entries: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in entries.items():
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+def _query(c, sql: str) -> list[list]:
+    return [list(r) for r in c.execute_raw_query(pb.ExecuteRawQueryRequest(sql=sql)).rows]
+
+
+def test_retention_removes_a_workspace_layer_once_no_retained_job_names_it(controller_factory):
+    ctl = controller_factory(controller={"tick_interval": "1s", "log_retention": "5s"})
+    c = client(ctl)
+    data = _zip({"run.sh": b"cat note.txt"})
+    bundle_id = "sha256:" + hashlib.sha256(data).hexdigest()
+    notes = {"note.txt": b"from the workdir files"}
+    bundle_dir, files_dir = bundle_folder(ctl.state_dir, bundle_id), bundle_folder(ctl.state_dir, files_id(notes))
+
+    done = launch(c, "done", ["sh", "run.sh"], workspace_bundle=data, workdir_files=notes)
+    live = launch(c, "live", ["sh", "-c", "sleep 300"], bundle_id=bundle_id)  # the same bundle, by id
+    assert bundle_dir.is_dir() and files_dir.is_dir()
+    assert wait_state(c, done).job.state == "SUCCEEDED"
+    assert logs(c, done) == ["from the workdir files"]
+
+    # `done` expires: its own workdir files go, the bundle stays while `live` runs on it.
+    wait_until(lambda: not files_dir.exists(), timeout=60, message="the expired job's workdir files removed")
+    assert _query(c, f"SELECT COUNT(*) FROM job_files WHERE job_id = '{done}'") == [[0]]
+    assert bundle_dir.is_dir()
+    assert _query(c, "SELECT content_id FROM bundles") == [[bundle_id]]
+
+    # Once `live` has ended and expired too, nothing names the bundle: its bytes and folder go.
+    c.terminate_job(pb.TerminateJobRequest(job_id=live))
+    assert wait_state(c, live).job.state == "KILLED"
+    wait_until(lambda: not bundle_dir.exists(), timeout=60, message="the unreferenced bundle's folder removed")
+    assert _query(c, "SELECT COUNT(*) FROM bundles") == [[0]]
+    assert wait_state(c, done).job.state == "SUCCEEDED"  # the jobs themselves are kept
+
+    # Naming the bundle by id now asks for its bytes again; sent again, it runs as before.
+    again = c.launch_job(pb.LaunchJobRequest(name="again", user="alice", command=["true"], bundle_id=bundle_id))
+    assert again.bundle_missing
+    rerun = launch(c, "again", ["sh", "run.sh"], workspace_bundle=data, workdir_files=notes)
+    assert wait_state(c, rerun).job.state == "SUCCEEDED"
+    assert logs(c, rerun) == ["from the workdir files"]
+
+
+def test_layer_pins_keep_a_layer_from_removal_until_the_last_holder_lets_go():
+    from iris.controller.workspace import LayerPins
+
+    pins = LayerPins()
+    with pins.hold("sha256:a", ""), pins.hold("sha256:a"):
+        with pins.removable("sha256:a") as free:
+            assert not free
+        with pins.removable("sha256:b") as free:
+            assert free
+    with pins.removable("sha256:a") as free:
+        assert free

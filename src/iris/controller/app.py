@@ -29,6 +29,7 @@ from iris.controller.retention import LogRetention
 from iris.controller.snapshot import TaskIdentity
 from iris.controller.tick import LIVE_ATTEMPTS, ControlLoop
 from iris.controller.transitions import WorkerLost
+from iris.controller.workspace import LayerPins
 from iris.core.bands import Band
 from iris.core.config import ClusterConfig
 from iris.core.errors import InvalidArgument, PermissionDenied, Unauthenticated
@@ -80,7 +81,10 @@ class Controller:
             changelog_retention_s=config.controller.federation_changelog_retention,
             budgets=config.budgets,
         )
-        self.retention = LogRetention(self.db, self.backends, config.controller.log_retention, clock=clock)
+        self.layer_pins = LayerPins()  # workspace layers submits in flight are about to name
+        self.retention = LogRetention(
+            self.db, self.backends, config.controller.log_retention, clock=clock, state_dir=state, pins=self.layer_pins
+        )
 
     def _federation(self):
         """The federation manager, built only when peers are configured: with no peers there are

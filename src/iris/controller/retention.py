@@ -1,6 +1,7 @@
 """Deletes what finished jobs leave behind once `controller.log_retention` has passed since they
-ended: their log lines, and whatever their backends keep for their attempts (the local backend's
-attempt folders).
+ended: their log lines, whatever their backends keep for their attempts (the local backend's
+attempt folders), their workdir files, and each workspace layer (a bundle's stored bytes and its
+unpacked folder, a set of workdir files' folder) that no job still within retention names.
 
 Why a thread of its own that deletes in small batches: a long job may have millions of log lines,
 and deleting them in one transaction would hold the database's single write lock for seconds,
@@ -13,11 +14,15 @@ first pass after a start catches up on everything already due.
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from iris.backends.protocol import Backend
+from iris.backends.staging import bundle_folder
+from iris.controller import workspace
 from iris.controller.db.database import Database, sql
 
 log = logging.getLogger("iris.retention")
@@ -38,11 +43,15 @@ class LogRetention:
         backends: Mapping[str, Backend],
         retention_s: float,
         clock: Callable[[], float] = time.time,
+        state_dir: Path | None = None,
+        pins: workspace.LayerPins | None = None,
     ):
         self.db = db
         self.backends = backends
         self.retention_s = retention_s
         self.clock = clock
+        self.state_dir = state_dir  # where workspace layers are unpacked (None: leave them be)
+        self.pins = pins or workspace.LayerPins()
         self._mark = -1  # jobs that finished at or before this (ms) have been swept
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -67,8 +76,8 @@ class LogRetention:
                 log.exception("log retention pass failed; retrying on the next pass")
 
     def sweep_once(self) -> int:
-        """Deletes the logs and attempt files of jobs whose retention has run out; returns how many
-        jobs it swept (at most JOBS_PER_PASS)."""
+        """Deletes the logs, attempt files and workspace of jobs whose retention has run out;
+        returns how many jobs it swept (at most JOBS_PER_PASS)."""
         cutoff = int((self.clock() - self.retention_s) * 1000)
         with self.db.read() as conn:
             jobs = conn.execute(
@@ -81,8 +90,25 @@ class LogRetention:
         for job_id, finished_ms in jobs:
             self._delete_logs(job_id)
             self._discard_attempts(job_id)
+            self._discard_workspace(job_id, cutoff)
             self._mark = max(self._mark, finished_ms)
         return len(jobs)
+
+    def _discard_workspace(self, job_id: str, cutoff_ms: int) -> None:
+        """Deletes the job's workdir files, then each layer it named that nothing retained names."""
+        with self.db.write() as conn:
+            layers = workspace.release_job_files(conn, job_id)
+        for content_id in layers:
+            with self.pins.removable(content_id) as free:
+                if not free:
+                    continue  # a submit is about to name it
+                with self.db.write() as conn:
+                    if workspace.layer_in_use(conn, content_id, cutoff_ms):
+                        continue
+                    workspace.forget_bundle(conn, content_id)
+                if self.state_dir is not None:
+                    shutil.rmtree(bundle_folder(self.state_dir, content_id), ignore_errors=True)
+                log.info("workspace layer %s of expired job %s removed", content_id, job_id)
 
     def _delete_logs(self, job_id: str) -> None:
         while not self._stop.is_set():

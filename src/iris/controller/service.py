@@ -108,38 +108,40 @@ class ControllerServiceImpl(WorkerCalls):
                 "add a workers backend with workers started with --runtime docker, or drop --image"
             )
         files = dict(req.workdir_files)
-        received = self._receive_workspace(req, files)
-        if received is _MISSING:
-            return pb.LaunchJobResponse(job_id=str(name), bundle_missing=True)
-        bundle, files_id = received
-        with self.c.db.write() as conn:
-            parent: dict | None = None
-            parent_constraints: tuple[Constraint, ...] = ()
-            parent_env: dict[str, str] = {}
-            if name.parent is not None:
-                parent, parent_constraints, parent_env = parent_context(conn, str(name.parent))
-            spec = build_spec(req, parent, parent_constraints, parent_env, owner=submitter.principal)
-            spec = replace(spec, files_id=files_id)
-            if parent is not None and not spec.bundle_id:
-                spec = replace(spec, bundle_id=workspace.job_bundle_id(conn, str(name.parent)))
-            disposition = None
-            if self.c.federation is not None:
-                disposition = self.c.federation.classify(
-                    SubmittedJob(spec.job_id, spec.resources, spec.constraints, spec.replicas), submitter
-                )
-            if disposition is None or disposition.kind is DispositionKind.LOCAL:
-                state, created = insert_job(conn, spec, now, policy)
-                kind, peer = "local", ""
-            elif disposition.kind is DispositionKind.QUEUE:
-                created = fed.queue_job(conn, spec, disposition.peer_id, submitter.principal, now, policy)
-                state, kind, peer = "PENDING", "queued", disposition.peer_id or ""
-            else:
-                created = fed.reject_job(conn, spec, disposition.reason, now, policy)
-                state, kind, peer = "UNSCHEDULABLE", "rejected", ""
-            if created and kind != "rejected":
-                if bundle is not None:
-                    workspace.store_bundle(conn, bundle, req.workspace_bundle, now)
-                workspace.store_files(conn, spec.job_id, files)
+        info, bundle_id = self._check_workspace(req, files)
+        with self.c.layer_pins.hold(bundle_id, workspace.files_id(files) if files else ""):
+            received = self._receive_workspace(req, files, info)
+            if received is _MISSING:
+                return pb.LaunchJobResponse(job_id=str(name), bundle_missing=True)
+            bundle, files_id = received
+            with self.c.db.write() as conn:
+                parent: dict | None = None
+                parent_constraints: tuple[Constraint, ...] = ()
+                parent_env: dict[str, str] = {}
+                if name.parent is not None:
+                    parent, parent_constraints, parent_env = parent_context(conn, str(name.parent))
+                spec = build_spec(req, parent, parent_constraints, parent_env, owner=submitter.principal)
+                spec = replace(spec, files_id=files_id)
+                if parent is not None and not spec.bundle_id:
+                    spec = replace(spec, bundle_id=workspace.job_bundle_id(conn, str(name.parent)))
+                disposition = None
+                if self.c.federation is not None:
+                    disposition = self.c.federation.classify(
+                        SubmittedJob(spec.job_id, spec.resources, spec.constraints, spec.replicas), submitter
+                    )
+                if disposition is None or disposition.kind is DispositionKind.LOCAL:
+                    state, created = insert_job(conn, spec, now, policy)
+                    kind, peer = "local", ""
+                elif disposition.kind is DispositionKind.QUEUE:
+                    created = fed.queue_job(conn, spec, disposition.peer_id, submitter.principal, now, policy)
+                    state, kind, peer = "PENDING", "queued", disposition.peer_id or ""
+                else:
+                    created = fed.reject_job(conn, spec, disposition.reason, now, policy)
+                    state, kind, peer = "UNSCHEDULABLE", "rejected", ""
+                if created and kind != "rejected":
+                    if bundle is not None:
+                        workspace.store_bundle(conn, bundle, req.workspace_bundle, now)
+                    workspace.store_files(conn, spec.job_id, files)
         if not created:
             return pb.LaunchJobResponse(job_id=spec.job_id, state=state, disposition="existing")
         self.c.tick.wake()
@@ -155,35 +157,45 @@ class ControllerServiceImpl(WorkerCalls):
         # Filed under the requester's namespace, so two parents' /u1/train never collide here.
         req.name, req.user = received_job_id(handoff.requester_cluster, str(resolve_job_id(req))), ""
         files = dict(req.workdir_files)
-        received = self._receive_workspace(req, files)
-        if received is _MISSING:
-            raise InvalidArgument(f"the handoff names bundle {req.bundle_id} but does not carry its bytes")
-        bundle, files_id = received
-        spec = replace(
-            build_spec(req, None, (), {}, owner=handoff.owner_principal or JobName.parse(req.name).user),
-            files_id=files_id,
-        )
-        with self.c.db.write() as conn:
-            now = self.c.now_ms()
-            outcome = fed.admit_received(conn, spec, handoff, files, now)
-            if outcome == "created" and bundle is not None:
-                workspace.store_bundle(conn, bundle, req.workspace_bundle, now)
+        info, bundle_id = self._check_workspace(req, files)
+        with self.c.layer_pins.hold(bundle_id, workspace.files_id(files) if files else ""):
+            received = self._receive_workspace(req, files, info)
+            if received is _MISSING:
+                raise InvalidArgument(f"the handoff names bundle {req.bundle_id} but does not carry its bytes")
+            bundle, files_id = received
+            spec = replace(
+                build_spec(req, None, (), {}, owner=handoff.owner_principal or JobName.parse(req.name).user),
+                files_id=files_id,
+            )
+            with self.c.db.write() as conn:
+                now = self.c.now_ms()
+                outcome = fed.admit_received(conn, spec, handoff, files, now)
+                if outcome == "created" and bundle is not None:
+                    workspace.store_bundle(conn, bundle, req.workspace_bundle, now)
         self.c.tick.wake()
         return pb.LaunchJobResponse(
             job_id=spec.job_id, state="PENDING", disposition="local" if outcome == "created" else "existing"
         )
 
-    def _receive_workspace(self, req: pb.LaunchJobRequest, files: dict[str, bytes]):
-        """Checks and unpacks the request's workspace before anything is written (on this handler's
-        thread, never the tick's). Returns (the BundleInfo of bytes to store or None, the files' id),
-        or _MISSING when the request names a bundle this cluster does not hold. Sets the request's
-        bundle_id, which build_spec copies into the job.
-        """
+    def _check_workspace(self, req: pb.LaunchJobRequest, files: dict[str, bytes]):
+        """Checks the request's workspace before anything is unpacked or written. Returns the
+        BundleInfo of the bytes it carries (None when it carries none) and the id of the bundle the
+        job names ("" for none)."""
         workspace.validate_files(req.workspace_bundle, files)
-        state = self.c.config.state_path
-        info = None
         if req.workspace_bundle:
             info = workspace.inspect_bundle(req.workspace_bundle, req.bundle_id)
+            return info, info.content_id
+        return None, req.bundle_id
+
+    def _receive_workspace(self, req: pb.LaunchJobRequest, files: dict[str, bytes], info):
+        """Unpacks the checked workspace before anything is written (on this handler's thread,
+        never the tick's), while the caller holds its layers against retention. Returns (the
+        BundleInfo of bytes to store or None, the files' id), or _MISSING when the request names a
+        bundle this cluster does not hold. Sets the request's bundle_id, which build_spec copies
+        into the job.
+        """
+        state = self.c.config.state_path
+        if info is not None:
             workspace.unpack_bundle(state, info.content_id, req.workspace_bundle)
             req.bundle_id = info.content_id
         elif req.bundle_id:

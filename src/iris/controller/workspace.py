@@ -1,31 +1,44 @@
 """Decides whether a request's workspace may be stored, and keeps it: bundles once by content id
-(`sha256:<hex>` of the zip) in the `bundles` table, workdir files per job in `job_files`.
+(`sha256:<hex>` of the zip) in the `bundles` table, workdir files per job in `job_files`; and when
+retention may let a job's workspace go.
 
 The checks of names, sizes and expansion, and the unpacking itself, live in
 `iris.backends.staging`, shared with every host that runs attempts; here the API applies them
 before anything is written, and unpacks in the request's handler thread, never on the control
 tick. Keeping the bytes in the database is what lets a job be handed to a peer (the bundle
 travels inline) and rerun after a restart.
+
+A layer (an unpacked bundle, or a set of workdir files) is shared by every job that ships the same
+content, so retention removes it, stored bytes and unpacked folder, only once no job still within
+retention names it. A submit unpacks its layers before its write transaction names them; the
+`LayerPins` it holds meanwhile keep retention from removing a layer between those two steps.
 """
 
 from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from sqlalchemy.engine import Connection
 
 from iris.backends.staging import (
     BundleInfo,
     check_tree,
+    files_id,
     inspect_bundle,
     unpack_bundle,
     write_files,
 )
 from iris.controller.db.database import sql
 from iris.core.errors import InvalidArgument
+from iris.core.states import TERMINAL_JOB_STATES
 
 BUNDLE = "__bundle__"  # the name older versions stored a job's bundle under in job_files
 MAX_WORKSPACE_BYTES = 64 * 1024**2  # what may travel with one request (bundle + workdir files)
 
-__all__ = ["BundleInfo", "inspect_bundle", "unpack_bundle", "write_files"]
+__all__ = ["BundleInfo", "files_id", "inspect_bundle", "unpack_bundle", "write_files"]
 
 
 def validate_files(bundle: bytes, files: dict[str, bytes]) -> None:
@@ -81,4 +94,68 @@ def job_files(conn: Connection, job_id: str) -> dict[str, bytes]:
     return {name: bytes(data) for name, data in rows if name != BUNDLE}
 
 
-# -- unpacked layers ------------------------------------------------------------------------------
+# -- retention ------------------------------------------------------------------------------------
+
+_FINISHED = tuple(sorted(s.value for s in TERMINAL_JOB_STATES))
+
+
+class LayerPins:
+    """The layers that requests in flight are about to name, which retention must leave alone.
+
+    A submit holds its layers from before it unpacks them until its job is committed; retention
+    removes a layer only while nobody holds it, and holds the lock while it does, so a submit that
+    comes second finds the layer gone and unpacks it again (or asks for its bytes). Submits and
+    retention run in this one process, so a lock and a count are all it takes.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: Counter[str] = Counter()
+
+    @contextmanager
+    def hold(self, *content_ids: str) -> Iterator[None]:
+        ids = [c for c in content_ids if c]
+        with self._lock:
+            self._held.update(ids)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held.subtract(ids)
+                for c in ids:
+                    if self._held[c] <= 0:
+                        del self._held[c]
+
+    @contextmanager
+    def removable(self, content_id: str) -> Iterator[bool]:
+        """Yields whether `content_id` may be removed now; no submit can take it up until the block ends."""
+        with self._lock:
+            yield not self._held.get(content_id)
+
+
+def release_job_files(conn: Connection, job_id: str) -> tuple[str, ...]:
+    """Deletes a finished job's own workdir files; returns the layers (bundle, files) it named."""
+    row = conn.execute(sql("SELECT bundle_id, workdir_files FROM job_config WHERE job_id = :j"), {"j": job_id}).first()
+    conn.execute(sql("DELETE FROM job_files WHERE job_id = :j"), {"j": job_id})
+    if row is None:
+        return ()
+    return tuple(c for c in row if c and c.startswith("sha256:"))
+
+
+def layer_in_use(conn: Connection, content_id: str, cutoff_ms: int) -> bool:
+    """Whether a job within retention (not finished, or finished after `cutoff_ms`) names the layer."""
+    return (
+        conn.execute(
+            sql(
+                "SELECT 1 FROM job_config c JOIN jobs j ON j.job_id = c.job_id"
+                " WHERE (c.bundle_id = :c OR c.workdir_files = :c)"
+                f" AND (j.state NOT IN {_FINISHED} OR j.finished_ms IS NULL OR j.finished_ms > :cutoff) LIMIT 1"
+            ),
+            {"c": content_id, "cutoff": cutoff_ms},
+        ).first()
+        is not None
+    )
+
+
+def forget_bundle(conn: Connection, content_id: str) -> None:
+    conn.execute(sql("DELETE FROM bundles WHERE content_id = :c"), {"c": content_id})
