@@ -72,6 +72,17 @@ def test_gitignore_and_irisignore_stay_home(controller, tmp_path):
     assert run.stdout.splitlines()[1:] == ["./.gitignore", "./keep.py", "./sub/.irisignore", "./sub/keep.txt"]
 
 
+def test_a_cluster_state_dir_and_saved_tokens_stay_home(controller, tmp_path):
+    work = tmp_path / "project"
+    for name in ("train.py", "state/marin/controller.lock", "state/marin/signing_key.pem", ".iris/tokens.json"):
+        path = work / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(name)
+    run = controller.cli("job", "run", "--user", "alice", "--", "find . -type f | sort", cwd=work)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[1:] == ["./train.py"]
+
+
 def test_workspace_past_the_limit_is_refused_naming_the_biggest_file(controller, tmp_path):
     work = tmp_path / "heavy"
     work.mkdir()

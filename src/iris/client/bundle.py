@@ -3,7 +3,9 @@
 `iris job run` ships the current directory by default, so the job runs the submitter's code. What
 git would ignore stays home: `.gitignore` files (at any depth, with git's precedence: a deeper file
 and a later line win) and `.irisignore` files written the same way, plus `.git` itself. Matching
-is delegated to `pathspec`'s gitignore semantics rather than hand-written globbing.
+is delegated to `pathspec`'s gitignore semantics rather than hand-written globbing. Credentials
+never travel, whatever the ignore files say: a cluster's state directory (a folder holding
+`controller.lock`: its database and signing key) and an `.iris` folder (saved tokens) stay home.
 
 The bundle is a zip whose bytes depend only on the files' names, contents and executable bits
 (sorted entries, fixed timestamps), so the same tree always has the same content id and a
@@ -27,7 +29,8 @@ from iris.core.errors import InvalidArgument
 MAX_WORKSPACE_BYTES = 32 * 1024**2  # the files' total size; the controller takes up to 64 MiB zipped
 MAX_WORKSPACE_FILES = 10_000
 IGNORE_FILES = (".gitignore", ".irisignore")
-ALWAYS_SKIPPED = (".git",)
+ALWAYS_SKIPPED = (".git", ".iris")
+STATE_DIR_MARK = "controller.lock"  # the file every controller holds in its state directory
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
@@ -105,7 +108,8 @@ def collect(root: str | Path) -> list[WorkspaceFile]:
             if entry.is_symlink() or entry.name in ALWAYS_SKIPPED:
                 continue
             if entry.is_dir():
-                if not _ignored(specs, name, True):
+                state_dir = os.path.exists(os.path.join(entry.path, STATE_DIR_MARK))
+                if not state_dir and not _ignored(specs, name, True):
                     walk(Path(entry.path), name)
             elif entry.is_file() and not _ignored(specs, name, False):
                 st = entry.stat()
