@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from iris.core.config import ClusterConfig
-from iris.core.errors import FailedPrecondition, InvalidArgument, Unavailable
+from iris.core.errors import FailedPrecondition, InvalidArgument, IrisError, Unavailable
 from iris.core.processes import pid_alive
 
 
@@ -34,17 +31,16 @@ def log_path(config: ClusterConfig) -> Path:
 
 
 def probe(url: str, timeout: float = 1.0) -> dict | None:
-    """GetClusterInfo over Connect JSON; None when nothing answers."""
-    req = urllib.request.Request(
-        url.rstrip("/") + "/iris.v1.ControllerService/GetClusterInfo",
-        data=b"{}",
-        headers={"Content-Type": "application/json"},
-    )
+    """GetClusterInfo over Connect JSON; None when nothing (or nothing that speaks Connect) answers."""
+    from iris.rpc.transport import ConnectTransport
+
+    transport = ConnectTransport(url, timeout=timeout)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read() or b"{}")
-    except (OSError, urllib.error.URLError, ValueError):
+        return transport.call_json("GetClusterInfo", {})
+    except IrisError:
         return None
+    finally:
+        transport.close()
 
 
 def _gone(pid: int) -> bool:

@@ -11,6 +11,9 @@ forwarded as it arrives and a response (chunked, server-sent events, a large dow
 on chunk by chunk, so no body is held whole in the controller. `Authorization` and `Cookie` are
 dropped before forwarding: the capability URL is the credential, and the cluster's own credentials
 never reach a served app. An unknown or ended endpoint answers 404 at once.
+
+httpx and `websockets` are imported by the first relayed request, not with this module: together
+they are a tenth of the controller's start-up, and most clusters never relay anything.
 """
 
 from __future__ import annotations
@@ -19,8 +22,6 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING
 
-import httpx
-import websockets
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
@@ -31,6 +32,8 @@ from iris.controller import endpoints
 from iris.core.errors import IrisError, NotFound, Unauthenticated
 
 if TYPE_CHECKING:
+    import httpx
+
     from iris.controller.app import Controller
 
 PREFIX = "/proxy/t/"
@@ -54,6 +57,8 @@ class Proxy:
     @property
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
+            import httpx
+
             self._client = httpx.AsyncClient(
                 timeout=httpx.Timeout(connect=10.0, read=None, write=None, pool=None),
                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
@@ -94,6 +99,8 @@ class Proxy:
         upstream_request = self.client.build_request(
             request.method, url, headers=headers, content=request.stream() if has_body else None
         )
+        import httpx
+
         try:
             upstream = await self.client.send(upstream_request, stream=True)
         except httpx.HTTPError as exc:
@@ -112,6 +119,8 @@ class Proxy:
             await ws.close(code=4404 if isinstance(exc, NotFound) else 4401, reason=exc.message[:120])
             return
         url = "ws" + target[len("http") :] + (f"?{ws.url.query}" if ws.url.query else "")
+        import websockets
+
         try:
             upstream = await websockets.connect(url, max_size=None, open_timeout=10)
         except (OSError, websockets.WebSocketException, TimeoutError):
@@ -123,6 +132,8 @@ class Proxy:
 
 
 async def _pump(ws: WebSocket, upstream) -> None:
+    import websockets
+
     async def client_to_upstream():
         with contextlib.suppress(WebSocketDisconnect):
             while True:
