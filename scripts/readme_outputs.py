@@ -211,6 +211,7 @@ def regenerate(text: str, bounds: tuple[str, str], session: Session) -> tuple[st
 def run_section(text: str, bounds: tuple[str, str], make_session) -> tuple[str, list[str]]:
     """Reruns one section's commands in a fresh temp folder; stops what they started, whatever happens."""
     base = Path(tempfile.mkdtemp(prefix="iris-readme-"))
+    base.chmod(0o755)  # run as root, a cluster runs tasks under other uids: they must reach the project
     session = make_session(base)
     try:
         return regenerate(text, bounds, session)
