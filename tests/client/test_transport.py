@@ -43,7 +43,10 @@ class ScriptedServer:
                 while self.responses:
                     head = b""
                     while not head.endswith(b"\r\n\r\n"):
-                        chunk = f.readline()
+                        try:
+                            chunk = f.readline()
+                        except ConnectionResetError:  # the client closed with an answer unread
+                            chunk = b""
                         if not chunk:
                             break
                         head += chunk
