@@ -14,7 +14,7 @@ from iris.core.constraints import (
     parse_constraint_text,
 )
 from iris.core.errors import InvalidArgument
-from iris.core.names import JobName, split_task_id
+from iris.core.names import AttemptName, JobName, TaskName, in_job_tree
 from iris.core.resources import build_resources, parse_gpu, parse_tpu
 from iris.core.states import JobState, RetryBudget, TaskState, decide_retry, derive_job_state
 from iris.core.units import parse_duration, parse_size
@@ -41,7 +41,19 @@ def test_job_names_nest_and_validate():
     child = root.child("eval")
     assert str(child) == "/alice/train/eval" and child.parent == root and child.depth == 1
     assert JobName.parse("/alice/train/eval") == child
-    assert split_task_id("/alice/train/3") == ("/alice/train", 3)
+    task = TaskName.parse("/alice/train/3")
+    assert task == TaskName(root, 3) and task.job_id == "/alice/train" and str(task) == "/alice/train/3"
+    attempt = AttemptName.parse("/alice/train/eval/3:12")
+    assert (attempt.job_id, attempt.index, attempt.attempt) == ("/alice/train/eval", 3, 12)
+    assert str(attempt) == "/alice/train/eval/3:12" and TaskName(child, 3).attempt(12) == attempt
+    for bad_task in ("/alice/train", "/alice/train/x", "3", "/alice/bad name/3"):
+        with pytest.raises(InvalidArgument):
+            TaskName.parse(bad_task)
+    for bad_attempt in ("/alice/train/3", "/alice/train:1", "/alice/train/x:1", "/alice/train/3:"):
+        with pytest.raises(InvalidArgument):
+            AttemptName.parse(bad_attempt)
+    assert in_job_tree("/alice/train/eval", "/alice/train") and in_job_tree("/alice/train", "/alice/train")
+    assert not in_job_tree("/alice/training", "/alice/train") and not in_job_tree("/alice/train", "\0")
     for bad in ("alice/train", "/alice", "/alice/bad name", "/alice/123"):
         with pytest.raises(InvalidArgument):
             JobName.parse(bad)

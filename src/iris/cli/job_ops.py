@@ -17,6 +17,7 @@ from iris.cli.checks import job_state, resolve_job
 from iris.cli.job import STATE_EXIT_CODES, job
 from iris.cli.main import EXIT_FAILED, EXIT_OK, EXIT_REJECTED, CliContext, output_option
 from iris.core.errors import IrisError, Unavailable
+from iris.core.names import in_job_tree
 
 CONFIRM_ABOVE = 10
 LIVE_STATES = ("PENDING", "RUNNING")
@@ -29,7 +30,7 @@ def _matching(obj: CliContext, user: str | None, state: str | None, prefix: str 
     ids = sorted({j.job_id for s in states for j in obj.client().iter_jobs(state=s, prefix=prefix, user=user)})
     roots: list[str] = []
     for job_id in ids:
-        if not any(job_id.startswith(r + "/") for r in roots):
+        if not any(in_job_tree(job_id, r) for r in roots):
             roots.append(job_id)
     return roots
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
+from iris.core.names import TaskName
 from iris.core.units import format_size
 
 
@@ -201,7 +202,7 @@ def describe_job(resp: Any, now_ms: int | None = None) -> str:
             out += ["", "Attempts:"]
             rows = [
                 (
-                    a.attempt_id or f"{t.task_id}:{a.attempt}",
+                    a.attempt_id or str(TaskName.parse(t.task_id).attempt(a.attempt)),
                     a.state,
                     a.backend_id or "-",
                     a.worker_id or "-",

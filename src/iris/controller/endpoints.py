@@ -19,9 +19,9 @@ import time
 
 from iris.controller.auth import Identity, Role, mint_token, verify_token
 from iris.controller.auth.keys import SigningKey
-from iris.controller.auth.policy import in_job_tree
 from iris.controller.db.database import sql
 from iris.core.errors import InvalidArgument, NotFound, PermissionDenied
+from iris.core.names import in_job_tree
 from iris.rpc import controller_pb2 as pb
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")

@@ -23,7 +23,7 @@ from iris import REVISION_DATE, __version__
 from iris.controller import endpoints, workspace
 from iris.controller.applier import stop_job
 from iris.controller.auth import Identity, Role, authorize, check_may_stop, check_sync_requester
-from iris.controller.auth.policy import check_may_create, check_may_read, in_job_tree
+from iris.controller.auth.policy import check_may_create, check_may_read
 from iris.controller.db import federation as fed
 from iris.controller.db import reads
 from iris.controller.db.database import sql
@@ -32,7 +32,7 @@ from iris.controller.submit import build_spec, check_client_freshness, parent_co
 from iris.controller.worker_api import WorkerCalls
 from iris.core.constraints import Constraint
 from iris.core.errors import InvalidArgument, IrisError
-from iris.core.names import JobName
+from iris.core.names import JobName, in_job_tree
 from iris.federation.ids import received_job_id
 from iris.federation.model import DispositionKind, SubmittedJob
 from iris.rpc import controller_pb2 as pb

@@ -38,7 +38,7 @@ from iris.core.availability import Availability
 from iris.core.bands import Band
 from iris.core.config import BudgetsConfig
 from iris.core.errors import DiskFull
-from iris.core.names import JobName
+from iris.core.names import AttemptName, JobName, TaskName
 from iris.core.states import TaskState
 from iris.federation.model import QueuedJob
 from iris.scheduler import compute_availability, schedule
@@ -249,7 +249,9 @@ class ControlLoop:
                     except Exception as exc:  # one attempt's bad row fails its own job only
                         if isinstance(exc, OperationalError):
                             raise  # the database itself refuses: the whole pass retries
-                        self.loader.poisoned[ex.attempt_id.rpartition("/")[0]] = f"its exit cannot be recorded ({exc})"
+                        self.loader.poisoned[AttemptName.parse(ex.attempt_id).job_id] = (
+                            f"its exit cannot be recorded ({exc})"
+                        )
                         continue
                     jobs += report.jobs
             self._count(applier.roll_up(conn, jobs, now))
@@ -281,7 +283,9 @@ class ControlLoop:
                 elif timeout_s and started_ms and now - started_ms > timeout_s * 1000:
                     timed_out.append((attempt_id, backend_id, timeout_s))
             except Exception as exc:  # a poison timeout fails its own job, not the pass
-                self.loader.poisoned[attempt_id.rpartition("/")[0]] = f"its timeout {timeout_s!r} is not usable ({exc})"
+                self.loader.poisoned[AttemptName.parse(attempt_id).job_id] = (
+                    f"its timeout {timeout_s!r} is not usable ({exc})"
+                )
         if not (timed_out or lost):
             return
         events: list[tr.AttemptEvent] = [
@@ -384,7 +388,7 @@ class ControlLoop:
             report, victims = applier.commit_schedule(conn, result, now)
             broken: dict[str, str] = {}
             for a in result.assignments:
-                job_id = a.task_id.rpartition("/")[0]
+                job_id = TaskName.parse(a.task_id).job_id
                 if job_id in broken:
                     continue
                 try:

@@ -1,4 +1,4 @@
-"""Parses and builds job, task and attempt names.
+"""Parses and builds job, task and attempt names: the one place an id is taken apart or put together.
 
 A root job is `/<user>/<name>`, a child nests under its parent (`/<user>/<parent>/<child>`), a task
 is `<job>/<index>` and an attempt `<task>:<n>`. Every cluster parses them identically: a peer files a
@@ -78,17 +78,57 @@ class JobName:
         return "/" + "/".join((self.user, *self.parts))
 
 
-def task_id(job_id: str, index: int) -> str:
-    return f"{job_id}/{index}"
+def in_job_tree(job_id: str, root: str) -> bool:
+    """Whether `job_id` is `root` itself or one of its descendants (a child's id extends its parent's)."""
+    return job_id == root or job_id.startswith(root.rstrip("/") + "/")
 
 
-def attempt_id(job_id: str, index: int, attempt: int) -> str:
-    return f"{job_id}/{index}:{attempt}"
+@dataclass(frozen=True, slots=True)
+class TaskName:
+    """A task id, `<job>/<index>`: one of the job's `replicas` tasks."""
+
+    job: JobName
+    index: int
+
+    @staticmethod
+    def parse(value: str) -> TaskName:
+        job_id, _, index = value.rpartition("/")
+        if not index.isdigit() or not job_id:
+            raise InvalidArgument(f"task id {value!r} must be <job>/<index>, e.g. /alice/train/0")
+        return TaskName(JobName.parse(job_id), int(index))
+
+    @property
+    def job_id(self) -> str:
+        return str(self.job)
+
+    def attempt(self, n: int) -> AttemptName:
+        return AttemptName(self, n)
+
+    def __str__(self) -> str:
+        return f"{self.job}/{self.index}"
 
 
-def split_task_id(value: str) -> tuple[str, int]:
-    """Returns (job id, task index) for `<job>/<index>`."""
-    job_id, _, index = value.rpartition("/")
-    if not index.isdigit() or not job_id:
-        raise InvalidArgument(f"task id {value!r} must be <job>/<index>")
-    return job_id, int(index)
+@dataclass(frozen=True, slots=True)
+class AttemptName:
+    """An attempt id, `<task>:<n>`: the n-th run of a task (counting from 1)."""
+
+    task: TaskName
+    attempt: int
+
+    @staticmethod
+    def parse(value: str) -> AttemptName:
+        task, _, attempt = value.rpartition(":")
+        if not attempt.isdigit() or not task:
+            raise InvalidArgument(f"attempt id {value!r} must be <job>/<index>:<attempt>, e.g. /alice/train/0:1")
+        return AttemptName(TaskName.parse(task), int(attempt))
+
+    @property
+    def job_id(self) -> str:
+        return str(self.task.job)
+
+    @property
+    def index(self) -> int:
+        return self.task.index
+
+    def __str__(self) -> str:
+        return f"{self.task}:{self.attempt}"

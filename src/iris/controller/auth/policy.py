@@ -22,6 +22,7 @@ from types import MappingProxyType
 
 from iris.controller.auth.identity import LOCAL_ADMIN, Identity, Role
 from iris.core.errors import PermissionDenied
+from iris.core.names import in_job_tree
 
 CONTROLLER_METHODS = frozenset(
     {
@@ -125,11 +126,6 @@ def authorize(identity: Identity, method: str) -> None:
         f"role {identity.role.value!r} ({identity.principal}) may not call {name}{why}; "
         f"it may call: {allowed}. Ask an admin for a token with a role that allows {name}"
     )
-
-
-def in_job_tree(job_id: str, root: str) -> bool:
-    """Whether `job_id` is `root` itself or one of its descendants."""
-    return job_id == root or job_id.startswith(root.rstrip("/") + "/")
 
 
 def may_stop(identity: Identity, job_owner: str, job_requester: str | None = None, job_id: str = "") -> bool:

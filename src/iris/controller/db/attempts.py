@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection
 from iris.backends.protocol import LogChunk
 from iris.controller.db.database import sql
 from iris.controller.db.literals import ASSIGNED, JOB_PENDING, RUNNING
+from iris.core.names import AttemptName
 from iris.core.states import TaskState
 
 
@@ -70,9 +71,8 @@ def store_logs(conn: Connection, chunks: Iterable[LogChunk]) -> None:
     took about 2.5 times as long, and a flooding job's lines are the bulk of all writes."""
     rows: list[tuple[str, int, int, str, int, str]] = []
     for chunk in chunks:
-        job_id, _, rest = chunk.attempt_id.rpartition("/")
-        idx, _, attempt = rest.partition(":")
-        i, a, stream = int(idx), int(attempt), chunk.stream
+        name = AttemptName.parse(chunk.attempt_id)
+        job_id, i, a, stream = name.job_id, name.index, name.attempt, chunk.stream
         rows.extend((job_id, i, a, stream, ts, line) for ts, line in chunk.lines)
         conn.execute(
             sql(f"UPDATE attempts SET {chunk.stream}_offset = :o WHERE attempt_id = :a"),

@@ -14,6 +14,7 @@ from iris.controller.db.database import dumps, sql
 from iris.controller.db.literals import TERMINAL_JOBS, quoted
 from iris.core.errors import AlreadyExists, FailedPrecondition, NotFound
 from iris.core.job import JobSpec
+from iris.core.names import JobName, TaskName
 from iris.core.states import JobState, TaskState
 
 TERMINAL_JOB_SQL = TERMINAL_JOBS
@@ -161,8 +162,9 @@ def insert_job(
         },
     )
     if with_tasks:
+        job = JobName.parse(spec.job_id)
         conn.execute(
             sql(f"INSERT INTO tasks (task_id, job_id, idx, state) VALUES (:t, :j, :i, {quoted(TaskState.PENDING)})"),
-            [{"t": f"{spec.job_id}/{i}", "j": spec.job_id, "i": i} for i in range(spec.replicas)],
+            [{"t": str(TaskName(job, i)), "j": spec.job_id, "i": i} for i in range(spec.replicas)],
         )
     return JobState.PENDING.value, True
