@@ -1,5 +1,9 @@
 """The controller: one cluster's database, backends and control tick, wired from its config.
 
+Each concern lives in a module named for it: who is calling (`identity`), why a job waits
+(`explain`), what an attempt starts with (`launch_spec`), the control loop (`tick`). This object
+builds them, starts and stops them, and hands the API handlers the parts they use.
+
 Stopping it gracefully ends the attempts its backends run, recording them WORKER_FAILED
 first so they are retried on the next start rather than counted as failures of the job. A crash
 (SIGKILL) leaves them running instead, to be re-adopted by the next controller.
@@ -11,34 +15,25 @@ import logging
 import os
 import time
 
-from iris import scheduler
 from iris.backends import registry
 from iris.backends.protocol import BackendContext
 from iris.controller import applier
-from iris.controller.auth import Authenticator, Identity, Role, mint_token
-from iris.controller.auth.isolation import TaskIdentities, loopback_socket_uid, secure_state_dir
-from iris.controller.auth.tokens import token_expiry
+from iris.controller.auth.isolation import secure_state_dir
 from iris.controller.budgets import spend_report
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db.database import Database, sql
-from iris.controller.db.jobs import require_job
-from iris.controller.db.literals import SENT
+from iris.controller.explain import Explainer
 from iris.controller.health import Health, Watchdog, assess
+from iris.controller.identity import Identities
 from iris.controller.raw_query import RawQueryRunner
 from iris.controller.retention import LogRetention
-from iris.controller.snapshot import TaskIdentity
 from iris.controller.tick import LIVE_ATTEMPTS, ControlLoop
 from iris.controller.transitions import WorkerLost
 from iris.controller.workspace import LayerPins
-from iris.core.bands import Band
 from iris.core.config import ClusterConfig
-from iris.core.errors import InvalidArgument, PermissionDenied, Unauthenticated
-from iris.federation.explain import PeerExplanation, explain_peers
-from iris.federation.model import Submitter
 from iris.rpc import controller_pb2 as pb
 
 log = logging.getLogger("iris.controller")
-_LIVE_ATTEMPT_STATES = ("ASSIGNED", "BUILDING", "RUNNING")
 
 
 class Controller:
@@ -49,13 +44,9 @@ class Controller:
         state = config.state_path
         state.mkdir(parents=True, exist_ok=True)
         self.db = Database(state / "controller.db")
-        uids = config.auth.task_uids
-        self.tasks = TaskIdentities.from_config(uids.range, config.auth.task_accounts, uids.enabled)
-        with self.db.read() as conn:
-            self.revoked = {r[0] for r in conn.execute(sql("SELECT jti FROM revoked_tokens"))}
-        self.auth = Authenticator.from_config(config, revoked=self.revoked)
-        secure_state_dir(state, tasks_have_own_uids=self.tasks.enabled)
-        self._verified: dict[str, tuple] = {}
+        self.identities = Identities(config, self.db, clock)
+        self.auth = self.identities.auth
+        secure_state_dir(state, tasks_have_own_uids=self.identities.tasks.enabled)
         context = BackendContext(
             config.name,
             state,
@@ -77,13 +68,21 @@ class Controller:
             clock=clock,
             federation=self.federation,
             state_dir=state,
-            task_identity=self.task_identity,
+            task_identity=self.identities.task_identity,
             changelog_retention_s=config.controller.federation_changelog_retention,
             budgets=config.budgets,
         )
         self.layer_pins = LayerPins()  # workspace layers submits in flight are about to name
         self.retention = LogRetention(
             self.db, self.backends, config.controller.log_retention, clock=clock, state_dir=state, pins=self.layer_pins
+        )
+        self.explainer = Explainer(
+            self.db,
+            self.tick.loader,
+            self.backends,
+            self.federation,
+            config.controller.federation_heartbeat_interval,
+            self.now_ms,
         )
 
     def _federation(self):
@@ -111,25 +110,6 @@ class Controller:
             token_source=self.auth.peer_token,
             clock=self.clock,
         )
-
-    def task_identity(self, conn, job_id: str, owner: str, user: str, attempt_id: str) -> TaskIdentity:
-        """Who one attempt runs as: a token confined to its job that ends with the attempt, and
-        (when the controller is root) the uid of the job's user, never the controller's own.
-
-        The token speaks for the user whose namespace the job is in, so the child jobs a task
-        submits are that user's. A handed-off job's tasks get this cluster's token, never the
-        parent's: credentials do not travel between clusters.
-        """
-        token = mint_token(
-            self.auth.signing_key,
-            self.config.name,
-            user or owner,
-            Role.TASK,
-            self.config.auth.token_lifetime(Role.TASK.value),
-            job_scope=job_id,
-            attempt_id=attempt_id,
-        )
-        return TaskIdentity(token, self.tasks.account_for(conn, user or owner))
 
     def _wake(self) -> None:
         self.tick.wake()
@@ -196,72 +176,6 @@ class Controller:
                 attempt_db.store_logs(conn, backend.poll().logs)  # what was read before the stop
         self.db.close()
 
-    # -- federation and explain seams ----------------------------------------------------------
-
-    # -- identity seams (tokens and peer keys plug in here) --------------------------------------
-
-    def identify(self, authorization: str | None, client_address: str | None):
-        """The caller of one request: its token's identity, or local_admin from a trusted address."""
-        host, _, port = client_address.rpartition(":") if client_address else (None, "", "")
-        if not authorization:
-            return self.auth.identify(None, host, caller_is_task=self._from_task(host, port))
-        # Verifying a signature costs far more than the rest of a small call: remember a verified
-        # token until it expires (the cache is bounded; a bad token is never cached, and a
-        # revocation empties it).
-        cached = self._verified.get(authorization)
-        if cached is not None and cached[1] > time.time():
-            identity = cached[0]
-        else:
-            identity = self.auth.identify(authorization, host)
-            if len(self._verified) >= 10_000:
-                self._verified.clear()
-            self._verified[authorization] = (identity, token_expiry(authorization))
-        if identity.role is Role.TASK:
-            self._check_attempt_live(identity)
-        return identity
-
-    def _from_task(self, host: str | None, port: str) -> bool:
-        """Whether a tokenless caller is one of this cluster's tasks: the uid owning its loopback
-        socket is a task uid (see `auth.isolation`). Only decidable when tasks have uids of their own."""
-        if not self.tasks.enabled or not host or not port.isdigit() or not self.auth.is_trusted(host):
-            return False
-        uid = loopback_socket_uid(host, int(port), self.config.port)
-        return uid is not None and self.tasks.is_task_uid(uid)
-
-    def _check_attempt_live(self, identity: Identity) -> None:
-        """A task token works only while its attempt runs."""
-        with self.db.read() as conn:
-            state = conn.execute(
-                sql("SELECT state FROM attempts WHERE attempt_id = :a"), {"a": identity.attempt_id}
-            ).scalar()
-        if state not in _LIVE_ATTEMPT_STATES:
-            raise Unauthenticated(
-                f"this task token belonged to attempt {identity.attempt_id}, which has ended "
-                f"({(state or 'unknown').lower()}); a task token works only while its attempt runs"
-            )
-
-    def revoke(self, token_id: str, subject: str, expires_ms: int) -> bool:
-        """Adds a token id to the deny list (persisted); False when it was already there."""
-        if not token_id.strip():
-            raise InvalidArgument("name the token to revoke: pass the token itself or its id (jti)")
-        with self.db.write() as conn:
-            inserted = conn.execute(
-                sql(
-                    "INSERT INTO revoked_tokens (jti, subject, expires_ms, revoked_ms) VALUES (:j, :s, :e, :now)"
-                    " ON CONFLICT (jti) DO NOTHING"
-                ),
-                {"j": token_id.strip(), "s": subject, "e": expires_ms, "now": self.now_ms()},
-            ).rowcount
-        self.revoked.add(token_id.strip())
-        self._verified.clear()
-        return bool(inserted)
-
-    def submitter(self, req: pb.LaunchJobRequest, identity):
-        """Who is accountable for a submission. A user token submits only as its own user."""
-        if identity.role is Role.USER and req.user and req.user != identity.principal and not req.parent_job_id:
-            raise PermissionDenied(f"your token is for user {identity.principal}; it cannot submit jobs as {req.user}")
-        return Submitter(principal=identity.principal, local_admin=identity.local_admin)
-
     def spend(self) -> list[pb.UserSpend]:
         """Per user, what their placed work is worth against their budget (see `budgets`)."""
         running, peer_spend = self.tick.loader.load_spend_inputs()
@@ -269,39 +183,3 @@ class Controller:
 
     def list_peers(self) -> pb.ListPeersResponse:
         return self.federation.list_peers() if self.federation is not None else pb.ListPeersResponse()
-
-    def explain(self, job_id: str) -> pb.ExplainJobResponse:
-        """Why a job waits: the scheduler's own filters for a local job; for a federated one, its
-        handoff stage and what each peer last reported for the job's device."""
-        with self.db.read() as conn:
-            row = require_job(conn, job_id)
-            handle = conn.execute(
-                sql(f"SELECT handoff_state, peer_id FROM federated_jobs WHERE job_id = :j AND direction = {SENT}"),
-                {"j": job_id},
-            ).first()
-            token = self.tick.loader.config(conn, job_id, row["insertion"]).resources.device.token if handle else ""
-        resp = pb.ExplainJobResponse(job_id=job_id, band=Band.parse(row["band"]).label)
-        if row["state"] != "PENDING":
-            resp.summary = f"job is {row['state']}" + (f": {row['error']}" if row["error"] else "")
-            return resp
-        if handle is not None:
-            resp.summary = row["pending_reason"] or f"handoff {handle[0]}"
-            peers = self._peer_explanation(token, Band.parse(row["band"]), handle[1])
-            resp.lines.extend(peers.lines)
-            resp.peer_backends.extend(peers.backends)
-            return resp
-        workers = tuple(w for b in self.backends.values() for w in b.workers())
-        result = scheduler.explain(self.tick.loader.load(self.now_ms(), workers), job_id)
-        resp.summary = result.summary
-        for g in result.groups:
-            resp.groups.add(
-                backend_id=g.backend_id, group=g.group, workers=g.workers, verdict=g.verdict, reasons=list(g.reasons)
-            )
-        resp.lines.extend(result.lines)
-        return resp
-
-    def _peer_explanation(self, token: str, band: Band, pinned: str) -> PeerExplanation:
-        if self.federation is None:
-            return PeerExplanation((), ())
-        stale_after = 2 * self.config.controller.federation_heartbeat_interval * 1000
-        return explain_peers(self.federation.statuses(), token, band, pinned, self.now_ms(), stale_after)

@@ -51,7 +51,9 @@ class Proxy:
     """Resolves a `/proxy/t/…` path to an upstream URL and relays one request or WebSocket to it."""
 
     def __init__(self, controller: Controller):
-        self.c = controller
+        self.config = controller.config
+        self.db = controller.db
+        self.signing_key = controller.auth.signing_key
         self._client: httpx.AsyncClient | None = None
 
     @property
@@ -70,7 +72,7 @@ class Proxy:
         """The upstream http(s) URL for `rest`, the part after /proxy/t/; typed errors otherwise."""
         if rest.startswith(CLUSTER_TAG):
             peer, _, tail = rest[len(CLUSTER_TAG) :].partition("/")
-            config = self.c.config.peers.get(peer)
+            config = self.config.peers.get(peer)
             if config is None:
                 raise NotFound(f"no federation peer named {peer!r} here; this cluster relays only to its peers")
             return config.address.rstrip("/") + PREFIX + tail
@@ -78,9 +80,9 @@ class Proxy:
         name, _, path = tail.partition("/")
         if not token or not name:
             raise NotFound("a capability URL has the form /proxy/t/<token>/<name>/…; mint one with `iris endpoint url`")
-        cluster = self.c.config.name
-        job_id = endpoints.verify_capability(self.c.auth.signing_key, cluster, token, name)
-        with self.c.db.read() as conn:
+        cluster = self.config.name
+        job_id = endpoints.verify_capability(self.signing_key, cluster, token, name)
+        with self.db.read() as conn:
             address = endpoints.live_address(conn, job_id, name)
         if address is None:
             raise NotFound(

@@ -1,95 +1,66 @@
 """The ControllerService RPC handlers: thin translations between messages and the store.
 
-Handlers run their blocking database work on a thread, so a slow query never stalls the event
-loop; typed errors from any layer become the Connect code they declare, message unchanged.
+Each handler gets the caller already authenticated and authorised by `handler.rpc`, which also runs
+its blocking database work on a thread and turns typed errors into the Connect code they declare.
+The service holds the parts of the controller it uses (database, identities, backends, tick,
+explainer), never the controller object itself, so a handler reads as what it does.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
-import logging
 import os
-import secrets
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from connectrpc.code import Code
-from connectrpc.errors import ConnectError
-
 from iris import REVISION_DATE, __version__
 from iris.controller import endpoints, workspace
 from iris.controller.applier import stop_job
-from iris.controller.auth import Identity, Role, authorize, check_may_stop, check_sync_requester
+from iris.controller.auth import Identity, Role, check_may_stop, check_sync_requester
 from iris.controller.auth.policy import check_may_create, check_may_read
 from iris.controller.db import federation as fed
 from iris.controller.db import reads
 from iris.controller.db.database import sql
 from iris.controller.db.jobs import insert_job, require_job
+from iris.controller.handler import rpc
 from iris.controller.submit import build_spec, check_client_freshness, parent_context, resolve_job_id
 from iris.controller.worker_api import WorkerCalls
 from iris.core.constraints import Constraint
-from iris.core.errors import InvalidArgument, IrisError
+from iris.core.errors import InvalidArgument
 from iris.core.names import JobName, in_job_tree
 from iris.federation.ids import received_job_id
 from iris.federation.model import DispositionKind, SubmittedJob
 from iris.rpc import controller_pb2 as pb
-from iris.rpc.bounds import check_message
 from iris.rpc.codec import fill_availability, resources_to_proto
-from iris.rpc.errors import to_connect
 
 if TYPE_CHECKING:
     from iris.controller.app import Controller
-
-log = logging.getLogger("iris.api")
 
 
 _MISSING = object()  # the request names a bundle this cluster does not hold
 
 
-def _internal_error(method: str, exc: BaseException) -> ConnectError:
-    """An unexpected fault, logged in full here and answered without its text: a driver's message
-    can carry SQL and values that are not the caller's to read."""
-    ref = secrets.token_hex(4)
-    log.error("%s failed (reference %s)", method, ref, exc_info=exc)
-    return ConnectError(
-        Code.INTERNAL, f"{method} failed inside the controller (reference {ref}); its log has the details"
-    )
-
-
-def rpc(fn):
-    """Authenticates and authorises the caller, checks the request's bounds, runs the handler body
-    on a worker thread, and maps typed errors to Connect errors (and any other fault to INTERNAL)."""
-    method = "".join(part.title() for part in fn.__name__.split("_"))
-
-    @functools.wraps(fn)
-    async def handler(self, request, ctx):
-        try:
-            identity = self.c.identify(ctx.request_headers.get("authorization"), ctx.client_address)
-            authorize(identity, method)
-            check_message(request)
-            if inspect.iscoroutinefunction(fn):
-                return await fn(self, request, identity)  # it brings its own threads
-            return await asyncio.to_thread(fn, self, request, identity)
-        except IrisError as exc:
-            raise to_connect(exc) from None
-        except ConnectError:
-            raise
-        except Exception as exc:
-            raise _internal_error(method, exc) from None
-
-    return handler
-
-
 class ControllerServiceImpl(WorkerCalls):
-    def __init__(self, controller: Controller):
-        self.c = controller
+    """The API's handlers, holding the parts of the controller they use and nothing else."""
 
-    @property
-    def name(self) -> str:
-        return self.c.config.name
+    def __init__(self, controller: Controller):
+        self.config = controller.config
+        self.name = controller.config.name
+        self.db = controller.db
+        self.identities = controller.identities
+        self.auth = controller.auth
+        self.backends = controller.backends
+        self.federation = controller.federation
+        self.tick = controller.tick
+        self.explainer = controller.explainer
+        self.queries = controller.queries
+        self.health = controller.health
+        self.now_ms = controller.now_ms
+        self.started_at = controller.started_at
+        self.running_tasks = controller.tick.loader.load_running
+        self.spend = controller.spend
+        self.layer_pins = controller.layer_pins
 
     @rpc
     def launch_job(self, req: pb.LaunchJobRequest, identity: Identity) -> pb.LaunchJobResponse:
@@ -98,23 +69,23 @@ class ControllerServiceImpl(WorkerCalls):
         name = resolve_job_id(req)
         check_may_create(identity, str(name), name.user)
         if name.is_root:
-            check_client_freshness(req.client_revision_date, self.c.config.controller.client_max_age_days)
-        now = self.c.now_ms()
+            check_client_freshness(req.client_revision_date, self.config.controller.client_max_age_days)
+        now = self.now_ms()
         policy = req.existing_job_policy or "error"
-        submitter = self.c.submitter(req, identity)
-        if req.image and not any(getattr(b, "runs_images", False) for b in self.c.backends.values()):
+        submitter = self.identities.submitter(req, identity)
+        if req.image and not any(getattr(b, "runs_images", False) for b in self.backends.values()):
             raise InvalidArgument(
-                f"the job names image {req.image!r}, but no backend of cluster {self.c.config.name} runs images: "
+                f"the job names image {req.image!r}, but no backend of cluster {self.config.name} runs images: "
                 "add a workers backend with workers started with --runtime docker, or drop --image"
             )
         files = dict(req.workdir_files)
         info, bundle_id = self._check_workspace(req, files)
-        with self.c.layer_pins.hold(bundle_id, workspace.files_id(files) if files else ""):
+        with self.layer_pins.hold(bundle_id, workspace.files_id(files) if files else ""):
             received = self._receive_workspace(req, files, info)
             if received is _MISSING:
                 return pb.LaunchJobResponse(job_id=str(name), bundle_missing=True)
             bundle, files_id = received
-            with self.c.db.write() as conn:
+            with self.db.write() as conn:
                 parent: dict | None = None
                 parent_constraints: tuple[Constraint, ...] = ()
                 parent_env: dict[str, str] = {}
@@ -125,8 +96,8 @@ class ControllerServiceImpl(WorkerCalls):
                 if parent is not None and not spec.bundle_id:
                     spec = replace(spec, bundle_id=workspace.job_bundle_id(conn, str(name.parent)))
                 disposition = None
-                if self.c.federation is not None:
-                    disposition = self.c.federation.classify(
+                if self.federation is not None:
+                    disposition = self.federation.classify(
                         SubmittedJob(spec.job_id, spec.resources, spec.constraints, spec.replicas), submitter
                     )
                 if disposition is None or disposition.kind is DispositionKind.LOCAL:
@@ -144,7 +115,7 @@ class ControllerServiceImpl(WorkerCalls):
                     workspace.store_files(conn, spec.job_id, files)
         if not created:
             return pb.LaunchJobResponse(job_id=spec.job_id, state=state, disposition="existing")
-        self.c.tick.wake()
+        self.tick.wake()
         message = disposition.reason if disposition is not None and kind != "local" else ""
         return pb.LaunchJobResponse(job_id=spec.job_id, state=state, disposition=kind, peer_id=peer, message=message)
 
@@ -153,12 +124,12 @@ class ControllerServiceImpl(WorkerCalls):
         handoff = req.handoff
         if not handoff.requester_cluster or not handoff.nonce:
             raise InvalidArgument("a handoff needs the requesting cluster and a nonce")
-        self.c.auth.check_handoff(identity, handoff.requester_cluster, handoff.owner_principal)
+        self.auth.check_handoff(identity, handoff.requester_cluster, handoff.owner_principal)
         # Filed under the requester's namespace, so two parents' /u1/train never collide here.
         req.name, req.user = received_job_id(handoff.requester_cluster, str(resolve_job_id(req))), ""
         files = dict(req.workdir_files)
         info, bundle_id = self._check_workspace(req, files)
-        with self.c.layer_pins.hold(bundle_id, workspace.files_id(files) if files else ""):
+        with self.layer_pins.hold(bundle_id, workspace.files_id(files) if files else ""):
             received = self._receive_workspace(req, files, info)
             if received is _MISSING:
                 raise InvalidArgument(f"the handoff names bundle {req.bundle_id} but does not carry its bytes")
@@ -167,12 +138,12 @@ class ControllerServiceImpl(WorkerCalls):
                 build_spec(req, None, (), {}, owner=handoff.owner_principal or JobName.parse(req.name).user),
                 files_id=files_id,
             )
-            with self.c.db.write() as conn:
-                now = self.c.now_ms()
+            with self.db.write() as conn:
+                now = self.now_ms()
                 outcome = fed.admit_received(conn, spec, handoff, files, now)
                 if outcome == "created" and bundle is not None:
                     workspace.store_bundle(conn, bundle, req.workspace_bundle, now)
-        self.c.tick.wake()
+        self.tick.wake()
         return pb.LaunchJobResponse(
             job_id=spec.job_id, state="PENDING", disposition="local" if outcome == "created" else "existing"
         )
@@ -194,12 +165,12 @@ class ControllerServiceImpl(WorkerCalls):
         bundle this cluster does not hold. Sets the request's bundle_id, which build_spec copies
         into the job.
         """
-        state = self.c.config.state_path
+        state = self.config.state_path
         if info is not None:
             workspace.unpack_bundle(state, info.content_id, req.workspace_bundle)
             req.bundle_id = info.content_id
         elif req.bundle_id:
-            with self.c.db.read() as conn:
+            with self.db.read() as conn:
                 data = workspace.load_bundle(conn, req.bundle_id)
             if data is None:
                 return _MISSING
@@ -208,7 +179,7 @@ class ControllerServiceImpl(WorkerCalls):
 
     @rpc
     def get_job_status(self, req: pb.GetJobStatusRequest, identity: Identity) -> pb.GetJobStatusResponse:
-        with self.c.db.read() as conn:
+        with self.db.read() as conn:
             self._check_read(conn, identity, req.job_id)
             job = reads.get_job(conn, req.job_id, self.name)
             tasks = reads.list_tasks(conn, req.job_id, req.include_attempts, self.name) if req.include_tasks else []
@@ -221,20 +192,20 @@ class ControllerServiceImpl(WorkerCalls):
             scoped.CopyFrom(req)
             scoped.prefix = identity.job_scope or ""  # a task lists only its own job's tree
             req = scoped
-        with self.c.db.read() as conn:
+        with self.db.read() as conn:
             return reads.list_jobs(conn, req, self.name)
 
     @rpc
     def list_tasks(self, req: pb.ListTasksRequest, identity: Identity) -> pb.ListTasksResponse:
-        with self.c.db.read() as conn:
+        with self.db.read() as conn:
             self._check_read(conn, identity, req.job_id)
             return pb.ListTasksResponse(tasks=reads.list_tasks(conn, req.job_id, req.include_attempts, self.name))
 
     @rpc
     def terminate_job(self, req: pb.TerminateJobRequest, identity: Identity) -> pb.TerminateJobResponse:
-        now = self.c.now_ms()
+        now = self.now_ms()
         reason = req.reason or "stopped by request"
-        with self.c.db.write() as conn:
+        with self.db.write() as conn:
             require_job(conn, req.job_id)
             owner = JobName.parse(req.job_id).user
             check_may_stop(identity, req.job_id, owner, fed.received_requester(conn, req.job_id))
@@ -242,26 +213,26 @@ class ControllerServiceImpl(WorkerCalls):
                 stopped = [req.job_id]
             else:
                 stopped = stop_job(conn, req.job_id, reason, now)
-        if self.c.federation is not None and stopped:
-            self.c.federation.wake()
+        if self.federation is not None and stopped:
+            self.federation.wake()
         if stopped:
             # Return once the tick has stopped the processes, so "stopped" means gone.
-            self.c.tick.wait_for_tick(timeout=5)
-        with self.c.db.read() as conn:
+            self.tick.wait_for_tick(timeout=5)
+        with self.db.read() as conn:
             state = reads.get_job(conn, req.job_id, self.name).state
         return pb.TerminateJobResponse(terminated=stopped, state=state)
 
     @rpc
     def fetch_logs(self, req: pb.FetchLogsRequest, identity: Identity) -> pb.FetchLogsResponse:
-        with self.c.db.read() as conn:
+        with self.db.read() as conn:
             self._check_read(conn, identity, req.job_id)
             return reads.fetch_logs(conn, req.job_id, req.task_index, req.after_seq, req.tail, req.limit)
 
     @rpc
     def list_backends(self, req: pb.ListBackendsRequest, identity: Identity) -> pb.ListBackendsResponse:
         resp = pb.ListBackendsResponse(cluster=self.name)
-        availability = self.c.tick.availability()
-        for backend in self.c.backends.values():
+        availability = self.tick.availability()
+        for backend in self.backends.values():
             d = backend.describe()
             workers = backend.workers()
             live = [w.capacity for w in workers if w.alive]
@@ -288,14 +259,14 @@ class ControllerServiceImpl(WorkerCalls):
 
     @rpc
     def list_workers(self, req: pb.ListWorkersRequest, identity: Identity) -> pb.ListWorkersResponse:
-        running = self.c.tick.loader.load_running()
+        running = self.running_tasks()
         used: dict[str, list] = {}
         tasks: dict[str, list[str]] = {}
         for t in running:
             used.setdefault(t.worker_id, []).append(t.resources)
             tasks.setdefault(t.worker_id, []).append(t.task_id)
         resp = pb.ListWorkersResponse()
-        for backend in self.c.backends.values():
+        for backend in self.backends.values():
             if req.backend_id and backend.id != req.backend_id:
                 continue
             for w in backend.workers():
@@ -322,18 +293,18 @@ class ControllerServiceImpl(WorkerCalls):
 
     @rpc
     def list_peers(self, req: pb.ListPeersRequest, identity: Identity) -> pb.ListPeersResponse:
-        return self.c.list_peers()
+        return self.federation.list_peers() if self.federation is not None else pb.ListPeersResponse()
 
     @rpc
     async def execute_raw_query(self, req: pb.ExecuteRawQueryRequest, identity: Identity) -> pb.ExecuteRawQueryResponse:
         # On the query pool's own threads: the API's threads never wait on a raw query.
-        return await asyncio.wrap_future(self.c.queries.submit(req.sql, req.limit))
+        return await asyncio.wrap_future(self.queries.submit(req.sql, req.limit))
 
     @rpc
     def explain_job(self, req: pb.ExplainJobRequest, identity: Identity) -> pb.ExplainJobResponse:
-        with self.c.db.read() as conn:
+        with self.db.read() as conn:
             self._check_read(conn, identity, req.job_id)
-        return self.c.explain(req.job_id)
+        return self.explainer.explain(req.job_id)
 
     @staticmethod
     def _check_read(conn, identity: Identity, job_id: str) -> None:
@@ -343,31 +314,31 @@ class ControllerServiceImpl(WorkerCalls):
 
     @rpc
     def get_cluster_info(self, req: pb.GetClusterInfoRequest, identity: Identity) -> pb.GetClusterInfoResponse:
-        with self.c.db.read() as conn:
+        with self.db.read() as conn:
             counts = {s: n for s, n in conn.execute(sql("SELECT state, COUNT(*) FROM jobs GROUP BY state"))}
-        health = self.c.health()
+        health = self.health()
         return pb.GetClusterInfoResponse(
             name=self.name,
             version=__version__,
             revision_date=REVISION_DATE,
-            uptime_s=time.time() - self.c.started_at,
+            uptime_s=time.time() - self.started_at,
             job_counts=counts,
-            backends=len(self.c.backends),
-            peers=len(self.c.config.peers),
+            backends=len(self.backends),
+            peers=len(self.config.peers),
             pid=os.getpid(),
-            state_dir=str(self.c.config.state_path),
+            state_dir=str(self.config.state_path),
             caller=identity.principal,
             caller_role=identity.role.value,
             healthy=health.ok,
             problems=health.problems,
             last_tick_age_s=-1 if health.last_tick_age_s is None else health.last_tick_age_s,
-            spend=self.c.spend(),
+            spend=self.spend(),
         )
 
     @rpc
     def revoke_token(self, req: pb.RevokeTokenRequest, identity: Identity) -> pb.RevokeTokenResponse:
         # Admin only: RevokeToken is on no other role's allowlist.
-        newly = self.c.revoke(req.token_id, req.subject, req.expires_ms)
+        newly = self.identities.revoke(req.token_id, req.subject, req.expires_ms)
         return pb.RevokeTokenResponse(token_id=req.token_id.strip(), newly_revoked=newly)
 
     @rpc
@@ -375,7 +346,7 @@ class ControllerServiceImpl(WorkerCalls):
         if not req.requester:
             raise InvalidArgument("FederationSync needs the requesting cluster's name")
         check_sync_requester(identity, req.requester)
-        with self.c.db.read() as conn:
+        with self.db.read() as conn:
             batch = fed.changes_since(conn, req.requester, req.cursor, req.job_ids)
             resp = pb.FederationSyncResponse(cursor=batch.cursor, cursor_stale=batch.full, tombstones=batch.tombstones)
             for job_id in batch.changed:
@@ -386,22 +357,22 @@ class ControllerServiceImpl(WorkerCalls):
 
     @rpc
     def register_endpoint(self, req: pb.RegisterEndpointRequest, identity: Identity) -> pb.RegisterEndpointResponse:
-        with self.c.db.write() as conn:
-            return pb.RegisterEndpointResponse(endpoint=endpoints.register(conn, identity, req, self.c.now_ms()))
+        with self.db.write() as conn:
+            return pb.RegisterEndpointResponse(endpoint=endpoints.register(conn, identity, req, self.now_ms()))
 
     @rpc
     def list_endpoints(self, req: pb.ListEndpointsRequest, identity: Identity) -> pb.ListEndpointsResponse:
-        with self.c.db.read() as conn:
+        with self.db.read() as conn:
             if req.job_id:
                 require_job(conn, req.job_id)
             return pb.ListEndpointsResponse(endpoints=endpoints.list_live(conn, req.job_id))
 
     @rpc
     def mint_endpoint_url(self, req: pb.MintEndpointUrlRequest, identity: Identity) -> pb.MintEndpointUrlResponse:
-        with self.c.db.read() as conn:
+        with self.db.read() as conn:
             endpoints.check_may_mint(conn, identity, req.job_id, req.name)
-        cfg = self.c.config
+        cfg = self.config
         url, expires_ms = endpoints.mint_url(
-            self.c.auth.signing_key, cfg.name, cfg.url, cfg.federation_public_parent, req.job_id, req.name, req.ttl_s
+            self.auth.signing_key, cfg.name, cfg.url, cfg.federation_public_parent, req.job_id, req.name, req.ttl_s
         )
         return pb.MintEndpointUrlResponse(url=url, expires_ms=expires_ms)

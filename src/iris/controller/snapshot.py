@@ -1,4 +1,4 @@
-"""Loads the scheduler's frozen snapshot from the database, and the launch spec of a placed task.
+"""Loads the scheduler's frozen snapshot from the database, and each job's parsed config.
 
 A job's config never changes after submit, so parsed resources and constraints are cached per job:
 a tick with ten thousand pending tasks parses each job's JSON once, not once per tick. The cache is
@@ -22,13 +22,10 @@ one job; one bad row never stops the scheduling of the others.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-from iris.backends import staging
-from iris.backends.protocol import LaunchSpec, WorkerSnapshot
-from iris.controller.auth.isolation import TaskAccount
+from iris.backends.protocol import WorkerSnapshot
 from iris.controller.db.database import Database, sql
 from iris.controller.db.literals import LIVE_TASKS, PENDING
 from iris.controller.submit import MAX_BYTES, MAX_CPU, MAX_DEVICES
@@ -40,18 +37,6 @@ from iris.rpc.bounds import check_number
 from iris.scheduler.gating import resource_value
 from iris.scheduler.index import ClusterIndex
 from iris.scheduler.snapshot import PendingTask, RunningTask, SchedulingSnapshot
-
-
-@dataclass(frozen=True, slots=True)
-class TaskIdentity:
-    """Who one attempt runs as: its token (scoped to its job and attempt) and its uid."""
-
-    token: str | None = None
-    account: TaskAccount | None = None
-
-
-# (conn, job_id, owner, user, attempt_id) -> the attempt's identity
-TaskIdentitySource = Callable[[object, str, str, str, str], TaskIdentity]
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,14 +76,10 @@ class SnapshotLoader:
     def __init__(
         self,
         db: Database,
-        state_dir: Path | None = None,
-        task_identity: TaskIdentitySource = lambda *_: TaskIdentity(),
         user_budgets: Mapping[str, float] | None = None,
         default_budget: float | None = None,
     ):
         self.db = db
-        self.state_dir = state_dir
-        self.task_identity = task_identity
         self.user_budgets = dict(user_budgets or {})
         self.default_budget = default_budget
         self._configs: dict[str, tuple[int, JobConfig]] = {}
@@ -278,55 +259,3 @@ class SnapshotLoader:
             fresh[row[0]] = (row, task)
         self._running_rows = fresh
         return tuple(running)
-
-    def launch_spec(
-        self,
-        conn,
-        job_id: str,
-        index: int,
-        attempt: int,
-        attempt_id: str,
-        worker_id: str,
-        backend_id: str,
-        base_env: Mapping[str, str],
-    ) -> LaunchSpec:
-        """What a backend needs to start one attempt; `conn` is the tick's open transaction."""
-        replicas, owner, user, insertion = conn.execute(
-            sql("SELECT replicas, owner, user, insertion FROM jobs WHERE job_id = :j"), {"j": job_id}
-        ).one()
-        cfg = self.config(conn, job_id, insertion)
-        # Unpacked at submit, off the tick; the backend copies the layers into the attempt's folder.
-        layers = staging.layers(self.state_dir, cfg.bundle_id, cfg.files_id) if self.state_dir else ()
-        identity = self.task_identity(conn, job_id, owner, user, attempt_id)
-        env = {
-            **base_env,
-            **cfg.env,
-            "IRIS_JOB_ID": job_id,
-            "IRIS_TASK_ID": f"{job_id}/{index}",
-            "IRIS_TASK_INDEX": str(index),
-            "IRIS_ATTEMPT": str(attempt),
-            "IRIS_NUM_TASKS": str(replicas),
-            "IRIS_WORKER_ID": worker_id,
-            "IRIS_BACKEND_ID": backend_id,
-        }
-        if identity.token:
-            env["IRIS_TOKEN"] = identity.token  # the task acts for its job, e.g. to submit child jobs
-        account = identity.account
-        return LaunchSpec(
-            attempt_id,
-            job_id,
-            index,
-            attempt,
-            worker_id,
-            cfg.command,
-            env,
-            cfg.resources,
-            cfg.workdir,
-            cfg.image,
-            layers,
-            uid=account.uid if account else None,
-            gid=account.gid if account else None,
-            timeout_s=cfg.timeout_s,
-            bundle_id=cfg.bundle_id,
-            files_id=cfg.files_id,
-        )

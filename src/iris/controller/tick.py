@@ -33,7 +33,8 @@ from iris.controller.db import attempts as attempt_db
 from iris.controller.db.database import Database, sql
 from iris.controller.db.federation import prune_changelog
 from iris.controller.db.literals import JOB_PENDING, LIVE_TASKS
-from iris.controller.snapshot import SnapshotLoader, TaskIdentity, TaskIdentitySource
+from iris.controller.launch_spec import LaunchSpecs, TaskIdentitySource
+from iris.controller.snapshot import SnapshotLoader
 from iris.core.availability import Availability
 from iris.core.bands import Band
 from iris.core.config import BudgetsConfig
@@ -77,17 +78,15 @@ class ControlLoop:
         self._budgeted = budgets is not None and (bool(budgets.users) or budgets.default is not None)
         self._spend: dict[str, int] = {}
         self.backends = dict(backends)
-        self.base_env = dict(base_env)
         self.tick_interval = tick_interval
         self.clock = clock
         self.federation = federation
         self.loader = SnapshotLoader(
             db,
-            state_dir,
-            task_identity or (lambda *_: TaskIdentity()),
             user_budgets=budgets.users if budgets else None,
             default_budget=budgets.default if budgets else None,
         )
+        self.launch_specs = LaunchSpecs(self.loader.config, base_env, state_dir, task_identity)
         self._reasons: dict[str, str] = {}
         self.refused: Counter[str] = Counter()  # decisions the applier refused, by kind of change
         self._next_maintenance = 0.0
@@ -400,9 +399,7 @@ class ControlLoop:
                         if not step.placed:
                             continue
                         p = step.placed[0]
-                        spec = self.loader.launch_spec(
-                            conn, p.job_id, p.index, p.attempt, p.attempt_id, p.worker_id, p.backend_id, self.base_env
-                        )
+                        spec = self.launch_specs.build(conn, AttemptName.parse(p.attempt_id), p.worker_id, p.backend_id)
                 except Exception as exc:
                     log.exception("cannot prepare %s for launch", a.task_id)
                     broken[job_id] = f"the controller cannot run this job: it could not be prepared ({exc})"

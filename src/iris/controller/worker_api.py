@@ -11,28 +11,27 @@ the database on a thread: a worker on another host has no other way to the job's
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from connectrpc.errors import ConnectError
-
 from iris.backends import staging
-from iris.backends.protocol import WorkerHub
+from iris.backends.protocol import Backend, WorkerHub
 from iris.controller import workspace
-from iris.controller.auth import Role, authorize
-from iris.core.errors import InvalidArgument, IrisError, NotFound
+from iris.controller.auth import Identity, Role
+from iris.controller.db.database import Database
+from iris.controller.handler import rpc
+from iris.core.errors import InvalidArgument, NotFound
 from iris.rpc import controller_pb2 as pb
-from iris.rpc.bounds import check_message
-from iris.rpc.errors import to_connect
 
 if TYPE_CHECKING:
-    from iris.controller.app import Controller
+    from iris.controller.identity import Identities
 
 
-def worker_hub(controller: Controller, backend_id: str) -> WorkerHub:
+def worker_hub(backends: Mapping[str, Backend], backend_id: str) -> WorkerHub:
     """The backend a worker names, which must be of a kind that workers join."""
-    backend = controller.backends.get(backend_id)
+    backend = backends.get(backend_id)
     if backend is None:
-        known = ", ".join(b.id for b in controller.backends.values() if isinstance(b, WorkerHub)) or "none"
+        known = ", ".join(b.id for b in backends.values() if isinstance(b, WorkerHub)) or "none"
         raise InvalidArgument(f"backend {backend_id!r} does not exist on this cluster; backends workers join: {known}")
     if not isinstance(backend, WorkerHub):
         raise InvalidArgument(
@@ -42,63 +41,35 @@ def worker_hub(controller: Controller, backend_id: str) -> WorkerHub:
 
 
 class WorkerCalls:
-    """Mixed into the ControllerService implementation (which provides `c`, the controller)."""
+    """Mixed into the ControllerService implementation, which provides the database and backends."""
 
-    c: Controller
+    db: Database
+    backends: Mapping[str, Backend]
+    identities: Identities
 
-    def _caller(self, ctx, method: str):
-        identity = self.c.identify(ctx.request_headers.get("authorization"), ctx.client_address)
-        authorize(identity, method)
-        return identity
+    def _joined(self, backend_id: str, identity: Identity) -> tuple[WorkerHub, str, bool]:
+        """The backend a worker's call names, the caller, and whether it is an admin: what every
+        worker call starts from once `rpc` has authenticated and authorised it."""
+        return worker_hub(self.backends, backend_id), identity.principal, identity.role is Role.ADMIN
 
-    async def register_worker(self, req: pb.RegisterWorkerRequest, ctx) -> pb.RegisterWorkerResponse:
-        from iris.controller.service import _internal_error
+    @rpc
+    async def register_worker(self, req: pb.RegisterWorkerRequest, identity: Identity) -> pb.RegisterWorkerResponse:
+        hub, principal, admin = self._joined(req.backend_id, identity)
+        return hub.register_worker(req, principal, admin)
 
-        try:
-            identity = self._caller(ctx, "RegisterWorker")
-            check_message(req)
-            hub = worker_hub(self.c, req.backend_id)
-            return hub.register_worker(req, identity.principal, identity.role is Role.ADMIN)
-        except IrisError as exc:
-            raise to_connect(exc) from None
-        except ConnectError:
-            raise
-        except Exception as exc:
-            raise _internal_error("RegisterWorker", exc) from None
+    @rpc
+    async def worker_poll(self, req: pb.WorkerPollRequest, identity: Identity) -> pb.WorkerPollResponse:
+        hub, principal, admin = self._joined(req.backend_id, identity)
+        return await hub.worker_poll(req, principal, admin)
 
-    async def worker_poll(self, req: pb.WorkerPollRequest, ctx) -> pb.WorkerPollResponse:
-        from iris.controller.service import _internal_error
-
-        try:
-            identity = self._caller(ctx, "WorkerPoll")
-            check_message(req)
-            hub = worker_hub(self.c, req.backend_id)
-            return await hub.worker_poll(req, identity.principal, identity.role is Role.ADMIN)
-        except IrisError as exc:
-            raise to_connect(exc) from None
-        except ConnectError:
-            raise
-        except Exception as exc:
-            raise _internal_error("WorkerPoll", exc) from None
-
-    async def fetch_bundle(self, req: pb.FetchBundleRequest, ctx) -> pb.FetchBundleResponse:
-        from iris.controller.service import _internal_error
-
-        try:
-            identity = self._caller(ctx, "FetchBundle")
-            check_message(req)
-            hub = worker_hub(self.c, req.backend_id)
-            job_id = hub.workspace_grant(req, identity.principal, identity.role is Role.ADMIN)
-            return await asyncio.to_thread(self._workspace_layer, job_id, req.content_id)
-        except IrisError as exc:
-            raise to_connect(exc) from None
-        except ConnectError:
-            raise
-        except Exception as exc:
-            raise _internal_error("FetchBundle", exc) from None
+    @rpc
+    async def fetch_bundle(self, req: pb.FetchBundleRequest, identity: Identity) -> pb.FetchBundleResponse:
+        hub, principal, admin = self._joined(req.backend_id, identity)
+        job_id = hub.workspace_grant(req, principal, admin)
+        return await asyncio.to_thread(self._workspace_layer, job_id, req.content_id)
 
     def _workspace_layer(self, job_id: str, content_id: str) -> pb.FetchBundleResponse:
-        with self.c.db.read() as conn:
+        with self.db.read() as conn:
             data = workspace.load_bundle(conn, content_id)
             if data is not None:
                 return pb.FetchBundleResponse(data=data)

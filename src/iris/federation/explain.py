@@ -23,11 +23,18 @@ from iris.rpc.codec import fill_availability
 
 
 class PeerView(Protocol):
-    peer_id: str
-    reachable: bool
-    last_contact_ms: int
-    last_error: str
-    backends: tuple[PeerBackend, ...]
+    """What explain reads of one peer's cached heartbeat (read-only, so frozen statuses qualify)."""
+
+    @property
+    def peer_id(self) -> str: ...
+    @property
+    def reachable(self) -> bool: ...
+    @property
+    def last_contact_ms(self) -> int: ...
+    @property
+    def last_error(self) -> str: ...
+    @property
+    def backends(self) -> tuple[PeerBackend, ...]: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,81 @@
+"""Why a job waits (`iris job explain`): for a local job, the scheduler's own filters over a fresh
+snapshot; for a federated one, its handoff stage and what each peer last reported for the job's
+device and band (`iris.federation.explain`).
+
+It only reads: the database in a read transaction, the backends' workers and the peers' last
+heartbeat. So asking never changes what the tick decides, and the answer uses the very filters
+that placed (or did not place) the job rather than a second account of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from iris import scheduler
+from iris.backends.protocol import Backend
+from iris.controller.db.database import Database, sql
+from iris.controller.db.jobs import require_job
+from iris.controller.db.literals import SENT
+from iris.controller.snapshot import SnapshotLoader
+from iris.core.bands import Band
+from iris.core.states import JobState
+from iris.federation.explain import PeerExplanation, explain_peers
+from iris.rpc import controller_pb2 as pb
+
+if TYPE_CHECKING:
+    from iris.federation.manager import FederationManager
+
+
+class Explainer:
+    def __init__(
+        self,
+        db: Database,
+        loader: SnapshotLoader,
+        backends: Mapping[str, Backend],
+        federation: FederationManager | None,
+        heartbeat_interval_s: float,
+        now_ms: Callable[[], int],
+    ):
+        self.db = db
+        self.loader = loader
+        self.backends = backends
+        self.federation = federation
+        self.stale_after_ms = 2 * heartbeat_interval_s * 1000
+        self.now_ms = now_ms
+
+    def explain(self, job_id: str) -> pb.ExplainJobResponse:
+        """Why `job_id` waits, or what state it is in when it no longer does."""
+        with self.db.read() as conn:
+            row = require_job(conn, job_id)
+            handle = conn.execute(
+                sql(f"SELECT handoff_state, peer_id FROM federated_jobs WHERE job_id = :j AND direction = {SENT}"),
+                {"j": job_id},
+            ).first()
+            token = self.loader.config(conn, job_id, row["insertion"]).resources.device.token if handle else ""
+        band = Band.parse(row["band"])
+        resp = pb.ExplainJobResponse(job_id=job_id, band=band.label)
+        if row["state"] != JobState.PENDING.value:
+            resp.summary = f"job is {row['state']}" + (f": {row['error']}" if row["error"] else "")
+            return resp
+        if handle is not None:
+            resp.summary = row["pending_reason"] or f"handoff {handle[0]}"
+            peers = self._peers(token, band, handle[1])
+            resp.lines.extend(peers.lines)
+            resp.peer_backends.extend(peers.backends)
+            return resp
+        workers = tuple(w for b in self.backends.values() for w in b.workers())
+        result = scheduler.explain(self.loader.load(self.now_ms(), workers), job_id)
+        resp.summary = result.summary
+        for g in result.groups:
+            resp.groups.add(
+                backend_id=g.backend_id, group=g.group, workers=g.workers, verdict=g.verdict, reasons=list(g.reasons)
+            )
+        resp.lines.extend(result.lines)
+        return resp
+
+    def _peers(self, token: str, band: Band, pinned: str) -> PeerExplanation:
+        """What each peer last reported for a job of `band` needing device `token`."""
+        if self.federation is None:
+            return PeerExplanation((), ())
+        return explain_peers(self.federation.statuses(), token, band, pinned, self.now_ms(), self.stale_after_ms)

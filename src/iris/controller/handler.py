@@ -1,0 +1,62 @@
+"""What every API handler does before and after its own work: who is calling, whether that caller
+may call this method, whether the request is within bounds, and which Connect error an exception
+becomes.
+
+One decorator serves the ControllerService and the worker calls alike, so no handler can skip a
+step or map an error its own way. A handler's body runs on a worker thread (a slow query never
+stalls the event loop), unless it is a coroutine, which brings its own threads or waits on events.
+Typed errors become the Connect code they declare (`iris.rpc.errors`), message unchanged; any other
+fault is logged here with a reference and answered INTERNAL without its text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import secrets
+
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+
+from iris.controller.auth import authorize
+from iris.core.errors import IrisError
+from iris.rpc.bounds import check_message
+from iris.rpc.errors import to_connect
+
+log = logging.getLogger("iris.api")
+
+
+def internal_error(method: str, exc: BaseException) -> ConnectError:
+    """An unexpected fault, logged in full here and answered without its text: a driver's message
+    can carry SQL and values that are not the caller's to read."""
+    ref = secrets.token_hex(4)
+    log.error("%s failed (reference %s)", method, ref, exc_info=exc)
+    return ConnectError(
+        Code.INTERNAL, f"{method} failed inside the controller (reference {ref}); its log has the details"
+    )
+
+
+def rpc(fn):
+    """Wraps `fn(self, request, identity)` as the Connect handler of the method named after it
+    (`launch_job` → LaunchJob); `self.identities` resolves the caller."""
+    method = "".join(part.title() for part in fn.__name__.split("_"))
+
+    @functools.wraps(fn)
+    async def handler(self, request, ctx):
+        try:
+            identity = self.identities.identify(ctx.request_headers.get("authorization"), ctx.client_address)
+            authorize(identity, method)
+            check_message(request)
+            if inspect.iscoroutinefunction(fn):
+                return await fn(self, request, identity)
+            return await asyncio.to_thread(fn, self, request, identity)
+        except IrisError as exc:
+            raise to_connect(exc) from None
+        except ConnectError:
+            raise
+        except Exception as exc:
+            raise internal_error(method, exc) from None
+
+    return handler

@@ -1,0 +1,145 @@
+"""Who a request comes from, who is accountable for a submission, which tokens are revoked, and the
+identity an attempt runs with: the controller's side of authentication, over the pure rules in
+`iris.controller.auth`.
+
+Verifying an Ed25519 signature costs more than the rest of a small call, so a verified token is
+remembered: in a bounded TTL cache (cachetools' `TLRUCache`), each entry until the earlier of its
+token's own expiry and `VERIFIED_TOKEN_TTL_S`, so nothing a verification decided outlives a short
+window. A token that fails verification is never remembered. Revocation takes effect at once: the
+deny list is consulted on every call, cache hit or not, and a revocation also empties the cache.
+
+A task token works only while its attempt runs; that check reads the database on every call and is
+never cached, since an attempt may end between two calls.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from cachetools import TLRUCache
+
+from iris.controller.auth import Authenticator, Identity, Role, mint_token
+from iris.controller.auth.isolation import TaskIdentities, loopback_socket_uid
+from iris.controller.auth.tokens import token_expiry
+from iris.controller.db.database import Database, sql
+from iris.controller.launch_spec import TaskIdentity
+from iris.core.config import ClusterConfig
+from iris.core.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from iris.core.states import TaskState
+from iris.federation.model import Submitter
+from iris.rpc import controller_pb2 as pb
+
+VERIFIED_TOKEN_TTL_S = 60.0
+MAX_REMEMBERED_TOKENS = 10_000
+
+
+class Identities:
+    """One controller's callers: verifies (and remembers) tokens, keeps the deny list, mints task tokens."""
+
+    def __init__(self, config: ClusterConfig, db: Database, clock: Callable[[], float] = time.time):
+        self.config = config
+        self.db = db
+        self.clock = clock
+        uids = config.auth.task_uids
+        self.tasks = TaskIdentities.from_config(uids.range, config.auth.task_accounts, uids.enabled)
+        with db.read() as conn:
+            self.revoked = {r[0] for r in conn.execute(sql("SELECT jti FROM revoked_tokens"))}
+        self.auth = Authenticator.from_config(config, revoked=self.revoked)  # shares the live deny list
+        # key: the Authorization header; value: (its identity, when its token expires, epoch seconds)
+        self._verified: TLRUCache[str, tuple[Identity, float]] = TLRUCache(
+            MAX_REMEMBERED_TOKENS, ttu=_remember_until, timer=clock
+        )
+        self._lock = threading.Lock()  # handlers run on many threads; the cache is not thread-safe
+
+    def identify(self, authorization: str | None, client_address: str | None) -> Identity:
+        """The caller of one request: its token's identity, or local_admin from a trusted address."""
+        host, _, port = client_address.rpartition(":") if client_address else (None, "", "")
+        if not authorization:
+            return self.auth.identify(None, host, caller_is_task=self._from_task(host, port))
+        with self._lock:
+            cached = self._verified.get(authorization)
+        if cached is not None and cached[0].token_id not in self.revoked:
+            identity = cached[0]
+        else:
+            identity = self.auth.identify(authorization, host)  # raises for a bad or revoked token
+            with self._lock:
+                self._verified[authorization] = (identity, token_expiry(authorization))
+        if identity.role is Role.TASK:
+            self._check_attempt_live(identity)
+        return identity
+
+    def remembered(self) -> int:
+        """How many verified tokens are remembered now."""
+        with self._lock:
+            self._verified.expire()
+            return len(self._verified)
+
+    def _from_task(self, host: str | None, port: str) -> bool:
+        """Whether a tokenless caller is one of this cluster's tasks: the uid owning its loopback
+        socket is a task uid (see `auth.isolation`). Only decidable when tasks have uids of their own."""
+        if not self.tasks.enabled or not host or not port.isdigit() or not self.auth.is_trusted(host):
+            return False
+        uid = loopback_socket_uid(host, int(port), self.config.port)
+        return uid is not None and self.tasks.is_task_uid(uid)
+
+    def _check_attempt_live(self, identity: Identity) -> None:
+        """A task token works only while its attempt runs."""
+        with self.db.read() as conn:
+            state = conn.execute(
+                sql("SELECT state FROM attempts WHERE attempt_id = :a"), {"a": identity.attempt_id}
+            ).scalar()
+        if state is None or not TaskState(state).is_active:
+            raise Unauthenticated(
+                f"this task token belonged to attempt {identity.attempt_id}, which has ended "
+                f"({(state or 'unknown').lower()}); a task token works only while its attempt runs"
+            )
+
+    def revoke(self, token_id: str, subject: str, expires_ms: int) -> bool:
+        """Adds a token id to the deny list (persisted); False when it was already there."""
+        token_id = token_id.strip()
+        if not token_id:
+            raise InvalidArgument("name the token to revoke: pass the token itself or its id (jti)")
+        with self.db.write() as conn:
+            inserted = conn.execute(
+                sql(
+                    "INSERT INTO revoked_tokens (jti, subject, expires_ms, revoked_ms) VALUES (:j, :s, :e, :now)"
+                    " ON CONFLICT (jti) DO NOTHING"
+                ),
+                {"j": token_id, "s": subject, "e": expires_ms, "now": int(self.clock() * 1000)},
+            ).rowcount
+        self.revoked.add(token_id)
+        with self._lock:
+            self._verified.clear()
+        return bool(inserted)
+
+    def submitter(self, req: pb.LaunchJobRequest, identity: Identity) -> Submitter:
+        """Who is accountable for a submission. A user token submits only as its own user."""
+        if identity.role is Role.USER and req.user and req.user != identity.principal and not req.parent_job_id:
+            raise PermissionDenied(f"your token is for user {identity.principal}; it cannot submit jobs as {req.user}")
+        return Submitter(principal=identity.principal, local_admin=identity.local_admin)
+
+    def task_identity(self, conn, job_id: str, owner: str, user: str, attempt_id: str) -> TaskIdentity:
+        """Who one attempt runs as: a token confined to its job that ends with the attempt, and
+        (when the controller is root) the uid of the job's user, never the controller's own.
+
+        The token speaks for the user whose namespace the job is in, so the child jobs a task
+        submits are that user's. A handed-off job's tasks get this cluster's token, never the
+        parent's: credentials do not travel between clusters.
+        """
+        token = mint_token(
+            self.auth.signing_key,
+            self.config.name,
+            user or owner,
+            Role.TASK,
+            self.config.auth.token_lifetime(Role.TASK.value),
+            job_scope=job_id,
+            attempt_id=attempt_id,
+        )
+        return TaskIdentity(token, self.tasks.account_for(conn, user or owner))
+
+
+def _remember_until(_header: str, value: tuple[Identity, float], now: float) -> float:
+    """When a verified token is verified again: at its own expiry, or after the short TTL if sooner."""
+    return min(value[1], now + VERIFIED_TOKEN_TTL_S)
