@@ -14,7 +14,7 @@ from iris.core.constraints import (
     parse_constraint_text,
 )
 from iris.core.errors import InvalidArgument
-from iris.core.names import AttemptName, JobName, TaskName, in_job_tree
+from iris.core.names import AttemptName, JobName, TaskName, in_job_tree, parse_id
 from iris.core.resources import build_resources, parse_gpu, parse_tpu
 from iris.core.states import JobState, RetryBudget, TaskState, decide_retry, derive_job_state
 from iris.core.units import parse_duration, parse_size
@@ -52,6 +52,10 @@ def test_job_names_nest_and_validate():
     for bad_attempt in ("/alice/train/3", "/alice/train:1", "/alice/train/x:1", "/alice/train/3:"):
         with pytest.raises(InvalidArgument):
             AttemptName.parse(bad_attempt)
+    assert parse_id("/alice/train/eval") == child and parse_id("/alice/train/3") == task
+    assert parse_id("/alice/train/eval/3:12") == attempt and attempt.with_job(root) == TaskName(root, 3).attempt(12)
+    with pytest.raises(InvalidArgument):
+        parse_id("/alice/train/3:x")
     assert in_job_tree("/alice/train/eval", "/alice/train") and in_job_tree("/alice/train", "/alice/train")
     assert not in_job_tree("/alice/training", "/alice/train") and not in_job_tree("/alice/train", "\0")
     for bad in ("alice/train", "/alice", "/alice/bad name", "/alice/123"):

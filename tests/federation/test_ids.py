@@ -40,3 +40,9 @@ def test_sync_answer_comes_back_in_the_parents_ids():
     assert out.jobs[0].tasks[0].attempts[0].attempt_id == "/u1/train/0:1"
     assert list(out.tombstones) == ["/u1/old"]
     assert resp.jobs[0].job.job_id == "/u1/marin.train"  # the peer's answer itself is left as it was
+
+
+def test_parent_id_maps_task_ids_of_child_jobs_and_leaves_unreadable_ids_alone():
+    assert parent_id("marin", "/u1/marin.train/eval/3") == "/u1/train/eval/3"
+    assert parent_id("marin", "/u1/marin.train/eval/3:2") == "/u1/train/eval/3:2"
+    assert parent_id("marin", "not an id") == "not an id"

@@ -74,6 +74,13 @@ class JobName:
     def root_job(self) -> JobName:
         return JobName(self.user, self.parts[:1])
 
+    @property
+    def job(self) -> JobName:
+        return self
+
+    def with_job(self, job: JobName) -> JobName:
+        return job
+
     def __str__(self) -> str:
         return "/" + "/".join((self.user, *self.parts))
 
@@ -104,6 +111,10 @@ class TaskName:
     def attempt(self, n: int) -> AttemptName:
         return AttemptName(self, n)
 
+    def with_job(self, job: JobName) -> TaskName:
+        """The same task index in another job."""
+        return TaskName(job, self.index)
+
     def __str__(self) -> str:
         return f"{self.job}/{self.index}"
 
@@ -130,5 +141,23 @@ class AttemptName:
     def index(self) -> int:
         return self.task.index
 
+    @property
+    def job(self) -> JobName:
+        return self.task.job
+
+    def with_job(self, job: JobName) -> AttemptName:
+        """The same task index and attempt number in another job."""
+        return AttemptName(self.task.with_job(job), self.attempt)
+
     def __str__(self) -> str:
         return f"{self.task}:{self.attempt}"
+
+
+def parse_id(value: str) -> JobName | TaskName | AttemptName:
+    """A job, task or attempt id, whichever `value` is: only an attempt id has a ':', and only a
+    task id ends in an all-digit component (a job name may not be all digits)."""
+    if ":" in value:
+        return AttemptName.parse(value)
+    if value.rpartition("/")[2].isdigit():
+        return TaskName.parse(value)
+    return JobName.parse(value)

@@ -12,7 +12,7 @@ every id a sync brings back, so the user only ever sees the id they submitted.
 from __future__ import annotations
 
 from iris.core.errors import InvalidArgument
-from iris.core.names import JobName, validate_component
+from iris.core.names import JobName, parse_id, validate_component
 from iris.rpc import controller_pb2 as pb
 
 
@@ -35,11 +35,15 @@ def received_job_id(requester: str, job_id: str) -> str:
 def parent_id(requester: str, peer_id: str) -> str:
     """The parent's id for a peer's job, task or attempt id in `requester`'s namespace (unchanged
     when it is not in that namespace)."""
-    user, sep, rest = peer_id.lstrip("/").partition("/")
+    try:
+        name = parse_id(peer_id)
+    except InvalidArgument:
+        return peer_id  # not an id this cluster could have handed off
+    root, *below = name.job.parts
     prefix = f"{requester}."
-    if not sep or not rest.startswith(prefix):
+    if not root.startswith(prefix):
         return peer_id
-    return f"/{user}/{rest[len(prefix) :]}"
+    return str(name.with_job(JobName(name.job.user, (root[len(prefix) :], *below))))
 
 
 def sync_for_parent(requester: str, resp: pb.FederationSyncResponse) -> pb.FederationSyncResponse:
