@@ -180,6 +180,3 @@ class Controller:
         """Per user, what their placed work is worth against their budget (see `budgets`)."""
         running, peer_spend = self.tick.loader.load_spend_inputs()
         return spend_report(running, peer_spend, self.config.budgets.users, self.config.budgets.default)
-
-    def list_peers(self) -> pb.ListPeersResponse:
-        return self.federation.list_peers() if self.federation is not None else pb.ListPeersResponse()

@@ -24,6 +24,7 @@ from sqlalchemy.engine import Connection
 from iris.controller import transitions as tr
 from iris.controller.db.database import sql
 from iris.controller.db.literals import JOB_PENDING, LIVE_TASKS, PENDING, SENT, TERMINAL_JOBS, TERMINAL_TASKS, quoted
+from iris.core.names import AttemptName, TaskName
 from iris.core.states import JobState, RetryBudget, TaskState
 
 log = logging.getLogger("iris.applier")
@@ -167,7 +168,7 @@ def _attempt_ended(conn: Connection, c: tr.AttemptEnded, report: Report) -> str 
     ).rowcount
     if not n:
         return "the attempt is no longer live"
-    report.jobs.append(c.attempt_id.rpartition("/")[0])
+    report.jobs.append(AttemptName.parse(c.attempt_id).job_id)
     return None
 
 
@@ -283,7 +284,7 @@ def _task_unschedulable(conn: Connection, c: tr.TaskUnschedulable, report: Repor
     ).rowcount
     if not n:
         return _not_pending(conn, c.task_id)
-    report.jobs.append(c.task_id.rpartition("/")[0])
+    report.jobs.append(TaskName.parse(c.task_id).job_id)
     return None
 
 
@@ -301,7 +302,7 @@ def _attempt_placed(conn: Connection, c: tr.AttemptPlaced, report: Report) -> st
     if row is None:
         return _not_pending(conn, c.task_id)
     job_id, idx, attempt = row
-    attempt_id = f"{c.task_id}:{attempt}"
+    attempt_id = str(TaskName.parse(c.task_id).attempt(attempt))
     conn.execute(
         sql(
             "INSERT INTO attempts (attempt_id, task_id, job_id, idx, attempt, state, backend_id, worker_id, created_ms)"
@@ -442,7 +443,7 @@ def commit_schedule(conn: Connection, result, now_ms: int) -> tuple[Report, list
         if row is None:
             report.refused.append(Refusal("Preempted", p.task_id, "the task no longer runs"))
             continue
-        attempt_id = f"{p.task_id}:{row[0]}"
+        attempt_id = str(TaskName.parse(p.task_id).attempt(row[0]))
         step = end_attempt(conn, tr.Preempted(attempt_id, p.by_task_id), now_ms)
         if step.jobs:
             victims.append((row[1], attempt_id))
