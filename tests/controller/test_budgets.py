@@ -68,6 +68,12 @@ def test_over_budget_user_competes_as_batch_and_cluster_status_shows_the_spend(c
         ({"users": {"alice": -1}}, "budgets.users: alice: a budget must be zero or more"),
         ({"default": "lots"}, "budgets.default"),
         ({"per_user": {}}, "budgets.per_user: is not a known key"),
+        ({"users": {"alice": float("nan")}}, "budgets.users.alice: Input should be a finite number"),
+        ({"users": {"alice": float("inf")}}, "budgets.users.alice: Input should be a finite number"),
+        ({"default": float("inf")}, "budgets.default: Input should be a finite number"),
+        ({"users": {"alice": True}}, "budgets.users: alice: True is not a number"),
+        ({"users": {"/alice": 5}}, "budgets.users: '/alice' can never match a user"),
+        ({"users": {"": 5}}, "budgets.users: '' can never match a user"),
     ],
 )
 def test_budgets_config_with_a_bad_value_is_refused_naming_the_key(budgets, words):

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from iris.core.errors import InvalidArgument
+from iris.core.names import validate_component
 from iris.core.units import parse_duration, parse_size
 
 
@@ -237,12 +238,28 @@ class BudgetsConfig(_Model):
     summed over a user's placed work outside the batch band, here and on federation peers). A user
     over budget keeps scheduling, but their interactive work competes as batch."""
 
-    default: float | None = Field(default=None, ge=0)  # for users not listed; None: unlimited
-    users: dict[str, float] = {}
+    # For users not listed; None: unlimited. Finite: leaving a user out is how to say unlimited.
+    default: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    users: dict[str, Annotated[float, Field(allow_inf_nan=False)]] = {}
+
+    @field_validator("default", "users", mode="before")
+    @classmethod
+    def _numbers(cls, v: Any) -> Any:
+        amounts = v.items() if isinstance(v, dict) else [("", v)]
+        for user, amount in amounts:
+            if isinstance(amount, bool | str):
+                where = f"{user}: " if user else ""
+                raise ValueError(f"{where}{amount!r} is not a number; a budget is a resource value such as 8000")
+        return v
 
     @field_validator("users")
     @classmethod
     def _non_negative(cls, v: dict[str, float]) -> dict[str, float]:
+        for user in v:
+            try:
+                validate_component("user", user)
+            except InvalidArgument as exc:
+                raise ValueError(f"{user!r} can never match a user: {exc.message}") from None
         bad = sorted(u for u, amount in v.items() if amount < 0)
         if bad:
             raise ValueError(f"{bad[0]}: a budget must be zero or more")
