@@ -253,3 +253,64 @@ def test_a_call_interrupted_midway_leaves_the_next_call_a_fresh_connection(scrip
             transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
     assert transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse) == info
     assert server.connections == 2  # the interrupted one was closed, not reused
+
+
+def test_an_answer_larger_than_the_bound_is_a_clear_error_not_read_whole(scripted):
+    declared = b"HTTP/1.1 200 OK\r\ncontent-type: application/proto\r\ncontent-length: 1000000000000\r\n\r\nxx"
+    undeclared = b"HTTP/1.1 200 OK\r\ncontent-type: application/proto\r\nconnection: close\r\n\r\n" + b"x" * 5000
+    for response in (declared, undeclared):
+        server = scripted(response)
+        transport = ConnectTransport(server.url, timeout=5, max_answer_bytes=1000)
+        with pytest.raises(errors.IrisError, match="at most 1000 are accepted"):
+            transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
+
+
+def test_a_gzip_answer_that_is_garbage_or_a_bomb_is_a_clear_error(scripted):
+    import gzip
+
+    def gzipped(body: bytes) -> bytes:
+        head = "HTTP/1.1 200 OK\r\ncontent-type: application/proto\r\ncontent-encoding: gzip\r\n"
+        return f"{head}content-length: {len(body)}\r\n\r\n".encode() + body
+
+    info = pb.GetClusterInfoResponse(name="packed")
+    cases = [
+        (gzipped(b"not gzip at all"), "cannot be read"),
+        (gzipped(gzip.compress(b"\0" * 100_000)), "more than 1000 bytes once unpacked"),
+        (gzipped(gzip.compress(info.SerializeToString())[:-12]), "cut short"),
+    ]
+    for response, words in cases:
+        transport = ConnectTransport(scripted(response).url, timeout=5, max_answer_bytes=1000)
+        with pytest.raises(errors.IrisError, match=words):
+            transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
+    good = ConnectTransport(scripted(gzipped(gzip.compress(info.SerializeToString()))).url, timeout=5)
+    assert good.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse) == info
+
+
+def test_a_server_that_trickles_its_answer_is_cut_off_at_the_call_timeout():
+    """Each byte comes well within the socket timeout, but the whole answer would take far longer."""
+    stop = threading.Event()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+
+    def serve() -> None:
+        conn, _ = sock.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/proto\r\ncontent-length: 100000\r\n\r\n")
+            while not stop.wait(0.05):
+                try:
+                    conn.sendall(b"x")
+                except OSError:
+                    return
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        transport = ConnectTransport(f"http://127.0.0.1:{sock.getsockname()[1]}", timeout=1)
+        with pytest.raises(errors.Unavailable, match="no whole answer within 1 s"):
+            transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
+    finally:
+        stop.set()
+        sock.close()
+        thread.join(timeout=10)

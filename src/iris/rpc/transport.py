@@ -14,6 +14,11 @@ for that code. Each calling thread keeps its own connection alive between calls,
 pays one round trip per call, not a connection setup. A kept-alive connection the server closed
 while idle is retried once on a fresh one (the server processed nothing); a fresh connection
 failing is real, and raises whatever `on_unreachable` makes of it.
+
+An answer is bounded: its body (and what it decompresses to) may be at most `max_answer_bytes`,
+and the whole exchange must finish within `timeout`, not merely each read, so a server that
+trickles a byte at a time, declares a huge body or answers a compression bomb is an error, not a
+hang or a client out of memory.
 """
 
 from __future__ import annotations
@@ -47,6 +52,9 @@ _HTTP_CODES = {
 # uvicorn closes an idle kept-alive connection after 5 s; reconnect before that instead of
 # finding out by a failed send.
 _IDLE_RECONNECT_S = 4.0
+# The largest answer body a call accepts, before and after decompression.
+MAX_ANSWER_BYTES = 256 * 1024 * 1024
+_READ_CHUNK = 256 * 1024
 
 
 def error_from_code(code: str, message: str) -> errors.IrisError:
@@ -71,11 +79,13 @@ class ConnectTransport:
         token: str | None = None,
         timeout: float = 30.0,
         on_unreachable: Callable[[str, str], errors.IrisError] = unreachable,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
     ):
         self._scheme, self._host, self._port, self._prefix = parse_url(url)
         text = url.strip().rstrip("/")
         self.url = text if "://" in text else f"http://{text}"
         self._timeout = timeout
+        self._max_answer = max_answer_bytes
         self._on_unreachable = on_unreachable  # (url, reason) -> what a failed connection raises
         self.token = token
         self._headers = {"Connect-Protocol-Version": "1", "User-Agent": "iris-client"}
@@ -134,7 +144,7 @@ class ConnectTransport:
         status, answer, payload = self._post(f"{self._prefix}/{SERVICE}/{method}", body, headers)
         encoding = answer.get("content-encoding") or "identity"
         if encoding != "identity":
-            payload = _decompress(encoding, payload)
+            payload = _decompress(self.url, encoding, payload, self._max_answer)
         if status != 200:
             raise self._error(status, answer, payload)
         return payload
@@ -162,9 +172,15 @@ class ConnectTransport:
         for attempt in (0, 1):
             conn, reused = self._connection()
             try:
+                deadline = time.monotonic() + self._timeout
                 conn.request("POST", path, body, headers)
                 response = conn.getresponse()
-                payload = response.read()
+                payload = self._read_body(response, deadline)
+            except _AnswerTooLarge as exc:
+                self._drop(conn)
+                raise errors.IrisError(
+                    f"{self.url} answered with a body of {exc.size} bytes or more; at most {self._max_answer} are accepted"
+                ) from None
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
                 self._drop(conn)
                 if reused and attempt == 0:
@@ -183,6 +199,25 @@ class ConnectTransport:
                 self._drop(conn)
             return response.status, {k.lower(): v for k, v in response.getheaders()}, payload
         raise AssertionError("not reached")  # pragma: no cover
+
+    def _read_body(self, response: http.client.HTTPResponse, deadline: float) -> bytes:
+        """The answer's body, read in pieces so neither its size nor the time it takes is unbounded."""
+        declared = response.length
+        if declared is not None and declared > self._max_answer:
+            raise _AnswerTooLarge(declared)
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no whole answer within {self._timeout:g} s")
+            part = response.read1(_READ_CHUNK)
+            if not part:
+                response.read()  # marks the answer finished, so the connection serves the next call
+                return b"".join(parts)
+            size += len(part)
+            if size > self._max_answer:
+                raise _AnswerTooLarge(size)
+            parts.append(part)
 
     def _error(self, status: int, headers: dict[str, str], payload: bytes) -> errors.IrisError:
         code, message = _HTTP_CODES.get(status, "unknown"), ""
@@ -241,7 +276,7 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
     if isinstance(exc, TimeoutError):
-        return "timed out"
+        return str(exc) or "timed out"
     if isinstance(exc, socket.gaierror):
         return f"unknown host: {exc.strerror}"
     if isinstance(exc, http.client.RemoteDisconnected):
@@ -251,9 +286,24 @@ def _describe(exc: BaseException) -> str:
     return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
 
 
-def _decompress(encoding: str, payload: bytes) -> bytes:
-    if encoding == "gzip":
-        import gzip
+class _AnswerTooLarge(Exception):
+    def __init__(self, size: int):
+        self.size = size
 
-        return gzip.decompress(payload)
-    raise errors.IrisError(f"the controller answered with content-encoding {encoding!r}, which this client cannot read")
+
+def _decompress(url: str, encoding: str, payload: bytes, limit: int) -> bytes:
+    """A gzip answer's body, at most `limit` bytes of it; a bad or oversized one is a clear error."""
+    if encoding != "gzip":
+        raise errors.IrisError(f"{url} answered with content-encoding {encoding!r}, which this client cannot read")
+    import zlib
+
+    inflater = zlib.decompressobj(wbits=31)  # gzip framing
+    try:
+        out = inflater.decompress(payload, limit + 1)
+    except zlib.error as exc:
+        raise errors.IrisError(f"{url} answered with a gzip body that cannot be read: {exc}") from None
+    if len(out) > limit:
+        raise errors.IrisError(f"{url} answered with a gzip body of more than {limit} bytes once unpacked")
+    if not inflater.eof:
+        raise errors.IrisError(f"{url} answered with a gzip body that is cut short")
+    return out
