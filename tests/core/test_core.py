@@ -134,6 +134,10 @@ def test_config_errors_name_the_bad_key():
         ({**base, "backends": [{"id": "a"}, {"id": "a"}]}, "unique"),
         ({**base, "backends": [{"id": "g", "devices": {"count": 8}}]}, "exactly one of gpu or tpu"),
         ({**base, "peers": {"x": {"address": "ftp://x"}}}, "peers.x.address"),
+        # A '.' in a cluster name would let two requesters' received job ids collide on a peer.
+        ({**base, "peers": {"a.b": {"address": "http://x:1"}}}, "peers: 'a.b' is not a cluster name"),
+        ({**base, "auth": {"federation_peers": {"marin.x": "k"}}}, "auth.federation_peers: 'marin.x' is not a"),
+        ({**base, "name": "lab.one"}, "name: 'lab.one' is not a cluster name"),
     ]
     for data, fragment in cases:
         with pytest.raises(InvalidArgument) as err:

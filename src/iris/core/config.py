@@ -161,10 +161,16 @@ DEFAULT_MAX_TOKEN_LIFETIME = {
 }
 
 
+# A cluster name has no '.': a peer files a received job under `<requester>.<name>`, and the first
+# '.' must end the requester (`iris.federation.ids`), so no two clusters' names can collide there.
+CLUSTER_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
+ClusterName = Annotated[str, Field(pattern=CLUSTER_NAME_PATTERN)]
+
+
 class AuthConfig(_Model):
     trusted_cidrs: list[str] = ["127.0.0.0/8", "::1/128"]
     signing_key: str | None = None
-    federation_peers: dict[str, str] = {}
+    federation_peers: dict[ClusterName, str] = {}
     allowed_submitters: list[str] = ["*"]
     # When the controller runs as root, each user's tasks run as the mapped account, or else as a
     # uid from this range (recorded per user in the database).
@@ -271,7 +277,7 @@ class DefaultsConfig(_Model):
 
 
 class ClusterConfig(_Model):
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    name: str = Field(pattern=CLUSTER_NAME_PATTERN)
     listen: str = "127.0.0.1:10000"
     public_url: str | None = None
     # The public cluster this one's serving endpoints are reached through (capability URLs are
@@ -279,7 +285,7 @@ class ClusterConfig(_Model):
     federation_public_parent: str | None = Field(default=None, pattern=r"^https?://")
     state_dir: str = "./state"
     backends: list[BackendConfig] = Field(min_length=1)
-    peers: dict[str, PeerConfig] = {}
+    peers: dict[ClusterName, PeerConfig] = {}
     auth: AuthConfig = AuthConfig()
     controller: ControllerSettings = ControllerSettings()
     defaults: DefaultsConfig = DefaultsConfig()
@@ -336,6 +342,14 @@ def _format_error(exc: ValidationError) -> str:
             msg = msg[len("Value error, ") :]
         if err["type"] == "extra_forbidden":
             msg = "is not a known key"
+        if err["type"] == "string_pattern_mismatch" and err["ctx"].get("pattern") == CLUSTER_NAME_PATTERN:
+            loc = _without_kind_tags(err["loc"])
+            if loc[-1] == "[key]":
+                where = ".".join(str(p) for p in loc[:-2])
+            msg = (
+                f"{err['input']!r} is not a cluster name: use lowercase letters, digits, '_' or '-', starting"
+                " with a letter or digit (no '.': a peer files received jobs under '<cluster>.<job name>')"
+            )
         if err["type"] == "backend_kind":
             kind = err["input"].get("kind") if isinstance(err["input"], dict) else None
             where += ".kind"
