@@ -167,7 +167,7 @@ def test_a_readmitted_handoff_is_loaded_with_its_new_command(tmp_path):
 
 
 class _BrokenFederation:
-    def plan(self):
+    def plan(self, band_of=None):
         raise OverflowError("a queued job's request cannot be placed")
 
 
