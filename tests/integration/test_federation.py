@@ -38,13 +38,16 @@ class Federation:
         return iter((self.marin, self.h100, self.gb200))
 
 
-def start_federation(controller_factory, peer_auth: dict | None = None) -> Federation:
+def start_federation(
+    controller_factory, peer_auth: dict | None = None, parent_defaults: dict | None = None
+) -> Federation:
     """marin (CPU only) peered with cw-h100 and cw-gb200, which trust marin's key."""
     marin = controller_factory(
         "marin",
         start=False,
         controller=FAST,
         backends=[{"id": "cpu", "kind": "local", "workers": 2, "capacity": {"cpu": 4, "memory": "8G"}}],
+        **({"defaults": parent_defaults} if parent_defaults else {}),
     )
     marin_key = public_key_pem(load_or_create_signing_key(None, marin.state_dir))
     auth = {"federation_peers": {"marin": marin_key}, **(peer_auth or {})}

@@ -171,6 +171,16 @@ def test_schedule_backend_pin_restricts_to_backend():
     assert placements(result) == {"/a/j/0": "o0"}
 
 
+def test_schedule_preferred_backend_from_a_handoff_beats_best_fit_and_yields_when_full():
+    # A handed-off job carries the backend its parent chose as a preference, not a pin.
+    workers = [cpu_worker("c0", backend="cpu"), cpu_worker("o0", backend="other")]
+    busy = [running("/b/x/0", "c0", cpu_request(cpu=4))]  # best fit alone would pick c0
+    chosen = (prefer("backend", Op.EQ, "other"),)
+    assert placements(schedule(snapshot(workers, [job("/a/j", constraints=chosen)], busy))) == {"/a/j/0": "o0"}
+    full = [*busy, running("/b/y/0", "o0", cpu_request(cpu=8))]
+    assert placements(schedule(snapshot(workers, [job("/a/j", constraints=chosen)], full))) == {"/a/j/0": "c0"}
+
+
 def test_schedule_worker_pin_restricts_to_worker():
     workers = [cpu_worker("w0"), cpu_worker("w1")]
     result = schedule(snapshot(workers, [job("/a/j", constraints=(require("worker", Op.EQ, "w1"),))]))

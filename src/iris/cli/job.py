@@ -413,6 +413,10 @@ def logs(obj: CliContext, job_id: str, follow: bool, tail: int, task: int | None
             write_log_line(line, show_task=show_task, timestamps=timestamps)
     except KeyboardInterrupt:
         return 130
+    if follow:
+        final = client.status(job_id)
+        if final.state != "SUCCEEDED" and final.error:
+            click.echo(f"{job_id} ended {final.state}: {final.error}", err=True)  # why the lines stop here
     return EXIT_OK
 
 

@@ -107,6 +107,7 @@ class Controller:
             heartbeat_interval=settings.federation_heartbeat_interval,
             sync_interval=settings.federation_sync_interval,
             max_per_peer=settings.max_federation_handoffs_per_cycle,
+            reroute_after=settings.federation_reroute_after,
             token_source=self.auth.peer_token,
             clock=self.clock,
         )

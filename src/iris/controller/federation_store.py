@@ -9,10 +9,19 @@ live state because a report from before the cancel arrives late.
 from __future__ import annotations
 
 from iris.controller.db import federation as fed
+from iris.controller.db import withdrawal
 from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import TERMINAL_JOB_SQL
 from iris.controller.db.literals import FAILED, HANDED_OFF, JOB_PENDING, PENDING_HANDOFF, SENT
-from iris.federation.model import LogTarget, PendingCancel, PendingDelivery, Promotion, QueuedJob
+from iris.federation.model import (
+    HandoffState,
+    LogTarget,
+    PendingCancel,
+    PendingDelivery,
+    Promotion,
+    QueuedJob,
+    Withdrawal,
+)
 from iris.rpc import controller_pb2 as pb
 
 
@@ -72,8 +81,9 @@ class ControllerFederationStore:
         with self.db.read() as conn:
             return [
                 PendingCancel(h["job_id"], h["peer_id"], h["cancel_intent_version"])
-                for h in fed.sent_handles(conn, ("HANDED_OFF",))
+                for h in fed.sent_handles(conn, (HandoffState.HANDED_OFF.value, HandoffState.PENDING_HANDOFF.value))
                 if h["cancel_intent_version"] > h["cancel_relayed_version"]
+                and (h["handoff_state"] == HandoffState.HANDED_OFF.value or h["delivery_started"])
             ]
 
     def mark_cancel_relayed(self, job_id: str, version: int) -> None:
@@ -161,6 +171,32 @@ class ControllerFederationStore:
         with self.db.read() as conn:
             return fed.active_counts(conn)
 
+    def start_delivery(self, job_id: str) -> bool:
+        with self.db.write() as conn:
+            return fed.start_delivery(conn, job_id)
+
+    # -- withdrawal of jobs a peer cannot place (see db/withdrawal.py) ----------------------------
+
+    def begin_withdrawal(self, job_id: str, peer_id: str, reason: str) -> bool:
+        with self.db.write() as conn:
+            return withdrawal.begin(conn, job_id, peer_id, reason, self.now_ms())
+
+    def unplaced_past(self, peer_id: str, cutoff_ms: int) -> list[str]:
+        with self.db.write() as conn:
+            return withdrawal.unplaced_past(conn, peer_id, cutoff_ms, self.now_ms())
+
+    def withdrawals(self) -> list[Withdrawal]:
+        with self.db.read() as conn:
+            return withdrawal.withdrawing(conn)
+
+    def requeue(self, job_id: str, peer_id: str, configured: frozenset[str]) -> str:
+        with self.db.write() as conn:
+            return withdrawal.requeue(conn, job_id, peer_id, configured, self.now_ms())
+
+    def abandon_peer(self, peer_id: str) -> list[str]:
+        with self.db.write() as conn:
+            return withdrawal.abandon(conn, peer_id, self.now_ms())
+
     # -- folding a sync batch ------------------------------------------------------------------
 
     def apply_sync(self, peer_id: str, resp: pb.FederationSyncResponse) -> None:
@@ -187,11 +223,14 @@ class ControllerFederationStore:
 def _mirror_job(conn, peer_id: str, synced: pb.SyncedJob, now_ms: int) -> None:
     job = synced.job
     handle = conn.execute(
-        sql(f"SELECT handoff_state FROM federated_jobs WHERE job_id = :j AND direction = {SENT} AND peer_id = :p"),
+        sql(
+            f"SELECT handoff_state FROM federated_jobs WHERE job_id = :j AND direction = {SENT} AND peer_id = :p"
+            " AND withdraw_reason = ''"
+        ),
         {"j": job.job_id, "p": peer_id},
     ).first()
     if handle is None:
-        return  # not a job this cluster handed to that peer
+        return  # not a job this cluster handed to that peer, or one being withdrawn from it
     local = conn.execute(sql("SELECT state, cancel_requested FROM jobs WHERE job_id = :j"), {"j": job.job_id}).first()
     peer_live = job.state not in ("SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE")
     keep_local_state = local is not None and local[1] and local[0] in ("KILLED",) and peer_live
@@ -290,6 +329,7 @@ def _followed(conn, peer_id: str) -> list[str]:
         sql(
             "SELECT f.job_id FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
             f" WHERE f.direction = {SENT} AND f.peer_id = :p AND f.handoff_state = {HANDED_OFF}"
+            f" AND f.withdraw_reason = ''"
             f" AND (j.state NOT IN {TERMINAL_JOB_SQL} OR f.first_report = 0 OR f.logs_complete = 0)"
         ),
         {"p": peer_id},

@@ -206,6 +206,9 @@ class ControllerSettings(_Model):
     # How long a peer keeps its changelog of received jobs (tombstones included): a parent away for
     # longer gets a full resync, which carries the active jobs plus what changed within this window.
     federation_changelog_retention: float = Field(default=3600.0, gt=0)
+    # A handed-off job its peer has not placed for this long is withdrawn there and queued for
+    # another peer (one the peer reports unschedulable is withdrawn at once). 0: only the latter.
+    federation_reroute_after: float = Field(default=600.0, ge=0)
     worker_grace_period: float = 30.0
     client_max_age_days: int = Field(default=14, ge=0)
     # Output kept per attempt (stdout and stderr together); past it, a marker line and the rest is
@@ -222,6 +225,7 @@ class ControllerSettings(_Model):
         "federation_heartbeat_interval",
         "federation_sync_interval",
         "federation_changelog_retention",
+        "federation_reroute_after",
         "worker_grace_period",
         "log_retention",
         "query_timeout",

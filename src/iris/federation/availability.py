@@ -185,7 +185,7 @@ class _Pass:
         self._live: dict[tuple[int, Band], list[_Entry]] = {}
 
     def shape_of(self, job: QueuedJob) -> _Shape:
-        key = (job.resources, job.replicas, job.constraints, job.pinned_peer)
+        key = (job.resources, job.replicas, job.constraints, job.pinned_peer, job.excluded_peers)
         shape = self._shapes.get(key)
         if shape is None:
             shape = self._shapes[key] = self._build_shape(job)
@@ -205,9 +205,11 @@ class _Pass:
         return _Shape(float(gate.amount) if gate else 0.0, gate is not None, tuple(entries))
 
     def _peers_for(self, job: QueuedJob) -> list[int]:
-        """The peers a job may go to: the reachable ones, or only its pinned peer."""
+        """The peers a job may go to: the reachable ones it was not withdrawn from, or only its pinned peer."""
         pin = job.pinned_peer or constraint_value(job.constraints, "cluster")
         if pin is None:
+            if job.excluded_peers:
+                return [i for i in self.reachable if self.peers[i].peer_id not in job.excluded_peers]
             return self.reachable
         index = self.peer_by_name.get(pin.lower())
         return [index] if index is not None and self.peers[index].reachable else []

@@ -14,6 +14,11 @@ A federated job's logs are relayed on each sync by a per-job cursor: they trail 
 one `federation_sync_interval` (3 s by default) plus the peer's own capture delay (about 0.1 s), and
 relay goes on, across any outage of either side, until the peer reports the job over with no line
 left after the cursor.
+
+A job a peer cannot place (it reports it UNSCHEDULABLE, or keeps it unplaced past
+`federation_reroute_after`) is withdrawn: stopped there, and queued again for another peer only
+once the peer confirms it stopped, so it never has two live runs (`controller/db/withdrawal.py`).
+Jobs handed to a peer that is no longer configured are given up on, with a message saying so.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import Protocol
 from iris.core.bands import Band
 from iris.core.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, Unauthenticated, Unavailable
 from iris.core.names import JobName
+from iris.core.states import JobState
 from iris.federation.availability import ReservationLedger, assign_queued
 from iris.federation.model import (
     LogTarget,
@@ -41,6 +47,7 @@ from iris.federation.model import (
     QueuedJob,
     SubmittedJob,
     Submitter,
+    Withdrawal,
 )
 from iris.federation.peer import PeerClient, UnreadableAvailability
 from iris.federation.reasons import credentials_refused_reason, peer_error_words, queued_reason
@@ -50,6 +57,7 @@ from iris.rpc.codec import fill_availability
 from iris.scheduler.gating import over_budget_note
 
 log = logging.getLogger("iris.federation")
+_TERMINAL = frozenset(s.value for s in JobState if s.is_terminal)
 MIN_DELIVERY_BACKOFF_S = 1.0
 MAX_DELIVERY_BACKOFF_S = 60.0
 SYNC_FOLLOW_UP_PAGE = 500  # jobs named per follow-up FederationSync after a full resync
@@ -80,6 +88,12 @@ class FederationStore(Protocol):
         self, job_id: str, lines: list[pb.LogLine], cursor: int, complete: bool = False
     ) -> None: ...
     def active_counts(self) -> dict[str, int]: ...
+    def start_delivery(self, job_id: str) -> bool: ...  # False: cancelled meanwhile, do not deliver
+    def begin_withdrawal(self, job_id: str, peer_id: str, reason: str) -> bool: ...
+    def unplaced_past(self, peer_id: str, cutoff_ms: int) -> list[str]: ...
+    def withdrawals(self) -> list[Withdrawal]: ...
+    def requeue(self, job_id: str, peer_id: str, configured: frozenset[str]) -> str: ...
+    def abandon_peer(self, peer_id: str) -> list[str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +120,7 @@ class FederationManager:
         heartbeat_interval: float = 30.0,
         sync_interval: float = 3.0,
         max_per_peer: int = 8,
+        reroute_after: float = 600.0,
         token_source: Callable[[str], str | None] = lambda peer: None,
         clock: Callable[[], float] = time.time,
     ):
@@ -115,6 +130,7 @@ class FederationManager:
         self.heartbeat_interval = heartbeat_interval
         self.sync_interval = sync_interval
         self.max_per_peer = max_per_peer
+        self.reroute_after = reroute_after
         self.clock = clock
         self.ledger = ReservationLedger()
         self.clients = {
@@ -166,6 +182,7 @@ class FederationManager:
                 self.deliver()
                 if now >= self._next_sync:
                     self._next_sync = now + self.sync_interval
+                    self.relay_withdrawals()
                     self.relay_cancels()
                     self.sync()
             except Exception:
@@ -307,6 +324,8 @@ class FederationManager:
         client = self.clients[peer_id]
         for job_id in job_ids:
             retry = self._delivery_backoff.get(job_id)
+            if not self.store.start_delivery(job_id):
+                continue  # cancelled since it was read: never delivered
             try:
                 client.launch_job(self.store.delivery_request(job_id))
             except Unauthenticated as exc:
@@ -342,16 +361,50 @@ class FederationManager:
                 continue
             self.store.mark_cancel_relayed(job_id, version)
 
+    def relay_withdrawals(self) -> None:
+        """Asks each peer to stop the jobs being withdrawn from it; a job is queued again (or, with
+        every peer tried, ends UNSCHEDULABLE) only once the peer confirms it is over there."""
+        for withdrawal in self.store.withdrawals():
+            job_id, peer_id, reason = withdrawal.job_id, withdrawal.peer_id, withdrawal.reason
+            client = self.clients.get(peer_id)
+            if client is None:
+                continue  # a peer removed from the config: `sync` gives up on its jobs
+            try:
+                answer = client.terminate_job(job_id, f"withdrawn by {self.cluster_name} to try another peer: {reason}")
+                confirmed = answer.state in _TERMINAL
+            except NotFound:
+                confirmed = True  # never admitted, or already gone
+            except Exception as exc:
+                log.info("withdrawal of %s from %s failed, will retry: %s", job_id, peer_id, exc)
+                continue
+            if confirmed:
+                outcome = self.store.requeue(job_id, peer_id, frozenset(self.clients))
+                log.info("withdrew %s from %s (%s): %s", job_id, peer_id, reason, outcome)
+
     def sync(self) -> None:
         for peer_id in sorted(self.store.peers_with_handles()):
             client = self.clients.get(peer_id)
             if client is None:
+                for job_id in self.store.abandon_peer(peer_id):
+                    log.warning("gave up on %s: peer %s is no longer configured", job_id, peer_id)
                 continue
             try:
                 response = client.federation_sync(self.store.sync_cursor(peer_id))
                 if response.cursor_stale:
                     self._complete_resync(peer_id, client, response)
+                for synced in response.jobs:
+                    if synced.job.state == JobState.UNSCHEDULABLE.value:
+                        error = synced.job.error or "it reports the job unschedulable"
+                        self.store.begin_withdrawal(
+                            synced.job.job_id, peer_id, f"peer {peer_id} cannot place it: {error}"
+                        )
                 self.store.apply_sync(peer_id, response)
+                if self.reroute_after > 0:
+                    cutoff = self.now_ms() - int(self.reroute_after * 1000)
+                    for job_id in self.store.unplaced_past(peer_id, cutoff):
+                        self.store.begin_withdrawal(
+                            job_id, peer_id, f"peer {peer_id} did not place it within {self.reroute_after:g}s"
+                        )
                 self._relay_logs(peer_id, client)
             except Exception as exc:
                 log.info("sync with %s failed; keeping the last known state: %s", peer_id, exc)

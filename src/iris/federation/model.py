@@ -86,6 +86,7 @@ class QueuedJob:
     replicas: int = 1
     constraints: tuple[Constraint, ...] = ()
     pinned_peer: str | None = None
+    excluded_peers: frozenset[str] = frozenset()  # peers it was withdrawn from: never handed to again
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -158,6 +159,15 @@ class PendingCancel:
     job_id: str
     peer_id: str
     version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Withdrawal:
+    """A handed-off job being withdrawn from `peer_id` (it cannot place it there), and why."""
+
+    job_id: str
+    peer_id: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)

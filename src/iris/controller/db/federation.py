@@ -143,14 +143,24 @@ def set_queued_reasons(conn: Connection, reasons: dict[str, str]) -> None:
 def queued_jobs(conn: Connection) -> list[QueuedJob]:
     rows = conn.execute(
         sql(
-            "SELECT j.job_id, j.band, j.submitted_ms, j.replicas, c.resources, c.constraints, f.peer_id"
+            "SELECT j.job_id, j.band, j.submitted_ms, j.replicas, c.resources, c.constraints, f.peer_id,"
+            " f.excluded_peers"
             " FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id JOIN job_config c ON c.job_id = f.job_id"
             f" WHERE f.direction = {SENT} AND f.handoff_state = {QUEUED_HANDOFF} AND j.cancel_requested = 0"
             f" AND j.state NOT IN {TERMINAL_JOB_SQL}"
         )
     ).all()
     return [
-        QueuedJob(r[0], Band.parse(r[1]), r[2], parse_resources(r[4]), r[3], parse_constraints(r[5]), r[6] or None)
+        QueuedJob(
+            r[0],
+            Band.parse(r[1]),
+            r[2],
+            parse_resources(r[4]),
+            r[3],
+            parse_constraints(r[5]),
+            r[6] or None,
+            frozenset(p for p in r[7].split(",") if p),
+        )
         for r in rows
     ]
 
@@ -200,6 +210,12 @@ def delivery_request(conn: Connection, job_id: str, requester: str) -> pb.Launch
         .mappings()
         .one()
     )
+    constraints = [
+        constraint_to_proto(c) for c in parse_constraints(cfg["constraints"]) if c.key not in ("cluster", "backend")
+    ]
+    if handle["backend_id"]:
+        # The backend the placement pass chose, as a preference: the peer's scheduler has the last word.
+        constraints.append(pb.Constraint(key="backend", op="EQ", values=[handle["backend_id"]], preferred=True))
     req = pb.LaunchJobRequest(
         name=job_id,
         user=job["user"],
@@ -207,9 +223,7 @@ def delivery_request(conn: Connection, job_id: str, requester: str) -> pb.Launch
         resources=resources_to_proto(parse_resources(cfg["resources"])),
         replicas=job["replicas"],
         priority=job["band"],
-        constraints=[
-            constraint_to_proto(c) for c in parse_constraints(cfg["constraints"]) if c.key not in ("cluster", "backend")
-        ],
+        constraints=constraints,
         env=json.loads(cfg["env"]),
         max_retries_failure=cfg["max_retries_failure"],
         max_retries_preemption=cfg["max_retries_preemption"],
@@ -281,7 +295,9 @@ def cancel_sent(conn: Connection, job_id: str, reason: str, now_ms: int) -> bool
     the peer confirms, the job keeps its state with a pending reason saying it is stopping there.
     """
     handle = conn.execute(
-        sql(f"SELECT handoff_state, peer_id FROM federated_jobs WHERE job_id = :j AND direction = {SENT}"),
+        sql(
+            f"SELECT handoff_state, peer_id, delivery_started FROM federated_jobs WHERE job_id = :j AND direction = {SENT}"
+        ),
         {"j": job_id},
     ).first()
     if handle is None:
@@ -293,7 +309,11 @@ def cancel_sent(conn: Connection, job_id: str, reason: str, now_ms: int) -> bool
         ),
         {"now": now_ms, "j": job_id},
     )
-    before_handoff = handle[0] in (HandoffState.QUEUED_HANDOFF.value, HandoffState.PENDING_HANDOFF.value)
+    # Before handoff only while no delivery can have reached the peer: once one started, the peer
+    # may have admitted the job, so it is stopped there and confirmed like a handed-off one.
+    before_handoff = handle[0] == HandoffState.QUEUED_HANDOFF.value or (
+        handle[0] == HandoffState.PENDING_HANDOFF.value and not handle[2]
+    )
     if not before_handoff:
         conn.execute(
             sql(
@@ -311,6 +331,21 @@ def cancel_sent(conn: Connection, job_id: str, reason: str, now_ms: int) -> bool
         {"now": now_ms, "j": job_id, "e": "Cancelled before handoff" if before_handoff else reason},
     )
     return True
+
+
+def start_delivery(conn: Connection, job_id: str) -> bool:
+    """Records that a delivery of `job_id` is about to start; False when it must not (cancelled,
+    or no longer awaiting delivery). A cancel and this are serialised by the database, so a cancel
+    either stops the job before any delivery or knows it must be confirmed by the peer."""
+    result = conn.execute(
+        sql(
+            f"UPDATE federated_jobs SET delivery_started = 1 WHERE job_id = :j AND direction = {SENT}"
+            f" AND handoff_state = {PENDING_HANDOFF}"
+            f" AND EXISTS (SELECT 1 FROM jobs WHERE job_id = :j AND cancel_requested = 0 AND state NOT IN {TERMINAL_JOB_SQL})"
+        ),
+        {"j": job_id},
+    )
+    return result.rowcount == 1
 
 
 def stopping_reason(peer_id: str) -> str:

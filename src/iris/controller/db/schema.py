@@ -243,6 +243,16 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "CREATE INDEX IF NOT EXISTS federation_changelog_ts ON federation_changelog(ts_ms)",
         ],
     ),
+    (
+        9,
+        "withdrawal of a handed-off job its peer cannot place, and whether a delivery was attempted",
+        [
+            "ALTER TABLE federated_jobs ADD COLUMN withdraw_reason TEXT NOT NULL DEFAULT ''",
+            "ALTER TABLE federated_jobs ADD COLUMN excluded_peers TEXT NOT NULL DEFAULT ''",
+            "ALTER TABLE federated_jobs ADD COLUMN handed_off_ms INTEGER",
+            "ALTER TABLE federated_jobs ADD COLUMN delivery_started INTEGER NOT NULL DEFAULT 0",
+        ],
+    ),
 ]
 
 

@@ -1,0 +1,71 @@
+"""A cancel racing a promotion and a delivery, on a real SQLite file: the cancel always wins
+before any delivery starts, and once one may have reached the peer it waits for the peer."""
+
+from __future__ import annotations
+
+from iris.controller.db.database import Database, sql
+from iris.controller.db.federation import cancel_sent, queue_job
+from iris.controller.federation_store import ControllerFederationStore
+from iris.core.job import JobSpec
+from iris.core.resources import Resources
+from iris.federation.model import PendingCancel, Promotion
+
+
+def _store(tmp_path):
+    db = Database(tmp_path / "controller.db")
+    return db, ControllerFederationStore(db, "marin", lambda: 1_000)
+
+
+def _queue(db, name: str) -> str:
+    spec = JobSpec(job_id=f"/alice/{name}", user="alice", owner="alice", command=("true",), resources=Resources())
+    with db.write() as conn:
+        assert queue_job(conn, spec, None, "alice", 1)
+    return spec.job_id
+
+
+def _cancel(db, job_id: str) -> None:
+    with db.write() as conn:
+        assert cancel_sent(conn, job_id, "stopped by request", 2)
+
+
+def _job(db, job_id: str) -> tuple[str, str, str]:
+    with db.read() as conn:
+        return tuple(
+            conn.execute(sql("SELECT state, error, pending_reason FROM jobs WHERE job_id = :j"), {"j": job_id}).one()
+        )
+
+
+def test_cancel_before_the_promotion_wins_and_the_promotion_is_refused(tmp_path):
+    db, store = _store(tmp_path)
+    job = _queue(db, "early")
+    _cancel(db, job)
+    assert not store.promote(Promotion(job, "cw-h100", "h100"))
+    assert _job(db, job)[:2] == ("KILLED", "Cancelled before handoff")
+    assert store.pending_deliveries() == [] and store.pending_cancels() == []
+    db.close()
+
+
+def test_cancel_after_the_promotion_but_before_delivery_ends_it_here_and_no_delivery_starts(tmp_path):
+    db, store = _store(tmp_path)
+    job = _queue(db, "promoted")
+    assert store.promote(Promotion(job, "cw-h100", "h100"))
+    _cancel(db, job)
+    assert not store.start_delivery(job)  # the delivery loop read it before the cancel: it stops here
+    assert _job(db, job)[:2] == ("KILLED", "Cancelled before handoff")
+    assert store.pending_cancels() == []
+    db.close()
+
+
+def test_cancel_once_a_delivery_started_waits_for_the_peer_to_confirm(tmp_path):
+    db, store = _store(tmp_path)
+    job = _queue(db, "inflight")
+    assert store.promote(Promotion(job, "cw-h100", "h100"))
+    assert store.start_delivery(job)
+    _cancel(db, job)
+    state, _, reason = _job(db, job)
+    assert state == "PENDING" and "stopping" in reason and "cw-h100" in reason
+    assert store.pending_cancels() == [PendingCancel(job, "cw-h100", 1)]
+    store.mark_cancel_relayed(job, 1)  # the peer answered: stopped, or it never admitted it
+    assert _job(db, job)[0] == "KILLED"
+    assert store.pending_cancels() == []
+    db.close()
