@@ -3,16 +3,22 @@
 `apply_sync` folds a peer's report into mirrored rows (job, tasks, attempts stamped with the
 peer's name) and advances the cursor in the same transaction, so a crash between the two can only
 make the next sync repeat work, never skip it. A job this cluster cancelled never moves back to a
-live state because a report from before the cancel arrives late.
+live state because a report from before the cancel arrives late. A report of a job whose states
+this cluster does not know (a peer of another version) or whose tasks are not that job's is
+skipped with a warning: it would otherwise write rows that stopping or rolling up the job cannot
+read.
 """
 
 from __future__ import annotations
+
+import logging
 
 from iris.controller.db import federation as fed
 from iris.controller.db import withdrawal
 from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import TERMINAL_JOB_SQL
 from iris.controller.db.literals import FAILED, HANDED_OFF, JOB_PENDING, PENDING_HANDOFF, SENT
+from iris.core.states import JobState, TaskState
 from iris.federation.model import (
     HandoffState,
     LogTarget,
@@ -23,6 +29,10 @@ from iris.federation.model import (
     Withdrawal,
 )
 from iris.rpc import controller_pb2 as pb
+
+log = logging.getLogger(__name__)
+_JOB_STATES = frozenset(s.value for s in JobState)
+_TASK_STATES = frozenset(s.value for s in TaskState)
 
 
 class ControllerFederationStore:
@@ -220,8 +230,30 @@ class ControllerFederationStore:
             )
 
 
+def _unreadable(synced: pb.SyncedJob) -> str | None:
+    """Why a peer's report of one job cannot be mirrored, or None when it can."""
+    job = synced.job
+    if job.state not in _JOB_STATES:
+        return f"job state {job.state!r} is not one this cluster knows"
+    for t in synced.tasks:
+        if t.job_id != job.job_id or not t.task_id.startswith(f"{job.job_id}/"):
+            return f"task {t.task_id!r} is not a task of the job"
+        if t.state not in _TASK_STATES:
+            return f"task {t.task_id} has state {t.state!r}, which this cluster does not know"
+        for a in t.attempts:
+            if not a.attempt_id.startswith(f"{t.task_id}:") or a.state not in _TASK_STATES:
+                return f"attempt {a.attempt_id!r} (state {a.state!r}) is not a known attempt of task {t.task_id}"
+    return None
+
+
 def _mirror_job(conn, peer_id: str, synced: pb.SyncedJob, now_ms: int) -> None:
     job = synced.job
+    problem = _unreadable(synced)
+    if problem is not None:
+        log.warning(
+            "peer %s reported job %s in a form this cluster cannot mirror; skipped: %s", peer_id, job.job_id, problem
+        )
+        return
     handle = conn.execute(
         sql(
             f"SELECT handoff_state FROM federated_jobs WHERE job_id = :j AND direction = {SENT} AND peer_id = :p"
