@@ -16,7 +16,7 @@ while idle is retried once on a fresh one (the server processed nothing); a fres
 failing is real, and raises whatever `on_unreachable` makes of it.
 
 An answer is bounded: its body (and what it decompresses to) may be at most `max_answer_bytes`,
-and the whole exchange must finish within `timeout`, not merely each read, so a server that
+and once its head has come the whole body must come within `timeout`, not merely each read, so a server that
 trickles a byte at a time, declares a huge body or answers a compression bomb is an error, not a
 hang or a client out of memory.
 """
@@ -172,10 +172,9 @@ class ConnectTransport:
         for attempt in (0, 1):
             conn, reused = self._connection()
             try:
-                deadline = time.monotonic() + self._timeout
                 conn.request("POST", path, body, headers)
-                response = conn.getresponse()
-                payload = self._read_body(response, deadline)
+                response = conn.getresponse()  # each send and the wait for the head: the socket timeout
+                payload = self._read_body(response, time.monotonic() + self._timeout)
             except _AnswerTooLarge as exc:
                 self._drop(conn)
                 raise errors.IrisError(
