@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from iris.core.errors import InvalidArgument
-from iris.federation.ids import parent_id, received_job_id, sync_for_parent
+from iris.federation.ids import parent_id, received_job_id, reserved_for, sync_for_parent
 from iris.rpc import controller_pb2 as pb
 
 
@@ -46,3 +46,12 @@ def test_parent_id_maps_task_ids_of_child_jobs_and_leaves_unreadable_ids_alone()
     assert parent_id("marin", "/u1/marin.train/eval/3") == "/u1/train/eval/3"
     assert parent_id("marin", "/u1/marin.train/eval/3:2") == "/u1/train/eval/3:2"
     assert parent_id("marin", "not an id") == "not an id"
+
+
+def test_a_root_name_starting_with_a_requester_and_a_dot_is_kept_for_its_handoffs():
+    requesters = {"marin": "key", "lab": "key"}
+    assert reserved_for("marin.train", requesters) == "marin"
+    assert reserved_for("lab.x.y", requesters) == "lab"
+    assert reserved_for("train", requesters) == ""
+    assert reserved_for("marina.train", requesters) == ""
+    assert reserved_for("other.train", requesters) == ""

@@ -36,6 +36,12 @@ def test_two_parents_hand_off_the_same_job_name_and_both_run(controller_factory)
     marin, lab = _cpu_parent(controller_factory, "marin"), _cpu_parent(controller_factory, "lab")
     trust = {"federation_peers": {"marin": _key(marin), "lab": _key(lab)}}
     h100 = controller_factory("cw-h100", backends=gpu_backend("h100", workers=2), controller=FAST, auth=trust)
+    # A local user on the peer cannot take the name marin's handoff of /u1/train will be filed under.
+    squatter = gpu_job("marin.train", "h100")
+    squatter.user = "u1"
+    code, message = error_code(lambda: client(h100, user_token(h100, "u1")).launch_job(squatter))
+    assert code == "invalid_argument" and "kept for jobs cluster 'marin'" in message, message
+    assert list(client(h100).list_jobs(pb.ListJobsRequest()).jobs) == []
     for parent in (marin, lab):
         parent.rewrite(peers={"cw-h100": {"address": h100.url}})
         parent.start()

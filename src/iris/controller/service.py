@@ -29,7 +29,7 @@ from iris.controller.worker_api import WorkerCalls
 from iris.core.constraints import Constraint
 from iris.core.errors import InvalidArgument
 from iris.core.names import JobName, in_job_tree
-from iris.federation.ids import received_job_id
+from iris.federation.ids import received_job_id, reserved_for
 from iris.federation.model import DispositionKind, SubmittedJob
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import fill_availability, resources_to_proto
@@ -69,6 +69,11 @@ class ControllerServiceImpl(WorkerCalls):
         name = resolve_job_id(req)
         check_may_create(identity, str(name), name.user)
         if name.is_root:
+            if requester := reserved_for(name.parts[0], self.config.auth.federation_peers):
+                raise InvalidArgument(
+                    f"job name {name.parts[0]!r} is kept for jobs cluster {requester!r} hands to this cluster"
+                    f" (it files them as <cluster>.<name>); choose a name that does not start with '{requester}.'"
+                )
             check_client_freshness(req.client_revision_date, self.config.controller.client_max_age_days)
         now = self.now_ms()
         policy = req.existing_job_policy or "error"

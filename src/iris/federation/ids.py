@@ -11,6 +11,8 @@ every id a sync brings back, so the user only ever sees the id they submitted.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from iris.core.errors import InvalidArgument
 from iris.core.names import JobName, parse_id, validate_component
 from iris.rpc import controller_pb2 as pb
@@ -30,6 +32,14 @@ def received_job_id(requester: str, job_id: str) -> str:
             f" {local!r}, which is not a valid job name (at most 128 characters); shorten the job name"
         ) from None
     return str(JobName.root(name.user, local))
+
+
+def reserved_for(root_name: str, requesters: Iterable[str]) -> str:
+    """The cluster whose handoffs a root job name `root_name` is kept for ('' when none): a name
+    such as `marin.train` is how this cluster files marin's `train`, so no one else may take it
+    first and make marin's later handoff collide."""
+    requester, dot, _ = root_name.partition(".")
+    return requester if dot and requester in set(requesters) else ""
 
 
 def parent_id(requester: str, peer_id: str) -> str:
