@@ -119,6 +119,9 @@ def _spawn(controller, *args: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A suite started in the background of a shell inherits SIGINT ignored, and Python then
+        # never raises KeyboardInterrupt; the CLI under test must see Ctrl-C as a terminal sends it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
