@@ -6,8 +6,10 @@ Every process a fixture starts is stopped at teardown by its PID, even when the 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +21,26 @@ from iris.testing import ClusterProcess, ClusterSet, free_port
 ROOT = Path(__file__).resolve().parent.parent
 
 __all__ = ["ROOT", "ControllerFactory", "RunningController", "free_port", "wait_until"]
+
+
+def pytest_configure(config):
+    """Gives the run a HOME of its own: `iris cluster start` remembers clusters, tokens are saved and
+    worker daemons keep their folders under ~/.iris, and a test run must not touch the user's."""
+    home = tempfile.mkdtemp(prefix="iris-test-home-")
+    os.chmod(home, 0o755)  # tasks under their own uid pass through it, as through a real home
+    config._iris_home = (home, os.environ.get("HOME"))
+    os.environ["HOME"] = home
+
+
+def pytest_unconfigure(config):
+    home, previous = getattr(config, "_iris_home", (None, None))
+    if home is None:
+        return
+    if previous is None:
+        os.environ.pop("HOME", None)
+    else:
+        os.environ["HOME"] = previous
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def wait_until(predicate, timeout: float = 20.0, interval: float = 0.02, message: str = "condition"):
