@@ -63,19 +63,22 @@ def test_jobs_page_shows_states_reasons_and_filters(site, new_page, artifacts):
     shot(page, artifacts, "jobs")
 
     page.select_option("#filter-state", "PENDING")
-    expect(rows(page)).to_have_count(1)
+    expect(rows(page)).to_have_count(1, timeout=WAIT_MS)
     expect(rows(page).first).to_have_attribute("data-job", site.jobs["waiting"])
     assert "state=PENDING" in page.url and "eyJ" not in page.url
 
     page.click("text=Clear")
+    # Clear renders the page anew: typing before that would go into the form it replaces.
+    expect(page.locator("#filter-state")).to_have_value("", timeout=WAIT_MS)
     page.fill("#filter-user", "bob")
     page.press("#filter-user", "Enter")
-    expect(rows(page)).to_have_count(1)
+    expect(rows(page)).to_have_count(1, timeout=WAIT_MS)
     expect(rows(page).first).to_have_attribute("data-job", site.jobs["bobs"])
 
     page.click("text=Clear")
+    expect(page.locator("#filter-user")).to_have_value("", timeout=WAIT_MS)
     page.select_option("#filter-cluster", "cw-a100")
-    expect(rows(page)).to_have_count(1)
+    expect(rows(page)).to_have_count(1, timeout=WAIT_MS)
     expect(rows(page).first).to_have_attribute("data-job", site.jobs["away"])
 
     page.click("text=Clear")

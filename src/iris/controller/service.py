@@ -69,7 +69,9 @@ class ControllerServiceImpl(WorkerCalls):
         name = resolve_job_id(req)
         check_may_create(identity, str(name), name.user)
         if name.is_root:
-            if requester := reserved_for(name.parts[0], self.config.auth.federation_peers):
+            # An admin may (to replace a received job with one of this cluster's own); no one else.
+            requester = reserved_for(name.parts[0], self.config.auth.federation_peers)
+            if requester and identity.role is not Role.ADMIN:
                 raise InvalidArgument(
                     f"job name {name.parts[0]!r} is kept for jobs cluster {requester!r} hands to this cluster"
                     f" (it files them as <cluster>.<name>); choose a name that does not start with '{requester}.'"
