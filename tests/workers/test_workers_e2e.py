@@ -25,7 +25,8 @@ def test_workers_coscheduled_replicas_land_on_three_workers(pool, worker_factory
     )  # fmt: skip
     done = wait_state(c, job)
     assert done.job.state == "SUCCEEDED", done
-    assert sorted(t.worker_id for t in done.tasks) == ["w1", "w2", "w3"]
+    history = {t.task_id: [(a.state, a.worker_id, a.error) for a in t.attempts] for t in done.tasks}
+    assert sorted(t.worker_id for t in done.tasks) == ["w1", "w2", "w3"], history
     assert sorted(logs(c, job)) == sorted(f"task {t.index} on {t.worker_id}" for t in done.tasks)
 
 
