@@ -67,6 +67,9 @@ def test_workers_backend_exit_waits_for_its_output(tmp_path):
     assert list(_poll(b, session, logs=[batch], exits=[early]).accepted_exits) == ["/u/j/0:0"]
     events = b.poll()
     assert [e.exit_code for e in events.exits] == [0] and events.logs[0].lines[0][1] == "x"
+    # held until the tick has recorded the exit, so its reconcile never takes it for a lost attempt
+    assert b.running() == frozenset({"/u/j/0:0"})
+    b.ack(events)
     assert b.running() == frozenset()
 
 

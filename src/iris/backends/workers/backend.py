@@ -158,8 +158,10 @@ class WorkersBackend:
             )
 
     def running(self) -> frozenset[str]:
+        """Attempts this backend holds, including exits not yet acknowledged by the tick (an exit
+        that arrives between the tick's poll and its reconcile must not read as a lost attempt)."""
         with self._lock:
-            return frozenset(self._attempts)
+            return frozenset(self._attempts).union(e.attempt_id for e in self._exits)
 
     # -- start / stop (the tick's thread) ---------------------------------------------------------
 
