@@ -28,6 +28,10 @@ of 1 cpu each; jobs ask for 1 cpu), which is what the Slurm it is compared with 
      the state directory (database, signing key), the timed ones reuse it, as a restart does.
      Rows b and g run from a bytecode cache, as an installed package does; where
      PYTHONDONTWRITEBYTECODE is set, the figures without one are printed beside.
+  h. controller CPU per job, submit to finish: jobs submitted back to back by one SDK client to the
+     2 slots and run to completion; psutil's CPU time of the controller PID over the whole run, per
+     job, and its split by stage (request decoding, validation, insert, tick wake-up, process start,
+     exit and log handling) from the spans the controller adds up when IRIS_SPANS is set.
 
 When Slurm is installed (sbatch, slurmctld, slurmd, munged; run as root) a throw-away single-node
 Slurm (bench/slurm.py) is measured in the same run: sequential and 4-way concurrent `sbatch --wrap
@@ -44,6 +48,7 @@ never asserted.
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import shutil
@@ -85,8 +90,8 @@ TWO_SLOTS = [local_backend("cpu", workers=2, cpu=1)]
 MANY_SLOTS = [local_backend("cpu", workers=4, cpu=16, memory="64G")]
 USER = "bench"
 
-FULL = dict(a1=2000, a4=600, b=25, c=40, d=200, e=15, f=10_000, g=5, s_a1=150, s_a4=50, s_c=10, s_d=200, s_e=6)
-QUICK = dict(a1=400, a4=150, b=8, c=15, d=200, e=5, f=2_000, g=3, s_a1=40, s_a4=15, s_c=4, s_d=40, s_e=3)
+FULL = dict(a1=2000, a4=600, b=25, c=40, d=200, e=15, f=10_000, g=5, h=2000, s_a1=150, s_a4=50, s_c=10, s_d=200, s_e=6)
+QUICK = dict(a1=400, a4=150, b=8, c=15, d=200, e=5, f=2_000, g=3, h=300, s_a1=40, s_a4=15, s_c=4, s_d=40, s_e=3)
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -448,6 +453,57 @@ def iris_memory(base: Path, count: int, out: dict, quiet: bool) -> None:
 # -- Slurm rows ------------------------------------------------------------------------------------
 
 
+def iris_cpu_split(base: Path, count: int, out: dict, quiet: bool) -> None:
+    """h. Controller CPU per job, submit to finish, and where it goes: `count` `true` jobs submitted
+    back to back by one SDK client to 2 slots and run to completion, with IRIS_SPANS set so the
+    controller adds up its stages (iris.core.spans) and writes them when it stops."""
+    spans_file = base / "spans.json"
+    ctl = Controller("cpu-split", base, TWO_SLOTS, env={**os.environ, "IRIS_SPANS": str(spans_file)})
+    try:
+        ctl.start()
+        log(f"[h] {count} jobs submitted and run, controller CPU and its split …", quiet)
+        client = IrisClient(ctl.url)
+        try:
+            before = count_terminal(client)
+            cpu0 = cpu_seconds(ctl.pid)
+            t0 = time.perf_counter()
+            for i in range(count):
+                client.submit("true", name=f"h-{i}", user=USER, cpu=1)
+            wait_until(
+                lambda: count_terminal(client) - before >= count,
+                60 + count / 5,
+                interval=0.2,
+                what="every job to finish",
+            )
+            seconds = time.perf_counter() - t0
+            cpu = cpu_seconds(ctl.pid) - cpu0
+        finally:
+            client.close()
+    finally:
+        ctl.stop()
+    split = json.loads(spans_file.read_text()) if spans_file.exists() else {}
+    out["cpu_split"] = {
+        "jobs": count,
+        "seconds": seconds,
+        "controller_cpu_s": cpu,
+        "cpu_ms_per_job": cpu * 1000 / count,
+        "stages_cpu_ms_per_job": {name: v["cpu_s"] * 1000 / count for name, v in split.items()},
+        "stages_wall_ms_per_job": {name: v["wall_s"] * 1000 / count for name, v in split.items()},
+        "stages_count": {name: v["count"] for name, v in split.items()},
+    }
+
+
+def print_cpu_split(h: dict) -> None:
+    print(
+        f"h: controller CPU per job, submitted to finished ({h['jobs']} jobs, 2 slots): {h['cpu_ms_per_job']:.2f} ms"
+        " (psutil on the controller PID); by stage, CPU ms per job (stages nest: a.b is inside a):"
+    )
+    cpu, wall, count = h["stages_cpu_ms_per_job"], h["stages_wall_ms_per_job"], h["stages_count"]
+    for name in sorted(cpu):
+        indent = "  " * name.count(".")
+        print(f"   {indent}{name:<{34 - len(indent)}} {cpu[name]:7.3f} cpu  {wall[name]:7.3f} wall  ({count[name]:,}×)")
+
+
 def slurm_rows(n: dict, only: set[str], out: dict, quiet: bool, keep: bool) -> None:
     # Its own folder: munged (running as the munge user) must be able to reach it.
     base = Path(tempfile.mkdtemp(prefix="iris-bench-slurm-"))
@@ -703,7 +759,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller counts (a minute or two)")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     ap.add_argument("--no-slurm", action="store_true", help="skip the Slurm comparison even when it is installed")
-    ap.add_argument("--only", default="abcdefg", help="rows to run, e.g. a,c,e (default: all)")
+    ap.add_argument("--only", default="abcdefgh", help="rows to run, e.g. a,c,e (default: all)")
     ap.add_argument("--memory-jobs", type=int, default=None, help="jobs for row f (default 10,000; 2,000 with --quick)")
     ap.add_argument("--keep", action="store_true", help="keep the temp directory (configs, logs, databases)")
     args = ap.parse_args(argv)
@@ -750,6 +806,8 @@ def main(argv: list[str] | None = None) -> int:
             attempt("f (memory)", iris_memory, base, n["f"], iris, quiet)
         if "g" in only:
             attempt("g (start-up)", iris_startup, base, n["g"], iris, quiet)
+        if "h" in only:
+            attempt("h (CPU split)", iris_cpu_split, base, n["h"], iris, quiet)
         if args.no_slurm:
             slurm_note = "Slurm comparison skipped (--no-slurm)"
         elif only & set("abcde"):
@@ -855,6 +913,8 @@ def main(argv: list[str] | None = None) -> int:
             f"f: {m['how']}; idle RSS {m['idle_rss_mb']:.0f} MB before; database {m['db_mb']:.1f} MB; "
             f"final states {m['job_counts']}"
         )
+    if "cpu_split" in iris:
+        print_cpu_split(iris["cpu_split"])
     for e in errors:
         print(f"FAILED {e}")
     print(f"\n(total {elapsed:.0f} s)")

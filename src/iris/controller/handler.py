@@ -21,6 +21,7 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from iris.controller.auth import authorize
+from iris.core import spans
 from iris.core.errors import IrisError
 from iris.rpc.bounds import check_message
 from iris.rpc.errors import to_connect
@@ -46,9 +47,10 @@ def rpc(fn):
     @functools.wraps(fn)
     async def handler(self, request, ctx):
         try:
-            identity = self.identities.identify(ctx.request_headers.get("authorization"), ctx.client_address)
-            authorize(identity, method)
-            check_message(request)
+            with spans.span(f"api.{method}.auth"):
+                identity = self.identities.identify(ctx.request_headers.get("authorization"), ctx.client_address)
+                authorize(identity, method)
+                check_message(request)
             if inspect.iscoroutinefunction(fn):
                 return await fn(self, request, identity)
             return await asyncio.to_thread(fn, self, request, identity)

@@ -8,6 +8,7 @@ unchanged and later surfaces (dashboard, /proxy) mount beside it without touchin
 from __future__ import annotations
 
 import json
+import time
 
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
@@ -17,6 +18,7 @@ from iris.controller import dashboard, proxy
 from iris.controller.app import Controller
 from iris.controller.service import ControllerServiceImpl
 from iris.controller.workspace import MAX_WORKSPACE_BYTES
+from iris.core import spans
 from iris.rpc.controller_connect import ControllerServiceASGIApplication
 
 API_PREFIX = "/iris.v1."
@@ -66,7 +68,13 @@ def build_app(controller: Controller):
             if size > MAX_REQUEST_BYTES:
                 await _too_large(send, size)
                 return
-            await api(scope, receive, send)
+            if spans.enabled():
+                wall, cpu = time.perf_counter(), time.thread_time()
+                await api(scope, receive, send)
+                method = scope["path"].rpartition("/")[2]
+                spans.add(f"api.{method}", time.perf_counter() - wall, time.thread_time() - cpu)
+            else:
+                await api(scope, receive, send)
         else:
             await web(scope, receive, send)
 

@@ -26,6 +26,7 @@ from iris.controller.db.jobs import insert_job, require_job
 from iris.controller.handler import rpc
 from iris.controller.submit import build_spec, check_client_freshness, parent_context, resolve_job_id
 from iris.controller.worker_api import WorkerCalls
+from iris.core import spans
 from iris.core.constraints import Constraint
 from iris.core.errors import InvalidArgument
 from iris.core.names import JobName, in_job_tree
@@ -66,6 +67,11 @@ class ControllerServiceImpl(WorkerCalls):
     def launch_job(self, req: pb.LaunchJobRequest, identity: Identity) -> pb.LaunchJobResponse:
         if req.HasField("handoff"):
             return self._admit_handoff(req, identity)
+        with spans.span("submit"):
+            return self._submit(req, identity)
+
+    def _submit(self, req: pb.LaunchJobRequest, identity: Identity) -> pb.LaunchJobResponse:
+        started = spans.mark()
         name = resolve_job_id(req)
         check_may_create(identity, str(name), name.user)
         if name.is_root:
@@ -92,7 +98,8 @@ class ControllerServiceImpl(WorkerCalls):
             if received is _MISSING:
                 return pb.LaunchJobResponse(job_id=str(name), bundle_missing=True)
             bundle, files_id = received
-            with self.db.write() as conn:
+            spans.add_since("submit.validate", started)
+            with spans.span("submit.insert"), self.db.write() as conn:
                 parent: dict | None = None
                 parent_constraints: tuple[Constraint, ...] = ()
                 parent_env: dict[str, str] = {}
@@ -122,7 +129,8 @@ class ControllerServiceImpl(WorkerCalls):
                     workspace.store_files(conn, spec.job_id, files)
         if not created:
             return pb.LaunchJobResponse(job_id=spec.job_id, state=state, disposition="existing")
-        self.tick.wake()
+        with spans.span("submit.wake"):
+            self.tick.wake()
         message = disposition.reason if disposition is not None and kind != "local" else ""
         return pb.LaunchJobResponse(job_id=spec.job_id, state=state, disposition=kind, peer_id=peer, message=message)
 

@@ -35,6 +35,7 @@ from iris.controller.db.federation import prune_changelog
 from iris.controller.db.literals import JOB_PENDING, LIVE_TASKS
 from iris.controller.launch_spec import LaunchSpecs, TaskIdentitySource
 from iris.controller.snapshot import SnapshotLoader
+from iris.core import spans
 from iris.core.availability import Availability
 from iris.core.bands import Band
 from iris.core.config import BudgetsConfig
@@ -194,13 +195,21 @@ class ControlLoop:
 
     def tick_once(self) -> TickStats:
         t0 = time.perf_counter()
+        with spans.span("tick"):
+            return self._pass(t0)
+
+    def _pass(self, t0: float) -> TickStats:
         self._maintain()
-        exits = self._collect_events()
-        self._reconcile()
-        pending, assigned = self._schedule_and_start()
+        with spans.span("tick.events"):
+            exits = self._collect_events()
+        with spans.span("tick.reconcile"):
+            self._reconcile()
+        with spans.span("tick.schedule"):
+            pending, assigned = self._schedule_and_start()
         if self.federation is not None:
             try:
-                self.federation.plan(self._queued_band if self._budgeted else None)
+                with spans.span("tick.federation"):
+                    self.federation.plan(self._queued_band if self._budgeted else None)
                 self.plan_error = None
             except Exception as exc:  # handoffs wait for the next pass; local placement (done) goes on
                 log.exception("promoting queued jobs onto peers failed; retrying on the next pass")
@@ -315,7 +324,8 @@ class ControlLoop:
             launches, victims = self._commit_decisions(result, now, backing_off)
             for backend_id, attempt_id in victims:
                 self.backends[backend_id].stop(attempt_id)
-        self._start(launches)
+        with spans.span("tick.schedule.start"):
+            self._start(launches)
         return len(snapshot.pending), len(launches)
 
     def _schedule_isolated(self, snapshot, now: int):
@@ -420,7 +430,8 @@ class ControlLoop:
         started, failed = [], []
         for backend, spec in launches:
             try:
-                started.append(backend.start(spec))
+                with spans.span("tick.schedule.start.spawn"):
+                    started.append(backend.start(spec))
             except LaunchError as exc:
                 failed.append((spec, exc))
             except (ValueError, TypeError, UnicodeError) as exc:  # the request itself cannot be run

@@ -46,6 +46,7 @@ from iris.backends.protocol import (
 )
 from iris.backends.spool import OutputSpool
 from iris.backends.staging import safe_dirname
+from iris.core import spans
 from iris.core.config import LocalBackendConfig
 from iris.core.processes import is_attempt
 from iris.core.resources import Device, Resources
@@ -400,7 +401,8 @@ class LocalBackend:
                     record = self._attempts.get(key.data)
                     self._selector.unregister(key.fd)
                 if record is not None:
-                    self._finish(record)
+                    with spans.span("local.exits"):
+                        self._finish(record)
             self._escalate_stops()
 
     def _escalate_stops(self) -> None:
@@ -455,7 +457,8 @@ class LocalBackend:
             self._pump_wake.wait(PUMP_INTERVAL_S)
             self._pump_wake.clear()
             try:
-                self._pump_once()
+                with spans.span("local.logs"):
+                    self._pump_once()
             except Exception:  # one attempt's unreadable spool must not stop every attempt's output
                 log.exception("reading attempt output failed; retrying")
 
