@@ -16,25 +16,49 @@ advance is timed with the tick.
     .venv/bin/python bench/scheduler.py                 # the full matrix
     .venv/bin/python bench/scheduler.py --skip-largest  # leaves out 100k pending × 5,000 workers
     .venv/bin/python bench/scheduler.py --pending 10000 --workers 1000
+
+Times are CPU milliseconds of this process (`time.process_time`), so other work on the machine
+skews them less than wall time would; the time of a bare `python -c pass` is printed beside them.
+To compare with another revision, measure it with this same driver and hand its figures back:
+
+    .venv/bin/python bench/scheduler.py --src /work/wt/base/src --json /tmp/base.json ...
+    .venv/bin/python bench/scheduler.py --baseline-json /tmp/base.json ...
+
+The other revision's steady tick is its cold one when it has no index to carry; each row then
+shows this revision's steady tick as a fraction of the baseline's.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+def _source_tree() -> str:
+    """The `src` folder to measure: this checkout's, or the one `--src` names (read before the imports)."""
+    if "--src" in sys.argv[:-1]:
+        return str(Path(sys.argv[sys.argv.index("--src") + 1]).resolve())
+    return str(Path(__file__).resolve().parent.parent / "src")
+
+
+sys.path.insert(0, _source_tree())
 
 from iris.core.bands import Band  # noqa: E402
 from iris.core.constraints import Constraint, Op  # noqa: E402
 from iris.core.resources import Device, Resources  # noqa: E402
 from iris.scheduler import PendingTask, RunningTask, SchedulingSnapshot, WorkerSnapshot, schedule  # noqa: E402
-from iris.scheduler.index import ClusterIndex  # noqa: E402
+
+try:
+    from iris.scheduler.index import ClusterIndex
+except ImportError:  # a revision from before the index was carried across ticks
+    ClusterIndex = None  # type: ignore[assignment,misc]
 
 G = 1024**3
 REGIONS = ("us-east5", "us-central1", "eu-west4")
@@ -152,37 +176,60 @@ def previous(snap: SchedulingSnapshot, rng: random.Random) -> SchedulingSnapshot
 
 
 def steady_tick_s(snap: SchedulingSnapshot) -> float:
-    """One tick on `snap` with the index carried over from the tick before it."""
+    """CPU seconds of one tick on `snap` with the index carried over from the tick before it (a
+    cold tick where the measured revision has no index)."""
+    if ClusterIndex is None:
+        return cold_tick_s(snap)
     before = previous(snap, random.Random(3))
     index = ClusterIndex(before.workers, before.running)
     schedule(replace(before, index=index))  # the previous tick, which fills the index's caches
-    start = time.perf_counter()
+    start = time.process_time()
     schedule(replace(snap, index=index.advance(snap.workers, snap.running)))
-    return time.perf_counter() - start
+    return time.process_time() - start
+
+
+def cold_tick_s(snap: SchedulingSnapshot) -> float:
+    """CPU seconds of one tick on `snap` with the index built from nothing."""
+    start = time.process_time()
+    schedule(snap)
+    return time.process_time() - start
+
+
+def bare_python_ms(runs: int = 5) -> float:
+    """Median wall time of `python -c pass`: how loaded the machine is while the figures are taken."""
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
 
 
 def measure(pending: int, workers: int, repeat: int) -> dict:
     snap = build_snapshot(pending, workers)
-    times = []
-    result = None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = schedule(snap)
-        times.append(time.perf_counter() - start)
-    tick = statistics.median(times)
+    result = schedule(snap)
+    tick = statistics.median(cold_tick_s(snap) for _ in range(repeat))
     steady = statistics.median(steady_tick_s(snap) for _ in range(repeat))
     return {
         "pending": pending,
         "workers": workers,
         "tick_ms": tick * 1000,
         "steady_tick_ms": steady * 1000,
-        "decisions_per_s": pending / tick,
+        "decisions_per_s": pending / steady,
         "placements": len(result.assignments),
-        "placements_per_s": len(result.assignments) / tick,
+        "placements_per_s": len(result.assignments) / steady,
         "preemptions": len(result.preemptions),
         "unschedulable": len(result.unschedulable),
         "waiting_jobs": len(result.pending_reasons),
     }
+
+
+def load_baseline(path: str | None) -> dict[tuple[int, int], float]:
+    """(pending, workers) -> the baseline's steady tick in ms, from a `--json` file of another run."""
+    if not path:
+        return {}
+    rows = json.loads(Path(path).read_text())["rows"]
+    return {(r["pending"], r["workers"]): r["steady_tick_ms"] for r in rows}
 
 
 def main() -> None:
@@ -191,26 +238,39 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="*", default=[100, 1_000, 5_000])
     parser.add_argument("--repeat", type=int, default=3, help="ticks per size; the median is printed")
     parser.add_argument("--skip-largest", action="store_true", help="leave out 100k pending × 5,000 workers")
+    parser.add_argument("--src", help="measure the iris source tree in this folder (another revision's src/)")
+    parser.add_argument("--json", dest="json_out", help="also write the figures to this file, for --baseline-json")
+    parser.add_argument("--baseline-json", help="a --json file of another revision: print steady ÷ its steady per row")
     args = parser.parse_args()
+    baseline = load_baseline(args.baseline_json)
+    bare_ms = bare_python_ms()
+    print(f"measuring {args.src or 'this checkout'}; python -c pass takes {bare_ms:.0f} ms (wall) on this machine now")
     header = (
         f"{'pending':>8} {'workers':>8} {'cold ms':>9} {'steady ms':>10} {'decisions/s':>12} {'placed':>7} "
         f"{'placed/s':>10} {'preempt':>8} {'unsched':>8} {'waiting jobs':>13}"
     )
-    print(header)
+    print(header + (f" {'base ms':>9} {'÷ base':>7}" if baseline else ""))
+    rows = []
     for pending in args.pending:
         for workers in args.workers:
             if args.skip_largest and pending >= 100_000 and workers >= 5_000:
                 print(f"{pending:>8} {workers:>8}  skipped (--skip-largest)")
                 continue
             row = measure(pending, workers, args.repeat)
-            print(
+            rows.append(row)
+            line = (
                 f"{row['pending']:>8} {row['workers']:>8} {row['tick_ms']:>9.1f} {row['steady_tick_ms']:>10.1f} "
                 f"{row['decisions_per_s']:>12,.0f} "
                 f"{row['placements']:>7} {row['placements_per_s']:>10,.0f} {row['preemptions']:>8} "
-                f"{row['unschedulable']:>8} {row['waiting_jobs']:>13}",
-                flush=True,
+                f"{row['unschedulable']:>8} {row['waiting_jobs']:>13}"
             )
-    print("target: 10,000 pending x 1,000 workers under 100 ms and at least 5,000 decisions/s")
+            base = baseline.get((pending, workers))
+            if base:
+                line += f" {base:>9.1f} {row['steady_tick_ms'] / base:>7.2f}"
+            print(line, flush=True)
+    print("times are CPU ms of one tick (median); target: 10,000 pending x 1,000 workers under 100 ms")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps({"python_c_pass_ms": bare_ms, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":
