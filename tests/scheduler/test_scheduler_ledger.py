@@ -11,7 +11,7 @@ from iris.core.constraints import Constraint, Op, matches
 from iris.scheduler import schedule
 from iris.scheduler.fit import compile_shape, fits
 from iris.scheduler.ledger import Ledger, best_fit
-from iris.scheduler.preemption import VictimIndex, apply_victim_set, cheapest_victim_set
+from iris.scheduler.preemption import VictimIndex, apply_victim_set, cheapest_victim_set, victim_bounds
 from tests.scheduler.scheduler_builders import cpu_request, cpu_worker, gpu_request, gpu_worker, job, running, snapshot
 
 FAST = settings(max_examples=60, deadline=None)
@@ -75,8 +75,10 @@ def test_victim_index_agrees_with_full_scan_across_preemptions(tasks, rounds):
             held.append(running(f"/b/x{n}/0", f"g{w}", gpu_request(count), started_ms=started))
     ledger = Ledger(snapshot(workers, (), held))
     shape = compile_shape(gpu_request(4), ())
-    workers_ok = ledger.preemptible_workers(shape)
-    index = VictimIndex(ledger, workers_ok, shape.need, Band.INTERACTIVE, 100)
+    # The placement pass asks only when the request fits on none of the workers.
+    workers_ok = tuple(w for w in ledger.preemptible_workers(shape) if not fits(ledger.free[w], shape.need))
+    bounds = victim_bounds(ledger, workers_ok, Band.INTERACTIVE, 100)
+    index = VictimIndex(ledger, bounds, shape.need, Band.INTERACTIVE, 100)
     for _ in range(rounds):
         expected = cheapest_victim_set(ledger, workers_ok, shape.need, Band.INTERACTIVE, 100)
         found = index.cheapest()

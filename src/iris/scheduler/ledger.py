@@ -20,6 +20,7 @@ This object is mutable, but it never outlives the pure `schedule` call that crea
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Iterable
 
 from iris.core.bands import Band
 from iris.core.constraints import Constraint
@@ -102,6 +103,17 @@ class Ledger:
         self._group_plans: dict[tuple, list[tuple[tuple[str, str], list[Pool]]]] = {}
         self._evictable: dict[tuple[int, Band], tuple[Vector, tuple[RunningTask, ...]]] = {}
         self._journal: list[tuple] | None = None
+        self._watchers: dict[int, list[set[int]]] = {}  # worker -> the sets to mark when its free capacity changes
+
+    def watch(self, workers: Iterable[int], dirty: set[int]) -> None:
+        """Adds each of `workers` to `dirty` whenever its free capacity changes from now on."""
+        watchers = self._watchers
+        for w in workers:
+            found = watchers.get(w)
+            if found is None:
+                watchers[w] = [dirty]
+            else:
+                found.append(dirty)
 
     # -- which workers a shape may use ------------------------------------------------------
 
@@ -162,6 +174,8 @@ class Ledger:
             pool = pools.get(number)
             if pool is not None:
                 pool.dirty.add(w)
+        for dirty in self._watchers.get(w, ()):
+            dirty.add(w)
         self._changed.add(w)
         self.free[w] = new
         if self._journal is not None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from iris.core.bands import Band
 from iris.scheduler.fit import Shape, copies
+from iris.scheduler.gangs import GangSlots, Group
 from iris.scheduler.ledger import Ledger, Pool, best_fit
 from iris.scheduler.preemption import (
     LOWEST_BAND,
@@ -25,6 +26,7 @@ from iris.scheduler.preemption import (
     can_preempt_anything,
     cheapest_victim_set,
     reclaimable,
+    victim_bounds,
     victim_cost,
 )
 from iris.scheduler.snapshot import Assignment, PendingTask, Preemption, RunningTask
@@ -32,13 +34,21 @@ from iris.scheduler.snapshot import Assignment, PendingTask, Preemption, Running
 
 @dataclass(slots=True)
 class Memo:
-    """What the tick has already learned cannot succeed."""
+    """What the tick has already learned cannot succeed, and the indexes it keeps while it runs.
 
+    `plain` turns the indexes off: every victim set and group count is then computed by scanning
+    every worker, as the definition says. The decisions are the same either way (tests hold the
+    fast pass to the plain one); the plain pass only costs more.
+    """
+
+    plain: bool = False
     no_fit: set[Shape] = field(default_factory=set)
     no_preempt: set[tuple[Shape, Band]] = field(default_factory=set)
     no_gang: set[tuple] = field(default_factory=set)
     victims: dict[tuple, VictimIndex] = field(default_factory=dict)
-    gang_slots: dict[tuple, int] = field(default_factory=dict)  # (shape, group) -> slots, when short
+    bounds: dict[tuple, list[tuple]] = field(default_factory=dict)  # (where it evicts, band) -> victim_bounds
+    gangs: dict[tuple, GangSlots] = field(default_factory=dict)  # (hard, need, replicas) -> slots per group
+    plan_of: dict[tuple, dict[Group, list[Pool]]] = field(default_factory=dict)  # where -> group -> its pools
     gang_reclaim: dict[tuple, int] = field(default_factory=dict)  # (shape, group, band) -> the same, evicting
     gang_cost: dict[tuple, tuple] = field(default_factory=dict)  # (shape, n, band, group) -> (state, cost)
 
@@ -90,11 +100,20 @@ def place_independent(
         memo.no_fit.add(shape)
         if not can_preempt_anything(band) or (shape, band) in memo.no_preempt:
             break
+        if memo.plain:
+            chosen = cheapest_victim_set(ledger, ledger.preemptible_workers(shape), need, band, now_ms)
+            if not _preempt_one(ledger, placed, shape, tasks[i], chosen):
+                memo.no_preempt.add((shape, band))
+                break
+            i += 1
+            continue
         index = memo.victims.get((shape.evicts_among, band))
         if index is None:
-            index = memo.victims[(shape.evicts_among, band)] = VictimIndex(
-                ledger, ledger.preemptible_workers(shape), need, band, now_ms
-            )
+            workers = ledger.preemptible_workers(shape)
+            bounds = memo.bounds.get((workers, band))
+            if bounds is None:
+                bounds = memo.bounds[(workers, band)] = victim_bounds(ledger, workers, band, now_ms)
+            index = memo.victims[(shape.evicts_among, band)] = VictimIndex(ledger, bounds, need, band, now_ms)
         if not _preempt_one(ledger, placed, shape, tasks[i], index.cheapest()):
             memo.no_preempt.add((shape, band))
             break
@@ -142,6 +161,21 @@ def _slots(ledger: Ledger, plan: list[Pool], shape: Shape, limit: int, band: Ban
     return total
 
 
+def _group_slots(
+    ledger: Ledger, memo: Memo, shape: Shape, groups: list[tuple[Group, list[Pool]]], n: int
+) -> tuple[dict[Group, int], Group | None]:
+    """Per group, how many of `n` replicas its workers hold now, and the tightest group holding all."""
+    if memo.plain:
+        slots = {g: _slots(ledger, plan, shape, n) for g, plan in groups}
+        ready = [(s, g) for g, s in slots.items() if s >= n]
+        return slots, min(ready)[1] if ready else None
+    key = (shape.hard, shape.need, n)
+    gang = memo.gangs.get(key)
+    if gang is None:
+        gang = memo.gangs[key] = GangSlots(ledger, groups, shape.need, n)
+    return gang.refresh(ledger.free), gang.tightest()
+
+
 def place_coscheduled(
     ledger: Ledger,
     memo: Memo,
@@ -161,22 +195,15 @@ def place_coscheduled(
     """
     n = len(tasks)
     groups = ledger.group_plans(shape)
+    free_slots, tightest = _group_slots(ledger, memo, shape, groups, n)
     if pinned_group is not None:
         groups = [(g, plan) for g, plan in groups if g == pinned_group]
-    best: tuple | None = None
-    free_slots: dict[tuple[str, str], int] = {}
-    for group, plan in groups:
-        bound = memo.gang_slots.get((shape, group))
-        if bound is not None and bound < n:
-            free_slots[group] = bound
-            continue
-        slots = free_slots[group] = _slots(ledger, plan, shape, n)
-        if slots < n:
-            memo.gang_slots[(shape, group)] = slots  # exact when short: no worker reached the cap
-        elif best is None or (slots, group) < best[0]:
-            best = ((slots, group), plan)
-    if best is not None:
-        return _fill_in_trial(ledger, best[1], shape, None, tasks, (), now_ms)
+        tightest = pinned_group if groups and free_slots[pinned_group] >= n else None
+    if tightest is not None:
+        plan_of = memo.plan_of.get(shape.where)
+        if plan_of is None:
+            plan_of = memo.plan_of[shape.where] = dict(ledger.group_plans(shape))
+        return _fill_in_trial(ledger, plan_of[tightest], shape, None, tasks, (), now_ms)
     if not can_preempt_anything(band) or (shape, n, pinned_group, band) in memo.no_gang:
         return None
     allowed = set(ledger.preemptible_workers(shape))

@@ -112,41 +112,66 @@ def cheapest_victim_set(
     return best
 
 
+def victim_bounds(ledger: Ledger, workers: Iterable[int], band: Band, now_ms: int) -> list[tuple]:
+    """Workers with something `band` may evict, each as a lower bound of what evicting there costs
+    any request that does not fit its free capacity, sorted cheapest first.
+
+    Such a request evicts at least one task; if every victim is of the lowest band the worker
+    holds, the cheapest of them loses the least work, and any other choice reaches a higher band.
+    So (that band, 1 victim, the least work lost in it, worker) is at most the real cost.
+    """
+    bounds = []
+    for w in workers:
+        candidates = ledger.evictable(w, band)[1]
+        if not candidates:
+            continue
+        low = max(int(t.band) for t in candidates)
+        work = min(max(0, now_ms - t.started_ms) for t in candidates if int(t.band) == low)
+        bounds.append((-low, 1, work, w))
+    bounds.sort()
+    return bounds
+
+
 class VictimIndex:
     """The cheapest victim set over many workers for one request and band, across a tick.
 
-    A heap of per-worker victim sets, each stamped with the worker's version; a stale entry that
-    reaches the top is recomputed and pushed back. A worker's cost only grows during a tick (its
-    free capacity and its evictable tasks only shrink), so a recorded cost is a lower bound and the
-    fresh top is the cheapest. This turns thousands of preemptions over thousands of workers from
-    a full scan each into a few heap operations each.
+    For a request that fits on none of the workers (the placement pass asks only then). Workers are
+    visited in the order of `victim_bounds`, a lower bound of their cost shared by every request
+    of the same band over the same workers, and the exact victim set is computed only for workers
+    whose bound is below the cheapest set found so far: usually a handful, not the whole cluster.
+    Exact sets wait in a heap stamped with the worker's version; a stale entry that reaches the
+    top is recomputed and pushed back. A worker's cost only grows during a tick (its free capacity
+    and its evictable tasks only shrink), so a recorded cost or an early bound stays a lower bound
+    and the fresh top below every unvisited bound is the cheapest.
     """
 
-    def __init__(self, ledger: Ledger, workers: Iterable[int], need: Vector, band: Band, now_ms: int) -> None:
+    def __init__(self, ledger: Ledger, bounds: list[tuple], need: Vector, band: Band, now_ms: int) -> None:
         self._ledger, self._need, self._band, self._now_ms = ledger, need, band, now_ms
+        self._bounds = bounds
+        self._next = 0  # the first worker of `bounds` not yet visited
         self._heap: list[tuple[tuple, int, VictimSet]] = []
-        for w in workers:
-            self._push(w)
-        heapq.heapify(self._heap)
 
-    def _push(self, w: int, heap_push: bool = False) -> None:
+    def _push(self, w: int) -> None:
         found = victim_set_on(self._ledger, w, self._need, self._band, self._now_ms)
         if found is not None:
-            entry = (found.cost, self._ledger.version[w], found)
-            if heap_push:
-                heapq.heappush(self._heap, entry)
-            else:
-                self._heap.append(entry)
+            heapq.heappush(self._heap, (found.cost, self._ledger.version[w], found))
 
     def cheapest(self) -> VictimSet | None:
-        heap, version = self._heap, self._ledger.version
-        while heap:
-            _, stamp, found = heap[0]
-            if stamp == version[found.worker]:
-                return found
-            heapq.heappop(heap)
-            self._push(found.worker, heap_push=True)
-        return None
+        heap, version, bounds = self._heap, self._ledger.version, self._bounds
+        while True:
+            bound = bounds[self._next] if self._next < len(bounds) else None
+            if heap:
+                cost, stamp, found = heap[0]
+                if stamp != version[found.worker]:
+                    heapq.heappop(heap)
+                    self._push(found.worker)
+                    continue
+                if bound is None or cost < bound:
+                    return found
+            elif bound is None:
+                return None
+            self._next += 1
+            self._push(bound[3])
 
 
 def apply_victim_set(ledger: Ledger, chosen: VictimSet, need: Vector) -> None:

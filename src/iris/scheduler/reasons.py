@@ -75,10 +75,11 @@ class PoolStats:
     """Per backend, the most free capacity of any one worker in each dimension, post-tick."""
 
     def __init__(self) -> None:
-        self._by_members: dict[tuple[int, ...], dict[str, list[int]]] = {}
+        self._by_members: dict[tuple, dict[str, list[int]]] = {}
 
-    def most_free(self, ledger: Ledger, members: tuple[int, ...]) -> dict[str, list[int]]:
-        found = self._by_members.get(members)
+    def most_free(self, ledger: Ledger, key: tuple, members: list[int]) -> dict[str, list[int]]:
+        """For the workers `members` (named by `key`, what selects them), per backend the most free."""
+        found = self._by_members.get(key)
         if found is None:
             found = {}
             for w in members:
@@ -91,13 +92,13 @@ class PoolStats:
                     for d in DIMENSIONS:
                         if free[d] > best[d]:
                             best[d] = free[d]
-            self._by_members[members] = found
+            self._by_members[key] = found
         return found
 
 
-def _waiting_for_one(ledger: Ledger, stats: PoolStats, shape: Shape, members: tuple[int, ...]) -> str:
+def _waiting_for_one(ledger: Ledger, stats: PoolStats, shape: Shape, members: list[int]) -> str:
     word = shape.device_word
-    per_backend = stats.most_free(ledger, members)
+    per_backend = stats.most_free(ledger, shape.hard, members)
     for d in DIMENSIONS:
         if shape.need[d] <= 0:
             continue
@@ -132,13 +133,13 @@ def waiting_reason(ledger: Ledger, stats: PoolStats, request: JobRequest, count:
     if not any(ledger.alive):
         sentence = "Waiting for a worker to come up; no worker is alive"
     else:
-        members = tuple(w for pool in ledger.plan(shape) for w in pool.members)
+        members = ledger.matching(shape.hard)  # the alive workers its plan searches, every level
         if not members:
             sentence = "Waiting for a worker that satisfies its constraints; every such worker is down"
         elif request.coscheduled:
-            sentence = _waiting_for_group(ledger, request, list(members), count)
+            sentence = _waiting_for_group(ledger, request, members, count)
         else:
-            sentence = _waiting_for_one(ledger, stats, shape, tuple(sorted(members)))
+            sentence = _waiting_for_one(ledger, stats, shape, members)
     if request.downgraded:
         sentence += over_budget_note(request.user)
     return sentence

@@ -132,14 +132,15 @@ def _place(tick: Tick, memo: Memo, request: JobRequest, outcome: JobOutcome) -> 
     outcome.preempted = len(placed.preemptions)
 
 
-def run_tick(snapshot: SchedulingSnapshot) -> Tick:
-    """Runs the whole pipeline and keeps what `explain` needs to look at afterwards."""
+def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
+    """Runs the whole pipeline and keeps what `explain` needs to look at afterwards. `plain` runs
+    it without the pass's indexes (see `placement.Memo`): the same decisions, found by scanning."""
     by_job = pending_by_job(snapshot)
     shapes = ShapeCache()
     pins_worker = any(c.key == "worker" for tasks in by_job.values() for c in shapes.of(tasks[0]).hard)
     ledger = Ledger(snapshot, per_worker=pins_worker)
     tick = Tick(snapshot, ledger)
-    memo = Memo()
+    memo = Memo(plain=plain)
     never = ledger.ix.never  # a function of the workers alone: kept across ticks with them
     for request in build_requests(snapshot, ledger, by_job, shapes):
         outcome = tick.outcomes[request.job_id] = JobOutcome(request)
