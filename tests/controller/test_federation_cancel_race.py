@@ -39,7 +39,7 @@ def test_cancel_before_the_promotion_wins_and_the_promotion_is_refused(tmp_path)
     db, store = _store(tmp_path)
     job = _queue(db, "early")
     _cancel(db, job)
-    assert not store.promote(Promotion(job, "cw-h100", "h100"))
+    assert store.promote_all([Promotion(job, "cw-h100", "h100")]) == []
     assert _job(db, job)[:2] == ("KILLED", "Cancelled before handoff")
     assert store.pending_deliveries() == [] and store.pending_cancels() == []
     db.close()
@@ -48,7 +48,7 @@ def test_cancel_before_the_promotion_wins_and_the_promotion_is_refused(tmp_path)
 def test_cancel_after_the_promotion_but_before_delivery_ends_it_here_and_no_delivery_starts(tmp_path):
     db, store = _store(tmp_path)
     job = _queue(db, "promoted")
-    assert store.promote(Promotion(job, "cw-h100", "h100"))
+    assert store.promote_all([Promotion(job, "cw-h100", "h100")])
     _cancel(db, job)
     assert not store.start_delivery(job)  # the delivery loop read it before the cancel: it stops here
     assert _job(db, job)[:2] == ("KILLED", "Cancelled before handoff")
@@ -59,7 +59,7 @@ def test_cancel_after_the_promotion_but_before_delivery_ends_it_here_and_no_deli
 def test_cancel_once_a_delivery_started_waits_for_the_peer_to_confirm(tmp_path):
     db, store = _store(tmp_path)
     job = _queue(db, "inflight")
-    assert store.promote(Promotion(job, "cw-h100", "h100"))
+    assert store.promote_all([Promotion(job, "cw-h100", "h100")])
     assert store.start_delivery(job)
     _cancel(db, job)
     state, _, reason = _job(db, job)

@@ -268,6 +268,14 @@ def test_assign_per_peer_cap_limits_promotions():
     assert [p.job_id for p in promotions] == [f"/u/j{i}" for i in range(6)]
 
 
+def test_assign_in_flight_handoffs_take_their_peers_slots():
+    queued = [job(f"/u/j{i}", gpu(count=1), submitted_ms=i) for i in range(10)]
+    peers = [h100_peer("cw-a", 64), h100_peer("cw-b", 64), h100_peer("cw-c", 64)]
+    promotions = assign_queued(queued, peers, ReservationLedger(), 3, {"cw-a": 3, "cw-b": 2, "cw-c": 7})
+    counts = {p: list(placements(promotions).values()).count(p) for p in ("cw-a", "cw-b", "cw-c")}
+    assert counts == {"cw-a": 0, "cw-b": 1, "cw-c": 0}  # only the slot cw-b's acceptances have freed
+
+
 def test_assign_job_fitting_nowhere_does_not_block_later_jobs():
     queued = [job("/u/huge", gpu(count=8), replicas=16), job("/u/small", gpu(count=8), submitted_ms=1)]
     assert placements(assign_queued(queued, [h100_peer("cw", 8)], ReservationLedger(), 8)) == {"/u/small": "cw"}

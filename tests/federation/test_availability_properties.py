@@ -57,13 +57,14 @@ def _reach(levels: list[float], band: Band, spent: float) -> float:
 
 
 @settings(max_examples=300, deadline=None)
-@given(peers_strategy(), queue_strategy(), st.integers(1, 4))
-def test_assign_random_queue_respects_capacity_caps_and_skips_only_what_fits_nowhere(peers, queue, cap):
-    promotions = assign_queued(queue, peers, ReservationLedger(), cap)
+@given(peers_strategy(), queue_strategy(), st.integers(1, 4), st.data())
+def test_assign_random_queue_respects_capacity_caps_and_skips_only_what_fits_nowhere(peers, queue, cap, data):
+    in_flight = {p.peer_id: data.draw(st.integers(0, cap + 1)) for p in peers if data.draw(st.booleans())}
+    promotions = assign_queued(queue, peers, ReservationLedger(), cap, in_flight)
     by_id = {j.job_id: j for j in queue}
     backends = {(p.peer_id, b.backend_id): (p, b) for p in peers for b in p.backends}
     spent: dict[tuple[str, str], float] = {}
-    per_peer: dict[str, int] = {}
+    per_peer: dict[str, int] = dict(in_flight)  # handoffs not yet accepted hold their slots
     for promotion in promotions:
         queued = by_id[promotion.job_id]
         owner, backend = backends[(promotion.peer_id, promotion.backend_id)]
@@ -79,7 +80,8 @@ def test_assign_random_queue_respects_capacity_caps_and_skips_only_what_fits_now
         assert promotion.amount <= _reach(levels, queued.band, used)
         assert promotion.reclaimed == max(0.0, promotion.amount - max(0.0, levels[0] - used))
         spent[key] = used + promotion.amount
-    assert all(count <= cap for count in per_peer.values())
+    assert all(count <= max(cap, in_flight.get(peer_id, 0)) for peer_id, count in per_peer.items())
+    assert all(per_peer[p] == n for p, n in in_flight.items() if n >= cap)  # a full peer takes nothing
     placed = {p.job_id for p in promotions}
     for queued in queue:
         if queued.job_id not in placed:

@@ -110,6 +110,7 @@ class Controller:
             reroute_after=settings.federation_reroute_after,
             token_source=self.auth.peer_token,
             clock=self.clock,
+            wake_tick=self._wake,
         )
 
     def _wake(self) -> None:

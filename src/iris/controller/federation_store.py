@@ -12,6 +12,7 @@ read.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from iris.controller.db import federation as fed
 from iris.controller.db import withdrawal
@@ -33,6 +34,7 @@ from iris.rpc import controller_pb2 as pb
 log = logging.getLogger(__name__)
 _JOB_STATES = frozenset(s.value for s in JobState)
 _TASK_STATES = frozenset(s.value for s in TaskState)
+_ENDED = frozenset(s.value for s in JobState if s.is_terminal)
 
 
 class ControllerFederationStore:
@@ -57,14 +59,22 @@ class ControllerFederationStore:
         with self.db.write() as conn:
             fed.set_queued_reasons(conn, reasons)
 
-    def promote(self, promotion: Promotion) -> bool:
+    def promote_all(self, promotions: Sequence[Promotion]) -> list[Promotion]:
+        """Applies a pass's promotions in one transaction; returns those whose conditional update
+        held (a cancel or a promotion that raced the pass beats it)."""
         with self.db.write() as conn:
-            return fed.promote(conn, promotion, self.now_ms())
+            now = self.now_ms()
+            return [p for p in promotions if fed.promote(conn, p, now)]
+
+    def handoffs_in_flight(self) -> dict[str, int]:
+        with self.db.read() as conn:
+            return fed.handoffs_in_flight(conn)
 
     def pending_deliveries(self) -> list[PendingDelivery]:
         with self.db.read() as conn:
             return [
-                PendingDelivery(h["job_id"], h["peer_id"], bool(h["cancel_requested"]))
+                # An ended job (stopped before its delivery) is never delivered, like a cancelled one.
+                PendingDelivery(h["job_id"], h["peer_id"], bool(h["cancel_requested"]) or h["job_state"] in _ENDED)
                 for h in fed.sent_handles(conn, ("PENDING_HANDOFF",))
             ]
 
@@ -140,12 +150,16 @@ class ControllerFederationStore:
         return {r[0] for r in rows if r[0]}
 
     def log_targets(self, peer_id: str) -> list[LogTarget]:
+        """The jobs on `peer_id` whose log lines may still have to be relayed. A job the peer
+        reports as never started yet has printed nothing, so it costs the peer no call until it
+        starts or ends (a burst waiting for room there would otherwise be asked about every sync)."""
         with self.db.read() as conn:
             rows = conn.execute(
                 sql(
                     "SELECT f.job_id, f.log_cursor FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
                     f" WHERE f.direction = {SENT} AND f.peer_id = :p AND f.handoff_state = {HANDED_OFF}"
                     " AND f.first_report = 1 AND f.logs_complete = 0"
+                    f" AND (j.started_ms IS NOT NULL OR j.state != {JOB_PENDING})"
                 ),
                 {"p": peer_id},
             ).all()

@@ -15,8 +15,8 @@ The rules (DESIGN §6), each one a small function below:
   earlier candidates of this pass took. Every draw spends idle capacity first and then reclaims from
   the lowest band upward, so one running total per (backend, token) answers all bands at once;
 - among the backends that fit: one that preempts nothing, then the one that preempts least, then the
-  best fit (least left over of what the peer reported), then spread (fewer promotions to that peer in
-  this pass, then a stable per-job hash), then peer id. Best fit is judged against the reported
+  best fit (least left over of what the peer reported), then spread (fewer handoffs in flight to
+  that peer, then a stable per-job hash), then peer id. Best fit is judged against the reported
   capacity, not the in-pass remainder nor the ledger's reservations, because every promotion made
   since the last report is made against the same stale observation: spreading a burst across peers
   that reported the same room limits how far any one of them is over-promised, and lets them admit
@@ -24,7 +24,15 @@ The rules (DESIGN §6), each one a small function below:
   tightest, and a burst arriving one job per pass packed onto one peer.) A backend with no availability block is matched on shape alone and
   ranks after every backend with a metric; a peer that reports no band split reclaims nothing;
 - unreachable peers host nothing; a pin confines a job to its peer; a job that fits nowhere is
-  skipped, never blocking the jobs behind it; each peer takes at most `max_per_peer` per pass.
+  skipped, never blocking the jobs behind it; each peer has at most `max_per_peer` handoffs in
+  flight (promoted and not yet accepted there), counting those of earlier passes, so a pass
+  promotes only into the slots that the peer's acceptances have freed.
+
+Why an in-flight cap, not a per-pass one. A cap per pass both throttles and fails to protect: a
+burst moves at `max_per_peer` per peer per tick however fast the peers accept, while a peer that
+stops answering is sent another `max_per_peer` every tick. Counting what is still unaccepted bounds
+what any peer holds undelivered at `max_per_peer`, and lets the next pass (the shell wakes the tick
+when a slot frees) refill at the pace the peer admits.
 
 Why a ledger keyed on the heartbeat generation, not a per-tick decrement. The tick runs every second
 and on every submit, the heartbeat every 30 s, so one advertised number is read by many ticks. Left
@@ -41,7 +49,7 @@ observation's free capacity per backend; the peer's own scheduler is the backsto
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -171,14 +179,21 @@ class _Shape:
 class _Pass:
     """The mutable state of one placement pass: capacity pools, per-peer counts, shapes seen."""
 
-    def __init__(self, peers: Sequence[PeerSnapshot], ledger: ReservationLedger, max_per_peer: int):
+    def __init__(
+        self,
+        peers: Sequence[PeerSnapshot],
+        ledger: ReservationLedger,
+        max_per_peer: int,
+        in_flight: Mapping[str, int],
+    ):
         self.ledger = ledger
         self.max_per_peer = max_per_peer
         self.peers = tuple(peers)
         self.peer_by_name = {p.peer_id.lower(): i for i, p in enumerate(self.peers)}
         self.reachable = [i for i, p in enumerate(self.peers) if p.reachable]
-        self.placed = [0] * len(self.peers)
-        self.open_peers = len(self.reachable)
+        # Handoffs still unaccepted from earlier passes occupy their peer's slots.
+        self.placed = [max(0, in_flight.get(p.peer_id, 0)) for p in self.peers]
+        self.open_peers = sum(1 for i in self.reachable if self.placed[i] < max_per_peer)
         self._salts: dict[tuple[int, str], int] = {}
         self._pools: dict[tuple[int, str, str], _TokenPool] = {}
         self._shapes: dict[tuple, _Shape] = {}
@@ -261,7 +276,7 @@ def _best_entry(state: _Pass, job: QueuedJob, shape: _Shape, live: list[_Entry])
 
     Lower is better on, in turn: the amount preempted (0 when idle capacity suffices; infinite for
     a gated job on a backend without a metric, which therefore ranks after every metric backend),
-    the slack left of what the peer reported, promotions to the peer this pass, the per-job hash,
+    the slack left of what the peer reported, handoffs in flight to the peer, the per-job hash,
     then peer id and backend id. `live` holds the backends still open to this shape and band; the
     ones found full are dropped from it for good, since within a pass capacity only shrinks and caps
     only fill. This is the pass's inner loop: one loop, scalar comparisons, no allocation per entry.
@@ -344,11 +359,15 @@ def assign_queued(
     peers: Sequence[PeerSnapshot],
     ledger: ReservationLedger,
     max_per_peer: int,
+    in_flight: Mapping[str, int] | None = None,
 ) -> tuple[Promotion, ...]:
-    """The promotions of one tick: queued jobs (band, then age) onto the peer backends with room."""
+    """The promotions of one tick: queued jobs (band, then age) onto the peer backends with room.
+
+    `in_flight` counts, per peer, the handoffs promoted earlier and not yet accepted there; with
+    them, a peer takes at most `max_per_peer` minus that many in this pass."""
     if max_per_peer <= 0:
         return ()
-    state = _Pass(peers, ledger, max_per_peer)
+    state = _Pass(peers, ledger, max_per_peer, in_flight or {})
     promotions: list[Promotion] = []
     for job in sorted(candidates, key=_QUEUE_ORDER):
         if state.open_peers <= 0:

@@ -6,9 +6,14 @@ inputs, applies their outputs through a small store interface the controller imp
 every network fault into "try again next cycle". Nothing here can fail or kill a job because a peer
 is unreachable: an unreachable peer keeps its last known state, marked stale.
 
-One background thread runs everything that needs the network, so a slow peer delays federation
-work but never the control tick; the tick's `plan` step is pure computation plus one conditional
-update per promotion.
+Two background threads do what needs the network, so a slow peer delays federation work but never
+the control tick; the tick's `plan` step is pure computation plus one transaction of conditional
+updates. One thread heartbeats, relays cancels and withdrawals, and syncs. The other delivers: it
+keeps up to `DELIVERIES_IN_FLIGHT` LaunchJob calls open per peer, starting the next promoted job as
+soon as a call returns, and wakes the tick when a peer accepted one, so a burst flows at the pace the
+peers admit it rather than one pass or one sync (with its log relay) after another. A job is in at
+most one call at a time, and a cancel or withdrawal of it waits until its call has returned, so the
+peer never sees a stop before the delivery it would have to stop.
 
 A federated job's logs are relayed on each sync by a per-job cursor: they trail the peer by at most
 one `federation_sync_interval` (3 s by default) plus the peer's own capture delay (about 0.1 s), and
@@ -27,8 +32,9 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -70,7 +76,8 @@ class FederationStore(Protocol):
     def queued_jobs(self) -> list[QueuedJob]: ...
     def expire_queued(self) -> list[str]: ...  # queued jobs past their scheduling timeout, now ended
     def set_queued_reasons(self, reasons: dict[str, str]) -> None: ...  # job -> pending reason
-    def promote(self, promotion: Promotion) -> bool: ...
+    def promote_all(self, promotions: Sequence[Promotion]) -> list[Promotion]: ...  # the confirmed ones
+    def handoffs_in_flight(self) -> dict[str, int]: ...  # peer -> promoted, not yet accepted there
     def pending_deliveries(self) -> list[PendingDelivery]: ...
     def delivery_request(self, job_id: str) -> pb.LaunchJobRequest: ...
     def mark_handed_off(self, job_id: str) -> None: ...
@@ -123,6 +130,7 @@ class FederationManager:
         reroute_after: float = 600.0,
         token_source: Callable[[str], str | None] = lambda peer: None,
         clock: Callable[[], float] = time.time,
+        wake_tick: Callable[[], None] = lambda: None,
     ):
         self.cluster_name = cluster_name
         self.store = store
@@ -132,6 +140,7 @@ class FederationManager:
         self.max_per_peer = max_per_peer
         self.reroute_after = reroute_after
         self.clock = clock
+        self.wake_tick = wake_tick
         self.ledger = ReservationLedger()
         self.clients = {
             pid: PeerClient(pid, addr, functools.partial(token_source, pid), timeout_s=3.0, requester=cluster_name)
@@ -141,15 +150,23 @@ class FederationManager:
         self._lock = threading.Lock()
         self._queued_reasons: dict[str, str] = {}  # what each queued job's pending reason says now
         self._wake = threading.Event()
+        self._deliver_wake = threading.Event()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._pool = ThreadPoolExecutor(
-            max_workers=min(32, max(1, DELIVERIES_IN_FLIGHT * len(peers))), thread_name_prefix="federation-peer"
+        self._threads: list[threading.Thread] = []
+        self._pool = ThreadPoolExecutor(max_workers=min(16, max(1, len(peers))), thread_name_prefix="federation-peer")
+        self._delivery_pool = ThreadPoolExecutor(
+            max_workers=min(64, max(1, DELIVERIES_IN_FLIGHT * len(peers))), thread_name_prefix="federation-delivery"
         )
         self._next_heartbeat = 0.0
         self._next_sync = 0.0
-        # Deliveries a peer refused our credentials for: job -> (next try, monotonic s; last delay).
+        # Deliveries to try again later: job -> (next try, monotonic s; last delay). A transport
+        # failure waits one sync interval; a refusal of our credentials backs off (see `deliver`).
         self._delivery_backoff: dict[str, tuple[float, float]] = {}
+        self._delivering: dict[str, str] = {}  # job -> peer: LaunchJob calls open now (under _lock)
+        # Held by a sync of the peer from its question to its fold, and by a delivery recording the
+        # peer's acceptance (see `sync`).
+        self._sync_gates = {pid: threading.Lock() for pid in peers}
+        self._queue_left = False  # the last placement pass left jobs queued: a freed slot may take one
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -157,29 +174,36 @@ class FederationManager:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="federation", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._run, name="federation", daemon=True),
+            threading.Thread(target=self._deliver_loop, name="federation-delivery", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=15)
+        self._deliver_wake.set()
+        for thread in self._threads:
+            thread.join(timeout=15)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._delivery_pool.shutdown(wait=False, cancel_futures=True)
         for client in self.clients.values():
             client.close()
 
     def wake(self) -> None:
         self._wake.set()
+        self._deliver_wake.set()
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            self._wake.clear()  # before the work: a wake-up during it runs the loop again at once
             now = time.monotonic()
             try:
                 if now >= self._next_heartbeat:
                     self._next_heartbeat = now + self.heartbeat_interval
                     self.heartbeat()
-                self.deliver()
                 if now >= self._next_sync:
                     self._next_sync = now + self.sync_interval
                     self.relay_withdrawals()
@@ -187,9 +211,17 @@ class FederationManager:
                     self.sync()
             except Exception:
                 log.exception("federation cycle failed; retrying on the next one")
-            wait = max(0.0, min(self._next_heartbeat, self._next_sync) - time.monotonic())
-            self._wake.wait(wait)
-            self._wake.clear()
+            self._wake.wait(max(0.0, min(self._next_heartbeat, self._next_sync) - time.monotonic()))
+
+    def _deliver_loop(self) -> None:
+        while not self._stop.is_set():
+            self._deliver_wake.clear()
+            try:
+                self.dispatch()
+            except Exception:
+                log.exception("starting deliveries failed; retrying shortly")
+            # Woken by a promotion or a returning call; the timeout re-drives failed deliveries.
+            self._deliver_wake.wait(min(self.sync_interval, MIN_DELIVERY_BACKOFF_S))
 
     # -- heartbeat -----------------------------------------------------------------------------
 
@@ -248,19 +280,22 @@ class FederationManager:
         competes in (batch when its owner is over budget); None: its own."""
         self.store.expire_queued()
         queued = self.store.queued_jobs()
+        self._queue_left = False
         if not queued:
             return []
         candidates = [replace(job, band=band_of(job)) for job in queued] if band_of else queued
         downgraded = {c.job_id for c, job in zip(candidates, queued, strict=True) if c.band is not job.band}
-        promotions = assign_queued(candidates, self.peers(), self.ledger, self.max_per_peer)
-        confirmed = []
-        for promotion in promotions:
-            if self.store.promote(promotion):
-                self.ledger.charge(promotion)
-                confirmed.append(promotion)
+        promotions = assign_queued(
+            candidates, self.peers(), self.ledger, self.max_per_peer, self.store.handoffs_in_flight()
+        )
+        confirmed = self.store.promote_all(promotions) if promotions else []
+        for promotion in confirmed:
+            self.ledger.charge(promotion)
+        self._queue_left = len(confirmed) < len(queued)
         if confirmed:
-            self.wake()
-        self._explain_waits([c for c in candidates if c.job_id not in {p.job_id for p in confirmed}], downgraded)
+            self._deliver_wake.set()
+        promoted = {p.job_id for p in confirmed}
+        self._explain_waits([c for c in candidates if c.job_id not in promoted], downgraded)
         return confirmed
 
     def _explain_waits(self, waiting: list[QueuedJob], downgraded: set[str]) -> None:
@@ -282,76 +317,115 @@ class FederationManager:
     # -- delivery, cancel, sync, logs -------------------------------------------------------------
 
     def deliver(self) -> None:
-        """Calls each peer's LaunchJob for promoted jobs; transport errors leave them pending.
+        """Delivers every promoted job once now and waits for the answers: the delivery loop's
+        work, done in the caller's thread (tests, tools)."""
+        tried: set[str] = set()
+        while started := self.dispatch(tried):
+            tried.update(started)
+            wait(started.values())
+
+    def dispatch(self, skip: set[str] | frozenset[str] = frozenset()) -> dict[str, Future]:
+        """Starts a LaunchJob call for each promoted job that is not in one already (nor in
+        `skip`), up to `DELIVERIES_IN_FLIGHT` per peer, all peers side by side; returns the calls
+        started by job.
+
+        Each call, on its return, wakes the loop to start the next job (and the tick to promote
+        into the slot it freed), so calls to a peer follow one another back to back.
+        """
+        now = time.monotonic()
+        started: dict[str, Future] = {}
+        with self._lock:
+            busy = Counter(self._delivering.values())
+        for delivery in self.store.pending_deliveries():
+            job_id, peer_id = delivery.job_id, delivery.peer_id
+            if delivery.cancelled or job_id in skip:
+                continue  # cancelled before handoff: never delivered
+            if peer_id not in self.clients:
+                self.store.mark_rejected(job_id, f"peer {peer_id} is no longer configured")
+                continue
+            with self._lock:
+                # The back-off is read under the lock: a call that failed set it before it left
+                # `_delivering`, so a job is never re-driven at once by a read from before.
+                retry = self._delivery_backoff.get(job_id)
+                if job_id in self._delivering or busy[peer_id] >= DELIVERIES_IN_FLIGHT:
+                    continue
+                if retry is not None and now < retry[0]:
+                    continue
+                self._delivering[job_id] = peer_id
+                busy[peer_id] += 1
+            try:
+                started[job_id] = self._delivery_pool.submit(self._deliver_one, peer_id, job_id)
+            except RuntimeError:  # shutting down
+                with self._lock:
+                    self._delivering.pop(job_id, None)
+                break
+        return started
+
+    def _deliver_one(self, peer_id: str, job_id: str) -> None:
+        called = False
+        try:
+            called = self._deliver(peer_id, job_id)
+        except Exception:
+            log.exception("delivery of %s to %s failed; it will be re-driven", job_id, peer_id)
+        finally:
+            with self._lock:
+                self._delivering.pop(job_id, None)
+        if called:
+            self._deliver_wake.set()
+            if self._queue_left:
+                self.wake_tick()
+
+    def _deliver(self, peer_id: str, job_id: str) -> bool:
+        """Calls the peer's LaunchJob for one promoted job and records the answer; False when it
+        made no call (the job was cancelled, or delivered, since it was read).
 
         Which answers are final: ALREADY_EXISTS, PERMISSION_DENIED and INVALID_ARGUMENT are the
         peer's considered refusal of this job, and re-driving would only repeat it, so the job
         fails with the peer's message. UNAUTHENTICATED is not about the job but about this
         cluster's credentials (a key not yet rolled out, a clock step, a proxy's 401): it heals
         without anyone touching the job, so the job stays pending with the cause as its reason and
-        is re-driven with back-off (1 s doubling to a minute), same id and nonce.
+        is re-driven with back-off (1 s doubling to a minute), same id and nonce. Any other failure
+        (transport, a peer that cannot serve now) is re-driven after a short wait, same id and nonce,
+        which the peer dedups.
         """
-        now = time.monotonic()
-        by_peer: dict[str, list[str]] = {}
-        for delivery in self.store.pending_deliveries():
-            job_id, peer_id = delivery.job_id, delivery.peer_id
-            if delivery.cancelled:
-                continue  # cancelled before handoff: never delivered
-            retry = self._delivery_backoff.get(job_id)
-            if retry is not None and now < retry[0]:
-                continue
-            if peer_id not in self.clients:
-                self.store.mark_rejected(job_id, f"peer {peer_id} is no longer configured")
-                continue
-            by_peer.setdefault(peer_id, []).append(job_id)
-        # Up to DELIVERIES_IN_FLIGHT calls per peer at once, all peers side by side: a burst is
-        # handed off at the pace at which the peers admit, not one round trip after another.
-        # Each job is delivered once per pass and the pass waits for every answer, so the next
-        # pass sees what this one did: no job goes out twice at once (a re-drive after a lost
-        # answer carries the same nonce, which the peer dedups).
-        lanes = [
-            (peer_id, job_ids[lane::DELIVERIES_IN_FLIGHT])
-            for peer_id, job_ids in by_peer.items()
-            for lane in range(min(DELIVERIES_IN_FLIGHT, len(job_ids)))
-        ]
-        if len(lanes) == 1:
-            self._deliver_to(*lanes[0])
-        elif lanes:
-            list(self._pool.map(lambda lane: self._deliver_to(*lane), lanes))
-
-    def _deliver_to(self, peer_id: str, job_ids: list[str]) -> None:
-        """Delivers `job_ids` to one peer, one after the other."""
-        client = self.clients[peer_id]
-        for job_id in job_ids:
-            retry = self._delivery_backoff.get(job_id)
-            if not self.store.start_delivery(job_id):
-                continue  # cancelled since it was read: never delivered
-            try:
-                client.launch_job(self.store.delivery_request(job_id))
-            except Unauthenticated as exc:
-                delay = min(2 * retry[1], MAX_DELIVERY_BACKOFF_S) if retry else MIN_DELIVERY_BACKOFF_S
-                self._delivery_backoff[job_id] = (time.monotonic() + delay, delay)
-                log.warning(
-                    "peer %s refused our credentials delivering %s; retrying in %gs: %s", peer_id, job_id, delay, exc
-                )
-                self.store.note_pending_reason(
-                    job_id, credentials_refused_reason(peer_id, exc.message.removeprefix(f"peer {peer_id}: "), delay)
-                )
-            except (AlreadyExists, PermissionDenied, InvalidArgument) as exc:
-                self._delivery_backoff.pop(job_id, None)
-                self.store.mark_rejected(job_id, exc.message)
-            except Exception as exc:  # transport or peer trouble: re-driven with the same id and nonce
-                log.info("delivery of %s to %s failed, will retry: %s", job_id, peer_id, exc)
-            else:
-                self._delivery_backoff.pop(job_id, None)
+        retry = self._delivery_backoff.get(job_id)
+        if not self.store.start_delivery(job_id):
+            return False  # cancelled since it was read: never delivered
+        try:
+            self.clients[peer_id].launch_job(self.store.delivery_request(job_id))
+        except Unauthenticated as exc:
+            delay = min(2 * retry[1], MAX_DELIVERY_BACKOFF_S) if retry else MIN_DELIVERY_BACKOFF_S
+            self._delivery_backoff[job_id] = (time.monotonic() + delay, delay)
+            log.warning(
+                "peer %s refused our credentials delivering %s; retrying in %gs: %s", peer_id, job_id, delay, exc
+            )
+            self.store.note_pending_reason(
+                job_id, credentials_refused_reason(peer_id, exc.message.removeprefix(f"peer {peer_id}: "), delay)
+            )
+        except (AlreadyExists, PermissionDenied, InvalidArgument) as exc:
+            self._delivery_backoff.pop(job_id, None)
+            self.store.mark_rejected(job_id, exc.message)
+        except Exception as exc:  # transport or peer trouble: re-driven with the same id and nonce
+            delay = min(self.sync_interval, MIN_DELIVERY_BACKOFF_S)
+            self._delivery_backoff[job_id] = (time.monotonic() + delay, retry[1] if retry else 0.0)
+            log.info("delivery of %s to %s failed, will retry: %s", job_id, peer_id, exc)
+        else:
+            self._delivery_backoff.pop(job_id, None)
+            with self._sync_gates[peer_id]:
                 self.store.mark_handed_off(job_id)
+        return True
+
+    def _delivery_open(self, job_id: str) -> bool:
+        """Whether a LaunchJob call for `job_id` is open now (a stop must wait until it returns)."""
+        with self._lock:
+            return job_id in self._delivering
 
     def relay_cancels(self) -> None:
         for cancel in self.store.pending_cancels():
             job_id, peer_id, version = cancel.job_id, cancel.peer_id, cancel.version
             client = self.clients.get(peer_id)
-            if client is None:
-                continue
+            if client is None or self._delivery_open(job_id):
+                continue  # a delivery on its way: relayed on the next cycle, once it has landed
             try:
                 client.terminate_job(job_id, f"cancelled on {self.cluster_name}")
             except NotFound:
@@ -369,6 +443,8 @@ class FederationManager:
             client = self.clients.get(peer_id)
             if client is None:
                 continue  # a peer removed from the config: `sync` gives up on its jobs
+            if self._delivery_open(job_id):
+                continue  # a re-drive on its way: withdrawn on the next cycle, once it has landed
             try:
                 answer = client.terminate_job(job_id, f"withdrawn by {self.cluster_name} to try another peer: {reason}")
                 confirmed = answer.state in _TERMINAL
@@ -389,16 +465,20 @@ class FederationManager:
                     log.warning("gave up on %s: peer %s is no longer configured", job_id, peer_id)
                 continue
             try:
-                response = client.federation_sync(self.store.sync_cursor(peer_id))
-                if response.cursor_stale:
-                    self._complete_resync(peer_id, client, response)
-                for synced in response.jobs:
-                    if synced.job.state == JobState.UNSCHEDULABLE.value:
-                        error = synced.job.error or "it reports the job unschedulable"
-                        self.store.begin_withdrawal(
-                            synced.job.job_id, peer_id, f"peer {peer_id} cannot place it: {error}"
-                        )
-                self.store.apply_sync(peer_id, response)
+                # A delivery that the peer accepts while this sync is between its question and
+                # its fold is recorded after the fold: the answer predates the job there, and a
+                # full resync drops the handed-off jobs it does not mention.
+                with self._sync_gates[peer_id]:
+                    response = client.federation_sync(self.store.sync_cursor(peer_id))
+                    if response.cursor_stale:
+                        self._complete_resync(peer_id, client, response)
+                    for synced in response.jobs:
+                        if synced.job.state == JobState.UNSCHEDULABLE.value:
+                            error = synced.job.error or "it reports the job unschedulable"
+                            self.store.begin_withdrawal(
+                                synced.job.job_id, peer_id, f"peer {peer_id} cannot place it: {error}"
+                            )
+                    self.store.apply_sync(peer_id, response)
                 if self.reroute_after > 0:
                     cutoff = self.now_ms() - int(self.reroute_after * 1000)
                     for job_id in self.store.unplaced_past(peer_id, cutoff):

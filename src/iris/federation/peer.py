@@ -7,12 +7,14 @@ mark the peer unreachable, keep the last known state, try again on the next cycl
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from iris.core.availability import Availability, BandHolding
 from iris.core.bands import Band
-from iris.core.errors import FailedPrecondition, InvalidArgument, IrisError, Unavailable
+from iris.core.errors import FailedPrecondition, InvalidArgument, IrisError, Unauthenticated, Unavailable
 from iris.federation.ids import received_job_id, sync_for_parent
 from iris.federation.model import PeerBackend
 from iris.rpc import controller_pb2 as pb
@@ -23,6 +25,11 @@ if TYPE_CHECKING:
 
 _M = TypeVar("_M", bound="Message")
 
+# How long one minted token signs calls to the peer. The peer remembers a token it verified for up
+# to a minute, so reusing one skips the signature check (and the signing here) on nearly every
+# call; well inside the token's own lifetime (`PEER_TOKEN_TTL_S`), so a reused token never expires
+# in flight.
+TOKEN_REUSE_S = 30.0
 READABLE_AVAILABILITY_VERSIONS = (1, 2)  # ours (lowercase band labels) and the upstream one
 _UPSTREAM_BAND_PREFIX = "PRIORITY_BAND_"
 
@@ -88,16 +95,29 @@ class PeerClient:
         self.requester = requester
         self._token_source = token_source
         self._transport = ConnectTransport(self.address, timeout=timeout_s, on_unreachable=self._unreachable)
+        self._token: tuple[str | None, float] | None = None  # (token, monotonic time it was minted)
+        self._token_lock = threading.Lock()
+
+    def _current_token(self) -> str | None:
+        """The token to sign the next call with: one minted at most `TOKEN_REUSE_S` ago."""
+        now = time.monotonic()
+        with self._token_lock:
+            if self._token is None or now - self._token[1] >= TOKEN_REUSE_S:
+                self._token = (self._token_source(), now)
+            return self._token[0]
 
     def _unreachable(self, url: str, reason: str) -> Unavailable:
         return _Unreachable(f"peer {self.peer_id} at {self.address} is unreachable: {reason}")
 
     def _call(self, method: str, request: Message, response_type: type[_M]) -> _M:
         try:
-            return self._transport.call(method, request, response_type, token=self._token_source())
+            return self._transport.call(method, request, response_type, token=self._current_token())
         except _Unreachable:
             raise
         except IrisError as exc:
+            if isinstance(exc, Unauthenticated):
+                with self._token_lock:
+                    self._token = None  # refused (a clock step, a key rolled): the next call mints anew
             # A refusal keeps its type; anything else (unavailable, internal, a code with no type
             # here) means the peer cannot serve now, so the manager retries it next cycle.
             if type(exc) is not IrisError and not isinstance(exc, Unavailable):

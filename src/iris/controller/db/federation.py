@@ -184,13 +184,25 @@ def promote(conn: Connection, p: Promotion, now_ms: int) -> bool:
     return True
 
 
+def handoffs_in_flight(conn: Connection) -> dict[str, int]:
+    """Per peer, how many live jobs are promoted to it and not yet accepted there."""
+    rows = conn.execute(
+        sql(
+            f"SELECT f.peer_id, COUNT(*) FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
+            f" WHERE f.direction = {SENT} AND f.handoff_state = {PENDING_HANDOFF}"
+            f" AND j.state NOT IN {TERMINAL_JOB_SQL} GROUP BY f.peer_id"
+        )
+    ).all()
+    return {r[0]: r[1] for r in rows}
+
+
 def sent_handles(conn: Connection, states: tuple[str, ...]) -> list[dict]:
     marks = ",".join(f":s{i}" for i in range(len(states)))
     rows = (
         conn.execute(
             sql(
                 f"SELECT f.*, j.state AS job_state, j.cancel_requested FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
-                f" WHERE f.direction = {SENT} AND f.handoff_state IN ({marks})"
+                f" WHERE f.direction = {SENT} AND f.handoff_state IN ({marks}) ORDER BY f.updated_ms, f.job_id"
             ),
             {f"s{i}": s for i, s in enumerate(states)},
         )
