@@ -10,14 +10,13 @@ a size without a unit, `-e KEY=VALUE` beside `-e KEY VALUE`, a misspelt state, a
 from __future__ import annotations
 
 import difflib
-import re
 
 import click
 
+from iris.cli import values
 from iris.core.errors import IrisError
 
 JOB_STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE")
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def checked(parse):
@@ -40,94 +39,29 @@ def size_with_unit(_ctx: click.Context, param: click.Parameter, value: str | Non
     """--memory/--disk: a positive size with a unit (a bare `512` would mean 512 bytes)."""
     if value is None:
         return None
-    from iris.core.units import parse_size
-
-    text = value.strip()
     try:
-        size = parse_size(text)
-    except IrisError as exc:
+        return values.size_text(value)
+    except values.BadValue as exc:
         raise click.BadParameter(exc.message, param=param) from None
-    if size <= 0:
-        raise click.BadParameter(f"{text!r} is zero; ask for more than nothing, e.g. 512M or 4G", param=param)
-    if re.fullmatch(r"[0-9.]+", text):
-        raise click.BadParameter(
-            f"{text!r} has no unit, so it would mean {text} bytes; write {text}M or {text}G", param=param
-        )
-    return text
 
 
-def env_pairs(values: tuple[str, ...], env_file: str | None) -> dict[str, str]:
+def env_pairs(items: tuple[str, ...], env_file: str | None) -> dict[str, str]:
     """The job's env from `--env-file` (KEY=VALUE lines, # comments) then each -e KEY=VALUE."""
-    env: dict[str, str] = {}
-    if env_file:
-        try:
-            with open(env_file) as f:
-                lines = f.read().splitlines()
-        except OSError as exc:
-            raise click.BadParameter(f"cannot read {env_file}: {exc.strerror}", param_hint="--env-file") from None
-        for number, line in enumerate(lines, 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            key, sep, value = line.removeprefix("export ").partition("=")
-            if not sep:
-                raise click.BadParameter(
-                    f"{env_file} line {number} ({line!r}) is not KEY=VALUE", param_hint="--env-file"
-                )
-            env[_env_key(key.strip(), "--env-file")] = value.strip().strip("'\"") if value else ""
-    for item in values:
-        key, _, value = item.partition("=")
-        env[_env_key(key, "-e")] = value
-    return env
-
-
-def _env_key(key: str, flag: str) -> str:
-    if not _ENV_KEY.match(key):
-        raise click.BadParameter(
-            f"{key!r} is not an environment variable name (letters, digits and _, not starting with a digit)",
-            param_hint=flag,
-        )
-    return key
-
-
-def join_env_args(args: list[str]) -> list[str]:
-    """Rewrites `-e KEY VALUE` as `-e KEY=VALUE` (options before `--` only), so both spellings work.
-
-    `-e KEY` with nothing after it, or followed by another option, is refused with both spellings.
-    """
-    out: list[str] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--":
-            out.extend(args[i:])
-            break
-        if arg in ("-e", "--env"):
-            if i + 1 >= len(args) or args[i + 1] == "--":
-                raise click.UsageError(f"{arg} needs a variable: {arg} KEY=VALUE or {arg} KEY VALUE")
-            key = args[i + 1]
-            if "=" in key:
-                out += [arg, key]
-                i += 2
-                continue
-            if i + 2 >= len(args) or args[i + 2] == "--" or (args[i + 2].startswith("-") and len(args[i + 2]) > 1):
-                raise click.UsageError(
-                    f"{arg} {key} has no value; write {arg} {key}=VALUE or {arg} {key} VALUE"
-                    f" (an empty value: {arg} {key}=)"
-                )
-            out += [arg, f"{key}={args[i + 2]}"]
-            i += 3
-            continue
-        out.append(arg)
-        i += 1
-    return out
+    try:
+        return values.env_pairs(items, env_file)
+    except values.BadValue as exc:
+        raise click.BadParameter(exc.message, param_hint=exc.flag) from None
 
 
 class EnvPairsCommand(click.Command):
     """A command whose `-e/--env` takes KEY=VALUE or KEY VALUE."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, join_env_args(list(args)))
+        try:
+            joined = values.join_env_args(list(args))
+        except values.BadValue as exc:
+            raise click.UsageError(exc.message) from None
+        return super().parse_args(ctx, joined)
 
 
 def job_state(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

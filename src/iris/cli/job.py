@@ -8,8 +8,8 @@ import time
 import click
 
 from iris.cli.checks import EnvPairsCommand, checked, env_pairs, job_state, resolve_job, size_with_unit
-from iris.cli.main import EXIT_FAILED, EXIT_OK, EXIT_REJECTED, CliContext, output_option
-from iris.core.errors import IrisError, Unauthenticated, Unavailable
+from iris.cli.main import EXIT_OK, CliContext, output_option
+from iris.cli.submit import launch_and_report
 
 
 def _core(name: str):
@@ -28,18 +28,6 @@ _DURATION = checked(_core("iris.core.units.parse_duration"))
 _GPU = checked(_core("iris.core.resources.parse_gpu"))
 _TPU = checked(_core("iris.core.resources.parse_tpu"))
 _CONSTRAINT = checked(_core("iris.core.constraints.parse_constraint_text"))
-PENDING_REMINDER_S = 30.0  # how often `job run` repeats a pending job's reason when it has not changed
-
-# LaunchJobResponse fields: the name `job run -o json` prints (the proto's) and the Connect JSON name.
-_LAUNCHED_FIELDS = (
-    ("job_id", "jobId"),
-    ("state", "state"),
-    ("disposition", "disposition"),
-    ("peer_id", "peerId"),
-    ("message", "message"),
-)
-# Final job state -> exit code of `iris job run`.
-STATE_EXIT_CODES = {"SUCCEEDED": EXIT_OK, "FAILED": EXIT_FAILED, "KILLED": EXIT_FAILED, "UNSCHEDULABLE": EXIT_REJECTED}
 
 
 @click.group()
@@ -163,39 +151,14 @@ def run(
     request = client.prepare_json(
         list(command), name=job_name, env=env_vars, existing_job_policy=existing, workdir=folder, **options
     )
-    bundle = client.bundle(request.get("bundle_id") or "")
-    try:
-        reply = client.launch_json(request)
-    except (Unavailable, Unauthenticated):
-        raise
-    except IrisError as exc:
-        # The controller refused the job (duplicate, stale client, bad constraint, …).
-        return _fail(obj, exc, EXIT_REJECTED)
-    launched: dict = {field: str(reply.get(json_name, "")) for field, json_name in _LAUNCHED_FIELDS}
-    job_id = launched["job_id"]
-    if bundle is not None:
-        uploaded = int(reply.get("uploadedBytes", 0))
-        launched["workspace"] = {
-            "folder": bundle.root,
-            "bundle_id": bundle.content_id,
-            "files": bundle.files,
-            "bytes": bundle.size,
-            "uploaded_bytes": uploaded,
-        }
-    if not obj.json:
-        click.echo(job_id)
-        if bundle is not None:
-            click.echo(_workspace_line(bundle, uploaded), err=True)
-        if launched["disposition"] == "existing":
-            click.echo(f"job {job_id} already exists ({launched['state']}); following it", err=True)
-        elif launched["message"]:
-            click.echo(launched["message"], err=True)
-    if no_wait:
-        if obj.json:
-            obj.emit(launched)
-        return EXIT_OK
-    replicas = int(options.get("replicas") or 1)  # type: ignore[call-overload]
-    return _follow_to_end(obj, job_id, launched, timestamps, replicas, started, cancel_on_interrupt)
+    return launch_and_report(
+        obj,
+        request,
+        no_wait=no_wait,
+        timestamps=timestamps,
+        started=started,
+        cancel_on_interrupt=cancel_on_interrupt,
+    )
 
 
 def _check_peer(client, peer: str) -> None:
@@ -213,115 +176,6 @@ def _check_peer(client, peer: str) -> None:
         f"{peer!r} is not a peer of this cluster; its peers: {', '.join(sorted(peers))}",
         param_hint="--target-cluster",
     )
-
-
-def _workspace_line(bundle, uploaded: int) -> str:
-    from iris.client.bundle import human_size
-
-    sent = f"sent {human_size(uploaded)}" if uploaded else "already on the cluster, nothing sent"
-    return f"workspace {bundle.root}: {bundle.files} file(s), {human_size(bundle.size)} ({sent})"
-
-
-def _follow_to_end(
-    obj: CliContext,
-    job_id: str,
-    launched: dict,
-    timestamps: bool,
-    replicas: int,
-    started: float,
-    cancel_on_interrupt: bool = False,
-) -> int:
-    from iris.cli.output import message_to_dict, write_log_line
-
-    client = obj.client()
-    lines = []
-    watcher = None if obj.json else _PendingWatcher(client, job_id, launched.get("message", ""))
-    try:
-        for line in client.follow(job_id):
-            if obj.json:
-                lines.append(line)
-            else:
-                write_log_line(line, show_task=replicas > 1, timestamps=timestamps)
-        status = client.wait(job_id)
-    except KeyboardInterrupt:
-        if cancel_on_interrupt:
-            client.cancel(job_id, reason="interrupted (Ctrl-C) in iris job run --cancel-on-interrupt")
-            click.echo(f"\nstopped {job_id}", err=True)
-        else:
-            click.echo(f"\ndetached from {job_id}; it keeps running (stop it with `iris job stop {job_id}`)", err=True)
-        return 130
-    finally:
-        if watcher is not None:
-            watcher.stop()
-    code = STATE_EXIT_CODES.get(status.state, EXIT_FAILED)
-    if obj.json:
-        obj.emit(
-            {
-                **launched,
-                "state": status.state,
-                "exit_code": status.exit_code if status.has_exit_code else None,
-                "error": status.error,
-                "status": message_to_dict(status),
-                "logs": [message_to_dict(line) for line in lines],
-            }
-        )
-        return code
-    elapsed = time.monotonic() - started
-    detail = status.error or (f"exit code {status.exit_code}" if status.has_exit_code else "")
-    click.echo(f"{job_id} {status.state}" + (f" ({detail})" if detail else "") + f" after {elapsed:.2f}s", err=True)
-    return code
-
-
-class _PendingWatcher:
-    """While a job waits, prints its pending reason to stderr when it changes, and every 30 s.
-
-    It runs beside the log stream (a thread polling the job's status once a second) and ends as
-    soon as the job leaves PENDING, so a job that starts at once costs one status call.
-    """
-
-    def __init__(self, client, job_id: str, shown: str = ""):
-        import threading
-
-        self._client = client
-        self._job_id = job_id
-        self._shown = shown  # `job run` already printed the submit answer's message
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="pending-reasons", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        began = last = time.monotonic()
-        while not self._stop.wait(1.0):
-            try:
-                status = self._client.status(self._job_id)
-            except IrisError:
-                continue
-            if status.state != "PENDING":
-                return
-            reason = status.pending_reason or "waiting to be scheduled"
-            now = time.monotonic()
-            if reason != self._shown:
-                self._shown, last = reason, now
-                click.echo(f"pending: {reason}", err=True)
-            elif now - last >= PENDING_REMINDER_S:
-                last = now
-                click.echo(f"still pending after {_duration(now - began)}: {reason}", err=True)
-
-    def stop(self) -> None:
-        self._stop.set()
-
-
-def _duration(seconds: float) -> str:
-    from iris.cli.output import format_duration
-
-    return format_duration(seconds)
-
-
-def _fail(obj: CliContext, exc: IrisError, code: int) -> int:
-    if obj.json:
-        obj.emit({"error": {"code": exc.code, "message": exc.message}})
-    click.echo(f"error: {exc.message}", err=True)
-    return code
 
 
 @job.command("list")

@@ -6,11 +6,12 @@ unschedulable, 3 a usage or connection error. Click's own usage errors (exit 2 b
 moved to 3 so that 2 always means "the cluster said no".
 
 Start-up is most of what a short command costs (`iris job run --no-wait` has a budget of three
-times a bare `python -c pass`), so this module imports nothing heavy: click and the command group
-live in `iris.cli.app`, imported by `main`. Subcommand modules are imported only when named, and
-none of them imports the server (pydantic, SQLAlchemy, uvicorn) at module level: `iris job run
---no-wait` pays for click, the request's checks and one HTTP call of Connect JSON, and nothing
-else (not even protobuf).
+times a bare `python -c pass`), so the hot commands do not go through click at all: `main` first
+offers the arguments to `iris.cli.lean`, which recognises the common forms of `iris job run` and
+runs them with the same checks, request and output as the click command, and hands anything else
+(help, a rare flag, any value it would refuse) to the click command group in `iris.cli.app`, so
+that every message and exit code comes from one place. Subcommand modules are imported only when
+named, and none of them imports the server (pydantic, SQLAlchemy, uvicorn) at module level.
 """
 
 from __future__ import annotations
@@ -86,11 +87,16 @@ class CliContext:
 
     def emit(self, doc: object) -> None:
         """Prints the one JSON document of a command run with -o json."""
-        import click
-
         from iris.cli.output import dump_json
 
-        click.echo(dump_json(doc))
+        echo(dump_json(doc))
+
+
+def echo(text: str, err: bool = False) -> None:
+    """Prints one line to stdout (or stderr) at once, as `click.echo` does, without importing click."""
+    stream = sys.stderr if err else sys.stdout
+    stream.write(text + "\n")
+    stream.flush()
 
 
 def output_option(fn):
@@ -118,17 +124,17 @@ def exit_code_for(error: IrisError) -> int:
 
 
 def _report(error_code: str, message: str, json_mode: bool) -> None:
-    import click
-
     if json_mode:
         from iris.cli.output import dump_json
 
-        click.echo(dump_json({"error": {"code": error_code, "message": message}}))
-    click.echo(f"error: {message}", err=True)
+        echo(dump_json({"error": {"code": error_code, "message": message}}))
+    echo(f"error: {message}", err=True)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, *, lean: bool = True) -> None:
     """Console-script entry point: runs the CLI and exits with its documented code.
+
+    `lean=False` sends every command line through click, as the lean path's tests compare.
 
     Called without `argv` it is the program, and it spares the process two costs of the garbage
     collector that buy nothing here: collections while start-up imports click and the command
@@ -139,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     if program:
         gc.disable()
     try:
-        _run(sys.argv[1:] if argv is None else list(argv))
+        _run(sys.argv[1:] if argv is None else list(argv), lean)
     finally:
         if program:
             gc.freeze()  # shutdown's collections skip frozen objects; the process is ending anyway
@@ -152,26 +158,20 @@ def end_startup() -> None:
         gc.enable()
 
 
-def _run(args: list[str]) -> None:
-    import click
-
-    from iris.cli.app import cli
+def _run(args: list[str], lean: bool = True) -> None:
+    from iris.cli.lean import lean_command
 
     json_mode = _wants_json(args)
     try:
-        rv = cli.main(args=args, prog_name="iris", standalone_mode=False)
-    except click.UsageError as exc:
-        hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
-        _report("invalid_argument", exc.format_message() + hint, json_mode)
-        sys.exit(EXIT_USAGE)
-    except click.ClickException as exc:
-        _report("invalid_argument", exc.format_message(), json_mode)
-        sys.exit(EXIT_USAGE)
+        command = lean_command(args) if lean else None
+        rv: object = command() if command is not None else None
+        if rv is None:  # not a form the lean path takes, or a value it leaves to click to report
+            rv = run_click(args, json_mode)
     except IrisError as exc:
         _report(exc.code, exc.message, json_mode)
         sys.exit(exit_code_for(exc))
-    except (click.Abort, KeyboardInterrupt):
-        click.echo("interrupted", err=True)
+    except KeyboardInterrupt:
+        echo("interrupted", err=True)
         sys.exit(130)
     except BrokenPipeError:
         # The reader went away (`iris job logs … | head`): not an error.
@@ -185,6 +185,25 @@ def _run(args: list[str]) -> None:
         )
         sys.exit(EXIT_FAILED)
     sys.exit(rv if isinstance(rv, int) else EXIT_OK)
+
+
+def run_click(args: list[str], json_mode: bool) -> object:
+    """Runs the arguments through the click command group; its usage errors become exit code 3."""
+    import click
+
+    from iris.cli.app import cli
+
+    try:
+        return cli.main(args=args, prog_name="iris", standalone_mode=False)
+    except click.UsageError as exc:
+        hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+        _report("invalid_argument", exc.format_message() + hint, json_mode)
+        sys.exit(EXIT_USAGE)
+    except click.ClickException as exc:
+        _report("invalid_argument", exc.format_message(), json_mode)
+        sys.exit(EXIT_USAGE)
+    except click.Abort:
+        raise KeyboardInterrupt from None
 
 
 def _wants_json(args: list[str]) -> bool:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterable, Sequence
-from typing import Any, cast
 
 from iris.core.names import TaskName
 from iris.core.units import format_size
+
+TYPE_CHECKING = False  # typing's own constant costs `import typing`: `job run -o json` prints through here
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from typing import Any
 
 
 def message_to_dict(message: Any) -> dict[str, Any]:
@@ -256,7 +259,7 @@ def query_rows(resp: Any) -> list[list[Any]]:
     """ExecuteRawQuery rows as plain Python lists (numbers, strings, None)."""
     from google.protobuf import json_format
 
-    return [cast(list[Any], json_format.MessageToDict(row)) for row in resp.rows]  # a ListValue is a list
+    return [json_format.MessageToDict(row) for row in resp.rows]  # type: ignore[misc]  # a ListValue is a list
 
 
 def query_table(resp: Any) -> str:

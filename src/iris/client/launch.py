@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
 
 import iris
 from iris.core.bands import Band
@@ -28,7 +26,11 @@ from iris.core.names import JobName, validate_component
 from iris.core.resources import build_resources
 from iris.core.units import parse_duration
 
+TYPE_CHECKING = False  # typing's own constant costs `import typing` (4 ms) on the CLI's submit path
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+    from typing import Any
+
     from iris.core.constraints import Constraint
 
 EXISTING_JOB_POLICIES = ("error", "keep", "replace")

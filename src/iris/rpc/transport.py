@@ -1,12 +1,12 @@
 """Makes Connect unary calls to a controller and turns its answers into messages or typed errors:
 the one transport the SDK (and so the CLI) and the federation peer client share.
 
-It is built on the standard library's `http.client`, not on an HTTP stack of our own and not on
-the generated Connect client: `connectrpc` with its HTTP client costs about 130 ms to import and
-`httpx` about 250 ms, against a budget for `iris job run --no-wait` of a few times a bare
-`python -c pass`, while `http.client` (with the `email` and `ssl` packages it pulls in) costs
-about 15 ms. It is imported when the first call is made, not with this module, so a command that
-fails its checks before any request pays nothing for it.
+It speaks HTTP/1.1 through `iris.rpc.http1`, not through an HTTP library and not through the
+generated Connect client: `connectrpc` with its HTTP client costs about 130 ms to import, `httpx`
+about 250 ms and even the standard library's `http.client` about 14 ms (it imports `email` and
+`ssl`), against a budget for `iris job run --no-wait` of about 30 ms in all; `ssl` is imported only
+for an https URL. Nothing of the wire layer is imported with this module, only when the first call
+is made, so a command that fails its checks before any request pays nothing for it.
 
 A unary Connect call is one POST of the request to `/<service>/<Method>`: 200 carries the response,
 any other status a JSON body `{"code": …, "message": …}`, turned into the `iris.core.errors` type
@@ -25,18 +25,21 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
 
 from iris.core import errors
 
+TYPE_CHECKING = False  # typing's own constant costs `import typing` (4 ms) on the CLI's submit path
 if TYPE_CHECKING:
-    import http.client
+    from collections.abc import Callable
+    from typing import Any, TypeVar
 
     from google.protobuf.message import Message
 
+    from iris.rpc.http1 import Answer, Connection
+
+    _M = TypeVar("_M", bound=Message)
+
 SERVICE = "iris.v1.ControllerService"
-_M = TypeVar("_M", bound="Message")
 
 # The Connect protocol's code for a non-200 answer without a Connect error body.
 _HTTP_CODES = {
@@ -54,7 +57,6 @@ _HTTP_CODES = {
 _IDLE_RECONNECT_S = 4.0
 # The largest answer body a call accepts, before and after decompression.
 MAX_ANSWER_BYTES = 256 * 1024 * 1024
-_READ_CHUNK = 256 * 1024
 
 
 def error_from_code(code: str, message: str) -> errors.IrisError:
@@ -91,7 +93,7 @@ class ConnectTransport:
         self._headers = {"Connect-Protocol-Version": "1", "User-Agent": "iris-client"}
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._open: set[http.client.HTTPConnection] = set()  # every thread's, for close()
+        self._open: set[Connection] = set()  # every thread's, for close()
 
     def call(self, method: str, request: Message, response_type: type[_M], token: str | None = None) -> _M:
         """Calls `method` (e.g. "LaunchJob") and returns its decoded response or raises a typed error;
@@ -128,7 +130,7 @@ class ConnectTransport:
             conn.close()
         self._local.conn = None
 
-    def _drop(self, conn: http.client.HTTPConnection) -> None:
+    def _drop(self, conn: Connection) -> None:
         """Closes the calling thread's connection after a failure or a `Connection: close` answer."""
         conn.close()
         with self._lock:
@@ -149,43 +151,43 @@ class ConnectTransport:
             raise self._error(status, answer, payload)
         return payload
 
-    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
+    def _connection(self) -> tuple[Connection, bool]:
         """The calling thread's connection, and whether it has served a request before."""
-        import http.client
+        from iris.rpc.http1 import Connection
 
         conn = getattr(self._local, "conn", None)
         if conn is not None and conn.sock is not None and time.monotonic() - self._local.last_used < _IDLE_RECONNECT_S:
             return conn, True
         if conn is not None:
             self._drop(conn)
-        cls = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
-        conn = cls(self._host, self._port, timeout=self._timeout)
-        conn._create_connection = _create_connection  # type: ignore[attr-defined]
+        conn = Connection(self._host, self._port, self._timeout, tls=self._scheme == "https")
         self._local.conn = conn
         with self._lock:
             self._open.add(conn)
         return conn, False
 
     def _post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
-        import http.client
+        from iris.rpc import http1
 
         for attempt in (0, 1):
             conn, reused = self._connection()
             try:
-                conn.request("POST", path, body, headers)
-                response = conn.getresponse()  # each send and the wait for the head: the socket timeout
-                payload = self._read_body(response, time.monotonic() + self._timeout)
-            except _AnswerTooLarge as exc:
+                answer: Answer = conn.request("POST", path, body, headers)
+                payload = answer.body(self._max_answer, time.monotonic() + self._timeout)
+            except http1.TooLarge as exc:
                 self._drop(conn)
                 raise errors.IrisError(
                     f"{self.url} answered with a body of {exc.size} bytes or more; at most {self._max_answer} are accepted"
                 ) from None
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
+            except http1.BadHeader as exc:  # e.g. a token with a line break
+                self._drop(conn)
+                raise errors.InvalidArgument(str(exc)) from None
+            except (ConnectionResetError, BrokenPipeError) as exc:
                 self._drop(conn)
                 if reused and attempt == 0:
                     continue  # the server dropped an idle connection: it processed nothing
                 raise self._on_unreachable(self.url, _describe(exc)) from None
-            except (OSError, http.client.HTTPException) as exc:
+            except OSError as exc:
                 self._drop(conn)
                 raise self._on_unreachable(self.url, _describe(exc)) from None
             except BaseException:
@@ -194,29 +196,10 @@ class ConnectTransport:
                 self._drop(conn)
                 raise
             self._local.last_used = time.monotonic()
-            if response.will_close:
+            if answer.will_close:
                 self._drop(conn)
-            return response.status, {k.lower(): v for k, v in response.getheaders()}, payload
+            return answer.status, answer.headers, payload
         raise AssertionError("not reached")  # pragma: no cover
-
-    def _read_body(self, response: http.client.HTTPResponse, deadline: float) -> bytes:
-        """The answer's body, read in pieces so neither its size nor the time it takes is unbounded."""
-        declared = response.length
-        if declared is not None and declared > self._max_answer:
-            raise _AnswerTooLarge(declared)
-        parts: list[bytes] = []
-        size = 0
-        while True:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no whole answer within {self._timeout:g} s")
-            part = response.read1(_READ_CHUNK)
-            if not part:
-                response.read()  # marks the answer finished, so the connection serves the next call
-                return b"".join(parts)
-            size += len(part)
-            if size > self._max_answer:
-                raise _AnswerTooLarge(size)
-            parts.append(part)
 
     def _error(self, status: int, headers: dict[str, str], payload: bytes) -> errors.IrisError:
         code, message = _HTTP_CODES.get(status, "unknown"), ""
@@ -254,22 +237,8 @@ def parse_url(url: str) -> tuple[str, str, int, str]:
     return scheme, host, port, ("/" + path).rstrip("/") if slash else ""
 
 
-def _create_connection(address: tuple[str, int], *args: Any, **kwargs: Any):
-    """`socket.create_connection`, with an ASCII host name passed as bytes.
-
-    `getaddrinfo` encodes a str host with the `idna` codec, whose first use imports `stringprep`
-    and `unicodedata`: at least 2.4 ms on a 2-core machine, against a CLI call budget of about 30 ms.
-    """
-    import socket
-
-    host, port = address
-    name = host.encode("ascii") if host.isascii() else host  # getaddrinfo takes either
-    return socket.create_connection((name, port), *args, **kwargs)  # type: ignore[arg-type]
-
-
 def _describe(exc: BaseException) -> str:
     """A failed connection's cause in a few words."""
-    import http.client
     import socket
 
     if isinstance(exc, ConnectionRefusedError):
@@ -278,16 +247,7 @@ def _describe(exc: BaseException) -> str:
         return str(exc) or "timed out"
     if isinstance(exc, socket.gaierror):
         return f"unknown host: {exc.strerror}"
-    if isinstance(exc, http.client.RemoteDisconnected):
-        return "the connection closed before an answer"
-    if isinstance(exc, http.client.IncompleteRead):
-        return "the connection closed in the middle of an answer"
     return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-
-
-class _AnswerTooLarge(Exception):
-    def __init__(self, size: int):
-        self.size = size
 
 
 def _decompress(url: str, encoding: str, payload: bytes, limit: int) -> bytes:

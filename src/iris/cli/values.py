@@ -1,0 +1,105 @@
+"""Decides whether a value typed for `iris job run` can be used: sizes, `-e` variables, env files.
+
+These checks are about how a person types values on a command line (a size without a unit, `-e KEY
+VALUE` beside `-e KEY=VALUE`), so they live with the CLI, not in iris.core. They import no click:
+the click command wraps each failure in click's usage error (`iris.cli.checks`), and the lean path
+for hot commands (`iris.cli.lean`) runs the very same checks before it sends anything, handing
+anything they refuse to the click command, which then reports it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from iris.core.errors import IrisError
+
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class BadValue(Exception):
+    """A value that cannot be used; `flag` names the option it was given to ('' when none)."""
+
+    def __init__(self, message: str, flag: str = ""):
+        super().__init__(message)
+        self.message = message
+        self.flag = flag
+
+
+def size_text(value: str) -> str:
+    """--memory/--disk: a positive size with a unit (a bare `512` would mean 512 bytes)."""
+    from iris.core.units import parse_size
+
+    text = value.strip()
+    try:
+        size = parse_size(text)
+    except IrisError as exc:
+        raise BadValue(exc.message) from None
+    if size <= 0:
+        raise BadValue(f"{text!r} is zero; ask for more than nothing, e.g. 512M or 4G")
+    if re.fullmatch(r"[0-9.]+", text):
+        raise BadValue(f"{text!r} has no unit, so it would mean {text} bytes; write {text}M or {text}G")
+    return text
+
+
+def env_pairs(values: tuple[str, ...] | list[str], env_file: str | None) -> dict[str, str]:
+    """The job's env from `--env-file` (KEY=VALUE lines, # comments) then each -e KEY=VALUE."""
+    env: dict[str, str] = {}
+    if env_file:
+        try:
+            with open(env_file) as f:
+                lines = f.read().splitlines()
+        except OSError as exc:
+            raise BadValue(f"cannot read {env_file}: {exc.strerror}", "--env-file") from None
+        for number, line in enumerate(lines, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, sep, value = line.removeprefix("export ").partition("=")
+            if not sep:
+                raise BadValue(f"{env_file} line {number} ({line!r}) is not KEY=VALUE", "--env-file")
+            env[_env_key(key.strip(), "--env-file")] = value.strip().strip("'\"") if value else ""
+    for item in values:
+        key, _, value = item.partition("=")
+        env[_env_key(key, "-e")] = value
+    return env
+
+
+def _env_key(key: str, flag: str) -> str:
+    if not _ENV_KEY.match(key):
+        raise BadValue(
+            f"{key!r} is not an environment variable name (letters, digits and _, not starting with a digit)", flag
+        )
+    return key
+
+
+def join_env_args(args: list[str]) -> list[str]:
+    """Rewrites `-e KEY VALUE` as `-e KEY=VALUE` (options before `--` only), so both spellings work.
+
+    `-e KEY` with nothing after it, or followed by another option, is refused with both spellings.
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            out.extend(args[i:])
+            break
+        if arg in ("-e", "--env"):
+            if i + 1 >= len(args) or args[i + 1] == "--":
+                raise BadValue(f"{arg} needs a variable: {arg} KEY=VALUE or {arg} KEY VALUE")
+            key = args[i + 1]
+            if "=" in key:
+                out += [arg, key]
+                i += 2
+                continue
+            if i + 2 >= len(args) or args[i + 2] == "--" or (args[i + 2].startswith("-") and len(args[i + 2]) > 1):
+                raise BadValue(
+                    f"{arg} {key} has no value; write {arg} {key}=VALUE or {arg} {key} VALUE"
+                    f" (an empty value: {arg} {key}=)"
+                )
+            out += [arg, f"{key}={args[i + 2]}"]
+            i += 3
+            continue
+        out.append(arg)
+        i += 1
+    return out

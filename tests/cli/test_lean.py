@@ -1,0 +1,232 @@
+"""The lean path of `iris job run` prints, exits and submits exactly as the click command does.
+
+Every command line runs twice against one real controller: through `main` as the console script
+runs it (the lean path first), and through `main(lean=False)` (click only). Stdout, stderr and the
+exit code must match once the parts that differ by design are made equal: the job name (each run
+files its own job) and the seconds a followed job took.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from iris.cli.main import main
+from iris.client import IrisClient
+from tests.conftest import ROOT, ControllerFactory
+
+TAGS = {True: "tagln", False: "tagck"}  # of one length, so sizes printed match
+# Command lines the lean path runs itself; {tag} is a per-run name part.
+TAKEN = [
+    ["job", "run", "--no-wait", "--no-workspace", "--job-name", "{tag}-a", "--", "true"],
+    ["job", "run", "--no-wait", "--no-workspace", "--user", "{tag}", "--", "true"],
+    [
+        "-o",
+        "json",
+        "job",
+        "run",
+        "--no-wait",
+        "--no-workspace",
+        "--job-name={tag}-b",
+        "--memory",
+        "2G",
+        "--cpu",
+        "0.5",
+        "--disk=1G",
+        "-e",
+        "A",
+        "1",
+        "-e",
+        "B=2",
+        "--priority",
+        "batch",
+        "--max-retries",
+        "2",
+        "--timeout",
+        "5m",
+        "--constraint",
+        "region=us-east5",
+        "--",
+        "sh",
+        "-c",
+        "exit 0",
+    ],
+    ["job", "run", "--no-workspace", "--job-name", "{tag}-c", "-t", "--", "echo", "hello"],
+    ["job", "run", "--no-workspace", "--job-name", "{tag}-d", "--", "sh", "-c", "echo out; echo err >&2; exit 3"],
+    ["job", "run", "--no-workspace", "--job-name", "{tag}-e", "-ojson", "--", "echo", "hello"],
+    ["job", "run", "--no-wait", "--workdir", "ws-{tag}", "--job-name", "{tag}-f", "--", "true"],
+    ["job", "run", "--no-wait", "--no-workspace", "--job-name", "{tag}-g", "--", "definitely-not-a-program"],
+    ["job", "run", "--no-wait", "--no-workspace", "--job-name", "dup-{tag}", "--", "true"],  # refused: exists
+    ["job", "run", "--no-wait", "--no-workspace", "--gpu", "H100x8", "--job-name", "{tag}-h", "--", "true"],
+]
+# Command lines the lean path leaves to click (help, unknown flags, values click refuses).
+LEFT = [
+    ["job", "run", "--no-wait", "--bogus", "--", "true"],
+    ["job", "run", "--no-wait"],
+    ["job", "run", "--no-wait", "--", ""],
+    ["job", "run", "--help"],
+    ["--version"],
+    ["job", "run", "--memory", "512", "--", "true"],
+    ["job", "run", "--disk", "0G", "--", "true"],
+    ["job", "run", "--gpu", "x8", "--", "true"],
+    ["job", "run", "--tpu", "v5p", "--", "true"],
+    ["job", "run", "--cpu", "lots", "--", "true"],
+    ["job", "run", "--replicas", "0", "--", "true"],
+    ["job", "run", "--priority", "urgent", "--", "true"],
+    ["job", "run", "--priority", "BATCH", "--", "true"],
+    ["job", "run", "--existing", "merge", "--", "true"],
+    ["job", "run", "--timeout", "", "--", "true"],
+    ["job", "run", "--timeout", "soon", "--", "true"],
+    ["job", "run", "--constraint", "region~x", "--", "true"],
+    ["job", "run", "-e", "1A=b", "--", "true"],
+    ["job", "run", "-e", "KEY", "--", "true"],
+    ["job", "run", "-e"],
+    ["job", "run", "--env-file", "/nonexistent/env", "--", "true"],
+    ["job", "run", "--job-name", "bad/name", "--", "true"],
+    ["job", "run", "--workdir", "/nonexistent", "--", "true"],
+    ["job", "run", "--workdir", ".", "--no-workspace", "--", "true"],
+    ["job", "run", "--no-wait=yes", "--", "true"],
+    ["job", "run", "--target-cluster", "nowhere", "--", "true"],
+    ["-o", "yaml", "job", "run", "--", "true"],
+    ["-o", "json", "job", "run", "--memory", "512", "--", "true"],
+    ["--controller"],
+    ["job", "launch", "--", "true"],
+]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    factory = ControllerFactory(tmp_path_factory.mktemp("lean"))
+    try:
+        yield factory("lean")
+    finally:
+        factory.cleanup()
+
+
+def _normal(text: str, tag: str) -> str:
+    text = text.replace(tag, "TAG")
+    text = re.sub(r"after [0-9.]+s", "after Ns", text)
+    text = re.sub(r"job-\d{8}-\d{6}-[0-9a-f]+", "job-ID", text)  # a generated name
+    text = re.sub(r'(_ms|seq)": "?[0-9]+"?', r'\1": N', text)  # times in JSON
+    return re.sub(r"\b\d\d:\d\d:\d\d\.\d\d\d ", "HH:MM:SS.mmm ", text)
+
+
+def _in_process(capsys, monkeypatch, tmp_path, url: str, argv: list[str], lean: bool) -> tuple[int, str, str]:
+    tag = TAGS[lean]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / f"ws-{tag}").mkdir(exist_ok=True)
+    (tmp_path / f"ws-{tag}" / "train.py").write_text(f"print('{tag}')\n")  # same size, its own content id
+    monkeypatch.setenv("IRIS_CONTROLLER", url)
+    monkeypatch.setenv("USER", "alice")
+    monkeypatch.delenv("IRIS_JOB_ID", raising=False)
+    capsys.readouterr()
+    try:
+        main([a.replace("{tag}", tag) for a in argv], lean=lean)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out = capsys.readouterr()
+    return code, _normal(out.out, tag), _normal(out.err, tag)
+
+
+@pytest.mark.parametrize("argv", TAKEN + LEFT, ids=lambda argv: " ".join(argv)[:60])
+def test_lean_job_run_prints_and_exits_as_the_click_command_does(cluster, capsys, monkeypatch, tmp_path, argv):
+    with IrisClient(cluster.url) as client:
+        for tag in TAGS.values():
+            client.submit("true", name=f"dup-{tag}", user="alice", existing_job_policy="keep")
+        before = len(client.list(limit=1000))
+        via_click = _in_process(capsys, monkeypatch, tmp_path, cluster.url, argv, lean=False)
+        via_lean = _in_process(capsys, monkeypatch, tmp_path, cluster.url, argv, lean=True)
+        assert via_lean == via_click
+        added = len(client.list(limit=1000)) - before
+    assert added == (2 if argv in TAKEN and "dup-{tag}" not in argv else 0)  # one job per run, none for bad input
+    if argv in LEFT:
+        assert via_click[0] in (0, 3) and (via_click[0] == 0) == ("--help" in argv or "--version" in argv)
+
+
+def test_lean_job_run_sends_the_same_request_as_the_click_command(cluster, capsys, monkeypatch, tmp_path):
+    argv = [a.replace("{tag}-b", "{tag}-request") for a in TAKEN[2]]
+    docs = {}
+    for lean in (False, True):
+        code, out, _ = _in_process(capsys, monkeypatch, tmp_path, cluster.url, argv, lean)
+        assert code == 0
+        job_id = json.loads(out)["job_id"].replace("TAG", TAGS[lean])
+        with IrisClient(cluster.url) as client:
+            described = client.describe(job_id).job
+        docs[lean] = (described.resources, list(described.constraints), described.priority, list(described.command))
+    assert docs[True] == docs[False]
+    resources, constraints, priority, command = docs[True]
+    assert (resources.memory_bytes, resources.disk_bytes, resources.cpu, priority, command) == (
+        2 << 30,
+        1 << 30,
+        0.5,
+        "batch",
+        ["sh", "-c", "exit 0"],
+    )
+    assert [(c.key, list(c.values)) for c in constraints] == [("region", ["us-east5"])]
+
+
+def _program(url: str, home, argv: list[str], lean: bool, modules_file) -> subprocess.CompletedProcess:
+    code = (
+        "import atexit, os, sys\n"
+        "def dump():\n"
+        "    with open(os.environ['MODULES_FILE'], 'w') as f:\n"
+        "        f.write(' '.join(sorted(sys.modules)))\n"
+        "atexit.register(dump)\n"
+        "from iris.cli.main import main\n"
+        f"main(lean={lean})\n"
+    )
+    env = {**os.environ, "IRIS_CONTROLLER": url, "HOME": str(home), "MODULES_FILE": str(modules_file)}
+    env.pop("IRIS_TOKEN", None)
+    env["PYTHONPATH"] = str(ROOT / "src")
+    return subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True, timeout=60)
+
+
+SPARED = ("click", "yaml", "ssl", "email", "http", "google", "typing", "pydantic", "sqlalchemy")
+
+
+@pytest.mark.parametrize(
+    "argv, code",
+    [
+        (["job", "run", "--no-wait", "--no-workspace", "--user", "alice", "--memory", "1G", "--", "true"], 0),
+        (["--token", "not-a-token", "job", "run", "--no-wait", "--no-workspace", "--", "true"], 3),
+        (
+            [
+                "--controller",
+                "http://127.0.0.1:9",
+                "-o",
+                "json",
+                "job",
+                "run",
+                "--no-wait",
+                "--no-workspace",
+                "--",
+                "true",
+            ],
+            3,
+        ),
+        (["job", "run", "--no-wait", "--no-workspace", "--user", "alice", "--job-name", "dup-x", "--", "true"], 2),
+    ],
+    ids=["submitted", "bad token", "unreachable", "refused"],
+)
+def test_lean_job_run_as_a_program_imports_none_of_click_yaml_ssl_or_protobuf(cluster, tmp_path, argv, code):
+    """As its own process: same output as click's, and none of what the lean path exists to avoid."""
+    with IrisClient(cluster.url) as client:
+        client.submit("true", name="dup-x", user="alice", existing_job_policy="keep")
+    runs = {}
+    for lean in (False, True):
+        modules_file = tmp_path / f"modules-{lean}"
+        result = _program(cluster.url, tmp_path, argv, lean, modules_file)
+        modules = set(modules_file.read_text().split())
+        runs[lean] = (result.returncode, re.sub(r"/alice/job-\S+", "ID", result.stdout), result.stderr, modules)
+    assert runs[True][:3] == runs[False][:3]
+    assert runs[True][0] == code, runs[True][2]
+    assert "click" in runs[False][3]  # the listing is real
+    assert not {m.partition(".")[0] for m in runs[True][3]} & set(SPARED), {
+        m.partition(".")[0] for m in runs[True][3]
+    } & set(SPARED)
