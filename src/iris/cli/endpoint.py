@@ -18,19 +18,34 @@ def endpoint() -> None:
 
 @endpoint.command("list")
 @click.argument("job", required=False, default="")
+@click.option("--limit", type=click.IntRange(min=0), default=0, help="At most this many (0: every live endpoint).")
 @output_option
 @click.pass_obj
-def list_endpoints(obj: CliContext, job: str) -> None:
-    """Lists the live endpoints of JOB (of every job without one)."""
-    eps = obj.client().endpoints(job)
+def list_endpoints(obj: CliContext, job: str, limit: int) -> None:
+    """Lists the live endpoints of JOB (of every job without one), by job and name."""
+    from iris.cli.pages import collect, hint
+    from iris.rpc import controller_pb2 as pb
+
+    client = obj.client()
+    got = collect(
+        lambda token, size: client.call(
+            "ListEndpoints", pb.ListEndpointsRequest(job_id=job, limit=size, page_token=token)
+        ),
+        "endpoints",
+        limit,
+        everything=not limit,
+    )
+    eps = got.rows
     if obj.json:
         obj.emit(
             {
                 "endpoints": [
                     {"job_id": e.job_id, "name": e.name, "address": e.address, "attempt_id": e.attempt_id} for e in eps
-                ]
+                ],
+                "total": got.total,
             }
         )
+        hint(got, "endpoints", "drop --limit for every one")
         return
     if not eps:
         click.echo("no live endpoints" + (f" for {job}" if job else ""))
@@ -39,6 +54,7 @@ def list_endpoints(obj: CliContext, job: str) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
         click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[3])
+    hint(got, "endpoints", "drop --limit for every one")
 
 
 @endpoint.command("url")

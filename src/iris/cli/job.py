@@ -186,25 +186,58 @@ def _check_peer(client, peer: str) -> None:
 )
 @click.option("--prefix", help="Only jobs whose id starts with this, e.g. /alice/.")
 @click.option("--user", help="Only this user's jobs.")
-@click.option("--limit", type=click.IntRange(min=0), default=0, help="At most this many (0: the server's default).")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=0,
+    help="At most this many, newest first, fetched a page at a time (0: one page, the server's default of 1000).",
+)
+@click.option("--all", "everything", is_flag=True, help="Every matching job, fetched a page at a time.")
+@click.option(
+    "--page-size",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Jobs per request while fetching (0: the server's default, 1000; it allows at most 5000).",
+)
 @click.option("-w", "--watch", is_flag=True, help="Redraw the list every 2 s until Ctrl-C.")
 @output_option
 @click.pass_obj
 def list_jobs(
-    obj: CliContext, state: str | None, prefix: str | None, user: str | None, limit: int, watch: bool
+    obj: CliContext,
+    state: str | None,
+    prefix: str | None,
+    user: str | None,
+    limit: int,
+    everything: bool,
+    page_size: int,
+    watch: bool,
 ) -> int | None:
-    """Lists jobs: JOB, STATE, CLUSTER, TASKS, AGE and why each pending job waits."""
-    from iris.cli.output import jobs_table, message_to_dict
+    """Lists jobs, newest first: JOB, STATE, CLUSTER, TASKS, AGE and why each pending job waits.
 
+    One page (1000 jobs) unless --limit or --all asks for more; when jobs are left out, stderr says
+    how many. `-o json` prints {"jobs": [...], "total": N} (every job fetched, in one array).
+    """
+    from iris.cli.output import jobs_table, message_to_dict
+    from iris.cli.pages import check_all_or_limit, collect, hint
+
+    check_all_or_limit(everything, limit)
     if watch:
         if obj.json:
             raise click.UsageError("--watch redraws a table; for scripts, call `iris -o json job list` repeatedly")
         from iris.cli.job_ops import watch_list
 
         return watch_list(obj, state, prefix, user, limit)
-    jobs = obj.client().list(state=state, prefix=prefix, user=user, limit=limit)
+    client = obj.client()
+    got = collect(
+        lambda token, size: client.job_page(state, prefix, user, size, page_token=token),
+        "jobs",
+        limit,
+        everything,
+        page_size,
+    )
+    jobs = got.rows
     if obj.json:
-        obj.emit({"jobs": [message_to_dict(j) for j in jobs]})
+        obj.emit({"jobs": [message_to_dict(j) for j in jobs], "total": got.total})
     elif jobs:
         click.echo(jobs_table(jobs))
     else:
@@ -212,23 +245,35 @@ def list_jobs(
             "no jobs" + (f" in state {state.upper()}" if state else "") + (f" under {prefix}" if prefix else ""),
             err=True,
         )
+    hint(got, "jobs")
     return None
 
 
 @job.command("describe")
 @click.argument("job_id", metavar="JOB")
+@click.option("--all-tasks", is_flag=True, help="Every task of a job with more than one page (1000) of them.")
 @output_option
 @click.pass_obj
-def describe(obj: CliContext, job_id: str) -> None:
-    """Shows a job (an id, or a short name as --job-name takes), its tasks and their attempts."""
+def describe(obj: CliContext, job_id: str, all_tasks: bool) -> None:
+    """Shows a job (an id, or a short name as --job-name takes), its tasks and their latest attempts.
+
+    A job with more than 1000 tasks shows the first 1000 (--all-tasks shows every one); each task
+    shows its latest 20 attempts.
+    """
     from iris.cli.output import describe_job, message_to_dict
+    from iris.cli.pages import Collected, hint
 
     job_id = resolve_job(obj, job_id)
-    resp = obj.client().describe(job_id)
+    resp = obj.client().describe(job_id, all_tasks=all_tasks)
     if obj.json:
         obj.emit(message_to_dict(resp))
     else:
         click.echo(describe_job(resp))
+    hint(
+        Collected(list(resp.tasks), resp.total_tasks, bool(resp.next_task_page_token)),
+        "tasks",
+        "--all-tasks for every one",
+    )
 
 
 @job.command("logs")

@@ -224,6 +224,17 @@ def describe_job(resp: Any, now_ms: int | None = None) -> str:
                     )
                 )
             )
+            # The server sends each task's latest attempts; say where older ones were left out.
+            earlier = [
+                (t.task_id, t.attempts[0].attempt) for t in resp.tasks if t.attempts and t.attempts[0].attempt > 0
+            ]
+            if earlier:
+                out.append(
+                    "  (earlier attempts not shown: "
+                    + ", ".join(f"{task} attempts 0-{n - 1}" for task, n in earlier[:5])
+                    + (f", and {len(earlier) - 5} more tasks" if len(earlier) > 5 else "")
+                    + ")"
+                )
     return "\n".join(out)
 
 

@@ -92,15 +92,30 @@ def start(
 
 @worker.command("list")
 @click.option("--backend", metavar="ID", help="Only this backend's workers.")
+@click.option("--limit", type=click.IntRange(min=0), default=0, help="At most this many (0: every worker).")
 @output_option
 @click.pass_obj
-def list_workers(obj: CliContext, backend: str | None) -> int:
-    """Lists each worker: backend, devices, attributes, running tasks and last contact."""
-    from iris.cli.output import message_to_dict, worker_table
+def list_workers(obj: CliContext, backend: str | None, limit: int) -> int:
+    """Lists each worker: backend, devices, attributes, running tasks and last contact.
 
-    workers = obj.client().workers(backend)
+    Every worker, by backend and worker id (fetched a page at a time), unless --limit says fewer.
+    """
+    from iris.cli.output import message_to_dict, worker_table
+    from iris.cli.pages import collect, hint
+    from iris.rpc import controller_pb2 as pb
+
+    client = obj.client()
+    got = collect(
+        lambda token, size: client.call(
+            "ListWorkers", pb.ListWorkersRequest(backend_id=backend or "", limit=size, page_token=token)
+        ),
+        "workers",
+        limit,
+        everything=not limit,
+    )
     if obj.json:
-        obj.emit({"workers": [message_to_dict(w) for w in workers]})
+        obj.emit({"workers": [message_to_dict(w) for w in got.rows], "total": got.total})
     else:
-        click.echo(worker_table(workers))
+        click.echo(worker_table(got.rows))
+    hint(got, "workers", "drop --limit for every one")
     return EXIT_OK

@@ -241,17 +241,39 @@ class IrisClient:
     def status(self, job: str) -> pb.JobStatus:
         return self._transport.call("GetJobStatus", pb.GetJobStatusRequest(job_id=job), pb.GetJobStatusResponse).job
 
-    def describe(self, job: str) -> pb.GetJobStatusResponse:
-        """The job with its tasks and every attempt of each."""
-        return self._transport.call(
+    def describe(self, job: str, *, all_tasks: bool = False) -> pb.GetJobStatusResponse:
+        """The job with its first page of tasks (`total_tasks` counts them all) and each task's
+        latest attempts; with `all_tasks`, every task, fetched a page at a time."""
+        resp = self._transport.call(
             "GetJobStatus",
             pb.GetJobStatusRequest(job_id=job, include_tasks=True, include_attempts=True),
             pb.GetJobStatusResponse,
         )
+        if all_tasks and resp.next_task_page_token:
+            request = pb.ListTasksRequest(job_id=job, include_attempts=True, page_token=resp.next_task_page_token)
+            resp.tasks.extend(self._pages("ListTasks", request, pb.ListTasksResponse, "tasks"))
+            resp.next_task_page_token = ""
+        return resp
 
     def tasks(self, job: str, include_attempts: bool = False) -> list[pb.TaskStatus]:
-        request = pb.ListTasksRequest(job_id=job, include_attempts=include_attempts)
-        return list(self._transport.call("ListTasks", request, pb.ListTasksResponse).tasks)
+        """Every task of the job by index (with each one's latest attempts when asked)."""
+        return list(self.iter_tasks(job, include_attempts))
+
+    def iter_tasks(self, job: str, include_attempts: bool = False, page_size: int = 0) -> Iterator[pb.TaskStatus]:
+        """The job's tasks by index, fetched a page at a time (`page_size` 0: the server's default)."""
+        request = pb.ListTasksRequest(job_id=job, include_attempts=include_attempts, limit=page_size)
+        return self._pages("ListTasks", request, pb.ListTasksResponse, "tasks")
+
+    def _pages(self, method: str, request: Any, response_type: Any, field: str) -> Iterator[Any]:
+        """Every item of a paged list: calls `method` again with each page's next_page_token until
+        the last page."""
+        while True:
+            resp = self._transport.call(method, request, response_type)
+            items = getattr(resp, field)
+            yield from items
+            if not resp.next_page_token or not items:
+                return
+            request.page_token = resp.next_page_token
 
     def wait(self, job: str, timeout: float | None = None) -> pb.JobStatus:
         """Blocks until the job is terminal and returns its final status; TimeoutError after `timeout` s."""
@@ -279,8 +301,24 @@ class IrisClient:
         cluster: str | None = None,
         parent: str | None = None,
     ) -> list[pb.JobStatus]:
-        """Jobs, newest first as the controller orders them; `state`, `prefix`, `user`, `cluster` (where
-        they run: this cluster's name or a peer's) and `parent` (direct children of that job) filter."""
+        """One page of jobs (`limit` of them; 0: the server's default page), newest first as the
+        controller orders them; `state`, `prefix`, `user`, `cluster` (where they run: this cluster's
+        name or a peer's) and `parent` (direct children of that job) filter. `iter_jobs` gives them all."""
+        return list(self.job_page(state, prefix, user, limit, cluster=cluster, parent=parent).jobs)
+
+    def job_page(
+        self,
+        state: str | None = None,
+        prefix: str | None = None,
+        user: str | None = None,
+        limit: int = 0,
+        *,
+        cluster: str | None = None,
+        parent: str | None = None,
+        page_token: str = "",
+    ) -> pb.ListJobsResponse:
+        """One ListJobs page as the controller answers it: the jobs, `next_page_token` ("" at the
+        end) and `total`, the count of every job the filters match."""
         request = pb.ListJobsRequest(
             state=(state or "").upper(),
             prefix=prefix or "",
@@ -288,23 +326,32 @@ class IrisClient:
             limit=limit,
             cluster=cluster or "",
             parent_job_id=parent or "",
+            page_token=page_token,
         )
-        return list(self._transport.call("ListJobs", request, pb.ListJobsResponse).jobs)
+        return self._transport.call("ListJobs", request, pb.ListJobsResponse)
 
     def iter_jobs(
-        self, state: str | None = None, prefix: str | None = None, user: str | None = None
+        self,
+        state: str | None = None,
+        prefix: str | None = None,
+        user: str | None = None,
+        *,
+        cluster: str | None = None,
+        parent: str | None = None,
+        page_size: int = 0,
     ) -> Iterator[pb.JobStatus]:
-        """Every job matching the filters, newest first, fetched a page at a time."""
-        token = ""
-        while True:
-            request = pb.ListJobsRequest(
-                state=(state or "").upper(), prefix=prefix or "", user=user or "", page_token=token
-            )
-            resp = self._transport.call("ListJobs", request, pb.ListJobsResponse)
-            yield from resp.jobs
-            token = resp.next_page_token
-            if not token or not resp.jobs:
-                return
+        """Every job matching the filters, newest first, fetched a page at a time (`page_size` 0:
+        the server's default). Jobs submitted while it pages are not included, and no job that
+        existed when it started is skipped or repeated."""
+        request = pb.ListJobsRequest(
+            state=(state or "").upper(),
+            prefix=prefix or "",
+            user=user or "",
+            limit=page_size,
+            cluster=cluster or "",
+            parent_job_id=parent or "",
+        )
+        return self._pages("ListJobs", request, pb.ListJobsResponse, "jobs")
 
     @property
     def token(self) -> str | None:
@@ -377,14 +424,26 @@ class IrisClient:
         )
 
     def backends(self) -> pb.ListBackendsResponse:
-        return self._transport.call("ListBackends", pb.ListBackendsRequest(), pb.ListBackendsResponse)
+        """Every backend of the cluster (all pages, in one response)."""
+        first = self._transport.call("ListBackends", pb.ListBackendsRequest(), pb.ListBackendsResponse)
+        if first.next_page_token:
+            rest = pb.ListBackendsRequest(page_token=first.next_page_token)
+            first.backends.extend(self._pages("ListBackends", rest, pb.ListBackendsResponse, "backends"))
+            first.next_page_token = ""
+        return first
 
     def workers(self, backend: str | None = None) -> builtins.list[pb.WorkerInfo]:
-        request = pb.ListWorkersRequest(backend_id=backend or "")
-        return list(self._transport.call("ListWorkers", request, pb.ListWorkersResponse).workers)
+        """Every worker (of one backend, or of all), by backend and worker id."""
+        return list(self.iter_workers(backend))
+
+    def iter_workers(self, backend: str | None = None, page_size: int = 0) -> Iterator[pb.WorkerInfo]:
+        """The workers, fetched a page at a time (`page_size` 0: the server's default)."""
+        request = pb.ListWorkersRequest(backend_id=backend or "", limit=page_size)
+        return self._pages("ListWorkers", request, pb.ListWorkersResponse, "workers")
 
     def peers(self) -> builtins.list[pb.PeerInfo]:
-        return list(self._transport.call("ListPeers", pb.ListPeersRequest(), pb.ListPeersResponse).peers)
+        """Every federation peer of the cluster, by peer id."""
+        return list(self._pages("ListPeers", pb.ListPeersRequest(), pb.ListPeersResponse, "peers"))
 
     def cluster_info(self) -> pb.GetClusterInfoResponse:
         return self._transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
@@ -414,9 +473,13 @@ class IrisClient:
         return self._transport.call("RegisterEndpoint", request, pb.RegisterEndpointResponse).endpoint
 
     def endpoints(self, job: str = "") -> builtins.list[pb.Endpoint]:
-        """The live endpoints of `job` (every job's when empty)."""
-        request = pb.ListEndpointsRequest(job_id=job)
-        return list(self._transport.call("ListEndpoints", request, pb.ListEndpointsResponse).endpoints)
+        """The live endpoints of `job` (every job's when empty), by job and name."""
+        return list(self.iter_endpoints(job))
+
+    def iter_endpoints(self, job: str = "", page_size: int = 0) -> Iterator[pb.Endpoint]:
+        """The live endpoints, fetched a page at a time (`page_size` 0: the server's default)."""
+        request = pb.ListEndpointsRequest(job_id=job, limit=page_size)
+        return self._pages("ListEndpoints", request, pb.ListEndpointsResponse, "endpoints")
 
     def endpoint_url(self, job: str, name: str, ttl_s: float = 0) -> pb.MintEndpointUrlResponse:
         """A capability URL that reaches endpoint `name` of `job` for `ttl_s` seconds (0: 8 hours)."""

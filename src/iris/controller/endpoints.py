@@ -20,6 +20,7 @@ import time
 from iris.controller.auth import Identity, Role, mint_token, verify_token
 from iris.controller.auth.keys import SigningKey
 from iris.controller.db.database import sql
+from iris.controller.paging import Listing, page_size
 from iris.core.errors import InvalidArgument, NotFound, PermissionDenied
 from iris.core.names import in_job_tree
 from iris.rpc import controller_pb2 as pb
@@ -91,11 +92,26 @@ def register(conn, identity: Identity, req: pb.RegisterEndpointRequest, now_ms: 
     return pb.Endpoint(job_id=req.job_id, name=name, address=address, attempt_id=req.attempt_id, created_ms=now_ms)
 
 
-def list_live(conn, job_id: str = "") -> list[pb.Endpoint]:
-    """The endpoints whose attempt is still active, of one job or of all."""
-    query = _LIVE + (" AND e.job_id = :j" if job_id else "") + " ORDER BY e.job_id, e.name"
-    rows = conn.execute(sql(query), {"j": job_id}).all()
-    return [pb.Endpoint(job_id=r[0], name=r[1], address=r[2], attempt_id=r[3], created_ms=r[4]) for r in rows]
+def list_live(conn, job_id: str = "", token: str = "", limit: int = 0) -> pb.ListEndpointsResponse:
+    """One page of the endpoints whose attempt is still active, of one job or of all, by (job, name)."""
+    listing = Listing("endpoints", (str, str), (job_id,))
+    after = listing.after(token)
+    where = " AND e.job_id = :j" if job_id else ""
+    params: dict[str, object] = {"j": job_id}
+    total = conn.execute(sql(f"SELECT COUNT(*) FROM ({_LIVE}{where})"), params).scalar() or 0
+    if after is not None:
+        where += " AND (e.job_id > :aj OR (e.job_id = :aj AND e.name > :an))"
+        params.update(aj=after[0], an=after[1])
+    size = page_size(limit)
+    params["n"] = size + 1
+    rows = conn.execute(sql(_LIVE + where + " ORDER BY e.job_id, e.name LIMIT :n"), params).all()
+    more = len(rows) > size
+    rows = rows[:size]
+    return pb.ListEndpointsResponse(
+        endpoints=[pb.Endpoint(job_id=r[0], name=r[1], address=r[2], attempt_id=r[3], created_ms=r[4]) for r in rows],
+        next_page_token=listing.token((rows[-1][0], rows[-1][1])) if more else "",
+        total=total,
+    )
 
 
 def live_address(conn, job_id: str, name: str) -> str | None:

@@ -24,6 +24,7 @@ from iris.controller.db import reads
 from iris.controller.db.database import sql
 from iris.controller.db.jobs import insert_job, require_job
 from iris.controller.handler import rpc
+from iris.controller.paging import Listing, page_of
 from iris.controller.submit import build_spec, check_client_freshness, parent_context, resolve_job_id
 from iris.controller.worker_api import WorkerCalls
 from iris.core import spans
@@ -197,8 +198,10 @@ class ControllerServiceImpl(WorkerCalls):
         with self.db.read() as conn:
             self._check_read(conn, identity, req.job_id)
             job = reads.get_job(conn, req.job_id, self.name)
-            tasks = reads.list_tasks(conn, req.job_id, req.include_attempts, self.name) if req.include_tasks else []
-        return pb.GetJobStatusResponse(job=job, tasks=tasks)
+            if not req.include_tasks:
+                return pb.GetJobStatusResponse(job=job)
+            tasks, token, total = reads.task_page(conn, req.job_id, req.include_attempts, self.name)
+        return pb.GetJobStatusResponse(job=job, tasks=tasks, next_task_page_token=token, total_tasks=total)
 
     @rpc
     def list_jobs(self, req: pb.ListJobsRequest, identity: Identity) -> pb.ListJobsResponse:
@@ -214,7 +217,10 @@ class ControllerServiceImpl(WorkerCalls):
     def list_tasks(self, req: pb.ListTasksRequest, identity: Identity) -> pb.ListTasksResponse:
         with self.db.read() as conn:
             self._check_read(conn, identity, req.job_id)
-            return pb.ListTasksResponse(tasks=reads.list_tasks(conn, req.job_id, req.include_attempts, self.name))
+            tasks, token, total = reads.task_page(
+                conn, req.job_id, req.include_attempts, self.name, req.page_token, req.limit
+            )
+        return pb.ListTasksResponse(tasks=tasks, next_page_token=token, total=total)
 
     @rpc
     def terminate_job(self, req: pb.TerminateJobRequest, identity: Identity) -> pb.TerminateJobResponse:
@@ -245,9 +251,12 @@ class ControllerServiceImpl(WorkerCalls):
 
     @rpc
     def list_backends(self, req: pb.ListBackendsRequest, identity: Identity) -> pb.ListBackendsResponse:
-        resp = pb.ListBackendsResponse(cluster=self.name)
+        page = page_of(
+            list(self.backends.values()), lambda b: (b.id,), Listing("backends", (str,)), req.page_token, req.limit
+        )
+        resp = pb.ListBackendsResponse(cluster=self.name, next_page_token=page.next_token, total=page.total)
         availability = self.tick.availability()
-        for backend in self.backends.values():
+        for backend in page.rows:
             d = backend.describe()
             workers = backend.workers()
             live = [w.capacity for w in workers if w.alive]
@@ -274,41 +283,47 @@ class ControllerServiceImpl(WorkerCalls):
 
     @rpc
     def list_workers(self, req: pb.ListWorkersRequest, identity: Identity) -> pb.ListWorkersResponse:
-        running = self.running_tasks()
+        workers = [
+            w
+            for backend in self.backends.values()
+            if not req.backend_id or backend.id == req.backend_id
+            for w in backend.workers()
+        ]
+        listing = Listing("workers", (str, str), (req.backend_id,))
+        page = page_of(workers, lambda w: (w.backend_id, w.worker_id), listing, req.page_token, req.limit)
         used: dict[str, list] = {}
         tasks: dict[str, list[str]] = {}
-        for t in running:
+        for t in self.running_tasks():
             used.setdefault(t.worker_id, []).append(t.resources)
             tasks.setdefault(t.worker_id, []).append(t.task_id)
-        resp = pb.ListWorkersResponse()
-        for backend in self.backends.values():
-            if req.backend_id and backend.id != req.backend_id:
-                continue
-            for w in backend.workers():
-                rs = used.get(w.worker_id, [])
-                u = pb.Resources(
-                    cpu=sum(r.cpu for r in rs),
-                    memory_bytes=sum(r.memory for r in rs),
-                    disk_bytes=sum(r.disk for r in rs),
-                )
-                u.device.count = sum(r.device.count for r in rs)
-                resp.workers.add(
-                    worker_id=w.worker_id,
-                    backend_id=w.backend_id,
-                    alive=w.alive,
-                    capacity=resources_to_proto(w.capacity),
-                    used=u,
-                    attributes=dict(w.attributes),
-                    running_tasks=len(rs),
-                    last_contact_ms=w.last_contact_ms,
-                    runtime=w.runtime,
-                    running=sorted(tasks.get(w.worker_id, [])),
-                )
+        resp = pb.ListWorkersResponse(next_page_token=page.next_token, total=page.total)
+        for w in page.rows:
+            rs = used.get(w.worker_id, [])
+            u = pb.Resources(
+                cpu=sum(r.cpu for r in rs),
+                memory_bytes=sum(r.memory for r in rs),
+                disk_bytes=sum(r.disk for r in rs),
+            )
+            u.device.count = sum(r.device.count for r in rs)
+            resp.workers.add(
+                worker_id=w.worker_id,
+                backend_id=w.backend_id,
+                alive=w.alive,
+                capacity=resources_to_proto(w.capacity),
+                used=u,
+                attributes=dict(w.attributes),
+                running_tasks=len(rs),
+                last_contact_ms=w.last_contact_ms,
+                runtime=w.runtime,
+                running=sorted(tasks.get(w.worker_id, [])),
+            )
         return resp
 
     @rpc
     def list_peers(self, req: pb.ListPeersRequest, identity: Identity) -> pb.ListPeersResponse:
-        return self.federation.list_peers() if self.federation is not None else pb.ListPeersResponse()
+        peers = list(self.federation.list_peers().peers) if self.federation is not None else []
+        page = page_of(peers, lambda p: (p.peer_id,), Listing("peers", (str,)), req.page_token, req.limit)
+        return pb.ListPeersResponse(peers=page.rows, next_page_token=page.next_token, total=page.total)
 
     @rpc
     async def execute_raw_query(self, req: pb.ExecuteRawQueryRequest, identity: Identity) -> pb.ExecuteRawQueryResponse:
@@ -348,6 +363,7 @@ class ControllerServiceImpl(WorkerCalls):
             problems=health.problems,
             last_tick_age_s=-1 if health.last_tick_age_s is None else health.last_tick_age_s,
             spend=self.spend(),
+            last_tick_ms=self.tick.last_stats.duration_ms if self.tick.last_stats is not None else 0.0,
         )
 
     @rpc
@@ -380,7 +396,7 @@ class ControllerServiceImpl(WorkerCalls):
         with self.db.read() as conn:
             if req.job_id:
                 require_job(conn, req.job_id)
-            return pb.ListEndpointsResponse(endpoints=endpoints.list_live(conn, req.job_id))
+            return endpoints.list_live(conn, req.job_id, req.page_token, req.limit)
 
     @rpc
     def mint_endpoint_url(self, req: pb.MintEndpointUrlRequest, identity: Identity) -> pb.MintEndpointUrlResponse:

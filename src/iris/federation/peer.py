@@ -125,8 +125,14 @@ class PeerClient:
             raise Unavailable(f"peer {self.peer_id} at {self.address}: {exc.code}: {exc.message}") from None
 
     def list_backends(self) -> tuple[str, tuple[PeerBackend, ...]]:
+        """The peer's name and every backend it reports (following its pages; an older peer sends one)."""
         resp = self._call("ListBackends", pb.ListBackendsRequest(), pb.ListBackendsResponse)
-        return resp.cluster, tuple(backend_from_proto(b) for b in resp.backends)
+        backends = [backend_from_proto(b) for b in resp.backends]
+        while resp.next_page_token and resp.backends:
+            request = pb.ListBackendsRequest(page_token=resp.next_page_token)
+            resp = self._call("ListBackends", request, pb.ListBackendsResponse)
+            backends.extend(backend_from_proto(b) for b in resp.backends)
+        return resp.cluster, tuple(backends)
 
     def launch_job(self, request: pb.LaunchJobRequest) -> pb.LaunchJobResponse:
         return self._call("LaunchJob", request, pb.LaunchJobResponse)

@@ -263,12 +263,16 @@ class GetJobStatusRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., include_tasks: _Optional[bool] = ..., include_attempts: _Optional[bool] = ...) -> None: ...
 
 class GetJobStatusResponse(_message.Message):
-    __slots__ = ("job", "tasks")
+    __slots__ = ("job", "tasks", "next_task_page_token", "total_tasks")
     JOB_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_TASK_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TASKS_FIELD_NUMBER: _ClassVar[int]
     job: JobStatus
     tasks: _containers.RepeatedCompositeFieldContainer[TaskStatus]
-    def __init__(self, job: _Optional[_Union[JobStatus, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ...) -> None: ...
+    next_task_page_token: str
+    total_tasks: int
+    def __init__(self, job: _Optional[_Union[JobStatus, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., next_task_page_token: _Optional[str] = ..., total_tasks: _Optional[int] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
     __slots__ = ("state", "prefix", "limit", "user", "cluster", "parent_job_id", "page_token")
@@ -299,18 +303,26 @@ class ListJobsResponse(_message.Message):
     def __init__(self, jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total: _Optional[int] = ...) -> None: ...
 
 class ListTasksRequest(_message.Message):
-    __slots__ = ("job_id", "include_attempts")
+    __slots__ = ("job_id", "include_attempts", "limit", "page_token")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     include_attempts: bool
-    def __init__(self, job_id: _Optional[str] = ..., include_attempts: _Optional[bool] = ...) -> None: ...
+    limit: int
+    page_token: str
+    def __init__(self, job_id: _Optional[str] = ..., include_attempts: _Optional[bool] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListTasksResponse(_message.Message):
-    __slots__ = ("tasks",)
+    __slots__ = ("tasks", "next_page_token", "total")
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
     tasks: _containers.RepeatedCompositeFieldContainer[TaskStatus]
-    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    total: int
+    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total: _Optional[int] = ...) -> None: ...
 
 class TerminateJobRequest(_message.Message):
     __slots__ = ("job_id", "reason")
@@ -472,28 +484,44 @@ class BackendInfo(_message.Message):
     def __init__(self, id: _Optional[str] = ..., kind: _Optional[str] = ..., attributes: _Optional[_Mapping[str, str]] = ..., availability: _Optional[_Union[Availability, _Mapping]] = ..., workers: _Optional[int] = ..., worker_capacity: _Optional[_Union[Resources, _Mapping]] = ..., live_workers: _Optional[int] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
 
 class ListBackendsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("limit", "page_token")
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    page_token: str
+    def __init__(self, limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListBackendsResponse(_message.Message):
-    __slots__ = ("cluster", "backends")
+    __slots__ = ("cluster", "backends", "next_page_token", "total")
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     backends: _containers.RepeatedCompositeFieldContainer[BackendInfo]
-    def __init__(self, cluster: _Optional[str] = ..., backends: _Optional[_Iterable[_Union[BackendInfo, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    total: int
+    def __init__(self, cluster: _Optional[str] = ..., backends: _Optional[_Iterable[_Union[BackendInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total: _Optional[int] = ...) -> None: ...
 
 class ListWorkersRequest(_message.Message):
-    __slots__ = ("backend_id",)
+    __slots__ = ("backend_id", "limit", "page_token")
     BACKEND_ID_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     backend_id: str
-    def __init__(self, backend_id: _Optional[str] = ...) -> None: ...
+    limit: int
+    page_token: str
+    def __init__(self, backend_id: _Optional[str] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListWorkersResponse(_message.Message):
-    __slots__ = ("workers",)
+    __slots__ = ("workers", "next_page_token", "total")
     WORKERS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
-    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    total: int
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total: _Optional[int] = ...) -> None: ...
 
 class PeerInfo(_message.Message):
     __slots__ = ("peer_id", "address", "reachable", "last_contact_ms", "active_federated_jobs", "backends", "last_error", "cluster")
@@ -516,14 +544,22 @@ class PeerInfo(_message.Message):
     def __init__(self, peer_id: _Optional[str] = ..., address: _Optional[str] = ..., reachable: _Optional[bool] = ..., last_contact_ms: _Optional[int] = ..., active_federated_jobs: _Optional[int] = ..., backends: _Optional[_Iterable[_Union[BackendInfo, _Mapping]]] = ..., last_error: _Optional[str] = ..., cluster: _Optional[str] = ...) -> None: ...
 
 class ListPeersRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("limit", "page_token")
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    page_token: str
+    def __init__(self, limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListPeersResponse(_message.Message):
-    __slots__ = ("peers",)
+    __slots__ = ("peers", "next_page_token", "total")
     PEERS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
     peers: _containers.RepeatedCompositeFieldContainer[PeerInfo]
-    def __init__(self, peers: _Optional[_Iterable[_Union[PeerInfo, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    total: int
+    def __init__(self, peers: _Optional[_Iterable[_Union[PeerInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total: _Optional[int] = ...) -> None: ...
 
 class ExecuteRawQueryRequest(_message.Message):
     __slots__ = ("sql", "limit")
@@ -600,7 +636,7 @@ class GetClusterInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetClusterInfoResponse(_message.Message):
-    __slots__ = ("name", "version", "revision_date", "uptime_s", "job_counts", "backends", "peers", "pid", "state_dir", "caller", "caller_role", "healthy", "problems", "last_tick_age_s", "spend")
+    __slots__ = ("name", "version", "revision_date", "uptime_s", "job_counts", "backends", "peers", "pid", "state_dir", "caller", "caller_role", "healthy", "problems", "last_tick_age_s", "spend", "last_tick_ms")
     class JobCountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -623,6 +659,7 @@ class GetClusterInfoResponse(_message.Message):
     PROBLEMS_FIELD_NUMBER: _ClassVar[int]
     LAST_TICK_AGE_S_FIELD_NUMBER: _ClassVar[int]
     SPEND_FIELD_NUMBER: _ClassVar[int]
+    LAST_TICK_MS_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     revision_date: str
@@ -638,7 +675,8 @@ class GetClusterInfoResponse(_message.Message):
     problems: _containers.RepeatedScalarFieldContainer[str]
     last_tick_age_s: float
     spend: _containers.RepeatedCompositeFieldContainer[UserSpend]
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., revision_date: _Optional[str] = ..., uptime_s: _Optional[float] = ..., job_counts: _Optional[_Mapping[str, int]] = ..., backends: _Optional[int] = ..., peers: _Optional[int] = ..., pid: _Optional[int] = ..., state_dir: _Optional[str] = ..., caller: _Optional[str] = ..., caller_role: _Optional[str] = ..., healthy: _Optional[bool] = ..., problems: _Optional[_Iterable[str]] = ..., last_tick_age_s: _Optional[float] = ..., spend: _Optional[_Iterable[_Union[UserSpend, _Mapping]]] = ...) -> None: ...
+    last_tick_ms: float
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., revision_date: _Optional[str] = ..., uptime_s: _Optional[float] = ..., job_counts: _Optional[_Mapping[str, int]] = ..., backends: _Optional[int] = ..., peers: _Optional[int] = ..., pid: _Optional[int] = ..., state_dir: _Optional[str] = ..., caller: _Optional[str] = ..., caller_role: _Optional[str] = ..., healthy: _Optional[bool] = ..., problems: _Optional[_Iterable[str]] = ..., last_tick_age_s: _Optional[float] = ..., spend: _Optional[_Iterable[_Union[UserSpend, _Mapping]]] = ..., last_tick_ms: _Optional[float] = ...) -> None: ...
 
 class UserSpend(_message.Message):
     __slots__ = ("user", "spend", "on_peers", "budget", "over_budget")
@@ -940,16 +978,24 @@ class RegisterEndpointResponse(_message.Message):
     def __init__(self, endpoint: _Optional[_Union[Endpoint, _Mapping]] = ...) -> None: ...
 
 class ListEndpointsRequest(_message.Message):
-    __slots__ = ("job_id",)
+    __slots__ = ("job_id", "limit", "page_token")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+    limit: int
+    page_token: str
+    def __init__(self, job_id: _Optional[str] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListEndpointsResponse(_message.Message):
-    __slots__ = ("endpoints",)
+    __slots__ = ("endpoints", "next_page_token", "total")
     ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
     endpoints: _containers.RepeatedCompositeFieldContainer[Endpoint]
-    def __init__(self, endpoints: _Optional[_Iterable[_Union[Endpoint, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    total: int
+    def __init__(self, endpoints: _Optional[_Iterable[_Union[Endpoint, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total: _Optional[int] = ...) -> None: ...
 
 class MintEndpointUrlRequest(_message.Message):
     __slots__ = ("job_id", "name", "ttl_s")

@@ -7,12 +7,14 @@ the applier's roll-up), so `job list` over a large database is one indexed query
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 
 from sqlalchemy.engine import Connection
 
 from iris.controller.db.database import sql
 from iris.controller.db.jobs import require_job
 from iris.controller.db.literals import HANDED_OFF, SENT
+from iris.controller.paging import Listing, page_size
 from iris.controller.snapshot import parse_constraints, parse_resources
 from iris.core.errors import InvalidArgument
 from iris.core.states import JobState
@@ -20,7 +22,7 @@ from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import constraint_to_proto, resources_to_proto
 
 MAX_LOG_LINES = 5000
-MAX_LIST_JOBS = 100_000
+ATTEMPTS_SHOWN = 20  # a task's latest attempts in a listing; TaskStatus.attempt counts them all
 _JOB_STATES = tuple(s.value for s in JobState)
 
 
@@ -107,26 +109,11 @@ def get_job(conn: Connection, job_id: str, local_cluster: str) -> pb.JobStatus:
     return msg
 
 
-def _page_after(token: str) -> int | None:
-    """The insertion number a page token continues after; a token this server never gave is refused."""
-    if not token:
-        return None
-    if not (token.isascii() and token.isdigit() and len(token) <= 18):
-        raise InvalidArgument(
-            f"page_token {token[:40]!r} is not one this server gave; pass the next_page_token of the previous "
-            "page, or leave it empty for the first page"
-        )
-    return int(token)
-
-
-def list_jobs(conn: Connection, req: pb.ListJobsRequest, local_cluster: str) -> pb.ListJobsResponse:
-    """One page of the jobs matching `req`'s filters, newest first, with the count over all pages.
-
-    Pages are keyed on the insertion number (not an offset), so a page stays cheap however deep it
-    is and jobs submitted while someone pages do not shift the pages they have not reached yet.
-    """
+def _job_filters(req: pb.ListJobsRequest, local_cluster: str) -> tuple[list[str], dict[str, object], tuple]:
+    """The WHERE clauses and parameters of `req`'s filters, and the filters as a page token binds them."""
     where: list[str] = []
     params: dict[str, object] = {}
+    states: list[str] = []
     if req.state:
         states = list(dict.fromkeys(s.strip().upper() for s in req.state.split(",") if s.strip()))
         unknown = [s for s in states if s not in _JOB_STATES]
@@ -137,8 +124,9 @@ def list_jobs(conn: Connection, req: pb.ListJobsRequest, local_cluster: str) -> 
         where.append("state IN (" + ",".join(f":s{i}" for i in range(len(states))) + ")")
         params.update({f"s{i}": s for i, s in enumerate(states)})
     if req.prefix:
-        where.append("substr(job_id, 1, :plen) = :prefix")
-        params.update(plen=len(req.prefix), prefix=req.prefix)
+        # The range lets SQLite seek the primary key; substr keeps the test exact.
+        where.append("job_id >= :prefix AND job_id < :prefix_end AND substr(job_id, 1, :plen) = :prefix")
+        params.update(plen=len(req.prefix), prefix=req.prefix, prefix_end=req.prefix + "\U0010ffff")
     if req.user:
         where.append("user = :user")
         params["user"] = req.user
@@ -149,16 +137,30 @@ def list_jobs(conn: Connection, req: pb.ListJobsRequest, local_cluster: str) -> 
     if req.parent_job_id:
         where.append("parent_job_id = :parent")
         params["parent"] = req.parent_job_id
-    filters = " WHERE " + " AND ".join(where) if where else ""
-    total = conn.execute(sql("SELECT COUNT(*) FROM jobs" + filters), params).scalar() or 0
-    after = _page_after(req.page_token)
+    return where, params, (sorted(states), req.prefix, req.user, req.cluster, req.parent_job_id)
+
+
+def list_jobs(conn: Connection, req: pb.ListJobsRequest, local_cluster: str) -> pb.ListJobsResponse:
+    """One page of the jobs matching `req`'s filters, newest first, with the count over all pages.
+
+    Pages are keyed on the insertion number (not an offset), so a page stays cheap however deep it
+    is and jobs submitted while someone pages do not shift the pages they have not reached yet.
+    """
+    where, params, filters = _job_filters(req, local_cluster)
+    listing = Listing("jobs", (int,), filters)
+    after = listing.after(req.page_token)
+    total = conn.execute(sql("SELECT COUNT(*) FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")), params)
+    total_rows = total.scalar() or 0
     if after is not None:
-        filters += (" AND " if where else " WHERE ") + "insertion < :after"
-        params["after"] = after
-    limit = min(req.limit, MAX_LIST_JOBS) if req.limit > 0 else 1000
+        where.append("insertion < :after")
+        params["after"] = after[0]
+    limit = page_size(req.limit)
     params["limit"] = limit + 1
+    filters_sql = " WHERE " + " AND ".join(where) if where else ""
     rows = (
-        conn.execute(sql(f"SELECT * FROM jobs{filters} ORDER BY insertion DESC LIMIT :limit"), params).mappings().all()
+        conn.execute(sql(f"SELECT * FROM jobs{filters_sql} ORDER BY insertion DESC LIMIT :limit"), params)
+        .mappings()
+        .all()
     )
     more = len(rows) > limit
     rows = rows[:limit]
@@ -166,20 +168,62 @@ def list_jobs(conn: Connection, req: pb.ListJobsRequest, local_cluster: str) -> 
     stale = _stale_peers(conn)
     return pb.ListJobsResponse(
         jobs=[_job_message(r, counts[r["job_id"]], local_cluster=local_cluster, stale_peers=stale) for r in rows],
-        next_page_token=str(rows[-1]["insertion"]) if more else "",
-        total=total,
+        next_page_token=listing.token((rows[-1]["insertion"],)) if more else "",
+        total=total_rows,
     )
 
 
 def list_tasks(conn: Connection, job_id: str, include_attempts: bool, local_cluster: str) -> list[pb.TaskStatus]:
+    """Every task of the job with every attempt (a peer's sync mirrors them all); the API pages them
+    with `task_page` instead."""
     require_job(conn, job_id)
     tasks = conn.execute(sql("SELECT * FROM tasks WHERE job_id = :j ORDER BY idx"), {"j": job_id}).mappings().all()
+    attempts = (
+        conn.execute(sql("SELECT * FROM attempts WHERE job_id = :j ORDER BY idx, attempt"), {"j": job_id}).mappings()
+        if include_attempts
+        else ()
+    )
+    return _task_messages(job_id, tasks, attempts, local_cluster)
+
+
+def task_page(
+    conn: Connection, job_id: str, include_attempts: bool, local_cluster: str, token: str = "", limit: int = 0
+) -> tuple[list[pb.TaskStatus], str, int]:
+    """One page of the job's tasks by index, each with its latest `ATTEMPTS_SHOWN` attempts: the
+    tasks, the next page's token ("" at the end) and how many tasks the job has."""
+    require_job(conn, job_id)
+    listing = Listing("tasks", (int,), (job_id,))
+    after = listing.after(token)
+    size = page_size(limit)
+    rows = (
+        conn.execute(
+            sql("SELECT * FROM tasks WHERE job_id = :j AND idx > :after ORDER BY idx LIMIT :n"),
+            {"j": job_id, "after": -1 if after is None else after[0], "n": size + 1},
+        )
+        .mappings()
+        .all()
+    )
+    more = len(rows) > size
+    rows = rows[:size]
+    total = conn.execute(sql("SELECT COUNT(*) FROM tasks WHERE job_id = :j"), {"j": job_id}).scalar() or 0
+    attempts: Iterable = ()
+    if include_attempts and rows:
+        attempts = conn.execute(
+            sql(
+                "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY idx ORDER BY attempt DESC) AS newest"
+                " FROM attempts WHERE job_id = :j AND idx BETWEEN :lo AND :hi) WHERE newest <= :shown"
+                " ORDER BY idx, attempt"
+            ),
+            {"j": job_id, "lo": rows[0]["idx"], "hi": rows[-1]["idx"], "shown": ATTEMPTS_SHOWN},
+        ).mappings()
+    token_out = listing.token((rows[-1]["idx"],)) if more else ""
+    return _task_messages(job_id, rows, attempts, local_cluster), token_out, total
+
+
+def _task_messages(job_id: str, tasks: Sequence, attempt_rows: Iterable, local_cluster: str) -> list[pb.TaskStatus]:
     attempts: dict[int, list] = {}
-    if include_attempts:
-        for a in conn.execute(
-            sql("SELECT * FROM attempts WHERE job_id = :j ORDER BY idx, attempt"), {"j": job_id}
-        ).mappings():
-            attempts.setdefault(a["idx"], []).append(a)
+    for a in attempt_rows:
+        attempts.setdefault(a["idx"], []).append(a)
     out = []
     for t in tasks:
         msg = pb.TaskStatus(

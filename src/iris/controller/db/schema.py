@@ -253,6 +253,20 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "ALTER TABLE federated_jobs ADD COLUMN delivery_started INTEGER NOT NULL DEFAULT 0",
         ],
     ),
+    (
+        10,
+        "indexes that serve each job list filter in the list's own order (newest first)",
+        [
+            # Each filter of ListJobs seeks its index and reads it in insertion order, so a page
+            # of a large history costs its own rows, not a sort of every job that matches.
+            "CREATE INDEX IF NOT EXISTS jobs_state_insertion ON jobs(state, insertion)",
+            "CREATE INDEX IF NOT EXISTS jobs_user_insertion ON jobs(user, insertion)",
+            "CREATE INDEX IF NOT EXISTS jobs_parent_insertion ON jobs(parent_job_id, insertion)",
+            "CREATE INDEX IF NOT EXISTS jobs_cluster_insertion ON jobs(cluster, insertion)",
+            "DROP INDEX IF EXISTS jobs_state",
+            "DROP INDEX IF EXISTS jobs_parent",
+        ],
+    ),
 ]
 
 

@@ -43,3 +43,18 @@ export async function call(method, body = {}, token = sessionToken()) {
   if (!resp.ok) throw new ApiError(data.code || `http_${resp.status}`, data.message || resp.statusText);
   return data;
 }
+
+// Every item of a paged list (ListWorkers, ListPeers, …): calls `method` again with each answer's
+// nextPageToken until the last page, and resolves to the first answer with `field` holding them all.
+export async function callAll(method, body, field) {
+  const first = await call(method, body);
+  const items = [...(first[field] || [])];
+  let token = first.nextPageToken || "";
+  while (token) {
+    const page = await call(method, { ...body, pageToken: token });
+    const more = page[field] || [];
+    items.push(...more);
+    token = more.length ? page.nextPageToken || "" : "";
+  }
+  return { ...first, [field]: items, nextPageToken: "" };
+}

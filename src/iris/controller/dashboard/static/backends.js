@@ -1,7 +1,7 @@
 // The Backends page: per backend its attributes, a free/total meter per device variant with what
 // each band holds, and its workers with what they have in use.
 
-import { call } from "./api.js";
+import { callAll } from "./api.js";
 import { amount, attributeChips, availabilityMeters, bytes, el, meter, num, table } from "./ui.js";
 
 export function backendsPage(root) {
@@ -9,7 +9,10 @@ export function backendsPage(root) {
   root.append(el("section", {}, el("h1", {}, "Backends"), list));
 
   async function refresh() {
-    const [{ backends = [], cluster = "" }, { workers = [] }] = await Promise.all([call("ListBackends"), call("ListWorkers")]);
+    const [{ backends = [], cluster = "" }, { workers = [] }] = await Promise.all([
+      callAll("ListBackends", {}, "backends"),
+      callAll("ListWorkers", {}, "workers"),
+    ]);
     list.replaceChildren(
       ...backends.map((b) => {
         const mine = workers.filter((w) => w.backendId === b.id);

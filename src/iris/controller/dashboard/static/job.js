@@ -124,7 +124,7 @@ export function jobPage(root, route) {
     family.replaceChildren(...parts);
   }
 
-  function renderTasks(taskList) {
+  function renderTasks(taskList, total) {
     const rows = [];
     for (const t of taskList) {
       rows.push(el("tr", { class: "task", dataset: { task: t.index || 0 } },
@@ -139,8 +139,10 @@ export function jobPage(root, route) {
           el("td", {}, clock(a.startedMs)), el("td", {}, clock(a.finishedMs)), el("td", { class: "error" }, a.error)));
       }
     }
+    // The answer holds the first page of tasks (each with its latest attempts); say when there are more.
+    const more = total > taskList.length ? el("p", { class: "muted", id: "tasks-more" }, `showing the first ${taskList.length} of ${total} tasks`) : "";
     tasks.replaceChildren(el("h2", {}, "Tasks and attempts"),
-      table(["Task", "State", "Attempt", "Backend", "Worker or peer", "Exit", "Started", "Finished", "Error"], rows, { id: "tasks-table" }));
+      table(["Task", "State", "Attempt", "Backend", "Worker or peer", "Exit", "Started", "Finished", "Error"], rows, { id: "tasks-table" }), more);
   }
 
   async function refresh() {
@@ -158,7 +160,7 @@ export function jobPage(root, route) {
     renderSummary();
     renderStop();
     renderHandle();
-    renderTasks(resp.tasks || []);
+    renderTasks(resp.tasks || [], resp.totalTasks || 0);
     await Promise.all([renderExplain(), renderFamily()]);
     logs.start();
   }

@@ -1,7 +1,7 @@
 // The Jobs page: filters (state, user, cluster, name prefix) kept in the address, one server-side
 // page of ListJobs at a time (keyed by the server's page token), refreshed in place.
 
-import { call } from "./api.js";
+import { call, callAll } from "./api.js";
 import { session } from "./session.js";
 import { STATES, age, el, jobLink, stateBadge, table, taskCounts } from "./ui.js";
 
@@ -65,7 +65,7 @@ export function jobsPage(root, route) {
   let peersLoaded = false;
   let refreshes = 0; // exposed as data-refreshes so a reader (or a test) can tell a refresh landed
   async function loadClusters() {
-    const { peers = [] } = await call("ListPeers");
+    const { peers = [] } = await callAll("ListPeers", {}, "peers");
     const names = [session.cluster, ...peers.map((p) => p.peerId)].filter(Boolean);
     const chosen = params.get("cluster") || "";
     if (chosen && !names.includes(chosen)) names.push(chosen);

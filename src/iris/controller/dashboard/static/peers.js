@@ -1,7 +1,7 @@
 // The Peers page: per peer whether it answers and when it last did, each of its backends with the
 // attributes it advertises and its free/total capacity, and the federated jobs it runs for us.
 
-import { call } from "./api.js";
+import { call, callAll } from "./api.js";
 import { ago, attributeChips, availabilityMeters, el, jobLink, stateBadge, table, taskCounts } from "./ui.js";
 
 export function peersPage(root) {
@@ -9,7 +9,7 @@ export function peersPage(root) {
   root.append(el("section", {}, el("h1", {}, "Peers"), list));
 
   async function refresh() {
-    const { peers = [] } = await call("ListPeers");
+    const { peers = [] } = await callAll("ListPeers", {}, "peers");
     const jobsByPeer = await Promise.all(peers.map((p) => call("ListJobs", { cluster: p.peerId, limit: 50 })));
     list.replaceChildren(
       ...peers.map((p, i) => {
