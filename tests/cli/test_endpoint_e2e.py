@@ -45,5 +45,5 @@ def test_e2e_endpoint_list_and_url_reach_the_task(controller):
 
     assert controller.cli("job", "stop", job).returncode == 0
     gone = controller.cli("endpoint", "list", job, "-o", "json")
-    assert json.loads(gone.stdout) == {"endpoints": []}
+    assert json.loads(gone.stdout) == {"endpoints": [], "total": 0}
     assert httpx.get(url.stdout.strip() + "hello", timeout=10).status_code == 404

@@ -92,7 +92,7 @@ def test_workspace_past_the_limit_is_refused_naming_the_biggest_file(controller,
     run = controller.cli("job", "run", "--user", "alice", "--", "python3", "train.py", cwd=work)
     assert run.returncode == 3
     assert "checkpoint.bin (40.0 MB)" in run.stderr and ".irisignore" in run.stderr
-    assert controller.cli("-o", "json", "job", "list").stdout.strip() == '{\n  "jobs": []\n}'
+    assert json.loads(controller.cli("-o", "json", "job", "list").stdout) == {"jobs": [], "total": 0}
     (work / ".irisignore").write_text("*.bin\n")
     ok = controller.cli("job", "run", "--user", "alice", "--", "python3", "train.py", cwd=work)
     assert ok.returncode == 0 and ok.stdout.splitlines()[1:] == ["1"], ok.stderr

@@ -263,6 +263,9 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "CREATE INDEX IF NOT EXISTS jobs_user_insertion ON jobs(user, insertion)",
             "CREATE INDEX IF NOT EXISTS jobs_parent_insertion ON jobs(parent_job_id, insertion)",
             "CREATE INDEX IF NOT EXISTS jobs_cluster_insertion ON jobs(cluster, insertion)",
+            # A name prefix is a range of ids: this index yields its rows' insertion numbers alone,
+            # so the newest of them are picked without sorting whole rows.
+            "CREATE INDEX IF NOT EXISTS jobs_id_insertion ON jobs(job_id, insertion)",
             "DROP INDEX IF EXISTS jobs_state",
             "DROP INDEX IF EXISTS jobs_parent",
         ],
