@@ -1,56 +1,85 @@
 """Decides which groups of workers can hold every replica of a coscheduled job now, and which of
 them is the tightest: the group-level best fit.
 
-Why it is kept across the pass: a job's replicas start together inside one group (a shared
-`tpu-name`, `pool` or backend), and a large cluster has hundreds of groups. Counting, for every
-coscheduled job, how many replicas each group could take would cost groups × workers per job.
-Jobs of one request (hard constraints, demand, replica count) ask the same question, and only the
-few workers a placement touches change the answer, so the count per group is kept per request and
-recounted only for groups with a worker whose free capacity changed since it was last asked (the
-ledger marks them). The groups able to hold the whole job are kept sorted by (slots, group), so the
-tightest is the first.
+Why the counts are kept rather than recounted: a job's replicas start together inside one group (a
+shared `tpu-name`, `pool` or backend), and a large cluster has hundreds of groups. Counting, for
+every coscheduled job, how many replicas each group could take would cost groups × workers per
+job. Jobs of one request (hard constraints, demand, replica count) ask the same question, and only
+the few workers a placement touches change the answer. So the count per group is kept per request:
+by the worker index as it stands before a tick (carried to the next tick and recounted there only
+for groups whose workers' running tasks changed), and by the tick's copy of it, recounted only for
+groups with a worker whose free capacity changed since it was last asked (the ledger marks them).
+The groups able to hold the whole job are kept sorted by (slots, group), so the tightest is first.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from iris.scheduler.fit import Vector, copies
-from iris.scheduler.ledger import Ledger, Pool
+
+if TYPE_CHECKING:
+    from iris.scheduler.ledger import Ledger
 
 Group = tuple[str, str]
+Counts = tuple[dict[Group, int], list[tuple[int, Group]]]  # slots per group, and (slots, group) of those holding all
+
+
+def count(free: list[Vector], members: Iterable[int], need: Vector, limit: int) -> int:
+    """How many tasks of `need` the workers hold, each worker counted up to `limit`."""
+    return sum(copies(free[w], need, limit) for w in members)
+
+
+def count_all(free: list[Vector], groups: Mapping[Group, tuple[int, ...]], need: Vector, limit: int) -> Counts:
+    slots = {g: count(free, members, need, limit) for g, members in groups.items()}
+    return slots, sorted((s, g) for g, s in slots.items() if s >= limit)
+
+
+def recount(
+    counts: Counts,
+    free: list[Vector],
+    groups: Mapping[Group, tuple[int, ...]],
+    changed: Iterable[Group],
+    need: Vector,
+    limit: int,
+) -> None:
+    """Recounts the `changed` groups in place, keeping the sorted list of those holding all."""
+    slots, ready = counts
+    for g in changed:
+        old = slots[g]
+        new = slots[g] = count(free, groups[g], need, limit)
+        if old != new:
+            if old >= limit:
+                del ready[bisect_left(ready, (old, g))]
+            if new >= limit:
+                insort(ready, (new, g))
 
 
 class GangSlots:
-    """Per group, how many tasks of `need` its workers hold now, each worker counted up to `limit`."""
+    """The tick's counts for one request: per group, how many tasks of `need` its workers hold
+    now, each worker counted up to `limit` (the number of replicas)."""
 
-    __slots__ = ("need", "limit", "members", "group_of", "slots", "ready", "dirty")
+    __slots__ = ("need", "limit", "groups", "group_of", "counts", "dirty")
 
-    def __init__(self, ledger: Ledger, groups: list[tuple[Group, list[Pool]]], need: Vector, limit: int) -> None:
+    def __init__(self, ledger: Ledger, hard: tuple, need: Vector, limit: int) -> None:
+        ix = ledger.ix
         self.need, self.limit = need, limit
-        self.members = {g: [w for pool in plan for w in pool.members] for g, plan in groups}
-        self.group_of = {w: g for g, members in self.members.items() for w in members}
-        self.dirty: set[int] = set()
-        ledger.watch(self.group_of, self.dirty)
-        free = ledger.free
-        self.slots = {g: sum(copies(free[w], need, limit) for w in members) for g, members in self.members.items()}
-        self.ready = sorted((s, g) for g, s in self.slots.items() if s >= limit)
+        self.groups, self.group_of, number = ix.gang_groups(hard)
+        slots, ready = ix.gang_counts(hard, need, limit)
+        self.counts: Counts = (dict(slots), list(ready))  # the index's are shared with later ticks
+        self.dirty = ledger.subscribe(number, ledger.changed_among(self.group_of))
 
     def refresh(self, free: list[Vector]) -> dict[Group, int]:
         """The count per group, recounted where a worker changed since the last call."""
         if self.dirty:
-            need, limit, slots, ready = self.need, self.limit, self.slots, self.ready
-            for g in {self.group_of[w] for w in self.dirty}:
-                old = slots[g]
-                new = slots[g] = sum(copies(free[w], need, limit) for w in self.members[g])
-                if old != new:
-                    if old >= limit:
-                        del ready[bisect_left(ready, (old, g))]
-                    if new >= limit:
-                        insort(ready, (new, g))
+            group_of = self.group_of
+            recount(self.counts, free, self.groups, {group_of[w] for w in self.dirty}, self.need, self.limit)
             self.dirty.clear()
-        return self.slots
+        return self.counts[0]
 
     def tightest(self) -> Group | None:
         """The group that holds all `limit` tasks with the fewest slots (then the lowest group)."""
-        return self.ready[0][1] if self.ready else None
+        ready = self.counts[1]
+        return ready[0][1] if ready else None

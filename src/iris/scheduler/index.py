@@ -33,6 +33,7 @@ from iris.scheduler.fit import (
     subtract,
     worker_attributes,
 )
+from iris.scheduler.gangs import Counts, count_all, recount
 from iris.scheduler.gating import resource_value
 from iris.scheduler.snapshot import RunningTask, WorkerSnapshot
 
@@ -80,6 +81,7 @@ _CACHES = (
     "_levels",
     "_group_levels",
     "_preemptible",
+    "_gang_groups",
     "never",
     "member_of",
     "set_ids",
@@ -145,6 +147,11 @@ class ClusterIndex:
         self._preemptible: dict[tuple, tuple[int, ...]] = {}
         self._sorted: dict[tuple[int, ...], tuple[Keys, dict[int, tuple]]] = {}
         self._carried: dict[tuple[int, ...], tuple[Keys, dict[int, tuple]]] = {}
+        self._gang_groups: dict[
+            tuple, tuple[dict[tuple[str, str], tuple[int, ...]], dict[int, tuple[str, str]], int]
+        ] = {}
+        self._gangs: dict[tuple, Counts] = {}
+        self._carried_gangs: dict[tuple, Counts] = {}
         self._moved: set[int] = set()
         self.never: dict[tuple, str | None] = {}
         # Worker sets (levels, and levels within a group) are numbered, and each worker lists the
@@ -231,6 +238,8 @@ class ClusterIndex:
             for name in _CACHES:
                 setattr(nxt, name, getattr(self, name))
             nxt._sorted = {}
+            nxt._gangs = {}
+            nxt._carried_gangs = self._gangs
         nxt._carried = self._sorted
         nxt._moved = {w for w in changed if nxt.free[w] != self.free[w]}
         return nxt
@@ -335,6 +344,42 @@ class ClusterIndex:
             found = self._preemptible[key] = tuple(
                 w for w in self.matching(shape.hard) if preemption_allowed_on(shape, self.workers[w])
             )
+        return found
+
+    def gang_groups(
+        self, hard: tuple[Constraint, ...]
+    ) -> tuple[dict[tuple[str, str], tuple[int, ...]], dict[int, tuple[str, str]], int]:
+        """The alive workers matching `hard` per coscheduling group, each worker's group, and the
+        number of the whole set (see `_register`)."""
+        found = self._gang_groups.get(hard)
+        if found is None:
+            members = self.matching(hard)
+            by_group: dict[tuple[str, str], list[int]] = defaultdict(list)
+            for w in members:
+                by_group[self.group_of[w]].append(w)
+            whole = tuple(members)
+            self._register((whole,))
+            groups = {g: tuple(ws) for g, ws in by_group.items()}
+            found = self._gang_groups[hard] = (groups, {w: self.group_of[w] for w in members}, self.set_ids[whole])
+        return found
+
+    def gang_counts(self, hard: tuple[Constraint, ...], need: Vector, limit: int) -> Counts:
+        """Per group, how many tasks of `need` the workers matching `hard` hold before the tick,
+        each counted up to `limit` (see `gangs`). Shared: a caller that changes them works on copies."""
+        key = (hard, need, limit)
+        found = self._gangs.get(key)
+        if found is None:
+            groups, group_of, _ = self.gang_groups(hard)
+            carried = self._carried_gangs.get(key)
+            if carried is None:
+                found = count_all(self.free, groups, need, limit)
+            else:
+                touched = {group_of[w] for w in self._moved if w in group_of}
+                found = carried
+                if touched:
+                    found = (dict(carried[0]), list(carried[1]))
+                    recount(found, self.free, groups, touched, need, limit)
+            self._gangs[key] = found
         return found
 
     def sorted_keys(self, members: tuple[int, ...]) -> tuple[Keys, dict[int, tuple]]:

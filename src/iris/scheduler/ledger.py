@@ -20,7 +20,7 @@ This object is mutable, but it never outlives the pure `schedule` call that crea
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Mapping
 
 from iris.core.bands import Band
 from iris.core.constraints import Constraint
@@ -29,6 +29,8 @@ from iris.scheduler.index import ClusterIndex, WorkerClass, repair
 from iris.scheduler.snapshot import RunningTask, SchedulingSnapshot
 
 __all__ = ["Ledger", "Pool", "WorkerClass", "best_fit"]
+
+JUMP_AFTER = 4  # single steps before the best-fit search starts jumping (a step is cheaper than a bisection)
 
 
 class Pool:
@@ -60,16 +62,33 @@ class Pool:
 
 def best_fit(plan: list[Pool], need: Vector, free: list[Vector]) -> int | None:
     """The worker with the least free capacity that still fits `need`, from the first pool (the
-    best preference level) that has one. Entries before the bisection point are short in their
-    first differing dimension, so only the entries after it are checked."""
+    best preference level) that has one.
+
+    Keys sort as (devices, cpu, memory, disk, worker). Entries before the bisection point are short
+    in their first differing dimension. After it, an entry short in cpu or memory means every entry
+    sharing its leading dimensions up to that one is short too: after a few single steps, the search
+    jumps past all of them with one bisection instead of stepping through them.
+    """
     probe = (need[0], need[1], need[2], need[3], -1)
     c, m, d = need[1], need[2], need[3]
     for pool in plan:
         keys = pool.refresh(free)
-        for i in range(bisect_left(keys, probe), len(keys)):
+        end = len(keys)
+        i = bisect_left(keys, probe)
+        steps = 0
+        while i < end:
             key = keys[i]
             if key[1] >= c and key[2] >= m and key[3] >= d:
                 return key[4]
+            steps += 1
+            if steps < JUMP_AFTER:
+                i += 1
+            elif key[1] < c:
+                i = bisect_left(keys, (key[0], c, m, d, -1), i + 1)
+            elif key[2] < m:
+                i = bisect_left(keys, (key[0], key[1], m, d, -1), i + 1)
+            else:
+                i = bisect_left(keys, (key[0], key[1], key[2], d, -1), i + 1)
     return None
 
 
@@ -98,22 +117,22 @@ class Ledger:
         self.version = [0] * len(self.workers)
         self._stamp = 0
         self._pools: dict[tuple[int, ...], Pool] = {}
-        self._numbered: dict[int, Pool] = {}  # the same pools by the number of their worker set
+        # By the number of a worker set (`ClusterIndex.set_ids`), the dirty sets to mark when the
+        # free capacity of one of its workers changes: the pools' and the group counts'.
+        self._subscribers: dict[int, list[set[int]]] = {}
         self._plans: dict[tuple, list[Pool]] = {}
         self._group_plans: dict[tuple, list[tuple[tuple[str, str], list[Pool]]]] = {}
         self._evictable: dict[tuple[int, Band], tuple[Vector, tuple[RunningTask, ...]]] = {}
         self._journal: list[tuple] | None = None
-        self._watchers: dict[int, list[set[int]]] = {}  # worker -> the sets to mark when its free capacity changes
 
-    def watch(self, workers: Iterable[int], dirty: set[int]) -> None:
-        """Adds each of `workers` to `dirty` whenever its free capacity changes from now on."""
-        watchers = self._watchers
-        for w in workers:
-            found = watchers.get(w)
-            if found is None:
-                watchers[w] = [dirty]
-            else:
-                found.append(dirty)
+    def subscribe(self, number: int, dirty: set[int]) -> set[int]:
+        """Adds a worker of set `number` to `dirty` whenever its free capacity changes from now on."""
+        self._subscribers.setdefault(number, []).append(dirty)
+        return dirty
+
+    def changed_among(self, workers: Mapping[int, object]) -> set[int]:
+        """The workers among `workers` whose free capacity changed this tick."""
+        return {w for w in self._changed if w in workers}
 
     # -- which workers a shape may use ------------------------------------------------------
 
@@ -134,7 +153,7 @@ class Ledger:
         pool = self._pools.get(members)
         if pool is None:
             pool = self._pools[members] = Pool(members, *self.ix.sorted_keys(members))
-            self._numbered[self.ix.set_ids[members]] = pool
+            self.subscribe(self.ix.set_ids[members], pool.dirty)
             pool.dirty.update(pool.key_of.keys() & self._changed)
         return pool
 
@@ -169,13 +188,10 @@ class Ledger:
         old = self.free[w]
         if old == new:
             return
-        pools = self._numbered
+        subscribers = self._subscribers
         for number in self.ix.member_of.get(w, ()):
-            pool = pools.get(number)
-            if pool is not None:
-                pool.dirty.add(w)
-        for dirty in self._watchers.get(w, ()):
-            dirty.add(w)
+            for dirty in subscribers.get(number, ()):
+                dirty.add(w)
         self._changed.add(w)
         self.free[w] = new
         if self._journal is not None:

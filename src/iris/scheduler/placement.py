@@ -172,7 +172,7 @@ def _group_slots(
     key = (shape.hard, shape.need, n)
     gang = memo.gangs.get(key)
     if gang is None:
-        gang = memo.gangs[key] = GangSlots(ledger, groups, shape.need, n)
+        gang = memo.gangs[key] = GangSlots(ledger, shape.hard, shape.need, n)
     return gang.refresh(ledger.free), gang.tightest()
 
 

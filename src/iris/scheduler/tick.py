@@ -10,7 +10,10 @@ applies the result in one transaction; `explain` re-runs the same pass to say wh
 
 from __future__ import annotations
 
+import gc
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from iris.scheduler.fit import ShapeCache
@@ -191,4 +194,23 @@ def _explain_waits(tick: Tick) -> None:
 
 def schedule(snapshot: SchedulingSnapshot) -> ScheduleResult:
     """Decides one tick: assignments, preemptions, unschedulable tasks and pending reasons."""
-    return run_tick(snapshot).result()
+    with cycles_uncollected():
+        return run_tick(snapshot).result()
+
+
+@contextmanager
+def cycles_uncollected() -> Iterator[None]:
+    """Holds off Python's cycle collector while a tick runs.
+
+    A tick allocates tens of thousands of short-lived objects (decisions, keys) that form no
+    cycles and are freed by reference counting; each batch of allocations would otherwise start a
+    collection that walks every object the controller holds (snapshots, the worker index), which
+    measured 10-25 % of a tick on the scheduler benchmark. The collector resumes as before after.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
