@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from iris.scheduler.ledger import Ledger
 
 Group = tuple[str, str]
-Counts = tuple[dict[Group, int], list[tuple[int, Group]]]  # slots per group, and (slots, group) of those holding all
+# Slots per group; (slots, group) of the groups holding all, sorted; (-slots, group) of all, sorted.
+Counts = tuple[dict[Group, int], list[tuple[int, Group]], list[tuple[int, Group]]]
 
 
 def count(free: list[Vector], members: Iterable[int], need: Vector, limit: int) -> int:
@@ -34,7 +35,7 @@ def count(free: list[Vector], members: Iterable[int], need: Vector, limit: int) 
 
 def count_all(free: list[Vector], groups: Mapping[Group, tuple[int, ...]], need: Vector, limit: int) -> Counts:
     slots = {g: count(free, members, need, limit) for g, members in groups.items()}
-    return slots, sorted((s, g) for g, s in slots.items() if s >= limit)
+    return slots, sorted((s, g) for g, s in slots.items() if s >= limit), sorted((-s, g) for g, s in slots.items())
 
 
 def recount(
@@ -46,7 +47,7 @@ def recount(
     limit: int,
 ) -> None:
     """Recounts the `changed` groups in place, keeping the sorted list of those holding all."""
-    slots, ready = counts
+    slots, ready, ranked = counts
     for g in changed:
         old = slots[g]
         new = slots[g] = count(free, groups[g], need, limit)
@@ -55,6 +56,8 @@ def recount(
                 del ready[bisect_left(ready, (old, g))]
             if new >= limit:
                 insort(ready, (new, g))
+            del ranked[bisect_left(ranked, (-old, g))]
+            insort(ranked, (-new, g))
 
 
 class GangSlots:
@@ -67,9 +70,9 @@ class GangSlots:
         ix = ledger.ix
         self.need, self.limit = need, limit
         self.groups, self.group_of, number = ix.gang_groups(hard)
-        slots, ready = ix.gang_counts(hard, need, limit)
-        self.counts: Counts = (dict(slots), list(ready))  # the index's are shared with later ticks
-        self.dirty = ledger.subscribe(number, ledger.changed_among(self.group_of))
+        slots, ready, ranked = ix.gang_counts(hard, need, limit)
+        self.counts: Counts = (dict(slots), list(ready), list(ranked))  # the index's are shared with later ticks
+        self.dirty = ledger.subscribe(number, ledger.changed_among(self.group_of), inside_trials=False)
 
     def refresh(self, free: list[Vector]) -> dict[Group, int]:
         """The count per group, recounted where a worker changed since the last call."""
@@ -78,6 +81,10 @@ class GangSlots:
             recount(self.counts, free, self.groups, {group_of[w] for w in self.dirty}, self.need, self.limit)
             self.dirty.clear()
         return self.counts[0]
+
+    def roomiest(self) -> list[tuple[int, Group]]:
+        """Every group as (-slots, group), the most slots first."""
+        return self.counts[2]
 
     def tightest(self) -> Group | None:
         """The group that holds all `limit` tasks with the fewest slots (then the lowest group)."""

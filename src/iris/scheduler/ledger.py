@@ -120,15 +120,24 @@ class Ledger:
         # By the number of a worker set (`ClusterIndex.set_ids`), the dirty sets to mark when the
         # free capacity of one of its workers changes: the pools' and the group counts'.
         self._subscribers: dict[int, list[set[int]]] = {}
+        # The same for readers that never look inside a trial (the group counts): a trial rolled
+        # back leaves the state as it was, so they are told only of trials that are kept.
+        self._outside_trials: dict[int, list[set[int]]] = {}
         self._plans: dict[tuple, list[Pool]] = {}
         self._group_plans: dict[tuple, list[tuple[tuple[str, str], list[Pool]]]] = {}
         self._evictable: dict[tuple[int, Band], tuple[Vector, tuple[RunningTask, ...]]] = {}
         self._journal: list[tuple] | None = None
 
-    def subscribe(self, number: int, dirty: set[int]) -> set[int]:
-        """Adds a worker of set `number` to `dirty` whenever its free capacity changes from now on."""
-        self._subscribers.setdefault(number, []).append(dirty)
+    def subscribe(self, number: int, dirty: set[int], inside_trials: bool = True) -> set[int]:
+        """Adds a worker of set `number` to `dirty` whenever its free capacity changes from now on
+        (without `inside_trials`: when a change is made outside a trial or a trial is kept)."""
+        (self._subscribers if inside_trials else self._outside_trials).setdefault(number, []).append(dirty)
         return dirty
+
+    def _mark(self, subscribers: dict[int, list[set[int]]], w: int) -> None:
+        for number in self.ix.member_of.get(w, ()):
+            for dirty in subscribers.get(number, ()):
+                dirty.add(w)
 
     def changed_among(self, workers: Mapping[int, object]) -> set[int]:
         """The workers among `workers` whose free capacity changed this tick."""
@@ -188,14 +197,18 @@ class Ledger:
         old = self.free[w]
         if old == new:
             return
-        subscribers = self._subscribers
+        subscribers, journal = self._subscribers, self._journal
+        outside = self._outside_trials if journal is None else None
         for number in self.ix.member_of.get(w, ()):
             for dirty in subscribers.get(number, ()):
                 dirty.add(w)
+            if outside:
+                for dirty in outside.get(number, ()):
+                    dirty.add(w)
         self._changed.add(w)
         self.free[w] = new
-        if self._journal is not None:
-            self._journal.append(("free", w, old, self.version[w]))
+        if journal is not None:
+            journal.append(("free", w, old, self.version[w]))
         self._stamp += 1
         self.version[w] = self._stamp
 
@@ -236,7 +249,9 @@ class Ledger:
         self._journal = []
 
     def commit_trial(self) -> None:
-        self._journal = None
+        journal, self._journal = self._journal or [], None
+        for w in {entry[1] for entry in journal if entry[0] == "free"}:
+            self._mark(self._outside_trials, w)
 
     def rollback_trial(self) -> None:
         journal, self._journal = self._journal or [], None

@@ -64,8 +64,8 @@ class Placed:
 
 def _assign(ledger: Ledger, placed: Placed, w: int, tasks: list[PendingTask]) -> None:
     worker = ledger.workers[w]
-    for task in tasks:
-        placed.assignments.append(Assignment(task.task_id, worker.worker_id, worker.backend_id))
+    worker_id, backend_id = worker.worker_id, worker.backend_id
+    placed.assignments.extend([Assignment(task.task_id, worker_id, backend_id) for task in tasks])
 
 
 def _preempt_one(ledger: Ledger, placed: Placed, shape: Shape, task: PendingTask, chosen: VictimSet | None) -> bool:
@@ -163,17 +163,32 @@ def _slots(ledger: Ledger, plan: list[Pool], shape: Shape, limit: int, band: Ban
 
 def _group_slots(
     ledger: Ledger, memo: Memo, shape: Shape, groups: list[tuple[Group, list[Pool]]], n: int
-) -> tuple[dict[Group, int], Group | None]:
-    """Per group, how many of `n` replicas its workers hold now, and the tightest group holding all."""
+) -> tuple[dict[Group, int], Group | None, list[tuple[int, Group]]]:
+    """Per group, how many of `n` replicas its workers hold now; the tightest group holding all;
+    and every group as (-slots, group), the most slots first."""
     if memo.plain:
         slots = {g: _slots(ledger, plan, shape, n) for g, plan in groups}
         ready = [(s, g) for g, s in slots.items() if s >= n]
-        return slots, min(ready)[1] if ready else None
+        return slots, min(ready)[1] if ready else None, sorted((-s, g) for g, s in slots.items())
     key = (shape.hard, shape.need, n)
     gang = memo.gangs.get(key)
     if gang is None:
         gang = memo.gangs[key] = GangSlots(ledger, shape.hard, shape.need, n)
-    return gang.refresh(ledger.free), gang.tightest()
+    return gang.refresh(ledger.free), gang.tightest(), gang.roomiest()
+
+
+def _trial_floor(ledger: Ledger, members: tuple[int, ...], band: Band, now_ms: int, victims: int) -> tuple:
+    """A lower bound of what a trial that must evict at least `victims` tasks on `members` costs:
+    if every victim is of the lowest band held there, at least the least work lost among those."""
+    low, work = -1, 0
+    for w in members:
+        for task in ledger.evictable(w, band)[1]:
+            rank, lost = int(task.band), max(0, now_ms - task.started_ms)
+            if rank > low:
+                low, work = rank, lost
+            elif rank == low and lost < work:
+                work = lost
+    return (-low, victims, work)
 
 
 def place_coscheduled(
@@ -195,14 +210,15 @@ def place_coscheduled(
     """
     n = len(tasks)
     groups = ledger.group_plans(shape)
-    free_slots, tightest = _group_slots(ledger, memo, shape, groups, n)
+    free_slots, tightest, roomiest = _group_slots(ledger, memo, shape, groups, n)
     if pinned_group is not None:
-        groups = [(g, plan) for g, plan in groups if g == pinned_group]
-        tightest = pinned_group if groups and free_slots[pinned_group] >= n else None
+        pinned = free_slots.get(pinned_group)
+        roomiest = [] if pinned is None else [(-pinned, pinned_group)]
+        tightest = pinned_group if pinned is not None and pinned >= n else None
+    plan_of = memo.plan_of.get(shape.where)
+    if plan_of is None:
+        plan_of = memo.plan_of[shape.where] = dict(groups)
     if tightest is not None:
-        plan_of = memo.plan_of.get(shape.where)
-        if plan_of is None:
-            plan_of = memo.plan_of[shape.where] = dict(ledger.group_plans(shape))
         return _fill_in_trial(ledger, plan_of[tightest], shape, None, tasks, (), now_ms)
     if not can_preempt_anything(band) or (shape, n, pinned_group, band) in memo.no_gang:
         return None
@@ -210,11 +226,12 @@ def place_coscheduled(
     cheapest: tuple | None = None
     # Every task that free capacity cannot hold evicts at least one task, and no eviction costs
     # less than one of the lowest band losing no work: a bound that skips the trial of a group
-    # which cannot beat the cheapest found so far. Groups with the most free room go first.
-    floor = {g: ((-LOWEST_BAND, n - free_slots[g], 0), g) for g, _ in groups}
-    for group, plan in sorted(groups, key=lambda item: floor[item[0]]):
-        if cheapest is not None and floor[group] >= cheapest[0]:
-            continue
+    # which cannot beat the cheapest found so far. Groups with the most free room go first, so the
+    # first group whose bound reaches the cheapest ends the search.
+    for negative_slots, group in roomiest:
+        if cheapest is not None and ((-LOWEST_BAND, n + negative_slots, 0), group) >= cheapest[0]:
+            break
+        plan = plan_of[group]
         bound = memo.gang_reclaim.get((shape, group, band))
         if bound is not None and bound < n:
             continue
@@ -223,6 +240,11 @@ def place_coscheduled(
             memo.gang_reclaim[(shape, group, band)] = reclaim  # what evictions can free only shrinks
             continue
         members = tuple(sorted(w for pool in plan for w in pool.members if w in allowed))
+        if (
+            cheapest is not None
+            and (_trial_floor(ledger, members, band, now_ms, n + negative_slots), group) >= cheapest[0]
+        ):
+            continue
         # A trial's cost depends on the group's state alone, which its highest stamp identifies:
         # the same request measured again on an unchanged group is not tried twice in a tick.
         state = max(ledger.version[w] for pool in plan for w in pool.members)
