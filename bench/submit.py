@@ -11,8 +11,8 @@ of 1 cpu each; jobs ask for 1 cpu), which is what the Slurm it is compared with 
      first submit to the last answer. A fresh controller per client count; the jobs queue and run
      on the 2 slots while the submits go on, as they would on a real cluster.
   b. `iris job run --no-wait -- true` (IRIS_CONTROLLER set) as a fresh process per call: wall time
-     per call, after one untimed warm-up call, and its ratio to a bare `python -c pass` timed in
-     the same run.
+     per call, after one untimed warm-up call, and its ratio to a bare `python -c pass` timed just
+     before each call (p50 over p50).
   c. submit → running → succeeded of one `true` job at a time on an idle cluster: the client polls
      GetJobStatus every 5 ms; the controller's own timestamps are printed beside.
   d. drain: 200 `true` jobs submitted at once to the 2 slots; jobs / (last finish − first submit).
@@ -217,13 +217,17 @@ def iris_cli(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
         return dt
 
     once()  # warm the page cache and write the bytecode cache
-    samples = [once() for _ in range(count)]
+    # Each call is paired with a bare `python -c pass` just before it, so that a machine whose load
+    # changes during the run moves both figures alike and their ratio stays meaningful.
+    samples, floor = [], []
+    for _ in range(count):
+        floor.extend(bare_python_s(1))
+        samples.append(once())
     uncached = []
     if no_cache:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env.pop("PYTHONPYCACHEPREFIX")
         uncached = [once() for _ in range(max(3, count // 3))]
-    floor = bare_python_s()
     out["cli_submit"] = {
         "calls": count,
         "ms_p50": percentile(samples, 50) * 1000,

@@ -187,7 +187,7 @@ def _program(url: str, home, argv: list[str], lean: bool, modules_file) -> subpr
     return subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True, timeout=60)
 
 
-SPARED = ("click", "yaml", "ssl", "email", "http", "google", "typing", "pydantic", "sqlalchemy")
+SPARED = ("click", "yaml", "ssl", "email", "http", "google", "typing", "ast", "dis", "pydantic", "sqlalchemy")
 
 
 @pytest.mark.parametrize(
@@ -230,3 +230,20 @@ def test_lean_job_run_as_a_program_imports_none_of_click_yaml_ssl_or_protobuf(cl
     assert not {m.partition(".")[0] for m in runs[True][3]} & set(SPARED), {
         m.partition(".")[0] for m in runs[True][3]
     } & set(SPARED)
+
+
+def test_a_deferred_module_is_imported_on_first_use_and_then_is_the_real_one():
+    code = (
+        "import sys\n"
+        "from iris.cli.main import _defer\n"
+        "_defer('inspect')\n"
+        "import dataclasses, inspect\n"
+        "before = 'ast' in sys.modules\n"
+        "@dataclasses.dataclass\n"
+        "class P:\n"
+        "    x: int\n"
+        "print(before, P.__doc__, sys.modules['inspect'] is not inspect, inspect.isclass is sys.modules['inspect'].isclass)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "P(x:", "int)", "True", "True"]
