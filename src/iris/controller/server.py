@@ -68,13 +68,19 @@ def build_app(controller: Controller):
             if size > MAX_REQUEST_BYTES:
                 await _too_large(send, size)
                 return
-            if spans.enabled():
-                wall, cpu = time.perf_counter(), time.thread_time()
-                await api(scope, receive, send)
-                method = scope["path"].rpartition("/")[2]
-                spans.add(f"api.{method}", time.perf_counter() - wall, time.thread_time() - cpu)
-            else:
-                await api(scope, receive, send)
+            # The tick rests between passes only while calls are in flight (see ControlLoop._run);
+            # this counter runs on the event loop's one thread, so it needs no lock.
+            controller.tick.api_calls += 1
+            try:
+                if spans.enabled():
+                    wall, cpu = time.perf_counter(), time.thread_time()
+                    await api(scope, receive, send)
+                    method = scope["path"].rpartition("/")[2]
+                    spans.add(f"api.{method}", time.perf_counter() - wall, time.thread_time() - cpu)
+                else:
+                    await api(scope, receive, send)
+            finally:
+                controller.tick.api_calls -= 1
         else:
             await web(scope, receive, send)
 

@@ -47,9 +47,21 @@ from iris.scheduler import compute_availability, schedule
 from iris.scheduler.gating import effective_band, user_spend
 
 log = logging.getLogger("iris.tick")
-MIN_PASS_GAP_S = 0.005
 MAINTENANCE_INTERVAL_S = 60.0
 LIVE_ATTEMPTS = LIVE_TASKS
+
+
+def rest_before_pass(api_calls: int, last_cost_s: float, since_last_s: float) -> float:
+    """Seconds the loop waits before its next pass, once woken.
+
+    Under a burst of submits, wake-ups arrive faster than passes are useful. While API calls are in
+    flight, resting as long as the last pass took lets one pass take a whole batch and leaves the
+    API at least half of the process's time however large the queue grows. With no call in flight
+    a rest would only delay the refill of a freed slot (an exit's wake-up), so the pass runs at once.
+    """
+    if not api_calls:
+        return 0.0
+    return max(0.0, last_cost_s - since_last_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +108,7 @@ class ControlLoop:
         self.storage_error: str | None = None  # set while the database cannot be written (a full disk)
         self.last_pass_ok: float | None = None  # time.monotonic() when a pass last completed
         self.plan_error: str | None = None  # why the last federation step failed (the pass went on)
+        self.api_calls = 0  # API calls in flight, counted by the server around each one
         self._wake = threading.Event()
         self._done = threading.Condition()
         self._stop = threading.Event()
@@ -162,10 +175,7 @@ class ControlLoop:
         last_end, last_cost = 0.0, 0.0
         while not self._stop.is_set():
             self._wake.wait(self.tick_interval)
-            # Under a burst of submits and exits, wake-ups arrive faster than passes are useful.
-            # Resting at least as long as the last pass took lets one pass take a whole batch and
-            # leaves the API at least half of the process's time however large the queue grows.
-            gap = max(MIN_PASS_GAP_S, last_cost) - (time.monotonic() - last_end)
+            gap = rest_before_pass(self.api_calls, last_cost, time.monotonic() - last_end)
             if gap > 0:
                 self._stop.wait(gap)
             self._wake.clear()
