@@ -17,6 +17,7 @@ them: a failed commit (a full disk) loses nothing, and the pump stops reading wh
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -120,9 +121,14 @@ def sdk_pythonpath(current: str) -> str:
     one of the same version: with these folders it can still import the SDK (`iris.client`) that
     tasks use to submit children and register endpoints. Appended, so the task's own choices win.
     """
-    extra = [str(Path(iris.__file__).resolve().parent.parent), *site.getsitepackages()]
     parts = [p for p in current.split(os.pathsep) if p]
-    return os.pathsep.join(parts + [p for p in extra if p not in parts])
+    return os.pathsep.join(parts + [p for p in _sdk_folders() if p not in parts])
+
+
+@functools.cache
+def _sdk_folders() -> tuple[str, ...]:
+    """Iris's package folder and its dependencies' folder (fixed for the process's life)."""
+    return (str(Path(iris.__file__).resolve().parent.parent), *site.getsitepackages())
 
 
 def shell_argv(command: tuple[str, ...]) -> list[str]:
@@ -188,7 +194,7 @@ class LocalBackend:
         self._logs: list[LogChunk] = []
         self._pending_lines = 0
         self._exits: list[AttemptExit] = []
-        self._finished: list[_Attempt] = []  # stored exits whose spool and cgroup are still to clean
+        self._finished: list[_Attempt] = []  # stored exits whose cgroup is still to clean
         self._lock = threading.Lock()
         self._pump_wake = threading.Event()
         self._selector = selectors.DefaultSelector()
@@ -240,9 +246,13 @@ class LocalBackend:
 
     def start(self, spec: LaunchSpec) -> Started:
         folder = self.root / safe_dirname(spec.attempt_id)
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for name in ("pid", "exit", "stdout", "stderr"):
-            (folder / name).unlink(missing_ok=True)
+        stale = False
+        try:
+            folder.mkdir(mode=0o700, parents=True)
+        except FileExistsError:  # left by a start that did not complete: its files are stale
+            stale = True
+            for name in ("pid", "exit", "stdout", "stderr"):
+                (folder / name).unlink(missing_ok=True)
         as_task = spec.uid is not None
         command = shell_argv(spec.command)
         home = folder / "work"
@@ -275,10 +285,11 @@ class LocalBackend:
                 # (which is the controller's), then handed over.
                 for layer in layers:
                     shutil.copytree(layer, home, dirs_exist_ok=True, symlinks=True)
+                if layers or stale:
+                    for root, dirs, files in os.walk(home):
+                        for name in (*dirs, *files):
+                            os.lchown(os.path.join(root, name), spec.uid, gid)
                 layers = ()
-                for root, dirs, files in os.walk(home):
-                    for name in (*dirs, *files):
-                        os.lchown(os.path.join(root, name), spec.uid, gid)
         if as_task:
             env["HOME"] = str(home)  # the controller's home is not the task's to write
             env["PYTHONPATH"] = sdk_pythonpath(env.get("PYTHONPATH", ""))
@@ -468,8 +479,6 @@ class LocalBackend:
         with self._lock:
             records = [r for r in self._attempts.values() if not r.reported]
             finished, self._finished = self._finished, []
-        for record in finished:
-            record.spool.remove()
         active = list(records)
         while active:
             still = []
@@ -530,6 +539,11 @@ class LocalBackend:
     def ack(self, events: BackendEvents) -> None:
         """The tick committed `events`: forget them, and free the spool bytes they came from."""
         with self._lock:
+            held_back = self._pending_lines >= MAX_PENDING_LINES or any(
+                self._attempts[c.attempt_id].pending_lines >= MAX_PENDING_PER_ATTEMPT
+                for c in events.logs
+                if c.attempt_id in self._attempts
+            )
             del self._logs[: len(events.logs)]
             stored = {id(e) for e in events.exits}
             self._exits = [e for e in self._exits if id(e) not in stored]
@@ -539,11 +553,17 @@ class LocalBackend:
                 if record is not None:
                     record.pending_lines -= len(chunk.lines)
                     record.spool.commit(chunk.stream, chunk.end_offset)
-            for e in events.exits:
-                record = self._attempts.pop(e.attempt_id, None)
-                if record is not None:
-                    self._finished.append(record)
-        self._pump_wake.set()
+            ended = [r for e in events.exits if (r := self._attempts.pop(e.attempt_id, None)) is not None]
+            self._finished += ended
+        # Removed here, on the tick's thread, which is also the one that starts attempts: a job
+        # replaced under the same id reuses the attempt's folder, and its new spool must never be
+        # removed by a cleanup of the old one that runs late.
+        for record in ended:
+            record.spool.remove()
+        # Waking the reader costs a thread switch per pass; it is worth it only when the bounds
+        # held it back.
+        if held_back:
+            self._pump_wake.set()
 
     def discard(self, attempt_ids: Sequence[str]) -> None:
         """Removes the folders of finished attempts (never of one this backend still holds)."""

@@ -15,6 +15,7 @@ InvalidArgument that names the peer, raised at load time rather than at the firs
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import secrets
@@ -47,8 +48,8 @@ class SigningKey:
         """A fresh in-memory key (tests, or a cluster that keeps no state)."""
         return cls(Ed25519PrivateKey.generate())
 
-    @property
-    def key_id(self) -> str:
+    @functools.cached_property
+    def key_id(self) -> str:  # every minted token names it: computed once, not per token
         return key_id(self.public_key)
 
 
