@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from iris.backends import staging
 from iris.backends.protocol import LaunchSpec
 from iris.controller.auth.isolation import TaskAccount
-from iris.controller.db.database import sql
+from iris.controller.db.database import run
 from iris.core.names import AttemptName
 
 if TYPE_CHECKING:
@@ -57,9 +57,9 @@ class LaunchSpecs:
     def build(self, conn, attempt: AttemptName, worker_id: str, backend_id: str) -> LaunchSpec:
         """What a backend needs to start `attempt` on `worker_id`; `conn` is the tick's open transaction."""
         job_id, index = attempt.job_id, attempt.index
-        replicas, owner, user, insertion = conn.execute(
-            sql("SELECT replicas, owner, user, insertion FROM jobs WHERE job_id = :j"), {"j": job_id}
-        ).one()
+        replicas, owner, user, insertion = run(
+            conn, "SELECT replicas, owner, user, insertion FROM jobs WHERE job_id = :j", {"j": job_id}
+        ).fetchone()
         cfg = self.job_config(conn, job_id, insertion)
         # Unpacked at submit, off the tick; the backend copies the layers into the attempt's folder.
         layers = staging.layers(self.state_dir, cfg.bundle_id, cfg.files_id) if self.state_dir else ()

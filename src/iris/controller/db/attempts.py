@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from sqlalchemy.engine import Connection
 
 from iris.backends.protocol import LogChunk
-from iris.controller.db.database import sql
+from iris.controller.db.database import run, run_many, sql
 from iris.controller.db.literals import ASSIGNED, JOB_PENDING, RUNNING
 from iris.core.names import AttemptName
 from iris.core.states import TaskState
@@ -27,28 +27,27 @@ def mark_started(
 
     `running` False records the id a backend's own queue gave the attempt (a Slurm job id) and
     leaves it ASSIGNED until `mark_running`: a job waiting in that queue is still pending."""
-    row = conn.execute(
-        sql("SELECT task_id, job_id, state FROM attempts WHERE attempt_id = :a"), {"a": attempt_id}
-    ).first()
+    row = run(conn, "SELECT task_id, job_id, state FROM attempts WHERE attempt_id = :a", {"a": attempt_id}).fetchone()
     if row is None:
         return None
     if not running:
-        conn.execute(
-            sql("UPDATE attempts SET pid = :p, devices = :d WHERE attempt_id = :a"),
+        run(
+            conn,
+            "UPDATE attempts SET pid = :p, devices = :d WHERE attempt_id = :a",
             {"p": pid, "d": devices, "a": attempt_id},
         )
         return None
-    conn.execute(
-        sql(
-            "UPDATE attempts SET pid = :p, devices = :d, started_ms = :now,"
-            f" state = CASE WHEN state = {ASSIGNED} THEN {RUNNING} ELSE state END WHERE attempt_id = :a"
-        ),
+    run(
+        conn,
+        "UPDATE attempts SET pid = :p, devices = :d, started_ms = :now,"
+        f" state = CASE WHEN state = {ASSIGNED} THEN {RUNNING} ELSE state END WHERE attempt_id = :a",
         {"p": pid, "d": devices, "now": now_ms, "a": attempt_id},
     )
     if row[2] != TaskState.ASSIGNED.value:
         return None
-    conn.execute(
-        sql(f"UPDATE tasks SET state = {RUNNING}, started_ms = :now WHERE task_id = :t AND state = {ASSIGNED}"),
+    run(
+        conn,
+        f"UPDATE tasks SET state = {RUNNING}, started_ms = :now WHERE task_id = :t AND state = {ASSIGNED}",
         {"now": now_ms, "t": row[0]},
     )
     return row[1]
@@ -74,13 +73,14 @@ def store_logs(conn: Connection, chunks: Iterable[LogChunk]) -> None:
         name = AttemptName.parse(chunk.attempt_id)
         job_id, i, a, stream = name.job_id, name.index, name.attempt, chunk.stream
         rows.extend((job_id, i, a, stream, ts, line) for ts, line in chunk.lines)
-        conn.execute(
-            sql(f"UPDATE attempts SET {chunk.stream}_offset = :o WHERE attempt_id = :a"),
+        run(
+            conn,
+            f"UPDATE attempts SET {chunk.stream}_offset = :o WHERE attempt_id = :a",
             {"o": chunk.end_offset, "a": chunk.attempt_id},
         )
     if rows:
-        conn.exec_driver_sql(
-            "INSERT INTO logs (job_id, task_index, attempt, stream, ts_ms, text) VALUES (?, ?, ?, ?, ?, ?)", rows
+        run_many(
+            conn, "INSERT INTO logs (job_id, task_index, attempt, stream, ts_ms, text) VALUES (?, ?, ?, ?, ?, ?)", rows
         )
 
 

@@ -11,13 +11,14 @@ import functools
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, cast
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from iris.controller.db.schema import migrate, open_engine
 from iris.core.errors import DiskFull
@@ -66,6 +67,34 @@ class Database:
 # A statement's TextClause is built once and reused: building one parses its bind parameters,
 # which on the submit path cost more than executing the statement.
 sql = functools.lru_cache(maxsize=4096)(text)
+
+
+def _driver(conn: Connection) -> sqlite3.Connection:
+    """The SQLite connection under an open SQLAlchemy connection (its transaction is on it)."""
+    return cast(sqlite3.Connection, conn.connection.driver_connection)
+
+
+def run(conn: Connection, statement: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> sqlite3.Cursor:
+    """Executes one statement of the open transaction on its driver connection.
+
+    For the statements every submitted job pays for: SQLAlchemy's statement path took about
+    100 µs a statement on this machine's 2-core host, the driver alone about 25 µs, and one job
+    costs about a dozen statements between its submit and its exit. The text keeps SQLAlchemy's
+    `:name` parameters (SQLite reads them itself); a driver error is raised as SQLAlchemy's
+    error of the same kind, so callers catch one family of errors.
+    """
+    try:
+        return _driver(conn).execute(statement, params)
+    except sqlite3.Error as exc:
+        raise DBAPIError.instance(statement, params, exc, sqlite3.Error) from exc
+
+
+def run_many(conn: Connection, statement: str, rows: Sequence[Mapping[str, Any] | Sequence[Any]]) -> None:
+    """`run` for one statement over many parameter rows."""
+    try:
+        _driver(conn).executemany(statement, rows)
+    except sqlite3.Error as exc:
+        raise DBAPIError.instance(statement, rows, exc, sqlite3.Error) from exc
 
 
 def dumps(value) -> str:

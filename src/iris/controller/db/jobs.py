@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Connection
 
-from iris.controller.db.database import dumps, sql
+from iris.controller.db.database import dumps, run, run_many, sql
 from iris.controller.db.literals import TERMINAL_JOBS, quoted
 from iris.core.errors import AlreadyExists, FailedPrecondition, NotFound
 from iris.core.job import JobSpec
@@ -76,22 +76,23 @@ def insert_job(
     `existing_policy`: error (default) refuses a duplicate id; keep returns the existing job;
     replace deletes a finished job of that id first (a live one must be stopped first).
     """
-    existing = job_row(conn, spec.job_id)
+    found = run(conn, "SELECT state FROM jobs WHERE job_id = :j", {"j": spec.job_id}).fetchone()
     # Taken before a replaced job is deleted, so a replacement always gets a new, higher insertion
     # (what the tick's config cache keys on) even when the old job was the newest.
-    insertion = conn.execute(sql("SELECT COALESCE(MAX(insertion), 0) + 1 FROM jobs")).scalar_one()
-    if existing is not None:
+    insertion = run(conn, "SELECT COALESCE(MAX(insertion), 0) + 1 FROM jobs").fetchone()[0]
+    if found is not None:
+        existing = found[0]
         if existing_policy == "keep":
-            return existing["state"], False
+            return existing, False
         if existing_policy == "replace":
-            if not JobState(existing["state"]).is_terminal:
+            if not JobState(existing).is_terminal:
                 raise FailedPrecondition(
-                    f"job {spec.job_id} is still {existing['state']}; stop it first (`iris job stop {spec.job_id}`) before replacing it"
+                    f"job {spec.job_id} is still {existing}; stop it first (`iris job stop {spec.job_id}`) before replacing it"
                 )
             delete_job_tree(conn, spec.job_id)
         else:
             raise AlreadyExists(
-                f"job {spec.job_id} already exists ({existing['state']}); choose another --job-name, or pass --existing keep|replace"
+                f"job {spec.job_id} already exists ({existing}); choose another --job-name, or pass --existing keep|replace"
             )
     root_submitted_ms = now_ms
     if spec.parent_job_id:
@@ -102,13 +103,12 @@ def insert_job(
             )
         root_submitted_ms = parent["root_submitted_ms"]
     deadline = int(now_ms + spec.scheduling_timeout_s * 1000) if spec.scheduling_timeout_s > 0 else None
-    conn.execute(
-        sql(
-            "INSERT INTO jobs (job_id, insertion, parent_job_id, root_job_id, depth, user, owner, band, state,"
-            " replicas, cluster, submitted_ms, root_submitted_ms, scheduling_deadline_ms, pending_reason)"
-            f" VALUES (:job_id, :insertion, :parent, :root, :depth, :user, :owner, :band, {quoted(JobState.PENDING)}, :replicas,"
-            " :cluster, :now, :root_now, :deadline, :reason)"
-        ),
+    run(
+        conn,
+        "INSERT INTO jobs (job_id, insertion, parent_job_id, root_job_id, depth, user, owner, band, state,"
+        " replicas, cluster, submitted_ms, root_submitted_ms, scheduling_deadline_ms, pending_reason)"
+        f" VALUES (:job_id, :insertion, :parent, :root, :depth, :user, :owner, :band, {quoted(JobState.PENDING)}, :replicas,"
+        " :cluster, :now, :root_now, :deadline, :reason)",
         {
             "job_id": spec.job_id,
             "insertion": insertion,
@@ -127,12 +127,11 @@ def insert_job(
         },
     )
     r = spec.resources
-    conn.execute(
-        sql(
-            "INSERT INTO job_config (job_id, command, resources, constraints, env, workdir, bundle_id,"
-            " workdir_files, max_retries_failure, max_retries_preemption, timeout_s, coschedule, image)"
-            " VALUES (:j, :cmd, :res, :cons, :env, :wd, :b, :f, :mrf, :mrp, :to, :co, :img)"
-        ),
+    run(
+        conn,
+        "INSERT INTO job_config (job_id, command, resources, constraints, env, workdir, bundle_id,"
+        " workdir_files, max_retries_failure, max_retries_preemption, timeout_s, coschedule, image)"
+        " VALUES (:j, :cmd, :res, :cons, :env, :wd, :b, :f, :mrf, :mrp, :to, :co, :img)",
         {
             "j": spec.job_id,
             "cmd": dumps(list(spec.command)),
@@ -163,8 +162,9 @@ def insert_job(
     )
     if with_tasks:
         job = JobName.parse(spec.job_id)
-        conn.execute(
-            sql(f"INSERT INTO tasks (task_id, job_id, idx, state) VALUES (:t, :j, :i, {quoted(TaskState.PENDING)})"),
+        run_many(
+            conn,
+            f"INSERT INTO tasks (task_id, job_id, idx, state) VALUES (:t, :j, :i, {quoted(TaskState.PENDING)})",
             [{"t": str(TaskName(job, i)), "j": spec.job_id, "i": i} for i in range(spec.replicas)],
         )
     return JobState.PENDING.value, True
