@@ -86,7 +86,7 @@ def _counts(conn: Connection, job_ids: list[str]) -> dict[str, dict[str, int]]:
             sql(f"SELECT job_id, state, COUNT(*) FROM tasks WHERE job_id IN ({marks}) GROUP BY job_id, state"),
             {f"p{i}": v for i, v in enumerate(ids)},
         )
-        for job_id, state, n in rows:
+        for job_id, state, n in rows.all():
             out[job_id][state] = n
     return out
 
@@ -206,7 +206,9 @@ def task_page(
     )
     more = len(rows) > size
     rows = rows[:size]
-    total = conn.execute(sql("SELECT COUNT(*) FROM tasks WHERE job_id = :j"), {"j": job_id}).scalar() or 0
+    total = len(rows)  # the whole job fits in this first page: no need to count
+    if more or after is not None:
+        total = conn.execute(sql("SELECT COUNT(*) FROM tasks WHERE job_id = :j"), {"j": job_id}).scalar() or 0
     attempts: Iterable = ()
     if include_attempts and rows:
         attempts = conn.execute(
