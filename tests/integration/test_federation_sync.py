@@ -93,3 +93,29 @@ def test_parent_back_after_the_peer_pruned_its_changelog_reclaims_a_deleted_job_
         pb.ExecuteRawQueryRequest(sql="SELECT job_id FROM federated_jobs WHERE direction = 'SENT'")
     )
     assert [r.values[0].string_value for r in handles.rows] == [ends.job_id]
+
+
+def test_sync_reports_each_jobs_last_log_line_and_the_parent_relays_every_line(controller_factory):
+    marin, h100, token = start_pair(controller_factory)
+    c, peer = client(marin, token), client(h100)
+    quiet = c.launch_job(gpu_job("quiet", "h100", count=1, command=("true",))).job_id
+    chatty = c.launch_job(gpu_job("chatty", "h100", count=1, command=("sh", "-c", "echo one; echo two"))).job_id
+    for job in (quiet, chatty):
+        wait_state(c, job, timeout=60)
+
+    def relayed() -> bool:
+        rows = c.execute_raw_query(
+            pb.ExecuteRawQueryRequest(sql="SELECT COUNT(*) FROM federated_jobs WHERE logs_complete = 1")
+        ).rows
+        return int(rows[0].values[0].number_value) == 2
+
+    wait_until(relayed, timeout=30, message="both jobs' logs relayed in full")
+    assert [ln.text for ln in c.fetch_logs(pb.FetchLogsRequest(job_id=chatty, task_index=-1)).lines] == [
+        "one",
+        "two",
+    ]
+    assert not c.fetch_logs(pb.FetchLogsRequest(job_id=quiet, task_index=-1)).lines
+    full = peer.federation_sync(pb.FederationSyncRequest(requester="marin"))
+    last = peer.fetch_logs(pb.FetchLogsRequest(job_id=on_peer(chatty), task_index=-1)).lines[-1].seq
+    assert full.reports_log_heads
+    assert dict(full.log_heads) == {on_peer(quiet): 0, on_peer(chatty): last}

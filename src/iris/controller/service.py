@@ -384,6 +384,8 @@ class ControllerServiceImpl(WorkerCalls):
                 resp.jobs.add(
                     job=reads.get_job(conn, job_id, self.name), tasks=reads.list_tasks(conn, job_id, True, self.name)
                 )
+            resp.log_heads.update(fed.log_heads(conn, batch.changed))
+            resp.reports_log_heads = True
         return resp
 
     @rpc

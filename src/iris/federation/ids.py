@@ -71,4 +71,6 @@ def sync_for_parent(requester: str, resp: pb.FederationSyncResponse) -> pb.Feder
                 attempt.attempt_id = parent_id(requester, attempt.attempt_id)
     out.ClearField("tombstones")
     out.tombstones.extend(parent_id(requester, t) for t in resp.tombstones)
+    out.ClearField("log_heads")
+    out.log_heads.update({parent_id(requester, j): seq for j, seq in resp.log_heads.items()})
     return out

@@ -485,7 +485,7 @@ class FederationManager:
                         self.store.begin_withdrawal(
                             job_id, peer_id, f"peer {peer_id} did not place it within {self.reroute_after:g}s"
                         )
-                self._relay_logs(peer_id, client)
+                self._relay_logs(peer_id, client, response)
             except Exception as exc:
                 log.info("sync with %s failed; keeping the last known state: %s", peer_id, exc)
                 self.store.mark_stale(peer_id)
@@ -502,11 +502,22 @@ class FederationManager:
             response.jobs.extend(answer.jobs)
             response.tombstones.extend(answer.tombstones)
 
-    def _relay_logs(self, peer_id: str, client: PeerClient) -> None:
+    def _relay_logs(self, peer_id: str, client: PeerClient, report: pb.FederationSyncResponse | None = None) -> None:
         """Asks the peer for each job's lines after its cursor, page by page, until the peer has no
-        more; a job whose peer says it is over with nothing left (or no longer knows it) is done."""
+        more; a job whose peer says it is over with nothing left (or no longer knows it) is done.
+
+        A job the sync `report` names with its last line's seq at or before the cursor has nothing
+        to fetch as of that report: it is not asked about (and is done if the report says it is
+        over), so a burst of jobs that print little costs the peer no call per job each sync."""
+        heads = dict(report.log_heads) if report is not None and report.reports_log_heads else {}
+        over = {s.job.job_id for s in report.jobs if s.job.state in _TERMINAL} if heads and report else set()
         for target in self.store.log_targets(peer_id):
             job_id, cursor = target.job_id, target.after_seq
+            head = heads.get(job_id)
+            if head is not None and head <= cursor:
+                if job_id in over:
+                    self.store.append_relayed_logs(job_id, [], cursor, complete=True)
+                continue
             while True:
                 try:
                     resp = client.fetch_logs(job_id, cursor)

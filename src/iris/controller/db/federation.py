@@ -526,6 +526,26 @@ def changes_since(conn: Connection, requester: str, cursor: int, job_ids: Sequen
     return SyncBatch(tuple(changed), tuple(t for t in tombstones if t not in set(changed)), head, True)
 
 
+def log_heads(conn: Connection, job_ids: Sequence[str]) -> dict[str, int]:
+    """For each job, the seq of its last log line (0: none yet), leaving out a job whose own lines
+    are still being relayed here from a peer of this cluster: its head is not final."""
+    heads: dict[str, int] = {}
+    for job_id in job_ids:
+        relaying = conn.execute(
+            sql(
+                f"SELECT 1 FROM federated_jobs WHERE job_id = :j AND direction = {SENT}"
+                f" AND handoff_state = {HANDED_OFF} AND logs_complete = 0"
+            ),
+            {"j": job_id},
+        ).first()
+        if relaying is None:
+            heads[job_id] = int(
+                conn.execute(sql("SELECT COALESCE(MAX(seq), 0) FROM logs WHERE job_id = :j"), {"j": job_id}).scalar()
+                or 0
+            )
+    return heads
+
+
 def prune_changelog(conn: Connection, cutoff_ms: int) -> int:
     """Drops the changelog's entries (tombstones included) written before `cutoff_ms`, as a prefix
     of seqs so that `changelog_bounds` stays exact; returns how many went."""

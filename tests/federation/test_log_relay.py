@@ -1,0 +1,70 @@
+"""Log relay on each sync: a job the sync names with nothing after its cursor costs the peer no
+FetchLogs call, and is done when the report says it is over; any other job is asked as before."""
+
+from __future__ import annotations
+
+from iris.federation.manager import FederationManager
+from iris.federation.model import LogTarget
+from iris.rpc import controller_pb2 as pb
+
+
+class Client:
+    def __init__(self):
+        self.asked: list[str] = []
+
+    def fetch_logs(self, job_id: str, after_seq: int) -> pb.FetchLogsResponse:
+        self.asked.append(job_id)
+        return pb.FetchLogsResponse(next_seq=after_seq, job_finished=False)
+
+
+class Store:
+    def __init__(self, targets: list[LogTarget]):
+        self.targets = targets
+        self.done: list[str] = []
+
+    def log_targets(self, peer_id):
+        return self.targets
+
+    def append_relayed_logs(self, job_id, lines, cursor, complete=False):
+        if complete:
+            self.done.append(job_id)
+
+
+def report(heads: dict[str, int] | None, states: dict[str, str]) -> pb.FederationSyncResponse:
+    resp = pb.FederationSyncResponse(
+        jobs=[pb.SyncedJob(job=pb.JobStatus(job_id=j, state=s)) for j, s in states.items()]
+    )
+    if heads is not None:
+        resp.log_heads.update(heads)
+        resp.reports_log_heads = True
+    return resp
+
+
+def relay(targets: list[LogTarget], resp: pb.FederationSyncResponse) -> tuple[list[str], list[str]]:
+    store, client = Store(targets), Client()
+    manager = FederationManager("marin", {}, store=store, router=None)
+    try:
+        manager._relay_logs("cw", client, resp)  # type: ignore[arg-type]
+    finally:
+        manager.stop()
+    return client.asked, store.done
+
+
+def test_jobs_reported_with_nothing_after_their_cursor_are_not_asked_and_ended_ones_are_done():
+    targets = [
+        LogTarget("/u/ended", 0),
+        LogTarget("/u/running", 7),
+        LogTarget("/u/printed", 3),
+        LogTarget("/u/unnamed", 0),
+    ]
+    heads = {"/u/ended": 0, "/u/running": 7, "/u/printed": 9}
+    states = {"/u/ended": "SUCCEEDED", "/u/running": "RUNNING", "/u/printed": "SUCCEEDED"}
+    asked, done = relay(targets, report(heads, states))
+    assert asked == ["/u/printed", "/u/unnamed"]  # new lines, or not named by this report
+    assert done == ["/u/ended"]
+
+
+def test_a_peer_that_reports_no_heads_is_asked_about_every_job():
+    targets = [LogTarget("/u/ended", 0), LogTarget("/u/running", 7)]
+    asked, done = relay(targets, report(None, {"/u/ended": "SUCCEEDED", "/u/running": "RUNNING"}))
+    assert asked == ["/u/ended", "/u/running"] and done == []
