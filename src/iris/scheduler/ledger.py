@@ -30,8 +30,6 @@ from iris.scheduler.snapshot import RunningTask, SchedulingSnapshot
 
 __all__ = ["Ledger", "Pool", "WorkerClass", "best_fit"]
 
-JUMP_AFTER = 4  # single steps before the best-fit search starts jumping (a step is cheaper than a bisection)
-
 
 class Pool:
     """The workers one or more shapes may use, sorted by free capacity for best-fit bisection.
@@ -62,33 +60,18 @@ class Pool:
 
 def best_fit(plan: list[Pool], need: Vector, free: list[Vector]) -> int | None:
     """The worker with the least free capacity that still fits `need`, from the first pool (the
-    best preference level) that has one.
-
-    Keys sort as (devices, cpu, memory, disk, worker). Entries before the bisection point are short
-    in their first differing dimension. After it, an entry short in cpu or memory means every entry
-    sharing its leading dimensions up to that one is short too: after a few single steps, the search
-    jumps past all of them with one bisection instead of stepping through them.
-    """
+    best preference level) that has one. Entries before the bisection point are short in their
+    first differing dimension, so only the entries after it are checked (one by one: measured on
+    the scheduler benchmark, stepping beats jumping ahead by bisection, whose keys cost more to
+    build than the entries they skip)."""
     probe = (need[0], need[1], need[2], need[3], -1)
     c, m, d = need[1], need[2], need[3]
     for pool in plan:
         keys = pool.refresh(free)
-        end = len(keys)
-        i = bisect_left(keys, probe)
-        steps = 0
-        while i < end:
+        for i in range(bisect_left(keys, probe), len(keys)):
             key = keys[i]
             if key[1] >= c and key[2] >= m and key[3] >= d:
                 return key[4]
-            steps += 1
-            if steps < JUMP_AFTER:
-                i += 1
-            elif key[1] < c:
-                i = bisect_left(keys, (key[0], c, m, d, -1), i + 1)
-            elif key[2] < m:
-                i = bisect_left(keys, (key[0], key[1], m, d, -1), i + 1)
-            else:
-                i = bisect_left(keys, (key[0], key[1], key[2], d, -1), i + 1)
     return None
 
 
