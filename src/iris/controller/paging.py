@@ -29,6 +29,7 @@ DEFAULT_PAGE = 1000
 MAX_PAGE = 5000
 MAX_TOKEN_CHARS = 2048
 _VERSION = 1
+_INT64 = range(-(2**63), 2**63)  # what SQLite stores as an integer: a key outside it matches no row
 
 T = TypeVar("T")
 Key = tuple[Any, ...]
@@ -77,7 +78,8 @@ class Listing:
             )
         key = doc[3]
         if len(key) != len(self.key_types) or not all(
-            type(part) is kind for part, kind in zip(key, self.key_types, strict=True)
+            type(part) is kind and (kind is not int or part in _INT64)
+            for part, kind in zip(key, self.key_types, strict=True)
         ):
             raise InvalidArgument(
                 f"page_token {token[:40]!r} is not one this server gave; pass the next_page_token of the previous "
