@@ -9,6 +9,7 @@ import click
 
 from iris.cli.checks import EnvPairsCommand, checked, env_pairs, job_state, resolve_job, size_with_unit
 from iris.cli.main import EXIT_OK, CliContext, output_option
+from iris.cli.pages import MAX_PAGE
 from iris.cli.submit import launch_and_report
 
 
@@ -195,7 +196,7 @@ def _check_peer(client, peer: str) -> None:
 @click.option("--all", "everything", is_flag=True, help="Every matching job, fetched a page at a time.")
 @click.option(
     "--page-size",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=MAX_PAGE),
     default=0,
     help="Jobs per request while fetching (0: the server's default, 1000; it allows at most 5000).",
 )
