@@ -57,8 +57,9 @@ class EnvPairsCommand(click.Command):
     """A command whose `-e/--env` takes KEY=VALUE or KEY VALUE."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        takes_value = {name for p in self.params if isinstance(p, click.Option) and not p.is_flag for name in p.opts}
         try:
-            joined = values.join_env_args(list(args))
+            joined = values.join_env_args(list(args), takes_value)
         except values.BadValue as exc:
             raise click.UsageError(exc.message) from None
         return super().parse_args(ctx, joined)

@@ -60,6 +60,7 @@ _RUN_FLAGS = {
     "-t": "timestamps",
     "--timestamps": "timestamps",
 }
+_TAKES_VALUE = frozenset(_RUN_VALUES) | frozenset(_RUN_REPEATED)
 _PRIORITIES = ("production", "interactive", "batch")
 _EXISTING = ("error", "keep", "replace")
 
@@ -77,7 +78,7 @@ def lean_command(args: list[str]) -> Callable[[], int | None] | None:
         from iris.cli.values import BadValue, join_env_args
 
         try:
-            rest = join_env_args(args[at + 2 :])
+            rest = join_env_args(args[at + 2 :], _TAKES_VALUE)
         except BadValue:
             return None
         run, at = _options(rest, 0, _RUN_VALUES, _RUN_REPEATED, _RUN_FLAGS, stop_at_dashes=True)

@@ -72,18 +72,25 @@ def _env_key(key: str, flag: str) -> str:
     return key
 
 
-def join_env_args(args: list[str]) -> list[str]:
-    """Rewrites `-e KEY VALUE` as `-e KEY=VALUE` (options before `--` only), so both spellings work.
+def join_env_args(args: list[str], takes_value: frozenset[str] | set[str] = frozenset()) -> list[str]:
+    """Rewrites `-e KEY VALUE` as `-e KEY=VALUE` among the options, so both spellings work.
 
-    `-e KEY` with nothing after it, or followed by another option, is refused with both spellings.
+    The options end at `--` or at the first word that is neither an option nor the value of one
+    in `takes_value` (`--cpu 2`): from there on every word is the job's command, which may have an
+    `-e` of its own (`grep -e PATTERN`). `-e KEY` with nothing after it, or followed by another
+    option, is refused with both spellings.
     """
     out: list[str] = []
     i = 0
     while i < len(args):
         arg = args[i]
-        if arg == "--":
+        if arg == "--" or not arg.startswith("-") or arg == "-":
             out.extend(args[i:])
             break
+        if arg in takes_value and arg not in ("-e", "--env"):
+            out.extend(args[i : i + 2])
+            i += 2
+            continue
         if arg in ("-e", "--env"):
             if i + 1 >= len(args) or args[i + 1] == "--":
                 raise BadValue(f"{arg} needs a variable: {arg} KEY=VALUE or {arg} KEY VALUE")
