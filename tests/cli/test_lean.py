@@ -93,6 +93,7 @@ LEFT = [
     ["job", "run", "--no-wait=yes", "--", "true"],
     ["job", "run", "--target-cluster", "nowhere", "--", "true"],
     ["-o", "yaml", "job", "run", "--", "true"],
+    ["-o", "yaml", "job", "run", "-o", "json", "--no-wait", "--no-workspace", "--", "true"],
     ["-o", "json", "job", "run", "--memory", "512", "--", "true"],
     ["--controller"],
     ["job", "launch", "--", "true"],

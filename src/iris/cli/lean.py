@@ -136,8 +136,8 @@ def _job_run(given: dict, run: dict, command: list[str]) -> int | None:
 
     try:
         output = run.get("output", given.get("output", "table"))
-        if output not in _OUTPUTS:
-            return None
+        if output not in _OUTPUTS or given.get("output", "table") not in _OUTPUTS:
+            return None  # click refuses a bad global -o even when the subcommand's own -o is good
         obj = CliContext(controller=given.get("controller"), config_path=None, output=output, token=given.get("token"))
         options = _job_options(run)
         workdir = run.get("workdir")
