@@ -7,6 +7,7 @@ variant, e.g. `h100`) is the unit in which backends advertise availability.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -120,6 +121,8 @@ def build_resources(
     if gpu and tpu:
         raise InvalidArgument("ask for --gpu or --tpu, not both")
     device = parse_gpu(gpu) if gpu else parse_tpu(tpu) if tpu else Device()
+    if cpu is not None and not math.isfinite(float(cpu)):
+        raise InvalidArgument(f"cpu {cpu} is not a finite number; ask for cores like 2 or 0.5")
     return Resources(
         cpu=1.0 if cpu is None else float(cpu),
         memory=1024**3 if memory is None else parse_size(memory),
