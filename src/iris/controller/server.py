@@ -19,9 +19,13 @@ from iris.controller.app import Controller
 from iris.controller.service import ControllerServiceImpl
 from iris.controller.workspace import MAX_WORKSPACE_BYTES
 from iris.core import spans
+from iris.rpc import controller_pb2 as pb
 from iris.rpc.controller_connect import ControllerServiceASGIApplication
 
 API_PREFIX = "/iris.v1."
+# The names spans count API calls under: any caller can send any path, so one name per path would
+# let it grow the totals without bound.
+_METHODS = frozenset(pb.DESCRIPTOR.services_by_name["ControllerService"].methods_by_name)
 
 
 # The largest request body the API reads: a job's whole workspace (the documented limit; as base64,
@@ -76,6 +80,7 @@ def build_app(controller: Controller):
                     wall, cpu = time.perf_counter(), time.thread_time()
                     await api(scope, receive, send)
                     method = scope["path"].rpartition("/")[2]
+                    method = method if method in _METHODS else "unknown"
                     spans.add(f"api.{method}", time.perf_counter() - wall, time.thread_time() - cpu)
                 else:
                     await api(scope, receive, send)
