@@ -11,6 +11,7 @@ remembers every cluster it made and stops them all at teardown, even when a test
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -29,14 +30,35 @@ from iris.core.polling import wait_until
 from iris.testing.processes import pid_alive
 
 START_TIMEOUT_S = 60.0
+PORT_FLOOR = 20000
+_RANDOM = random.SystemRandom()
 STOP_TIMEOUT_S = 20.0
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nothing listens on right now.
+
+    It is drawn below the kernel's ephemeral range: a port the kernel hands to `bind(0)` (a test's
+    in-process server, an outgoing connection) can then never be the one a controller is about to
+    take, which would leave a test talking to some other server on "its" controller's port.
+    """
+    low = _ephemeral_low()
+    for _ in range(100):
+        port = _RANDOM.randrange(PORT_FLOOR, low) if low - PORT_FLOOR >= 1000 else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError("no free loopback port found below the ephemeral range")
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def local_backend(
@@ -139,6 +161,9 @@ class ClusterProcess:
                 self.stop()
                 raise RuntimeError(f"controller {self.name} did not start at {self.url}:\n{tail}")
             time.sleep(0.05)
+        if self.proc.poll() is not None:
+            tail = self.log_path.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"controller {self.name} exited, yet something else answers at {self.url}:\n{tail}")
         return self
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
