@@ -11,10 +11,11 @@ from tests.controller.helpers import client, launch
 ONE_SLOT = [{"id": "cpu", "kind": "local", "workers": 1, "capacity": {"cpu": 1, "memory": "1G", "disk": "1G"}}]
 
 
-def test_rest_before_pass_only_while_api_calls_are_in_flight():
-    assert rest_before_pass(0, 0.5, 0.0) == 0.0  # an exit's wake-up refills the slot at once
-    assert rest_before_pass(2, 0.5, 0.1) == 0.4  # under a burst: as long as the last pass took
-    assert rest_before_pass(1, 0.5, 0.7) == 0.0  # already rested long enough
+def test_rest_before_pass_only_while_api_calls_wait_behind_a_backlog():
+    assert rest_before_pass(0, 50, 0.5, 0.0) == 0.0  # an exit's wake-up refills the slot at once
+    assert rest_before_pass(1, 0, 0.5, 0.0) == 0.0  # a submit to an idle cluster starts at once
+    assert rest_before_pass(2, 50, 0.5, 0.1) == 0.4  # under a burst: as long as the last pass took
+    assert rest_before_pass(1, 50, 0.5, 0.7) == 0.0  # already rested long enough
 
 
 def test_queue_drains_through_one_slot_on_exit_wakeups_alone(controller_factory):

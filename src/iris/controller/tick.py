@@ -51,15 +51,17 @@ MAINTENANCE_INTERVAL_S = 60.0
 LIVE_ATTEMPTS = LIVE_TASKS
 
 
-def rest_before_pass(api_calls: int, last_cost_s: float, since_last_s: float) -> float:
+def rest_before_pass(api_calls: int, backlog: int, last_cost_s: float, since_last_s: float) -> float:
     """Seconds the loop waits before its next pass, once woken.
 
-    Under a burst of submits, wake-ups arrive faster than passes are useful. While API calls are in
-    flight, resting as long as the last pass took lets one pass take a whole batch and leaves the
-    API at least half of the process's time however large the queue grows. With no call in flight
-    a rest would only delay the refill of a freed slot (an exit's wake-up), so the pass runs at once.
+    Under a burst of submits to a busy cluster, wake-ups arrive faster than passes are useful, and
+    each pass schedules the whole backlog again. While API calls are in flight and the last pass
+    left tasks it could not place (`backlog`), resting as long as that pass took lets one pass take
+    a whole batch and leaves the API at least half of the process's time however large the queue
+    grows. Otherwise a rest would only delay work that can start now: the refill of a slot an
+    exit freed, or a submit to an idle cluster.
     """
-    if not api_calls:
+    if not api_calls or backlog <= 0:
         return 0.0
     return max(0.0, last_cost_s - since_last_s)
 
@@ -175,7 +177,9 @@ class ControlLoop:
         last_end, last_cost = 0.0, 0.0
         while not self._stop.is_set():
             self._wake.wait(self.tick_interval)
-            gap = rest_before_pass(self.api_calls, last_cost, time.monotonic() - last_end)
+            stats = self.last_stats
+            backlog = stats.pending - stats.assigned if stats is not None else 0
+            gap = rest_before_pass(self.api_calls, backlog, last_cost, time.monotonic() - last_end)
             if gap > 0:
                 self._stop.wait(gap)
             self._wake.clear()
