@@ -15,7 +15,8 @@ of 1 cpu each; jobs ask for 1 cpu), which is what the Slurm it is compared with 
      before each call (p50 over p50).
   c. submit → running → succeeded of one `true` job at a time on an idle cluster: the client polls
      GetJobStatus every 5 ms; the controller's own timestamps are printed beside.
-  d. drain: 200 `true` jobs submitted at once to the 2 slots; jobs / (last finish − first submit).
+  d. drain: 200 `true` jobs submitted at once to the 2 slots; jobs / (last finish − first submit),
+     and the controller's CPU time (psutil) over the same span, per job.
   e. cancel → gone: a `sleep 300` job, once RUNNING with its pid known (GetJobStatus with attempts),
      is cancelled through the SDK; timed from the call until every process of its process group
      (the wrapper shell and `sleep`) is gone or a zombie.
@@ -346,12 +347,14 @@ def iris_drain(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
     client = IrisClient(ctl.url)
     try:
         before = count_terminal(client)
+        cpu0 = cpu_seconds(ctl.pid)
         t0 = time.perf_counter()
         for i in range(count):
             client.submit("true", name=f"drain-{i}", user=USER, cpu=1)
         submitted = time.perf_counter() - t0
         wait_until(lambda: count_terminal(client) - before >= count, timeout=120, interval=0.02, what="the drain")
         total = time.perf_counter() - t0
+        cpu = cpu_seconds(ctl.pid) - cpu0
         failed = client.cluster_info().job_counts.get("FAILED", 0)
     finally:
         client.close()
@@ -361,6 +364,7 @@ def iris_drain(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
         "seconds": total,
         "jobs_per_s": count / total,
         "failed": failed,
+        "cpu_ms_per_job": cpu * 1000 / count,
     }
 
 
@@ -899,7 +903,8 @@ def main(argv: list[str] | None = None) -> int:
     if "drain" in iris:
         d = iris["drain"]
         print(
-            f"d: {d['jobs']} jobs submitted in {d['submit_s']:.2f} s, all finished after {d['seconds']:.2f} s"
+            f"d: {d['jobs']} jobs submitted in {d['submit_s']:.2f} s, all finished after {d['seconds']:.2f} s;"
+            f" controller CPU {d['cpu_ms_per_job']:.2f} ms per job, submit to finish"
             + (
                 f"; Slurm: {slurm['drain']['jobs']} jobs in {slurm['drain']['seconds']:.1f} s"
                 if "drain" in slurm
