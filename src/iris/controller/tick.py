@@ -30,7 +30,7 @@ from iris.backends.protocol import AdoptRecord, Backend, LaunchError, LaunchSpec
 from iris.controller import applier
 from iris.controller import transitions as tr
 from iris.controller.db import attempts as attempt_db
-from iris.controller.db.database import Database, sql
+from iris.controller.db.database import Database, savepoint, sql
 from iris.controller.db.federation import prune_changelog
 from iris.controller.db.literals import JOB_PENDING, LIVE_TASKS
 from iris.controller.launch_spec import LaunchSpecs, TaskIdentitySource
@@ -266,7 +266,7 @@ class ControlLoop:
                 attempt_db.store_waiting(conn, e.waiting)
                 for ex in e.exits:
                     try:
-                        with conn.begin_nested():
+                        with savepoint(conn):
                             report = self._count(applier.end_attempt(conn, tr.exited(ex), now))
                     except Exception as exc:  # one attempt's bad row fails its own job only
                         if isinstance(exc, OperationalError):
@@ -417,7 +417,7 @@ class ControlLoop:
                 try:
                     # A savepoint per placement: a job whose launch spec cannot be built (say, its
                     # workspace cannot be unpacked) loses only its own writes.
-                    with conn.begin_nested():
+                    with savepoint(conn):
                         step = applier.place(conn, tr.Placement(a.task_id, a.backend_id, a.worker_id), now)
                         report.refused += step.refused
                         if not step.placed:
