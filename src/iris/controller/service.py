@@ -245,9 +245,19 @@ class ControllerServiceImpl(WorkerCalls):
 
     @rpc
     def fetch_logs(self, req: pb.FetchLogsRequest, identity: Identity) -> pb.FetchLogsResponse:
+        # A stopped job is over in the database before its killed processes have exited and their
+        # last lines are stored; a backend holds an attempt until the tick has stored its exit and
+        # output. Asked before the read, so an attempt let go since then is in the read's snapshot.
+        prefix = f"{req.job_id}/"
+        holding = any(
+            a.startswith(prefix) and "/" not in a[len(prefix) :] for b in self.backends.values() for a in b.running()
+        )
         with self.db.read() as conn:
             self._check_read(conn, identity, req.job_id)
-            return reads.fetch_logs(conn, req.job_id, req.task_index, req.after_seq, req.tail, req.limit)
+            resp = reads.fetch_logs(conn, req.job_id, req.task_index, req.after_seq, req.tail, req.limit)
+        if resp.job_finished and holding:
+            resp.job_finished = False  # lines may still come: the caller should keep reading
+        return resp
 
     @rpc
     def list_backends(self, req: pb.ListBackendsRequest, identity: Identity) -> pb.ListBackendsResponse:
