@@ -13,12 +13,13 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
 from iris.cli.main import main
 from iris.client import IrisClient
-from tests.conftest import ROOT, ControllerFactory
+from tests.conftest import ROOT, ControllerFactory, wait_until
 
 TAGS = {True: "tagln", False: "tagck"}  # of one length, so sizes printed match
 # Command lines the lean path runs itself; {tag} is a per-run name part.
@@ -172,7 +173,7 @@ def test_lean_job_run_sends_the_same_request_as_the_click_command(cluster, capsy
     assert [(c.key, list(c.values)) for c in constraints] == [("region", ["us-east5"])]
 
 
-def _program(url: str, home, argv: list[str], lean: bool, modules_file) -> subprocess.CompletedProcess:
+def _program(url: str | None, home, argv: list[str], lean: bool, modules_file) -> subprocess.CompletedProcess:
     code = (
         "import atexit, os, sys\n"
         "def dump():\n"
@@ -182,8 +183,11 @@ def _program(url: str, home, argv: list[str], lean: bool, modules_file) -> subpr
         "from iris.cli.main import main\n"
         f"main(lean={lean})\n"
     )
-    env = {**os.environ, "IRIS_CONTROLLER": url, "HOME": str(home), "MODULES_FILE": str(modules_file)}
+    env = {**os.environ, "HOME": str(home), "MODULES_FILE": str(modules_file)}
     env.pop("IRIS_TOKEN", None)
+    env.pop("IRIS_CONTROLLER", None)
+    if url is not None:
+        env["IRIS_CONTROLLER"] = url
     env["PYTHONPATH"] = str(ROOT / "src")
     return subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True, timeout=60)
 
@@ -248,3 +252,45 @@ def test_a_deferred_module_is_imported_on_first_use_and_then_is_the_real_one():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "P(x:", "int)", "True", "True"]
+
+
+def _both(url: str | None, home, argv: list[str]) -> dict:
+    runs = {}
+    for lean in (False, True):
+        modules_file = home / f"modules-{lean}"
+        result = _program(url, home, argv, lean, modules_file)
+        runs[lean] = (result.returncode, result.stdout, result.stderr, set(modules_file.read_text().split()))
+    return runs
+
+
+def test_lean_job_run_finds_a_named_or_default_cluster_without_yaml(cluster, tmp_path):
+    (tmp_path / ".iris").mkdir()
+    listing = tmp_path / ".iris" / "clusters.yaml"
+    listing.write_text(f"default: here\nclusters:\n  here: {{url: '{cluster.url}'}}\n")
+    # The parsed list is kept only for a file whose last change (which utime cannot move back) is
+    # more than two seconds old.
+    wait_until(lambda: time.time() - listing.stat().st_ctime > 2.1, timeout=30, message="the listing to age")
+    for argv in (
+        ["--cluster", "here", "job", "run", "--no-wait", "--no-workspace", "--user", "alice", "--", "true"],
+        ["job", "run", "--no-wait", "--no-workspace", "--user", "alice", "--", "true"],
+        ["--cluster", "nowhere", "job", "run", "--no-wait", "--no-workspace", "--", "true"],
+    ):
+        runs = _both(None, tmp_path, argv)  # click first: it parses the YAML and keeps the copy
+        code, out, err, modules = runs[True]
+        assert (code, err) == runs[False][:3:2], err
+        if "nowhere" in argv:
+            assert code == 3 and "no cluster named 'nowhere'" in err
+            continue
+        assert code == 0 and out.startswith("/alice/job-")
+        assert "yaml" not in modules and "click" not in modules
+        assert (tmp_path / ".iris" / ".clusters.cache.json").exists()
+
+
+def test_lean_job_run_sends_a_saved_token_without_importing_the_auth_libraries(cluster, tmp_path):
+    from iris.client.token_store import TokenStore
+
+    TokenStore(tmp_path / ".iris" / "tokens.json").put(cluster.url, "not-a-token")
+    runs = _both(cluster.url, tmp_path, ["job", "run", "--no-wait", "--no-workspace", "--", "true"])
+    assert runs[True][:3] == runs[False][:3]
+    assert runs[True][0] == 3 and "token" in runs[True][2]  # the controller refused the saved token
+    assert not {m.partition(".")[0] for m in runs[True][3]} & {"jwt", "cryptography", "click"}

@@ -16,11 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from iris.client.token_store import TokenStore, default_token_path
 from iris.client.tokens import token_file, token_for
 from iris.controller.auth import (
     SigningKey,
-    TokenStore,
-    default_token_path,
     load_or_create_signing_key,
     mint_token,
     public_key_pem,

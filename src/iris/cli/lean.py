@@ -26,7 +26,13 @@ TYPE_CHECKING = False  # typing's own constant costs `import typing` on the subm
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-_GLOBAL_VALUES = {"--controller": "controller", "--token": "token", "-o": "output", "--output": "output"}
+_GLOBAL_VALUES = {
+    "--controller": "controller",
+    "--cluster": "cluster",
+    "--token": "token",
+    "-o": "output",
+    "--output": "output",
+}
 _OUTPUTS = ("table", "json")
 _RUN_VALUES = {
     "--cpu": "cpu",
@@ -138,7 +144,13 @@ def _job_run(given: dict, run: dict, command: list[str]) -> int | None:
         output = run.get("output", given.get("output", "table"))
         if output not in _OUTPUTS or given.get("output", "table") not in _OUTPUTS:
             return None  # click refuses a bad global -o even when the subcommand's own -o is good
-        obj = CliContext(controller=given.get("controller"), config_path=None, output=output, token=given.get("token"))
+        obj = CliContext(
+            controller=given.get("controller"),
+            config_path=None,
+            output=output,
+            token=given.get("token"),
+            cluster=given.get("cluster"),
+        )
         options = _job_options(run)
         workdir = run.get("workdir")
         if workdir is not None and not (os.path.isdir(workdir) and os.access(workdir, os.R_OK)):

@@ -125,7 +125,7 @@ def create(
     config, _ = resolve_config(obj, config_path, local, port)
     issued = issue_token(config, user.strip(), role, ttl)
     if save:
-        from iris.controller.auth.token_store import TokenStore
+        from iris.client.token_store import TokenStore
 
         TokenStore(token_file()).put(config.url, issued.token)
     if obj.json:

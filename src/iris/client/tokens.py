@@ -5,11 +5,12 @@ that controller URL, so that a cluster's users type `--token` once, not once per
 explicit token always wins, then the environment, so a script can override what is stored without
 touching the file.
 
-The token file is read through the auth package's `TokenStore`, whose import pulls in PyJWT and
-cryptography (about 0.15 s). Most commands run where no token file exists (a laptop talking to its
-own loopback cluster), so the file's existence is checked first and the import is paid only when
-there is something to read. That check uses `os.path`, not `pathlib`, whose import (with
-`urllib.parse` and `ipaddress`) would cost every command a few milliseconds.
+The token file is read through `iris.client.token_store`, a module of its own beside this one and
+not part of the controller's auth package, whose import pulls in PyJWT and cryptography (about
+0.15 s, paid by every command of a person with a saved token when the store lived there). Most
+commands run where no token file exists (a laptop talking to its own loopback cluster), so the
+file's existence is checked first and even the store's few imports (`pathlib`, `urllib.parse`) are
+paid only when there is something to read.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def stored_token(controller_url: str) -> str | None:
     """The token remembered for `controller_url` in the CLI's token file, or None."""
     if not os.path.exists(_token_path()):
         return None
-    from iris.controller.auth.token_store import TokenStore
+    from iris.client.token_store import TokenStore
 
     return TokenStore(token_file()).get(controller_url)
 

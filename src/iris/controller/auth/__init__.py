@@ -2,8 +2,8 @@
 
 Everything here is plain functions and frozen dataclasses with no global state; the controller
 builds one `Authenticator` from its config at start, resolves each request to an `Identity`, and
-asks `authorize` (and the job-scoped checks) before acting. The CLI uses `TokenStore` and
-`mint_token`.
+asks `authorize` (and the job-scoped checks) before acting. The CLI uses `mint_token`; the file
+where it keeps tokens is the SDK's (`iris.client.token_store`).
 """
 
 from iris.controller.auth.authenticator import DEFAULT_TRUSTED_CIDRS, Authenticator, parse_cidrs
@@ -29,7 +29,6 @@ from iris.controller.auth.policy import (
     may_stop,
     submitter_allowed,
 )
-from iris.controller.auth.token_store import TokenStore, default_token_path
 from iris.controller.auth.tokens import (
     PEER_TOKEN_TTL_S,
     mint_peer_token,
@@ -50,13 +49,11 @@ __all__ = [
     "Identity",
     "Role",
     "SigningKey",
-    "TokenStore",
     "authorize",
     "check_handoff",
     "check_may_federate",
     "check_may_stop",
     "check_sync_requester",
-    "default_token_path",
     "is_allowed",
     "key_id",
     "load_or_create_signing_key",

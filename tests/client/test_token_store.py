@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from iris.controller.auth import TokenStore, default_token_path
+from iris.client.token_store import TokenStore, default_token_path
 from iris.core.errors import InvalidArgument
 
 

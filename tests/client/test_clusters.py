@@ -1,0 +1,80 @@
+"""The named-cluster list is read from its YAML file, or from the parsed copy kept beside it while the file is unchanged."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+
+from iris.client import clusters
+from iris.core.errors import InvalidArgument
+
+YAML = "default: marin\nclusters:\n  marin: {url: 'http://127.0.0.1:10000', config: /etc/marin.yaml}\n  cw: {url: http://10.0.0.7:1}\n"
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    # The files here were written a moment ago (utime cannot move a change time back): keep them anyway.
+    monkeypatch.setattr(clusters, "_RACY_NS", 0)
+    (tmp_path / ".iris").mkdir()
+    return tmp_path / ".iris"
+
+
+def _write(home, text: str, age_s: float = 60) -> None:
+    path = home / "clusters.yaml"
+    path.write_text(text)
+    then = time.time() - age_s
+    os.utime(path, (then, then))
+
+
+def _no_yaml(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "yaml", None)  # `import yaml` now fails: only the kept copy can answer
+
+
+def test_clusters_unchanged_file_is_read_from_the_kept_copy_without_yaml(home, monkeypatch):
+    _write(home, YAML)
+    first = clusters.load()
+    assert first.default == "marin" and first.get("marin").config == "/etc/marin.yaml"
+    assert (home / ".clusters.cache.json").exists()
+    _no_yaml(monkeypatch)
+    assert clusters.load() == first
+    assert clusters.default_cluster() == clusters.NamedCluster("marin", "http://127.0.0.1:10000", "/etc/marin.yaml")
+
+
+def test_clusters_an_edited_file_is_parsed_again(home, monkeypatch):
+    _write(home, YAML)
+    clusters.load()
+    _write(home, YAML.replace("10000", "10001").replace("default: marin", "default: cw"))
+    again = clusters.load()
+    assert again.get("marin").url == "http://127.0.0.1:10001" and again.default == "cw"
+    _no_yaml(monkeypatch)
+    assert clusters.load() == again  # and kept again
+
+
+def test_clusters_a_file_changed_just_now_is_not_kept(home, monkeypatch):
+    monkeypatch.setattr(clusters, "_RACY_NS", 3600 * 10**9)
+    _write(home, YAML, age_s=0)
+    assert clusters.load().default == "marin"
+    assert not (home / ".clusters.cache.json").exists()
+
+
+@pytest.mark.parametrize("cache", ["{not json", '{"version": 1}', '{"version": 1, "stamp": 5, "clusters": 7}', "[]"])
+def test_clusters_a_damaged_kept_copy_is_ignored(home, cache):
+    _write(home, YAML)
+    (home / ".clusters.cache.json").write_text(cache)
+    assert clusters.load().get("cw").url == "http://10.0.0.7:1"
+
+
+def test_clusters_a_malformed_file_is_a_clear_error_every_time(home):
+    _write(home, "clusters: [just, a, list]\n")
+    for _ in range(2):
+        with pytest.raises(InvalidArgument, match="needs a `clusters:` mapping"):
+            clusters.load()
+    assert not (home / ".clusters.cache.json").exists()
+
+
+def test_clusters_no_file_is_an_empty_list(home):
+    assert clusters.load() == clusters.ClusterList() and clusters.default_cluster() is None
