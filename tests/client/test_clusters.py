@@ -78,3 +78,10 @@ def test_clusters_a_malformed_file_is_a_clear_error_every_time(home):
 
 def test_clusters_no_file_is_an_empty_list(home):
     assert clusters.load() == clusters.ClusterList() and clusters.default_cluster() is None
+
+
+@pytest.mark.parametrize("url", ["''", "'   '"])
+def test_clusters_an_entry_with_an_empty_url_is_a_clear_error(home, url):
+    _write(home, f"default: marin\nclusters:\n  marin: {{url: {url}}}\n")
+    with pytest.raises(InvalidArgument, match="cluster 'marin' in .* needs a `url:`"):
+        clusters.load()

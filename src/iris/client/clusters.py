@@ -133,7 +133,7 @@ def _parse(path: str) -> ClusterList:
         raise InvalidArgument(f"{path} needs a `clusters:` mapping of NAME: {{url: URL}}; fix or remove the file")
     out = []
     for name, entry in entries.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("url"), str):
+        if not isinstance(entry, dict) or not isinstance(entry.get("url"), str) or not entry["url"].strip():
             raise InvalidArgument(f"cluster {name!r} in {path} needs a `url:`; fix the entry")
         out.append(NamedCluster(str(name), entry["url"], str(entry.get("config") or "")))
     return ClusterList(tuple(out), str(doc.get("default") or ""))
