@@ -608,14 +608,16 @@ def kill_leftover_attempts(state_dir: Path) -> list[int]:
     if not root.exists():
         return killed
     containment = Containment(root)
-    for pid_file in root.glob("*/pid"):
+    # Every attempt folder, not only those with a pid file: a wrapper joins its cgroup before it
+    # writes its pid, so one caught in between is still ended through its cgroup.
+    for folder in (f for f in root.iterdir() if f.is_dir()):
         try:
-            pid = int(pid_file.read_text().strip())
+            pid = int((folder / "pid").read_text().strip())
             if not is_attempt(pid):
                 pid = -1
         except (OSError, ValueError):
             pid = -1
-        containment.end(pid_file.parent.name, "")
+        containment.end(folder.name, "")
         if pid > 0:
             try:
                 os.killpg(pid, signal.SIGKILL)
