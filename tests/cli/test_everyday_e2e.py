@@ -167,10 +167,16 @@ def test_job_run_says_why_it_waits_and_list_watch_redraws(controller):
     )
     assert waiting.returncode == 2, waiting.stderr
     assert "pending: " in waiting.stderr and "UNSCHEDULABLE" in waiting.stderr
-    watch = _spawn(controller, "job", "list", "--watch")
+    # A page of one job at a time: each redraw still follows every page that --all asks for.
+    watch = _spawn(controller, "job", "list", "--watch", "--all", "--page-size", "1")
     out = _Reader(watch.stdout)
+    first = blocker.stdout.strip().splitlines()[-1]
     try:
-        wait_until(lambda: out.text().count("/alice/waits") >= 2, timeout=30, message="two redraws of the list")
+        wait_until(
+            lambda: out.text().count("/alice/waits") >= 2 and out.text().count(first) >= 2,
+            timeout=30,
+            message="two redraws of the list, with both jobs",
+        )
         watch.send_signal(signal.SIGINT)
         watch.wait(timeout=20)
     finally:

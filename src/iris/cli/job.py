@@ -222,20 +222,24 @@ def list_jobs(
     from iris.cli.pages import check_all_or_limit, collect, hint
 
     check_all_or_limit(everything, limit)
+    if watch and obj.json:
+        raise click.UsageError("--watch redraws a table; for scripts, call `iris -o json job list` repeatedly")
+    client = obj.client()
+
+    def fetch():  # every redraw of --watch fetches as a single listing does
+        return collect(
+            lambda token, size: client.job_page(state, prefix, user, size, page_token=token),
+            "jobs",
+            limit,
+            everything,
+            page_size,
+        )
+
     if watch:
-        if obj.json:
-            raise click.UsageError("--watch redraws a table; for scripts, call `iris -o json job list` repeatedly")
         from iris.cli.job_ops import watch_list
 
-        return watch_list(obj, state, prefix, user, limit)
-    client = obj.client()
-    got = collect(
-        lambda token, size: client.job_page(state, prefix, user, size, page_token=token),
-        "jobs",
-        limit,
-        everything,
-        page_size,
-    )
+        return watch_list(lambda: fetch().rows)
+    got = fetch()
     jobs = got.rows
     if obj.json:
         obj.emit({"jobs": [message_to_dict(j) for j in jobs], "total": got.total})

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import click
 
@@ -252,14 +254,13 @@ def history(obj: CliContext, since: str, user: str | None, prefix: str | None) -
     return EXIT_OK
 
 
-def watch_list(obj: CliContext, state: str | None, prefix: str | None, user: str | None, limit: int) -> int:
-    """Redraws `job list` every two seconds until Ctrl-C (like `watch iris job list`)."""
+def watch_list(fetch: Callable[[], Sequence[Any]]) -> int:
+    """Redraws `job list` (the jobs `fetch` returns) every two seconds until Ctrl-C (like `watch iris job list`)."""
     from iris.cli.output import jobs_table
 
-    client = obj.client()
     try:
         while True:
-            jobs = client.list(state=state, prefix=prefix, user=user, limit=limit)
+            jobs = fetch()
             if sys.stdout.isatty():
                 click.clear()
             click.echo(f"every {WATCH_INTERVAL_S:g}s, {time.strftime('%H:%M:%S')} (Ctrl-C to stop)")
