@@ -294,3 +294,119 @@ def test_lean_job_run_sends_a_saved_token_without_importing_the_auth_libraries(c
     assert runs[True][:3] == runs[False][:3]
     assert runs[True][0] == 3 and "token" in runs[True][2]  # the controller refused the saved token
     assert not {m.partition(".")[0] for m in runs[True][3]} & {"jwt", "cryptography", "click"}
+
+
+# `iris job list` forms the lean path runs itself, and those it leaves to click.
+LIST_TAKEN = [
+    ["job", "list"],
+    ["job", "list", "--state", "failed"],
+    ["job", "list", "--state=RUNNING", "--prefix", "/lister/"],
+    ["job", "list", "--user", "lister", "--page-size", "2"],
+    ["job", "list", "--user=lister", "--limit", "3", "--page-size=2"],
+    ["job", "list", "--user", "lister", "--all", "--page-size", "2"],
+    ["job", "list", "--prefix", "/lister/", "--page-size", "2", "-o", "json"],
+    ["-o", "json", "job", "list", "--user", "lister", "--all", "--page-size", "2"],
+    ["-ojson", "job", "list", "--state", "killed"],
+    ["job", "list", "--prefix", "/nobody/", "--state", "pending"],
+    ["-o", "json", "job", "list", "--prefix", "/nobody/"],
+]
+LIST_LEFT = [
+    ["job", "list", "--state", "done"],
+    ["job", "list", "--all", "--limit", "2"],
+    ["job", "list", "--limit", "-1"],
+    ["job", "list", "--page-size", "9999"],
+    ["job", "list", "--page-size"],
+    ["job", "list", "--bogus"],
+    ["job", "list", "extra"],
+    ["job", "list", "--help"],
+    ["-o", "yaml", "job", "list"],
+    ["-o", "json", "job", "list", "--watch"],
+]
+
+
+@pytest.fixture(scope="module")
+def list_cluster(tmp_path_factory):
+    """A controller of its own: the other tests' jobs would change state between two listings."""
+    factory = ControllerFactory(tmp_path_factory.mktemp("leanlist"))
+    try:
+        yield factory("lean")
+    finally:
+        factory.cleanup()
+
+
+@pytest.fixture(scope="module")
+def listed(list_cluster):
+    """Jobs of user `lister` in five states, settled, on a controller that runs nothing else."""
+    with IrisClient(list_cluster.url) as client:
+        names = {
+            "ok": ("true", "SUCCEEDED"),
+            "bad": ("false", "FAILED"),
+            "busy": ("sleep 600", "RUNNING"),
+            "stopped": ("sleep 600", "KILLED"),
+        }
+        for name, (command, _) in names.items():
+            client.submit(command, name=name, user="lister", existing_job_policy="keep")
+        client.submit("true", name="huge", user="lister", cpu=100000, existing_job_policy="keep")
+        wait_until(lambda: client.status("/lister/stopped").state == "RUNNING", timeout=60, message="a job to run")
+        client.cancel("/lister/stopped")
+        for name, (_, state) in names.items():
+            wait_until(lambda n=name, s=state: client.status(f"/lister/{n}").state == s, timeout=60, message=name)
+        yield client
+
+
+@pytest.mark.parametrize("argv", LIST_TAKEN + LIST_LEFT, ids=lambda argv: " ".join(argv)[:60])
+def test_lean_job_list_prints_and_exits_as_the_click_command_does(
+    list_cluster, listed, capsys, monkeypatch, tmp_path, argv
+):
+    monkeypatch.setattr("iris.cli.output.format_age", lambda ms, now_ms=None: "7s")  # the clock moves between runs
+    via_click = _in_process(capsys, monkeypatch, tmp_path, list_cluster.url, argv, lean=False)
+    via_lean = _in_process(capsys, monkeypatch, tmp_path, list_cluster.url, argv, lean=True)
+    assert via_lean == via_click
+    code, out, err = via_click
+    from iris.cli.lean import lean_command
+
+    command = lean_command(argv)
+    if argv in LIST_TAKEN:
+        assert code == 0, err
+        assert command is not None and command() == 0  # the lean path printed it, not click after it
+        if "lister" in " ".join(argv) and "json" not in " ".join(argv):
+            assert "/lister/" in out
+        if "--page-size" in argv and "--all" not in argv and "--user" in argv:
+            assert "showing" in err  # the page was smaller than the list
+    else:
+        assert code == (0 if "--help" in argv else 3), err
+        assert command is None or command() is None
+
+
+def test_lean_job_list_json_shape_matches_the_protobuf_descriptor():
+    """The lean path's table of JobStatus fields is the generated message's, in number order."""
+    from iris.cli.lean_list import JOB_FIELDS
+    from iris.rpc import controller_pb2 as pb
+
+    def names(fields):
+        return [(name, json_name) for name, json_name, _ in fields]
+
+    def nested(fields, name):
+        return next(kind for field, _, kind in fields if field == name)
+
+    for fields, message in (
+        (JOB_FIELDS, pb.JobStatus),
+        (nested(JOB_FIELDS, "resources"), pb.Resources),
+        (nested(nested(JOB_FIELDS, "resources"), "device"), pb.Device),
+        (nested(JOB_FIELDS, "constraints")[0], pb.Constraint),
+    ):
+        ordered = sorted(message.DESCRIPTOR.fields, key=lambda f: f.number)
+        assert names(fields) == [(f.name, f.json_name) for f in ordered]
+
+
+def test_lean_job_list_as_a_program_imports_neither_click_nor_protobuf(list_cluster, listed, tmp_path):
+    for argv in (["job", "list", "--user", "lister", "--page-size", "2"], ["-o", "json", "job", "list"]):
+        runs = _both(list_cluster.url, tmp_path, argv)
+        assert runs[True][0] == 0 and runs[True][1], runs[True][2]
+        assert "click" in runs[False][3] and "google.protobuf" in runs[False][3]  # the listing is real
+        spared = {m.partition(".")[0] for m in runs[True][3]} & {"click", "google", "yaml"}
+        assert not spared, spared
+        if "json" in argv:
+            assert json.loads(runs[True][1]) == json.loads(runs[False][1])
+        else:
+            assert runs[True][2] == runs[False][2] and "showing 2 of" in runs[True][2]

@@ -14,9 +14,8 @@ import difflib
 import click
 
 from iris.cli import values
+from iris.cli.values import JOB_STATES
 from iris.core.errors import IrisError
-
-JOB_STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE")
 
 
 def checked(parse):

@@ -1,4 +1,4 @@
-"""Recognises the common forms of `iris job run` and runs them without importing click.
+"""Recognises the common forms of `iris job run` and `iris job list` and runs them without importing click.
 
 `iris job run --no-wait -- CMD` is what scripts and sweeps call by the thousand, and it has a budget
 of three times a bare `python -c pass`; click and its command tree alone cost two thirds of that.
@@ -66,6 +66,15 @@ _RUN_FLAGS = {
     "-t": "timestamps",
     "--timestamps": "timestamps",
 }
+_LIST_VALUES = {
+    "--state": "state",
+    "--prefix": "prefix",
+    "--user": "user",
+    "--limit": "limit",
+    "--page-size": "page_size",
+    "-o": "output",
+    "--output": "output",
+}
 _TAKES_VALUE = frozenset(_RUN_VALUES) | frozenset(_RUN_REPEATED)
 _PRIORITIES = ("production", "interactive", "batch")
 _EXISTING = ("error", "keep", "replace")
@@ -79,6 +88,9 @@ def lean_command(args: list[str]) -> Callable[[], int | None] | None:
     """A runner for `args` when they are a form this module takes, else None (click runs them)."""
     try:
         given, at = _options(args, 0, _GLOBAL_VALUES, {}, {}, stop_at_dashes=False)
+        if args[at : at + 2] == ["job", "list"]:
+            opts, end = _options(args, at + 2, _LIST_VALUES, {}, {"--all": "everything"}, stop_at_dashes=False)
+            return None if end < len(args) else lambda: _job_list(given, opts)
         if args[at : at + 2] != ["job", "run"]:
             return None
         from iris.cli.values import BadValue, join_env_args
@@ -136,21 +148,38 @@ def _options(
     return found, at
 
 
+def _context(given: dict, sub: dict) -> CliContext | None:
+    """The context the click group would build, or None for an -o value click refuses."""
+    output = sub.get("output", given.get("output", "table"))
+    if output not in _OUTPUTS or given.get("output", "table") not in _OUTPUTS:
+        return None  # click refuses a bad global -o even when the subcommand's own -o is good
+    return CliContext(
+        controller=given.get("controller"),
+        config_path=None,
+        output=output,
+        token=given.get("token"),
+        cluster=given.get("cluster"),
+    )
+
+
+def _job_list(given: dict, opts: dict) -> int | None:
+    """`iris job list` as the click command runs it, or None when click must take it instead."""
+    obj = _context(given, opts)
+    if obj is None:
+        return None
+    from iris.cli.lean_list import job_list
+
+    return job_list(obj, opts)
+
+
 def _job_run(given: dict, run: dict, command: list[str]) -> int | None:
     """`iris job run` as the click command runs it, or None when click must take it instead."""
     from iris.cli.submit import launch_and_report
 
     try:
-        output = run.get("output", given.get("output", "table"))
-        if output not in _OUTPUTS or given.get("output", "table") not in _OUTPUTS:
-            return None  # click refuses a bad global -o even when the subcommand's own -o is good
-        obj = CliContext(
-            controller=given.get("controller"),
-            config_path=None,
-            output=output,
-            token=given.get("token"),
-            cluster=given.get("cluster"),
-        )
+        obj = _context(given, run)
+        if obj is None:
+            return None
         options = _job_options(run)
         workdir = run.get("workdir")
         if workdir is not None and not (os.path.isdir(workdir) and os.access(workdir, os.R_OK)):

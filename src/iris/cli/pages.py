@@ -8,11 +8,14 @@ stderr, so `-o json` output on stdout stays one document.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-import click
+from iris.cli.main import echo
+
+TYPE_CHECKING = False  # typing's own constant costs `import typing`: the lean `job list` pages through here
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 MAX_PAGE = 5000  # the server's largest page (iris.controller.paging.MAX_PAGE)
 
@@ -52,9 +55,11 @@ def collect(
 def hint(collected: Collected, noun: str, how: str = "--all for every one, --limit N for more") -> None:
     """Says on stderr that the list stopped early, and how to see the rest."""
     if collected.more:
-        click.echo(f"showing {len(collected.rows):,} of {collected.total:,} {noun}; {how}", err=True)
+        echo(f"showing {len(collected.rows):,} of {collected.total:,} {noun}; {how}", err=True)
 
 
 def check_all_or_limit(everything: bool, limit: int, all_flag: str = "--all") -> None:
     if everything and limit:
+        import click
+
         raise click.UsageError(f"{all_flag} and --limit contradict each other; give one")

@@ -13,6 +13,7 @@ import re
 
 from iris.core.errors import IrisError
 
+JOB_STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 

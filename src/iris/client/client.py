@@ -221,6 +221,11 @@ class IrisClient:
         self._bundles.pop(bundle_id, None)
         return {**reply, "uploadedBytes": uploaded}
 
+    def job_page_json(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One ListJobs page for a request given as its Connect JSON document; returns the answer's
+        document (fields at their default value are absent, as Connect JSON omits them)."""
+        return self._transport.call_json("ListJobs", request)
+
     def _bundle_bytes(self, bundle_id: str) -> bytes:
         bundle = self._bundles.get(bundle_id)
         if bundle is None:
