@@ -8,7 +8,6 @@ unchanged and later surfaces (dashboard, /proxy) mount beside it without touchin
 from __future__ import annotations
 
 import json
-import time
 
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
@@ -77,11 +76,10 @@ def build_app(controller: Controller):
             controller.tick.api_calls += 1
             try:
                 if spans.enabled():
-                    wall, cpu = time.perf_counter(), time.thread_time()
+                    started = spans.mark()
                     await api(scope, receive, send)
                     method = scope["path"].rpartition("/")[2]
-                    method = method if method in _METHODS else "unknown"
-                    spans.add(f"api.{method}", time.perf_counter() - wall, time.thread_time() - cpu)
+                    spans.add_since(f"api.{method if method in _METHODS else 'unknown'}", started)
                 else:
                     await api(scope, receive, send)
             finally:
