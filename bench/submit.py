@@ -342,19 +342,28 @@ def iris_latency(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
     }
 
 
+def submit_and_finish(
+    ctl: Controller, client: IrisClient, prefix: str, count: int, timeout: float, interval: float
+) -> tuple[float, float, float]:
+    """Submits `count` `true` jobs back to back and waits until all have ended: (seconds to submit,
+    seconds until the last ended, controller CPU seconds over both), timed from the first submit."""
+    before = count_terminal(client)
+    cpu0 = cpu_seconds(ctl.pid)
+    t0 = time.perf_counter()
+    for i in range(count):
+        client.submit("true", name=f"{prefix}-{i}", user=USER, cpu=1)
+    submitted = time.perf_counter() - t0
+    wait_until(
+        lambda: count_terminal(client) - before >= count, timeout, interval=interval, what=f"the {count} {prefix} jobs"
+    )
+    return submitted, time.perf_counter() - t0, cpu_seconds(ctl.pid) - cpu0
+
+
 def iris_drain(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
     log(f"[d] draining {count} jobs on 2 slots …", quiet)
     client = IrisClient(ctl.url)
     try:
-        before = count_terminal(client)
-        cpu0 = cpu_seconds(ctl.pid)
-        t0 = time.perf_counter()
-        for i in range(count):
-            client.submit("true", name=f"drain-{i}", user=USER, cpu=1)
-        submitted = time.perf_counter() - t0
-        wait_until(lambda: count_terminal(client) - before >= count, timeout=120, interval=0.02, what="the drain")
-        total = time.perf_counter() - t0
-        cpu = cpu_seconds(ctl.pid) - cpu0
+        submitted, total, cpu = submit_and_finish(ctl, client, "drain", count, 120, 0.02)
         failed = client.cluster_info().job_counts.get("FAILED", 0)
     finally:
         client.close()
@@ -472,19 +481,7 @@ def iris_cpu_split(base: Path, count: int, out: dict, quiet: bool) -> None:
         log(f"[h] {count} jobs submitted and run, controller CPU and its split …", quiet)
         client = IrisClient(ctl.url)
         try:
-            before = count_terminal(client)
-            cpu0 = cpu_seconds(ctl.pid)
-            t0 = time.perf_counter()
-            for i in range(count):
-                client.submit("true", name=f"h-{i}", user=USER, cpu=1)
-            wait_until(
-                lambda: count_terminal(client) - before >= count,
-                60 + count / 5,
-                interval=0.2,
-                what="every job to finish",
-            )
-            seconds = time.perf_counter() - t0
-            cpu = cpu_seconds(ctl.pid) - cpu0
+            _, seconds, cpu = submit_and_finish(ctl, client, "h", count, 60 + count / 5, 0.2)
         finally:
             client.close()
     finally:
