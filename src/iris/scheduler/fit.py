@@ -170,10 +170,14 @@ def compile_shape(resources: Resources, constraints: Iterable[Constraint]) -> Sh
 
 
 class ShapeCache:
-    """Compiles each distinct (resources, constraints) pair once per tick."""
+    """Compiles each distinct (resources, constraints) pair once (kept with the worker index
+    across ticks: a shape is a function of the request alone)."""
 
     def __init__(self) -> None:
         self._shapes: dict[tuple, Shape] = {}
+
+    def __len__(self) -> int:
+        return len(self._shapes)
 
     def of(self, task: PendingTask) -> Shape:
         key = (task.resources, task.constraints)

@@ -72,7 +72,8 @@ class GangSlots:
         self.groups, self.group_of, number = ix.gang_groups(hard)
         slots, ready, ranked = ix.gang_counts(hard, need, limit)
         self.counts: Counts = (dict(slots), list(ready), list(ranked))  # the index's are shared with later ticks
-        self.dirty = ledger.subscribe(number, ledger.changed_among(self.group_of), inside_trials=False)
+        self.dirty = ledger.changed_among(self.group_of)
+        ledger.subscribe(number, self.dirty.add, inside_trials=False)
 
     def refresh(self, free: list[Vector]) -> dict[Group, int]:
         """The count per group, recounted where a worker changed since the last call."""

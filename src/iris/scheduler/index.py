@@ -25,6 +25,7 @@ from iris.core.bands import Band
 from iris.core.constraints import Constraint, Op, matches
 from iris.scheduler.fit import (
     Shape,
+    ShapeCache,
     Vector,
     demand,
     group_of,
@@ -83,6 +84,7 @@ _CACHES = (
     "_preemptible",
     "_gang_groups",
     "never",
+    "shapes",
     "member_of",
     "set_ids",
 )
@@ -154,6 +156,7 @@ class ClusterIndex:
         self._carried_gangs: dict[tuple, Counts] = {}
         self._moved: set[int] = set()
         self.never: dict[tuple, str | None] = {}
+        self.shapes = ShapeCache()  # compiled requests: a function of the request alone
         # Worker sets (levels, and levels within a group) are numbered, and each worker lists the
         # numbers of the sets it belongs to: hashing a set of thousands of workers costs too much
         # to do on every change of free capacity.
@@ -232,7 +235,7 @@ class ClusterIndex:
         for w, added in changed.items():
             nxt.running_on[w] = [t for t in self.running_on[w] if t.task_id not in removed] + added
             nxt.free[w] = nxt._free_of(w)
-        if len(self._matching) + len(self.never) > MAX_CACHED:
+        if len(self._matching) + len(self.never) + len(self.shapes) > MAX_CACHED:
             nxt._reset_caches()  # requests come and go; start afresh rather than grow without end
         else:
             for name in _CACHES:

@@ -20,7 +20,7 @@ This object is mutable, but it never outlives the pure `schedule` call that crea
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from iris.core.bands import Band
 from iris.core.constraints import Constraint
@@ -34,44 +34,81 @@ __all__ = ["Ledger", "Pool", "WorkerClass", "best_fit"]
 class Pool:
     """The workers one or more shapes may use, sorted by free capacity for best-fit bisection.
 
-    Updates are lazy: a change of free capacity only marks the worker dirty here, and the sorted
-    keys are repaired when the pool is next searched. Most pools are searched rarely, and several
-    changes to one worker between two searches cost one repair.
+    Updates are lazy: a change of free capacity only appends the worker to the pool's change log,
+    and the sorted keys are repaired when the pool is next searched. Most pools are searched
+    rarely, and several changes to one worker between two searches cost one repair.
+
+    Each demand searched here keeps where its last search ended (`starts`): every worker ordered
+    before that point which has not changed since could not hold the demand then, and free
+    capacity does not grow within a tick, so the next search starts there and looks again only at
+    the workers the log names since. Searching a pool for a demand costs the entries stepped over
+    once per tick, not once per task. A trial that is rolled back restores capacity through the
+    same log, so those workers are looked at again too.
     """
 
-    __slots__ = ("members", "keys", "key_of", "dirty", "owned")
+    __slots__ = ("members", "keys", "key_of", "log", "repaired", "starts", "owned")
 
     def __init__(self, members: tuple[int, ...], keys: list[tuple], key_of: dict[int, tuple]) -> None:
         self.members = members
         self.keys = keys  # the index's ordering before the tick, shared until this pool first changes
         self.key_of = key_of
-        self.dirty: set[int] = set()
+        self.log: list[int] = []  # every worker whose free capacity changed, in order, repeats kept
+        self.repaired = 0  # how much of the log the keys reflect
+        self.starts: dict[Vector, tuple[tuple, int]] = {}  # demand -> (where to search from, log read)
         self.owned = False
 
     def refresh(self, free: list[Vector]) -> list[tuple]:
         """The sorted keys, repaired for every worker whose free capacity changed."""
-        if self.dirty:
+        log = self.log
+        if self.repaired < len(log):
             if not self.owned:
                 self.keys, self.key_of, self.owned = list(self.keys), dict(self.key_of), True
-            repair(self.keys, self.key_of, self.dirty, free)
-            self.dirty.clear()
+            repair(self.keys, self.key_of, set(log[self.repaired :]), free)
+            self.repaired = len(log)
         return self.keys
+
+    def best_fit(self, need: Vector, free: list[Vector]) -> int | None:
+        """The member with the least free capacity that still fits `need` (see the class)."""
+        keys = self.refresh(free)
+        log = self.log
+        state = self.starts.get(need)
+        n0, c, m, d = need
+        best = None
+        if state is None:
+            start: tuple = (n0, c, m, d, -1)  # entries before it are short in their first differing dimension
+        else:
+            start, seen = state
+            if seen < len(log):
+                key_of = self.key_of
+                for w in log[seen:]:
+                    f = free[w]
+                    if f[0] >= n0 and f[1] >= c and f[2] >= m and f[3] >= d:
+                        key = key_of[w]
+                        if key < start and (best is None or key < best):
+                            best = key
+        # Entries at or after `start` have enough devices; one by one (measured on the scheduler
+        # benchmark, stepping beats jumping ahead by bisection, whose keys cost more to build).
+        for i in range(bisect_left(keys, start), len(keys)):
+            key = keys[i]
+            if best is not None and key >= best:
+                break
+            if key[1] >= c and key[2] >= m and key[3] >= d:
+                best = key
+                break
+        self.starts[need] = (_END if best is None else best, len(log))
+        return None if best is None else best[4]
+
+
+_END = (float("inf"),)  # sorts after every key: a search that found nothing starts here next time
 
 
 def best_fit(plan: list[Pool], need: Vector, free: list[Vector]) -> int | None:
     """The worker with the least free capacity that still fits `need`, from the first pool (the
-    best preference level) that has one. Entries before the bisection point are short in their
-    first differing dimension, so only the entries after it are checked (one by one: measured on
-    the scheduler benchmark, stepping beats jumping ahead by bisection, whose keys cost more to
-    build than the entries they skip)."""
-    probe = (need[0], need[1], need[2], need[3], -1)
-    c, m, d = need[1], need[2], need[3]
+    best preference level) that has one."""
     for pool in plan:
-        keys = pool.refresh(free)
-        for i in range(bisect_left(keys, probe), len(keys)):
-            key = keys[i]
-            if key[1] >= c and key[2] >= m and key[3] >= d:
-                return key[4]
+        w = pool.best_fit(need, free)
+        if w is not None:
+            return w
     return None
 
 
@@ -100,27 +137,27 @@ class Ledger:
         self.version = [0] * len(self.workers)
         self._stamp = 0
         self._pools: dict[tuple[int, ...], Pool] = {}
-        # By the number of a worker set (`ClusterIndex.set_ids`), the dirty sets to mark when the
-        # free capacity of one of its workers changes: the pools' and the group counts'.
-        self._subscribers: dict[int, list[set[int]]] = {}
+        # By the number of a worker set (`ClusterIndex.set_ids`), what to tell when the free
+        # capacity of one of its workers changes: the pools' logs and the group counts' dirty sets.
+        self._subscribers: dict[int, list[Callable[[int], object]]] = {}
         # The same for readers that never look inside a trial (the group counts): a trial rolled
         # back leaves the state as it was, so they are told only of trials that are kept.
-        self._outside_trials: dict[int, list[set[int]]] = {}
+        self._outside_trials: dict[int, list[Callable[[int], object]]] = {}
         self._plans: dict[tuple, list[Pool]] = {}
-        self._group_plans: dict[tuple, list[tuple[tuple[str, str], list[Pool]]]] = {}
+        self._group_levels: dict[tuple, dict[tuple[str, str], list[tuple[int, ...]]]] = {}
+        self._group_plans: dict[tuple, list[Pool]] = {}
         self._evictable: dict[tuple[int, Band], tuple[Vector, tuple[RunningTask, ...]]] = {}
         self._journal: list[tuple] | None = None
 
-    def subscribe(self, number: int, dirty: set[int], inside_trials: bool = True) -> set[int]:
-        """Adds a worker of set `number` to `dirty` whenever its free capacity changes from now on
-        (without `inside_trials`: when a change is made outside a trial or a trial is kept)."""
-        (self._subscribers if inside_trials else self._outside_trials).setdefault(number, []).append(dirty)
-        return dirty
+    def subscribe(self, number: int, note: Callable[[int], object], inside_trials: bool = True) -> None:
+        """Calls `note` with a worker of set `number` whenever its free capacity changes from now
+        on (without `inside_trials`: when a change is made outside a trial or a trial is kept)."""
+        (self._subscribers if inside_trials else self._outside_trials).setdefault(number, []).append(note)
 
-    def _mark(self, subscribers: dict[int, list[set[int]]], w: int) -> None:
+    def _mark(self, subscribers: dict[int, list[Callable[[int], object]]], w: int) -> None:
         for number in self.ix.member_of.get(w, ()):
-            for dirty in subscribers.get(number, ()):
-                dirty.add(w)
+            for note in subscribers.get(number, ()):
+                note(w)
 
     def changed_among(self, workers: Mapping[int, object]) -> set[int]:
         """The workers among `workers` whose free capacity changed this tick."""
@@ -145,8 +182,8 @@ class Ledger:
         pool = self._pools.get(members)
         if pool is None:
             pool = self._pools[members] = Pool(members, *self.ix.sorted_keys(members))
-            self.subscribe(self.ix.set_ids[members], pool.dirty)
-            pool.dirty.update(pool.key_of.keys() & self._changed)
+            self.subscribe(self.ix.set_ids[members], pool.log.append)
+            pool.log.extend(pool.key_of.keys() & self._changed)
         return pool
 
     def plan(self, shape: Shape) -> list[Pool]:
@@ -157,15 +194,22 @@ class Ledger:
             plan = self._plans[key] = [self.pool(m) for m in self.ix.levels(shape)]
         return plan
 
-    def group_plans(self, shape: Shape) -> list[tuple[tuple[str, str], list[Pool]]]:
-        """Per coscheduling group (shared `tpu-name`, `pool`, or backend), the pools a shape searches there."""
+    def group_levels(self, shape: Shape) -> dict[tuple[str, str], list[tuple[int, ...]]]:
+        """Per coscheduling group (shared `tpu-name`, `pool`, or backend), the workers a shape may
+        use there, split into preference levels, in group order."""
         key = shape.where
-        plans = self._group_plans.get(key)
-        if plans is None:
-            plans = self._group_plans[key] = [
-                (g, [self.pool(m) for m in levels]) for g, levels in self.ix.group_levels(shape)
-            ]
-        return plans
+        levels = self._group_levels.get(key)
+        if levels is None:
+            levels = self._group_levels[key] = dict(self.ix.group_levels(shape))
+        return levels
+
+    def group_plan(self, shape: Shape, group: tuple[str, str]) -> list[Pool]:
+        """The pools a shape searches within one group, created only for groups searched this tick."""
+        key = (shape.where, group)
+        plan = self._group_plans.get(key)
+        if plan is None:
+            plan = self._group_plans[key] = [self.pool(m) for m in self.group_levels(shape)[group]]
+        return plan
 
     def group(self, w: int) -> tuple[str, str]:
         return self.ix.group_of[w]
@@ -183,11 +227,11 @@ class Ledger:
         subscribers, journal = self._subscribers, self._journal
         outside = self._outside_trials if journal is None else None
         for number in self.ix.member_of.get(w, ()):
-            for dirty in subscribers.get(number, ()):
-                dirty.add(w)
+            for note in subscribers.get(number, ()):
+                note(w)
             if outside:
-                for dirty in outside.get(number, ()):
-                    dirty.add(w)
+                for note in outside.get(number, ()):
+                    note(w)
         self._changed.add(w)
         self.free[w] = new
         if journal is not None:

@@ -48,7 +48,6 @@ class Memo:
     victims: dict[tuple, VictimIndex] = field(default_factory=dict)
     bounds: dict[tuple, list[tuple]] = field(default_factory=dict)  # (where it evicts, band) -> victim_bounds
     gangs: dict[tuple, GangSlots] = field(default_factory=dict)  # (hard, need, replicas) -> slots per group
-    plan_of: dict[tuple, dict[Group, list[Pool]]] = field(default_factory=dict)  # where -> group -> its pools
     gang_reclaim: dict[tuple, int] = field(default_factory=dict)  # (shape, group, band) -> the same, evicting
     gang_cost: dict[tuple, tuple] = field(default_factory=dict)  # (shape, n, band, group) -> (state, cost)
 
@@ -150,24 +149,24 @@ def _fill_group(
     return placed
 
 
-def _slots(ledger: Ledger, plan: list[Pool], shape: Shape, limit: int, band: Band | None = None) -> int:
+def _slots(ledger: Ledger, levels: list[tuple[int, ...]], shape: Shape, limit: int, band: Band | None = None) -> int:
     """How many tasks of `shape` the group's workers hold now, each worker counted up to `limit`
     (with `band`: after evicting everything that band outranks)."""
     total = 0
-    for pool in plan:
-        for w in pool.members:
+    for members in levels:
+        for w in members:
             have = ledger.free[w] if band is None else reclaimable(ledger, w, band)[0]
             total += copies(have, shape.need, limit)
     return total
 
 
 def _group_slots(
-    ledger: Ledger, memo: Memo, shape: Shape, groups: list[tuple[Group, list[Pool]]], n: int
+    ledger: Ledger, memo: Memo, shape: Shape, groups: dict[Group, list[tuple[int, ...]]], n: int
 ) -> tuple[dict[Group, int], Group | None, list[tuple[int, Group]]]:
     """Per group, how many of `n` replicas its workers hold now; the tightest group holding all;
     and every group as (-slots, group), the most slots first."""
     if memo.plain:
-        slots = {g: _slots(ledger, plan, shape, n) for g, plan in groups}
+        slots = {g: _slots(ledger, levels, shape, n) for g, levels in groups.items()}
         ready = [(s, g) for g, s in slots.items() if s >= n]
         return slots, min(ready)[1] if ready else None, sorted((-s, g) for g, s in slots.items())
     key = (shape.hard, shape.need, n)
@@ -209,17 +208,14 @@ def place_coscheduled(
     job's running replicas already are.
     """
     n = len(tasks)
-    groups = ledger.group_plans(shape)
+    groups = ledger.group_levels(shape)
     free_slots, tightest, roomiest = _group_slots(ledger, memo, shape, groups, n)
     if pinned_group is not None:
         pinned = free_slots.get(pinned_group)
         roomiest = [] if pinned is None else [(-pinned, pinned_group)]
         tightest = pinned_group if pinned is not None and pinned >= n else None
-    plan_of = memo.plan_of.get(shape.where)
-    if plan_of is None:
-        plan_of = memo.plan_of[shape.where] = dict(groups)
     if tightest is not None:
-        return _fill_in_trial(ledger, plan_of[tightest], shape, None, tasks, (), now_ms)
+        return _fill_in_trial(ledger, ledger.group_plan(shape, tightest), shape, None, tasks, (), now_ms)
     if not can_preempt_anything(band) or (shape, n, pinned_group, band) in memo.no_gang:
         return None
     allowed = set(ledger.preemptible_workers(shape))
@@ -231,15 +227,15 @@ def place_coscheduled(
     for negative_slots, group in roomiest:
         if cheapest is not None and ((-LOWEST_BAND, n + negative_slots, 0), group) >= cheapest[0]:
             break
-        plan = plan_of[group]
+        levels = groups[group]
         bound = memo.gang_reclaim.get((shape, group, band))
         if bound is not None and bound < n:
             continue
-        reclaim = _slots(ledger, plan, shape, n, band)
+        reclaim = _slots(ledger, levels, shape, n, band)
         if reclaim < n:
             memo.gang_reclaim[(shape, group, band)] = reclaim  # what evictions can free only shrinks
             continue
-        members = tuple(sorted(w for pool in plan for w in pool.members if w in allowed))
+        members = tuple(sorted(w for level in levels for w in level if w in allowed))
         if (
             cheapest is not None
             and (_trial_floor(ledger, members, band, now_ms, n + negative_slots), group) >= cheapest[0]
@@ -247,26 +243,26 @@ def place_coscheduled(
             continue
         # A trial's cost depends on the group's state alone, which its highest stamp identifies:
         # the same request measured again on an unchanged group is not tried twice in a tick.
-        state = max(ledger.version[w] for pool in plan for w in pool.members)
+        state = max(ledger.version[w] for level in levels for w in level)
         key = (shape, n, band, group)
         known = memo.gang_cost.get(key)
         if known is not None and known[0] == state:
             trial_cost = known[1]
         else:
             ledger.begin_trial()
-            placed = _fill_group(ledger, plan, shape, band, tasks, members, now_ms)
+            placed = _fill_group(ledger, ledger.group_plan(shape, group), shape, band, tasks, members, now_ms)
             ledger.rollback_trial()  # only measuring the cost here
             trial_cost = None if placed is None else victim_cost(placed.victims, now_ms)
             memo.gang_cost[key] = (state, trial_cost)
         if trial_cost is not None:
             cost = (trial_cost, group)
             if cheapest is None or cost < cheapest[0]:
-                cheapest = (cost, plan, members)
+                cheapest = (cost, group, members)
     if cheapest is None:
         memo.no_gang.add((shape, n, pinned_group, band))
         return None
-    _, plan, members = cheapest
-    return _fill_in_trial(ledger, plan, shape, band, tasks, members, now_ms)
+    _, group, members = cheapest
+    return _fill_in_trial(ledger, ledger.group_plan(shape, group), shape, band, tasks, members, now_ms)
 
 
 def _fill_in_trial(

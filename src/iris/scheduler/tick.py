@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from iris.scheduler.fit import ShapeCache
 from iris.scheduler.gating import deadline_passed, effective_band, with_peer_spend
+from iris.scheduler.index import ClusterIndex
 from iris.scheduler.ledger import Ledger
 from iris.scheduler.ordering import JobRequest, is_coscheduled, order_requests, task_order_key
 from iris.scheduler.placement import Memo, Placed, place_coscheduled, place_independent
@@ -139,7 +140,7 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
     """Runs the whole pipeline and keeps what `explain` needs to look at afterwards. `plain` runs
     it without the pass's indexes (see `placement.Memo`): the same decisions, found by scanning."""
     by_job = pending_by_job(snapshot)
-    shapes = ShapeCache()
+    shapes = snapshot.index.shapes if isinstance(snapshot.index, ClusterIndex) else ShapeCache()
     pins_worker = any(c.key == "worker" for tasks in by_job.values() for c in shapes.of(tasks[0]).hard)
     ledger = Ledger(snapshot, per_worker=pins_worker)
     tick = Tick(snapshot, ledger)
