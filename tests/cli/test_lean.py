@@ -1,4 +1,4 @@
-"""The lean path of `iris job run` prints, exits and submits exactly as the click command does.
+"""The lean paths of `iris job run`, `job list` and `job describe` print, exit and submit exactly as the click commands do.
 
 Every command line runs twice against one real controller: through `main` as the console script
 runs it (the lean path first), and through `main(lean=False)` (click only). Stdout, stderr and the
@@ -378,27 +378,6 @@ def test_lean_job_list_prints_and_exits_as_the_click_command_does(
         assert command is None or command() is None
 
 
-def test_lean_job_list_json_shape_matches_the_protobuf_descriptor():
-    """The lean path's table of JobStatus fields is the generated message's, in number order."""
-    from iris.cli.lean_list import JOB_FIELDS
-    from iris.rpc import controller_pb2 as pb
-
-    def names(fields):
-        return [(name, json_name) for name, json_name, _ in fields]
-
-    def nested(fields, name):
-        return next(kind for field, _, kind in fields if field == name)
-
-    for fields, message in (
-        (JOB_FIELDS, pb.JobStatus),
-        (nested(JOB_FIELDS, "resources"), pb.Resources),
-        (nested(nested(JOB_FIELDS, "resources"), "device"), pb.Device),
-        (nested(JOB_FIELDS, "constraints")[0], pb.Constraint),
-    ):
-        ordered = sorted(message.DESCRIPTOR.fields, key=lambda f: f.number)
-        assert names(fields) == [(f.name, f.json_name) for f in ordered]
-
-
 def test_lean_job_list_as_a_program_imports_neither_click_nor_protobuf(list_cluster, listed, tmp_path):
     for argv in (["job", "list", "--user", "lister", "--page-size", "2"], ["-o", "json", "job", "list"]):
         runs = _both(list_cluster.url, tmp_path, argv)
@@ -410,3 +389,149 @@ def test_lean_job_list_as_a_program_imports_neither_click_nor_protobuf(list_clus
             assert json.loads(runs[True][1]) == json.loads(runs[False][1])
         else:
             assert runs[True][2] == runs[False][2] and "showing 2 of" in runs[True][2]
+
+
+# `iris job describe` forms the lean path runs itself, and those it leaves to click. Each runs with
+# bob's token ({bob}): alice's jobs are another user's. {alice} is alice's token.
+DESCRIBE_TAKEN = [
+    ["job", "describe", "/alice/ok"],
+    ["job", "describe", "/alice/bad"],
+    ["-o", "json", "job", "describe", "/alice/bad"],
+    ["job", "describe", "/alice/gang", "-ojson"],
+    ["job", "describe", "/alice/gang"],
+    ["job", "describe", "/alice/busy"],
+    ["job", "describe", "/alice/stopped", "--output=json"],
+    ["job", "describe", "/alice/huge"],
+    ["job", "describe", "/alice/big"],
+    ["job", "describe", "--all-tasks", "/alice/big"],
+    ["job", "describe", "/alice/big", "-o", "json"],
+    ["-o", "json", "job", "describe", "/alice/big", "--all-tasks"],
+    ["job", "describe", "--", "/alice/ok"],
+    ["--token", "{alice}", "job", "describe", "retried"],  # a short name, under the token's user
+]
+DESCRIBE_LEFT = [
+    ["job", "describe", "/alice/nope"],  # unknown
+    ["-o", "json", "job", "describe", "/alice/nope"],
+    ["job", "describe", "//x"],  # malformed
+    ["job", "describe", "nope"],  # a short name of bob's that does not exist
+    ["--token", "not-a-token", "job", "describe", "/alice/ok"],  # refused
+    ["job", "describe"],
+    ["job", "describe", "/alice/ok", "/alice/bad"],
+    ["job", "describe", "--all-tasks=yes", "/alice/ok"],
+    ["job", "describe", "--bogus", "/alice/ok"],
+    ["job", "describe", "--help"],
+    ["-o", "yaml", "job", "describe", "/alice/ok"],
+    ["job", "describe", "/alice/ok", "-o"],
+]
+BIG = 1001  # one task more than a page
+NOW_MS = 1_900_000_000_000  # the "now" a running job's run time is measured to, in both runs
+
+
+@pytest.fixture(scope="module")
+def auth_cluster(tmp_path_factory):
+    """A controller of its own; each call below sends a user's token, which it checks and acts as."""
+    factory = ControllerFactory(tmp_path_factory.mktemp("leandescribe"))
+    try:
+        yield factory("lean")
+    finally:
+        factory.cleanup()
+
+
+@pytest.fixture(scope="module")
+def described(auth_cluster):
+    """Alice's jobs in every state (failed with an error, coscheduled, a page and one more of
+    tasks, retried), settled; and a token each for alice and bob."""
+    from iris.controller.auth import load_or_create_signing_key, mint_token
+
+    key = load_or_create_signing_key(None, auth_cluster.state_dir)
+    tokens = {user: mint_token(key, auth_cluster.name, user, "user", 3600) for user in ("alice", "bob")}
+    with IrisClient(auth_cluster.url, token=tokens["alice"]) as client:
+        jobs = {
+            "ok": (dict(command="true"), "SUCCEEDED"),
+            "bad": (dict(command="echo boom >&2; exit 3", memory="2G", disk="1G"), "FAILED"),
+            "retried": (dict(command="false", max_retries=1), "FAILED"),
+            "gang": (dict(command="true", replicas=3, coschedule=True, constraints=("region not_exists",)), None),
+            "busy": (dict(command="sleep 600"), "RUNNING"),
+            "stopped": (dict(command="sleep 600"), "KILLED"),
+            "huge": (dict(command="true", cpu=100000), None),
+            "big": (dict(command="true", cpu=100000, replicas=BIG), None),
+        }
+        for name, (options, _) in jobs.items():
+            client.submit(name=name, existing_job_policy="keep", **options)
+        wait_until(lambda: client.status("/alice/stopped").state == "RUNNING", timeout=60, message="a job to run")
+        client.cancel("/alice/stopped")
+        for name, (_, state) in jobs.items():
+            if state is not None:
+                wait_until(lambda n=name, s=state: client.status(f"/alice/{n}").state == s, timeout=60, message=name)
+        wait_until(lambda: client.status("/alice/gang").state == "SUCCEEDED", timeout=60, message="the gang")
+    yield tokens
+
+
+def _tokens(argv: list[str], tokens: dict) -> list[str]:
+    argv = [a.replace("{alice}", tokens["alice"]) for a in argv]
+    return argv if "--token" in argv else ["--token", tokens["bob"], *argv]
+
+
+@pytest.mark.parametrize("argv", DESCRIBE_TAKEN + DESCRIBE_LEFT, ids=lambda argv: " ".join(argv)[:60])
+def test_lean_job_describe_prints_and_exits_as_the_click_command_does(
+    auth_cluster, described, capsys, monkeypatch, tmp_path, argv
+):
+    from iris.cli import output
+
+    run_time = output.run_time
+    monkeypatch.setattr(output, "run_time", lambda started, finished, now_ms=None: run_time(started, finished, NOW_MS))
+    full = _tokens(argv, described)
+    via_click = _in_process(capsys, monkeypatch, tmp_path, auth_cluster.url, full, lean=False)
+    via_lean = _in_process(capsys, monkeypatch, tmp_path, auth_cluster.url, full, lean=True)
+    assert via_lean == via_click
+    code, out, err = via_click
+    from iris.cli.lean import lean_command
+
+    monkeypatch.setenv("IRIS_CONTROLLER", auth_cluster.url)
+    command = lean_command(full)
+    if argv in DESCRIBE_LEFT:
+        assert code == (0 if "--help" in argv else 1 if "nope" in " ".join(argv) or "//x" in argv else 3), err
+        assert command is None or command() is None
+        return
+    assert code == 0, err
+    capsys.readouterr()
+    assert command is not None and command() == 0  # the lean path printed it, not click after it
+    raw = capsys.readouterr().out
+    assert _normal(raw, TAGS[True]) == out
+    if "/alice/big" in argv:
+        more = "--all-tasks" not in argv
+        assert ("showing 1,000 of 1,001 tasks; --all-tasks for every one" in err) == more
+        tasks = (
+            json.loads(raw)["tasks"]
+            if "json" in " ".join(argv)
+            else raw.split("\nTasks:\n")[1].split("\n\n")[0].splitlines()[1:]
+        )
+        assert len(tasks) == (1000 if more else BIG)
+
+
+def test_lean_job_describe_shows_each_state_as_the_job_has_it(auth_cluster, described, capsys, monkeypatch, tmp_path):
+    """What the pages compared above hold: the failed job's error, the gang's tasks, each attempt."""
+    outs = {}
+    for name in ("bad", "gang", "retried"):
+        argv = _tokens(["job", "describe", f"/alice/{name}"], described)
+        code, outs[name], _ = _in_process(capsys, monkeypatch, tmp_path, auth_cluster.url, argv, lean=True)
+        assert code == 0
+    assert "State:" in outs["bad"] and "FAILED" in outs["bad"] and "Error:" in outs["bad"]
+    assert re.search(r"\nResources: +cpu=1 memory=2G disk=1G\n", outs["bad"])
+    assert [line.split()[0] for line in outs["gang"].split("Tasks:\n")[1].splitlines()[1:4]] == [
+        "/alice/gang/0",
+        "/alice/gang/1",
+        "/alice/gang/2",
+    ]
+    assert "Constraints:" in outs["gang"]
+    assert "/alice/retried/0:0" in outs["retried"] and "/alice/retried/0:1" in outs["retried"]
+
+
+def test_lean_job_describe_as_a_program_imports_neither_click_nor_protobuf(auth_cluster, described, tmp_path):
+    for argv in (["job", "describe", "/alice/bad"], ["-o", "json", "job", "describe", "--all-tasks", "/alice/big"]):
+        runs = _both(auth_cluster.url, tmp_path, _tokens(argv, described))
+        assert runs[True][:3] == runs[False][:3], runs[True][2]
+        assert runs[True][0] == 0 and runs[True][1]
+        assert "click" in runs[False][3] and "google.protobuf" in runs[False][3]  # the listing is real
+        spared = {m.partition(".")[0] for m in runs[True][3]} & set(SPARED)
+        assert not spared, spared

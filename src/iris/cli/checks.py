@@ -78,16 +78,3 @@ def job_state(_ctx: click.Context, param: click.Parameter, value: str | None) ->
 
 def job_states(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(job_state(ctx, param, v) for v in values)  # type: ignore[misc]
-
-
-def resolve_job(obj, name: str) -> str:
-    """A job id as given (`/alice/train`), or a short name resolved as --job-name does: under the
-    token's user, else $USER (`train` -> `/alice/train`)."""
-    name = name.strip()
-    if name.startswith("/"):
-        return name
-    from iris.client.launch import default_user
-    from iris.client.tokens import token_subject
-
-    client = obj.client()
-    return f"/{token_subject(client.token) or default_user()}/{name}"

@@ -7,10 +7,11 @@ import time
 
 import click
 
-from iris.cli.checks import EnvPairsCommand, checked, env_pairs, job_state, resolve_job, size_with_unit
+from iris.cli.checks import EnvPairsCommand, checked, env_pairs, job_state, size_with_unit
 from iris.cli.main import EXIT_OK, CliContext, output_option
 from iris.cli.pages import MAX_PAGE
 from iris.cli.submit import launch_and_report
+from iris.cli.values import resolve_job
 
 
 def _core(name: str):

@@ -15,10 +15,11 @@ from typing import Any
 
 import click
 
-from iris.cli.checks import job_state, resolve_job
+from iris.cli.checks import job_state
 from iris.cli.job import job
 from iris.cli.main import EXIT_FAILED, EXIT_OK, EXIT_REJECTED, CliContext, output_option
 from iris.cli.submit import STATE_EXIT_CODES
+from iris.cli.values import resolve_job
 from iris.core.errors import IrisError, Unavailable
 from iris.core.names import in_job_tree
 

@@ -1,4 +1,4 @@
-"""Recognises the common forms of `iris job run` and `iris job list` and runs them without importing click.
+"""Recognises the common forms of `iris job run`, `job list` and `job describe` and runs them without importing click.
 
 `iris job run --no-wait -- CMD` is what scripts and sweeps call by the thousand, and it has a budget
 of three times a bare `python -c pass`; click and its command tree alone cost two thirds of that.
@@ -75,6 +75,7 @@ _LIST_VALUES = {
     "-o": "output",
     "--output": "output",
 }
+_DESCRIBE_VALUES = {"-o": "output", "--output": "output"}
 _TAKES_VALUE = frozenset(_RUN_VALUES) | frozenset(_RUN_REPEATED)
 _PRIORITIES = ("production", "interactive", "batch")
 _EXISTING = ("error", "keep", "replace")
@@ -88,6 +89,12 @@ def lean_command(args: list[str]) -> Callable[[], int | None] | None:
     """A runner for `args` when they are a form this module takes, else None (click runs them)."""
     try:
         given, at = _options(args, 0, _GLOBAL_VALUES, {}, {}, stop_at_dashes=False)
+        if args[at : at + 2] == ["job", "describe"]:
+            jobs: list[str] = []
+            opts, _ = _options(args, at + 2, _DESCRIBE_VALUES, {}, {"--all-tasks": "all_tasks"}, positional=jobs)
+            if len(jobs) != 1:
+                return None  # click says what is missing or extra
+            return lambda: _job_describe(given, opts, jobs[0])
         if args[at : at + 2] == ["job", "list"]:
             opts, end = _options(args, at + 2, _LIST_VALUES, {}, {"--all": "everything"}, stop_at_dashes=False)
             return None if end < len(args) else lambda: _job_list(given, opts)
@@ -115,18 +122,30 @@ def _options(
     repeated: dict[str, str],
     flags: dict[str, str],
     *,
-    stop_at_dashes: bool,
+    stop_at_dashes: bool = False,
+    positional: list[str] | None = None,
 ) -> tuple[dict, int]:
-    """Reads options from args[at:] up to the first argument that is not one; returns them and where that is."""
+    """Reads options from args[at:] up to the first argument that is not one; returns them and where that is.
+
+    With `positional`, arguments that are not options are put there and reading goes on, as click
+    reads a command that takes arguments among its options (all after `--` are arguments).
+    """
     found: dict = {}
     while at < len(args):
         arg = args[at]
         if arg == "--":
+            if positional is not None:
+                positional.extend(args[at + 1 :])
+                return found, len(args)
             if not stop_at_dashes:
                 raise _StepAside()
             return found, at + 1
         if not arg.startswith("-") or arg == "-":
-            return found, at
+            if positional is None:
+                return found, at
+            positional.append(arg)
+            at += 1
+            continue
         name, sep, attached = arg.partition("=") if arg.startswith("--") else (arg[:2], "", arg[2:])
         if not sep and not attached and name in flags:
             found[flags[name]] = True
@@ -170,6 +189,16 @@ def _job_list(given: dict, opts: dict) -> int | None:
     from iris.cli.lean_list import job_list
 
     return job_list(obj, opts)
+
+
+def _job_describe(given: dict, opts: dict, job: str) -> int | None:
+    """`iris job describe` as the click command runs it, or None when click must take it instead."""
+    obj = _context(given, opts)
+    if obj is None:
+        return None
+    from iris.cli.lean_describe import job_describe
+
+    return job_describe(obj, job, bool(opts.get("all_tasks")))
 
 
 def _job_run(given: dict, run: dict, command: list[str]) -> int | None:

@@ -1,7 +1,7 @@
-"""Decides whether a value typed for `iris job run` can be used: sizes, `-e` variables, env files.
+"""Decides whether a value typed for a job command can be used: sizes, `-e` variables, env files, job names.
 
 These checks are about how a person types values on a command line (a size without a unit, `-e KEY
-VALUE` beside `-e KEY=VALUE`), so they live with the CLI, not in iris.core. They import no click:
+VALUE` beside `-e KEY=VALUE`, a short job name), so they live with the CLI, not in iris.core. They import no click:
 the click command wraps each failure in click's usage error (`iris.cli.checks`), and the lean path
 for hot commands (`iris.cli.lean`) runs the very same checks before it sends anything, handing
 anything they refuse to the click command, which then reports it.
@@ -111,3 +111,16 @@ def join_env_args(args: list[str], takes_value: frozenset[str] | set[str] = froz
         out.append(arg)
         i += 1
     return out
+
+
+def resolve_job(obj, name: str) -> str:
+    """A job id as given (`/alice/train`), or a short name resolved as --job-name does: under the
+    token's user, else $USER (`train` -> `/alice/train`)."""
+    name = name.strip()
+    if name.startswith("/"):
+        return name
+    from iris.client.launch import default_user
+    from iris.client.tokens import token_subject
+
+    client = obj.client()
+    return f"/{token_subject(client.token) or default_user()}/{name}"

@@ -221,10 +221,10 @@ class IrisClient:
         self._bundles.pop(bundle_id, None)
         return {**reply, "uploadedBytes": uploaded}
 
-    def job_page_json(self, request: dict[str, Any]) -> dict[str, Any]:
-        """One ListJobs page for a request given as its Connect JSON document; returns the answer's
-        document (fields at their default value are absent, as Connect JSON omits them)."""
-        return self._transport.call_json("ListJobs", request)
+    def call_bytes(self, method: str, body: bytes) -> bytes:
+        """Calls `method` with a request already in protobuf's binary encoding (`iris.rpc.wire`);
+        returns the answer's bytes, or raises the typed error of a refusal."""
+        return self._transport.call_bytes(method, body)
 
     def _bundle_bytes(self, bundle_id: str) -> bytes:
         bundle = self._bundles.get(bundle_id)

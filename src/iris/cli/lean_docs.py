@@ -1,0 +1,95 @@
+"""Turns messages decoded by `iris.rpc.wire` into the documents `message_to_dict` prints, and into
+objects the CLI's formatters read as they read a message.
+
+The lean paths of `iris job list` and `iris job describe` import neither protobuf nor click, yet
+must print byte for byte what the click commands print from messages. `-o json` prints
+`message_to_dict` of a message: every field (those at their default too, except unset messages),
+in the order protobuf's JSON printer uses (the fields the message holds, by number, then the rest,
+by number), int64 as numbers; `message_doc` builds that document. The table and `describe` pages
+come from `iris.cli.output`'s formatters, which read attributes; `view` gives a decoded message
+those attributes (a field absent on the wire reads as its default, as on a message), so one
+formatter serves both paths.
+"""
+
+from __future__ import annotations
+
+import math
+
+TYPE_CHECKING = False  # typing's own constant costs `import typing` on the lean paths
+if TYPE_CHECKING:
+    from typing import Any
+
+_DEFAULTS: dict[str, object] = {"str": "", "int": 0, "float": 0.0, "bool": False}
+
+
+class Unprintable(Exception):
+    """A value `message_to_dict` prints in a way this module does not (NaN or an infinity, as a string)."""
+
+
+def message_doc(decoded: dict[str, Any], fields: tuple) -> dict[str, Any]:
+    """What `message_to_dict` prints for the message `decoded` (as `iris.rpc.wire.decode` returns it)."""
+    held: dict[str, Any] = {}
+    unset: dict[str, Any] = {}
+    for _, name, kind in fields:
+        value = decoded.get(name)
+        if kind.__class__ is tuple:
+            if value is not None:
+                held[name] = message_doc(value, kind)
+            continue  # an unset message is left out
+        if kind.__class__ is list:
+            value = [message_doc(item, kind[0]) for item in value] if value else []
+        elif kind == "strs" or kind == "map":
+            value = value or ([] if kind == "strs" else {})
+        elif value is None:
+            value = _DEFAULTS[kind]
+        elif kind == "float":
+            if not math.isfinite(value):
+                raise Unprintable(f"{name} is {value}")
+            if value == 0.0 and math.copysign(1.0, value) < 0:
+                held[name] = value  # -0.0 is not the default: protobuf holds it
+                continue
+        (held if value else unset)[name] = value
+    held.update(unset)
+    return held
+
+
+def view(decoded: dict[str, Any], fields: tuple) -> Any:
+    """The message `decoded` with an attribute per field, as the formatters read a message."""
+    obj: Any = object.__new__(_view_class(fields))
+    obj.__dict__ = decoded  # shared, not copied: a page of a thousand jobs is read once
+    return obj
+
+
+_CLASSES: dict[int, type] = {}
+
+
+def _view_class(fields: tuple) -> type:
+    """A class per table: a field absent from a message's dict reads as the class's default, and
+    a message field (a dict in the decoded message) reads as a view of its own."""
+    cls = _CLASSES.get(id(fields))
+    if cls is not None:
+        return cls
+    attrs: dict[str, object] = {}
+    for _, name, kind in fields:
+        if kind.__class__ is tuple or kind.__class__ is list:
+            attrs[name] = _message_property(name, kind)
+        else:
+            attrs[name] = {"strs": (), "map": {}}.get(kind, _DEFAULTS.get(kind))
+    cls = _CLASSES[id(fields)] = type("MessageView", (), attrs)
+    return cls
+
+
+def _message_property(name: str, kind: tuple | list) -> property:
+    """A message field read as a view (an unset one as the message's defaults), or a repeated one as a list of views."""
+    if isinstance(kind, list):
+        item_fields = kind[0]
+
+        def repeated(self: Any) -> list[Any]:
+            return [view(item, item_fields) for item in self.__dict__.get(name, ())]
+
+        return property(repeated)
+
+    def single(self: Any) -> Any:
+        return view(self.__dict__.get(name) or {}, kind)
+
+    return property(single)

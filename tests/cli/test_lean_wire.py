@@ -1,0 +1,152 @@
+"""The lean paths' protobuf reader and writer agree with the protobuf runtime, field for field.
+
+`iris.rpc.wire` decodes answers and encodes requests without protobuf, and `iris.cli.lean_docs`
+turns what it decodes into what `message_to_dict` prints; protobuf itself is the reference here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from iris.cli.lean_docs import Unprintable, message_doc, view
+from iris.cli.output import describe_job, jobs_table, message_to_dict
+from iris.rpc import controller_pb2 as pb
+from iris.rpc import wire
+
+TABLES = {
+    "DEVICE": pb.Device,
+    "RESOURCES": pb.Resources,
+    "CONSTRAINT": pb.Constraint,
+    "JOB_STATUS": pb.JobStatus,
+    "ATTEMPT_STATUS": pb.AttemptStatus,
+    "TASK_STATUS": pb.TaskStatus,
+    "LIST_JOBS_REQUEST": pb.ListJobsRequest,
+    "LIST_JOBS_RESPONSE": pb.ListJobsResponse,
+    "GET_JOB_STATUS_REQUEST": pb.GetJobStatusRequest,
+    "GET_JOB_STATUS_RESPONSE": pb.GetJobStatusResponse,
+    "LIST_TASKS_REQUEST": pb.ListTasksRequest,
+    "LIST_TASKS_RESPONSE": pb.ListTasksResponse,
+}
+_KINDS = {"string": "str", "int32": "int", "int64": "int", "bool": "bool", "double": "float"}
+
+
+def _kind(field) -> object:
+    if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        assert [f.type for f in field.message_type.fields] == [field.TYPE_STRING, field.TYPE_INT32]
+        return "map"
+    if field.message_type is not None:
+        table = next(getattr(wire, name) for name, m in TABLES.items() if m.DESCRIPTOR is field.message_type)
+        return [table] if field.is_repeated else table
+    kind = _KINDS[{9: "string", 5: "int32", 3: "int64", 8: "bool", 1: "double"}[field.type]]
+    if field.is_repeated:
+        assert kind == "str"
+        return "strs"
+    return kind
+
+
+@pytest.mark.parametrize("name", TABLES)
+def test_wire_table_matches_the_generated_descriptor(name):
+    fields = sorted(TABLES[name].DESCRIPTOR.fields, key=lambda f: f.number)
+    assert getattr(wire, name) == tuple((f.number, f.name, _kind(f)) for f in fields)
+
+
+def _job(**more) -> pb.JobStatus:
+    job = pb.JobStatus(
+        job_id="/alice/traenen",
+        state="FAILED",
+        user="alice",
+        replicas=3,
+        submitted_ms=1_764_400_000_123,
+        started_ms=1_764_400_001_000,
+        error="exit code 3: ünïcode",
+        resources=pb.Resources(cpu=0.5, memory_bytes=2 << 30, device=pb.Device(kind="gpu", variant="h100", count=8)),
+        command=["sh", "-c", "exit 3"],
+        constraints=[
+            pb.Constraint(key="region", op="IN", values=["a", "b"]),
+            pb.Constraint(key="zone", op="EXISTS", preferred=True),
+        ],
+        exit_code=-9,
+        has_exit_code=True,
+        last_sync_ms=-1,
+        **more,
+    )
+    job.task_counts["FAILED"] = 2
+    job.task_counts["SUCCEEDED"] = 1
+    return job
+
+
+def test_wire_decoded_answer_prints_as_message_to_dict_prints_the_message():
+    task = pb.TaskStatus(
+        task_id="/alice/traenen/0",
+        index=0,
+        state="FAILED",
+        attempt=2,
+        attempts=[pb.AttemptStatus(attempt=1, state="FAILED", pid=42), pb.AttemptStatus(attempt=2, error="boom")],
+    )
+    for message, table in (
+        (
+            pb.ListJobsResponse(jobs=[_job(), pb.JobStatus(job_id="/a/b")], next_page_token="t", total=7),
+            "LIST_JOBS_RESPONSE",
+        ),
+        (pb.ListJobsResponse(), "LIST_JOBS_RESPONSE"),
+        (pb.GetJobStatusResponse(job=_job(), tasks=[task, pb.TaskStatus()], total_tasks=2), "GET_JOB_STATUS_RESPONSE"),
+        (pb.GetJobStatusResponse(job=pb.JobStatus(resources=pb.Resources(cpu=-0.0))), "GET_JOB_STATUS_RESPONSE"),
+        (pb.GetJobStatusResponse(next_task_page_token="more"), "GET_JOB_STATUS_RESPONSE"),
+    ):
+        decoded = wire.decode(message.SerializeToString(), getattr(wire, table))
+        expected = message_to_dict(message)
+        got = message_doc(decoded, getattr(wire, table))
+        assert got == expected
+        assert list(got) == list(expected)  # the same order, held fields first
+        if table == "LIST_JOBS_RESPONSE" and got["jobs"]:
+            assert [list(job) for job in got["jobs"]] == [list(job) for job in expected["jobs"]]
+            views = [view(job, wire.JOB_STATUS) for job in decoded["jobs"]]
+            assert jobs_table(views, now_ms=1_764_400_100_000) == jobs_table(message.jobs, now_ms=1_764_400_100_000)
+        if table == "GET_JOB_STATUS_RESPONSE":
+            resp = view(decoded, wire.GET_JOB_STATUS_RESPONSE)
+            assert describe_job(resp, now_ms=1_764_400_100_000) == describe_job(message, now_ms=1_764_400_100_000)
+
+
+def test_wire_skips_fields_it_does_not_know_as_protobuf_does():
+    newer = pb.JobStatus(job_id="/a/b").SerializeToString() + bytes([0xF8, 0x07, 0x05])  # field 127, varint 5
+    assert pb.JobStatus.FromString(newer).job_id == "/a/b"
+    assert wire.decode(newer, wire.JOB_STATUS) == {"job_id": "/a/b"}
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pb.JobStatus(job_id="/a/b").SerializeToString()[:-1],  # cut short
+        bytes([0x0A, 0x02, 0xFF, 0xFE]),  # job_id not UTF-8
+        bytes([0x08, 0x01]),  # job_id (a string) sent as a varint
+        bytes([0x0B]),  # a group: no message here has one
+        pb.JobStatus(resources=pb.Resources(cpu=1)).SerializeToString() * 2,  # a message field twice
+    ],
+    ids=["truncated", "not utf-8", "wrong wire type", "group", "message twice"],
+)
+def test_wire_refuses_what_it_cannot_read_the_way_protobuf_would(data):
+    with pytest.raises(wire.Unreadable):
+        wire.decode(data, wire.JOB_STATUS)
+
+
+def test_wire_a_float_protobuf_prints_as_a_string_is_left_to_protobuf():
+    data = pb.JobStatus(resources=pb.Resources(cpu=float("nan"))).SerializeToString()
+    with pytest.raises(Unprintable):
+        message_doc(wire.decode(data, wire.JOB_STATUS), wire.JOB_STATUS)
+
+
+@pytest.mark.parametrize(
+    "table, values",
+    [
+        (
+            "LIST_JOBS_REQUEST",
+            {"state": "PENDING", "prefix": "/ä/", "limit": 5000, "user": "", "page_token": "x" * 300},
+        ),
+        ("LIST_JOBS_REQUEST", {"state": None, "limit": 0}),
+        ("GET_JOB_STATUS_REQUEST", {"job_id": "/alice/train", "include_tasks": True, "include_attempts": False}),
+        ("LIST_TASKS_REQUEST", {"job_id": "/a/b", "include_attempts": True, "limit": -1, "page_token": "t"}),
+    ],
+)
+def test_wire_encodes_a_request_as_protobuf_serializes_it(table, values):
+    message = TABLES[table](**{k: v for k, v in values.items() if v is not None})
+    assert wire.encode(getattr(wire, table), values) == message.SerializeToString()
