@@ -39,6 +39,7 @@ Figures are printed, never asserted; every wait is bounded; every process is sto
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -85,15 +86,34 @@ def count(client: IrisClient, sql: str) -> int:
     return int(client.query(sql).rows[0].values[0].number_value)
 
 
+def _spans_env(spans_dir: Path | None, name: str) -> dict:
+    """Keyword arguments that make a controller add up its stages into `spans_dir/<name>.json`
+    (none without --spans, so the file still runs against a revision whose harness has no env)."""
+    return {"env": {**os.environ, "IRIS_SPANS": str(spans_dir / f"{name}.json")}} if spans_dir else {}
+
+
 def start_federation(
-    base: Path, peers: int, workers: int, gpus: int, settings: dict, max_per_cycle: int, started: list[Controller]
+    base: Path,
+    peers: int,
+    workers: int,
+    gpus: int,
+    settings: dict,
+    max_per_cycle: int,
+    started: list[Controller],
+    spans_dir: Path | None = None,
 ) -> tuple[Controller, list[Controller], str]:
     """Starts the peers (trusting the parent's key), then the parent; returns a user token for the parent.
 
     Only an accountable user's jobs are handed off (a tokenless loopback caller is local_admin), so
     the bench submits with a token minted by the parent's own signing key."""
     parent_settings = {**settings, "max_federation_handoffs_per_cycle": max_per_cycle}
-    parent = Controller("marin", base, [local_backend("cpu", workers=2, cpu=4)], settings=parent_settings)
+    parent = Controller(
+        "marin",
+        base,
+        [local_backend("cpu", workers=2, cpu=4)],
+        settings=parent_settings,
+        **_spans_env(spans_dir, "marin"),
+    )
     key = load_or_create_signing_key(None, parent.state_dir)
     trust = {"federation_peers": {parent.name: public_key_pem(key)}}
     peer_ctls = []
@@ -104,6 +124,7 @@ def start_federation(
             [local_backend("h100", workers=workers, cpu=8 * gpus, memory="64G", gpu="h100", gpu_count=gpus)],
             settings=settings,
             extra={"auth": trust},
+            **_spans_env(spans_dir, f"cw-{i}"),
         )
         started.append(ctl)
         peer_ctls.append(ctl.start())
@@ -304,6 +325,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sync", default="0.5s", help="federation_sync_interval")
     ap.add_argument("--max-per-cycle", type=int, default=8, help="max_federation_handoffs_per_cycle on the parent")
     ap.add_argument("--keep", action="store_true", help="keep the temp directory (configs, logs, databases)")
+    ap.add_argument(
+        "--spans",
+        action="store_true",
+        help="have each controller add up its stages (IRIS_SPANS) and print them, heaviest CPU first",
+    )
     args = ap.parse_args(argv)
     n = args.jobs or (100 if args.quick else 200)
     samples = args.samples or (8 if args.quick else 20)
@@ -314,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     quiet = False
     base = Path(tempfile.mkdtemp(prefix="iris-bench-fed-"))
+    spans_dir = base / "spans" if args.spans else None
+    if spans_dir:
+        spans_dir.mkdir()
     started: list[Controller] = []
     t_start = time.perf_counter()
     load = os.getloadavg()
@@ -321,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         log(f"starting a parent and {args.peers} GPU peers ({args.workers} workers × 8 h100 each) …", quiet)
         parent, peer_ctls, token = start_federation(
-            base, args.peers, args.workers, 8, settings, args.max_per_cycle, started
+            base, args.peers, args.workers, 8, settings, args.max_per_cycle, started, spans_dir
         )
         peers = {p.name: p for p in peer_ctls}
         results["latency"] = latency(parent, peers, token, samples, quiet)
@@ -330,6 +359,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for ctl in reversed(started):
             ctl.stop()
+        if spans_dir:
+            results["spans"] = {
+                f.stem: json.loads(f.read_text()) for f in sorted(spans_dir.glob("*.json")) if f.stat().st_size
+            }
         if args.keep:
             log(f"kept {base}", quiet)
         else:
@@ -393,6 +426,10 @@ def main(argv: list[str] | None = None) -> int:
         "the client polls every 5 ms"
     )
     print(f"Iris/MultiKueue handoff throughput: {tp['jobs_per_s'] / MULTIKUEUE_JOBS_PER_S:.0f}×")
+    for name, totals in results.get("spans", {}).items():
+        print(f"\nspans of {name} (whole run): stage, calls, wall ms, CPU ms")
+        for stage, t in sorted(totals.items(), key=lambda kv: -kv[1]["cpu_s"])[:14]:
+            print(f"  {stage:40s} {t['count']:6.0f} {t['wall_s'] * 1000:9.1f} {t['cpu_s'] * 1000:9.1f}")
     print(f"\n(total {elapsed:.0f} s)")
     return 0
 

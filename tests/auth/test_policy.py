@@ -43,6 +43,7 @@ READS = [
 ]
 PEER_CALLS = [
     "LaunchJob",
+    "HandOffJobs",
     "GetJobStatus",
     "ListTasks",
     "TerminateJob",
@@ -55,7 +56,7 @@ WORKER_CALLS = ["RegisterWorker", "WorkerPoll", "FetchBundle"]
 
 EXPECTED = {
     Role.ADMIN: set(ALL),
-    Role.USER: set(ALL) - {"FederationSync"} - set(WORKER_CALLS),
+    Role.USER: set(ALL) - {"FederationSync", "HandOffJobs"} - set(WORKER_CALLS),
     Role.DASHBOARD: set(READS),
     Role.WORKER: set(WORKER_CALLS),
     Role.FEDERATION_PEER: set(PEER_CALLS),

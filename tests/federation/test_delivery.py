@@ -1,5 +1,6 @@
-"""Delivery of promoted jobs: peers are called side by side, several calls each, each job once, and
-the placement step promotes only into the slots acceptances have freed."""
+"""Delivery of promoted jobs: peers are called side by side, each call carrying every job promoted
+to its peer, each job in one call at a time and delivered once; a peer that takes no batches gets one
+call per job; and the placement step promotes only into the slots acceptances have freed."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 
 from iris.core.errors import Unauthenticated
 from iris.core.polling import wait_until
-from iris.federation.manager import DELIVERIES_IN_FLIGHT, FederationManager
+from iris.federation.delivery import CALLS_PER_PEER, MAX_BYTES_PER_CALL, MAX_JOBS_PER_CALL, batches
+from iris.federation.manager import FederationManager
 from iris.federation.model import PendingDelivery
 from iris.federation.peer import PeerClient
 from iris.rpc import controller_pb2 as pb
@@ -34,18 +36,55 @@ class Store:
         done = set(self.handed_off) | set(self.rejected)
         return [PendingDelivery(job, peer, False) for job, peer in self.pending if job not in done]
 
-    def start_delivery(self, job_id: str) -> bool:
-        return True  # nothing here is cancelled
+    def start_deliveries(self, job_ids):
+        return list(job_ids)  # nothing here is cancelled
 
-    def delivery_request(self, job_id: str) -> pb.LaunchJobRequest:
-        return pb.LaunchJobRequest(name=job_id)
+    def delivery_requests(self, job_ids):
+        return {j: pb.LaunchJobRequest(name=j) for j in job_ids}
 
-    def mark_handed_off(self, job_id: str) -> None:
+    def mark_handed_off(self, job_ids) -> None:
         with self._lock:
-            self.handed_off.append(job_id)
+            self.handed_off.extend(job_ids)
 
     def mark_rejected(self, job_id: str, message: str) -> None:
         self.rejected[job_id] = message
+
+    def note_pending_reason(self, job_id: str, reason: str) -> None:
+        pass
+
+
+def _answer(handler, status: int, body: bytes, content_type: str = "application/proto") -> None:
+    handler.send_response(status)
+    handler.send_header("content-type", content_type)
+    handler.send_header("content-length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+def _body(handler) -> bytes:
+    body = handler.rfile.read(int(handler.headers["content-length"]))
+    return gzip.decompress(body) if handler.headers.get("content-encoding") == "gzip" else body
+
+
+def _jobs_of(handler, body: bytes) -> list[pb.LaunchJobRequest]:
+    """The jobs a delivery call carries: several for HandOffJobs, one for LaunchJob."""
+    if handler.path.endswith("/HandOffJobs"):
+        return list(pb.HandOffJobsRequest.FromString(body).jobs)
+    return [pb.LaunchJobRequest.FromString(body)]
+
+
+def _accepted(handler, jobs: list[pb.LaunchJobRequest], refused: dict[str, tuple[str, str]] | None = None) -> bytes:
+    refused = refused or {}
+    if not handler.path.endswith("/HandOffJobs"):
+        return pb.LaunchJobResponse(job_id=jobs[0].name).SerializeToString()
+    outcomes = []
+    for job in jobs:
+        if job.name in refused:
+            code, message = refused[job.name]
+            outcomes.append(pb.HandOffOutcome(job_id=job.name, error_code=code, error_message=message))
+        else:
+            outcomes.append(pb.HandOffOutcome(job_id=job.name, accepted=pb.LaunchJobResponse(job_id=job.name)))
+    return pb.HandOffJobsResponse(outcomes=outcomes).SerializeToString()
 
 
 @pytest.fixture
@@ -53,28 +92,22 @@ def peers():
     """Three loopback peers whose first LaunchJob is answered only once all three have one in hand."""
     together = threading.Barrier(len(PEERS), timeout=10)
     received: dict[str, list[str]] = {p: [] for p in PEERS}
+    calls = dict.fromkeys(PEERS, 0)
     servers = []
 
     def handler_for(peer: str):
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
-                body = self.rfile.read(int(self.headers["content-length"]))
-                if self.headers.get("content-encoding") == "gzip":
-                    body = gzip.decompress(body)
-                request = pb.LaunchJobRequest.FromString(body)
-                received[peer].append(request.name)
+                jobs = _jobs_of(self, _body(self))
+                calls[peer] += 1
+                received[peer].extend(j.name for j in jobs)
                 status = 200
-                if len(received[peer]) == 1:
+                if calls[peer] == 1:
                     try:
                         together.wait()
                     except threading.BrokenBarrierError:
                         status = 503  # called one after the other: the others never arrived
-                body = pb.LaunchJobResponse(job_id=request.name).SerializeToString() if status == 200 else b""
-                self.send_response(status)
-                self.send_header("content-type", "application/proto")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                _answer(self, status, _accepted(self, jobs) if status == 200 else b"")
 
             def log_message(self, *args):
                 pass
@@ -88,15 +121,15 @@ def peers():
         servers.append(server)
         urls[peer] = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        yield urls, received
+        yield urls, received, calls
     finally:
         for server in servers:
             server.shutdown()
             server.server_close()
 
 
-def test_deliver_calls_peers_side_by_side_each_job_once(peers):
-    urls, received = peers
+def test_deliver_calls_peers_side_by_side_one_call_each_job_once(peers):
+    urls, received, calls = peers
     jobs = [(f"/bob/j{i}", PEERS[i % 3]) for i in range(9)]
     store = Store(jobs)
     manager = FederationManager("marin", urls, store=store, router=None)
@@ -108,22 +141,26 @@ def test_deliver_calls_peers_side_by_side_each_job_once(peers):
     for peer in PEERS:
         assert sorted(received[peer]) == sorted(job for job, p in jobs if p == peer)  # each once, to its peer
     assert store.rejected == {}
+    assert calls == dict.fromkeys(PEERS, 1)  # every job promoted to a peer travels in one call
 
 
 # --- a burst flows: calls back to back per peer, each job in one call at a time --------------------
 
 
 class Peer:
-    """A loopback peer answering LaunchJob (held until `release` is set) and FederationSync (held
-    until `sync_release` is set); it records who called what, and how many calls were open at once."""
+    """A loopback peer answering the delivery calls (held until `release` is set) and
+    FederationSync (held until `sync_release` is set); it records who called what, and how many
+    delivery calls were open at once. With `batches` off it is a peer from before HandOffJobs."""
 
-    def __init__(self):
+    def __init__(self, batches: bool = True):
         self.release = threading.Event()
         self.sync_release = threading.Event()
         self.sync_asked = threading.Event()
         self.launched: list[str] = []
+        self.calls: list[list[str]] = []  # the jobs of each delivery call, in arrival order
         self.tokens: list[str] = []  # the bearer token of each call
         self.refuse = 0  # how many of the next calls to answer UNAUTHENTICATED
+        self.refused: dict[str, tuple[str, str]] = {}  # job -> (code, message) a batch refuses it with
         self.open = 0
         self.most_open = 0
         self._lock = threading.Lock()
@@ -131,38 +168,31 @@ class Peer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
-                body = self.rfile.read(int(self.headers["content-length"]))
-                if self.headers.get("content-encoding") == "gzip":
-                    body = gzip.decompress(body)
+                body = _body(self)
                 peer.tokens.append(self.headers.get("authorization", ""))
                 if peer.refuse:
                     peer.refuse -= 1
                     error = b'{"code": "unauthenticated", "message": "this cluster does not trust that key"}'
-                    self.send_response(401)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(error)))
-                    self.end_headers()
-                    self.wfile.write(error)
+                    _answer(self, 401, error, "application/json")
                     return
                 if self.path.endswith("/FederationSync"):
                     peer.sync_asked.set()
                     peer.sync_release.wait(10)
-                    answer = pb.FederationSyncResponse(cursor=1, cursor_stale=True).SerializeToString()
-                else:
-                    request = pb.LaunchJobRequest.FromString(body)
-                    with peer._lock:
-                        peer.launched.append(request.name)
-                        peer.open += 1
-                        peer.most_open = max(peer.most_open, peer.open)
-                    peer.release.wait(10)
-                    with peer._lock:
-                        peer.open -= 1
-                    answer = pb.LaunchJobResponse(job_id=request.name).SerializeToString()
-                self.send_response(200)
-                self.send_header("content-type", "application/proto")
-                self.send_header("content-length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
+                    _answer(self, 200, pb.FederationSyncResponse(cursor=1, cursor_stale=True).SerializeToString())
+                    return
+                if self.path.endswith("/HandOffJobs") and not batches:
+                    _answer(self, 404, b"")
+                    return
+                jobs = _jobs_of(self, body)
+                with peer._lock:
+                    peer.calls.append([j.name for j in jobs])
+                    peer.launched.extend(j.name for j in jobs)
+                    peer.open += 1
+                    peer.most_open = max(peer.most_open, peer.open)
+                peer.release.wait(10)
+                with peer._lock:
+                    peer.open -= 1
+                _answer(self, 200, _accepted(self, jobs, peer.refused))
 
             def log_message(self, *args):
                 pass
@@ -194,9 +224,9 @@ class SyncStore(Store):
         super().__init__(pending)
         self.events: list[str] = []
 
-    def mark_handed_off(self, job_id: str) -> None:
-        super().mark_handed_off(job_id)
-        self.events.append(f"handed off {job_id}")
+    def mark_handed_off(self, job_ids) -> None:
+        super().mark_handed_off(job_ids)
+        self.events += [f"handed off {j}" for j in job_ids]
 
     def peers_with_handles(self):
         return {"cw"}
@@ -217,24 +247,65 @@ class SyncStore(Store):
         return []
 
 
-def test_dispatch_keeps_calls_per_peer_bounded_and_each_job_in_one_call(held_peer):
-    jobs = [(f"/bob/j{i}", "cw") for i in range(2 * DELIVERIES_IN_FLIGHT + 1)]
-    store = Store(jobs)
+def test_dispatch_batches_what_was_promoted_keeps_calls_bounded_and_each_job_in_one_call(held_peer):
+    store = Store([(f"/bob/a{i}", "cw") for i in range(5)])
     manager = FederationManager("marin", {"cw": held_peer.url}, store=store, router=None)
     try:
         first = manager.dispatch()
-        wait_until(
-            lambda: len(held_peer.launched) == DELIVERIES_IN_FLIGHT, timeout=10, what="the first calls to arrive"
-        )
-        assert manager.dispatch() == {}  # the peer's calls are all open: nothing more, nothing twice
+        wait_until(lambda: len(held_peer.calls) == 1, timeout=10, what="the first call to arrive")
+        store.pending += [("/bob/b0", "cw"), ("/bob/b1", "cw")]  # promoted while the first call is out
+        second = manager.dispatch()
+        wait_until(lambda: len(held_peer.calls) == 2, timeout=10, what="the second call to arrive")
+        store.pending += [("/bob/c0", "cw")]
+        assert manager.dispatch() == {}  # CALLS_PER_PEER calls open: nothing more, nothing twice
         held_peer.release.set()
-        wait(first.values())
-        manager.deliver()  # the rest, calls back to back
+        wait({*first.values(), *second.values()})
+        manager.deliver()  # the rest
     finally:
         manager.stop()
-    assert sorted(store.handed_off) == sorted(job for job, _ in jobs)
-    assert sorted(held_peer.launched) == sorted(job for job, _ in jobs)  # each job once
-    assert held_peer.most_open == DELIVERIES_IN_FLIGHT
+    assert held_peer.calls == [[f"/bob/a{i}" for i in range(5)], ["/bob/b0", "/bob/b1"], ["/bob/c0"]]
+    assert sorted(store.handed_off) == sorted(job for job, _ in store.pending)
+    assert held_peer.most_open == CALLS_PER_PEER
+
+
+def test_a_batch_refusal_fails_only_that_job_and_the_others_are_handed_off(held_peer):
+    held_peer.release.set()
+    held_peer.refused = {"/bob/taken": ("already_exists", "job /bob/taken is still RUNNING here")}
+    store = Store([("/bob/ok0", "cw"), ("/bob/taken", "cw"), ("/bob/ok1", "cw")])
+    manager = FederationManager("marin", {"cw": held_peer.url}, store=store, router=None)
+    try:
+        manager.deliver()
+    finally:
+        manager.stop()
+    assert len(held_peer.calls) == 1
+    assert sorted(store.handed_off) == ["/bob/ok0", "/bob/ok1"]
+    assert store.rejected == {"/bob/taken": "peer cw: job /bob/taken is still RUNNING here"}
+
+
+def test_a_peer_without_batches_gets_one_call_per_job_each_job_once():
+    peer = Peer(batches=False)
+    peer.release.set()
+    store = Store([(f"/bob/j{i}", "cw") for i in range(5)])
+    manager = FederationManager("marin", {"cw": peer.url}, store=store, router=None)
+    try:
+        manager.deliver()
+        store.pending.append(("/bob/later", "cw"))
+        manager.deliver()  # the peer is known to take no batches now: straight to one call per job
+    finally:
+        manager.stop()
+        peer.close()
+    assert sorted(store.handed_off) == sorted(job for job, _ in store.pending)
+    assert sorted(peer.launched) == sorted(job for job, _ in store.pending)  # each job once
+    assert all(len(call) == 1 for call in peer.calls)
+
+
+def test_batches_split_by_count_and_bytes_and_a_large_job_goes_alone():
+    small = [(f"/bob/s{i}", pb.LaunchJobRequest(name=f"/bob/s{i}")) for i in range(MAX_JOBS_PER_CALL + 3)]
+    assert [len(b) for b in batches(small)] == [MAX_JOBS_PER_CALL, 3]
+    big = pb.LaunchJobRequest(name="/bob/big", workspace_bundle=b"x" * MAX_BYTES_PER_CALL)
+    mixed = [small[0], ("/bob/big", big), small[1], small[2]]
+    assert [[job for job, _ in b] for b in batches(mixed)] == [["/bob/s0"], ["/bob/big"], ["/bob/s1", "/bob/s2"]]
+    assert batches([]) == []
 
 
 def test_acceptance_during_a_sync_is_recorded_after_the_sync_is_folded(held_peer):

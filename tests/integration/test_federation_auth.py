@@ -22,8 +22,9 @@ REFUSAL = b'{"code":"unauthenticated","message":"signing key of marin is not tru
 
 
 class Relay(ThreadingHTTPServer):
-    """Forwards every call to `upstream`, except LaunchJob while `refusing` is set: then it answers
-    a Connect UNAUTHENTICATED error, as a peer does that does not trust the caller's key yet."""
+    """Forwards every call to `upstream`, except a delivery (HandOffJobs, LaunchJob) while `refusing`
+    is set: then it answers a Connect UNAUTHENTICATED error, as a peer does that does not trust the
+    caller's key yet."""
 
     daemon_threads = True
 
@@ -47,7 +48,7 @@ class _RelayHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         relay: Relay = self.server  # type: ignore[assignment]
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        if self.path.endswith("/LaunchJob") and relay.refusing.is_set():
+        if self.path.endswith(("/HandOffJobs", "/LaunchJob")) and relay.refusing.is_set():
             relay.refused += 1
             self._answer(401, {"Content-Type": "application/json"}, REFUSAL)
             return

@@ -78,13 +78,17 @@ class ControllerFederationStore:
                 for h in fed.sent_handles(conn, ("PENDING_HANDOFF",))
             ]
 
-    def delivery_request(self, job_id: str) -> pb.LaunchJobRequest:
+    def delivery_requests(self, job_ids: Sequence[str]) -> dict[str, pb.LaunchJobRequest]:
+        """The LaunchJob each job's peer receives, read in one snapshot."""
         with self.db.read() as conn:
-            return fed.delivery_request(conn, job_id, self.cluster_name)
+            return {j: fed.delivery_request(conn, j, self.cluster_name) for j in job_ids}
 
-    def mark_handed_off(self, job_id: str) -> None:
+    def mark_handed_off(self, job_ids: Sequence[str]) -> None:
+        """The peer admitted these jobs: each is HANDED_OFF, all in one transaction."""
         with self.db.write() as conn:
-            fed.mark_handed_off(conn, job_id, self.now_ms())
+            now = self.now_ms()
+            for job_id in job_ids:
+                fed.mark_handed_off(conn, job_id, now)
 
     def mark_rejected(self, job_id: str, message: str) -> None:
         with self.db.write() as conn:
@@ -196,8 +200,13 @@ class ControllerFederationStore:
             return fed.active_counts(conn)
 
     def start_delivery(self, job_id: str) -> bool:
+        return bool(self.start_deliveries([job_id]))
+
+    def start_deliveries(self, job_ids: Sequence[str]) -> list[str]:
+        """Records that a delivery of each job is about to start, in one transaction; returns those
+        that may go (a job cancelled or no longer awaiting delivery since it was read may not)."""
         with self.db.write() as conn:
-            return fed.start_delivery(conn, job_id)
+            return [j for j in job_ids if fed.start_delivery(conn, j)]
 
     # -- withdrawal of jobs a peer cannot place (see db/withdrawal.py) ----------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from contextlib import ExitStack
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,7 @@ from iris.controller.auth import Identity, Role, check_may_stop, check_sync_requ
 from iris.controller.auth.policy import check_may_create, check_may_read
 from iris.controller.db import federation as fed
 from iris.controller.db import reads
-from iris.controller.db.database import sql
+from iris.controller.db.database import savepoint, sql
 from iris.controller.db.jobs import insert_job, require_job
 from iris.controller.handler import rpc
 from iris.controller.paging import Listing, page_of
@@ -29,7 +30,7 @@ from iris.controller.submit import build_spec, check_client_freshness, parent_co
 from iris.controller.worker_api import WorkerCalls
 from iris.core import spans
 from iris.core.constraints import Constraint
-from iris.core.errors import InvalidArgument
+from iris.core.errors import InvalidArgument, IrisError, Unavailable
 from iris.core.names import JobName, in_job_tree
 from iris.federation.ids import received_job_id, reserved_for
 from iris.federation.model import DispositionKind, SubmittedJob
@@ -41,6 +42,13 @@ if TYPE_CHECKING:
 
 
 _MISSING = object()  # the request names a bundle this cluster does not hold
+MAX_HANDOFFS_PER_CALL = 256  # jobs one HandOffJobs call may carry (the parent sends far fewer)
+
+
+def _admitted(job_id: str, outcome: str) -> pb.LaunchJobResponse:
+    return pb.LaunchJobResponse(
+        job_id=job_id, state="PENDING", disposition="local" if outcome == "created" else "existing"
+    )
 
 
 class ControllerServiceImpl(WorkerCalls):
@@ -137,6 +145,54 @@ class ControllerServiceImpl(WorkerCalls):
 
     def _admit_handoff(self, req: pb.LaunchJobRequest, identity: Identity) -> pb.LaunchJobResponse:
         """A peer hands this cluster a root job under its own id (DESIGN §6, peer admission)."""
+        with ExitStack() as pins:
+            spec, handoff, files, bundle = self._prepare_handoff(req, identity, pins)
+            with self.db.write() as conn:
+                outcome = self._admit(conn, spec, handoff, files, bundle, req)
+        self.tick.wake()
+        return _admitted(spec.job_id, outcome)
+
+    @rpc
+    def hand_off_jobs(self, req: pb.HandOffJobsRequest, identity: Identity) -> pb.HandOffJobsResponse:
+        """Several handoffs from one peer in one call: each is checked and admitted on its own, as
+        LaunchJob would, so a refusal of one leaves the others; all in one transaction (a savepoint
+        each) with one wake-up of the tick, which is what makes a burst cheap for both sides."""
+        if len(req.jobs) > MAX_HANDOFFS_PER_CALL:
+            raise InvalidArgument(
+                f"HandOffJobs carries {len(req.jobs)} jobs; send at most {MAX_HANDOFFS_PER_CALL} per call"
+            )
+        outcomes = [pb.HandOffOutcome(job_id=job.name) for job in req.jobs]
+        created = False
+        with ExitStack() as pins:
+            prepared = []
+            for outcome, job in zip(outcomes, req.jobs, strict=True):
+                try:
+                    prepared.append((outcome, job, self._prepare_handoff(job, identity, pins)))
+                except Unavailable:
+                    raise  # this cluster cannot serve now: the whole call is retried
+                except IrisError as exc:
+                    outcome.error_code, outcome.error_message = exc.code, exc.message
+            if prepared:
+                with self.db.write() as conn:
+                    for outcome, job, (spec, handoff, files, bundle) in prepared:
+                        try:
+                            with savepoint(conn):
+                                admitted = self._admit(conn, spec, handoff, files, bundle, job)
+                        except Unavailable:
+                            raise
+                        except IrisError as exc:
+                            outcome.error_code, outcome.error_message = exc.code, exc.message
+                        else:
+                            outcome.accepted.CopyFrom(_admitted(spec.job_id, admitted))
+                            created = created or admitted == "created"
+        if created:
+            self.tick.wake()
+        return pb.HandOffJobsResponse(outcomes=outcomes)
+
+    def _prepare_handoff(self, req: pb.LaunchJobRequest, identity: Identity, pins: ExitStack):
+        """Everything about one handoff that comes before its insert: the caller may hand it, its
+        workspace is sound and unpacked (its layers held by `pins` until the insert is committed).
+        Returns (spec, handoff record, workdir files, bundle info or None)."""
         handoff = req.handoff
         if not handoff.requester_cluster or not handoff.nonce:
             raise InvalidArgument("a handoff needs the requesting cluster and a nonce")
@@ -145,24 +201,24 @@ class ControllerServiceImpl(WorkerCalls):
         req.name, req.user = received_job_id(handoff.requester_cluster, str(resolve_job_id(req))), ""
         files = dict(req.workdir_files)
         info, bundle_id = self._check_workspace(req, files)
-        with self.layer_pins.hold(bundle_id, workspace.files_id(files) if files else ""):
-            received = self._receive_workspace(req, files, info)
-            if received is _MISSING:
-                raise InvalidArgument(f"the handoff names bundle {req.bundle_id} but does not carry its bytes")
-            bundle, files_id = received
-            spec = replace(
-                build_spec(req, None, (), {}, owner=handoff.owner_principal or JobName.parse(req.name).user),
-                files_id=files_id,
-            )
-            with self.db.write() as conn:
-                now = self.now_ms()
-                outcome = fed.admit_received(conn, spec, handoff, files, now)
-                if outcome == "created" and bundle is not None:
-                    workspace.store_bundle(conn, bundle, req.workspace_bundle, now)
-        self.tick.wake()
-        return pb.LaunchJobResponse(
-            job_id=spec.job_id, state="PENDING", disposition="local" if outcome == "created" else "existing"
+        pins.enter_context(self.layer_pins.hold(bundle_id, workspace.files_id(files) if files else ""))
+        received = self._receive_workspace(req, files, info)
+        if received is _MISSING:
+            raise InvalidArgument(f"the handoff names bundle {req.bundle_id} but does not carry its bytes")
+        bundle, files_id = received
+        spec = replace(
+            build_spec(req, None, (), {}, owner=handoff.owner_principal or JobName.parse(req.name).user),
+            files_id=files_id,
         )
+        return spec, handoff, files, bundle
+
+    def _admit(self, conn, spec, handoff: pb.HandoffRecord, files, bundle, req: pb.LaunchJobRequest) -> str:
+        """Admits one prepared handoff in the caller's transaction: 'created' or 'existing'."""
+        now = self.now_ms()
+        outcome = fed.admit_received(conn, spec, handoff, files, now)
+        if outcome == "created" and bundle is not None:
+            workspace.store_bundle(conn, bundle, req.workspace_bundle, now)
+        return outcome
 
     def _check_workspace(self, req: pb.LaunchJobRequest, files: dict[str, bytes]):
         """Checks the request's workspace before anything is unpacked or written. Returns the

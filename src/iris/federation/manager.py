@@ -8,12 +8,12 @@ is unreachable: an unreachable peer keeps its last known state, marked stale.
 
 Two background threads do what needs the network, so a slow peer delays federation work but never
 the control tick; the tick's `plan` step is pure computation plus one transaction of conditional
-updates. One thread heartbeats, relays cancels and withdrawals, and syncs. The other delivers: it
-keeps up to `DELIVERIES_IN_FLIGHT` LaunchJob calls open per peer, starting the next promoted job as
-soon as a call returns, and wakes the tick when a peer accepted one, so a burst flows at the pace the
-peers admit it rather than one pass or one sync (with its log relay) after another. A job is in at
-most one call at a time, and a cancel or withdrawal of it waits until its call has returned, so the
-peer never sees a stop before the delivery it would have to stop.
+updates. One thread heartbeats, relays cancels and withdrawals, and syncs. The other delivers
+promoted jobs (`delivery`: one call per peer carrying every job promoted to it, calls to all peers
+side by side) and wakes the tick when a peer answered, so a burst flows at the pace the peers admit
+it rather than one pass or one sync (with its log relay) after another. A cancel or withdrawal of a
+job waits until a call carrying it has returned, so the peer never sees a stop before the delivery
+it would have to stop.
 
 A federated job's logs are relayed on each sync by a per-job cursor: they trail the peer by at most
 one `federation_sync_interval` (3 s by default) plus the peer's own capture delay (about 0.1 s), and
@@ -32,23 +32,23 @@ import functools
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from iris.core import spans
 from iris.core.bands import Band
-from iris.core.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, Unauthenticated, Unavailable
+from iris.core.errors import NotFound, Unavailable
 from iris.core.names import JobName
 from iris.core.states import JobState
 from iris.federation.availability import ReservationLedger, assign_queued
+from iris.federation.delivery import Delivery, DeliveryStore
 from iris.federation.model import (
     LogTarget,
     PeerBackend,
     PeerSnapshot,
     PendingCancel,
-    PendingDelivery,
     Promotion,
     QueuedJob,
     SubmittedJob,
@@ -56,7 +56,7 @@ from iris.federation.model import (
     Withdrawal,
 )
 from iris.federation.peer import PeerClient, UnreadableAvailability
-from iris.federation.reasons import credentials_refused_reason, peer_error_words, queued_reason
+from iris.federation.reasons import peer_error_words, queued_reason
 from iris.federation.router import PeerRouter
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import fill_availability
@@ -64,13 +64,10 @@ from iris.scheduler.gating import over_budget_note
 
 log = logging.getLogger("iris.federation")
 _TERMINAL = frozenset(s.value for s in JobState if s.is_terminal)
-MIN_DELIVERY_BACKOFF_S = 1.0
-MAX_DELIVERY_BACKOFF_S = 60.0
 SYNC_FOLLOW_UP_PAGE = 500  # jobs named per follow-up FederationSync after a full resync
-DELIVERIES_IN_FLIGHT = 4  # LaunchJob calls one peer answers at once during a delivery pass
 
 
-class FederationStore(Protocol):
+class FederationStore(DeliveryStore, Protocol):
     """What the manager needs of the controller's database (implemented by the controller)."""
 
     def queued_jobs(self) -> list[QueuedJob]: ...
@@ -78,11 +75,6 @@ class FederationStore(Protocol):
     def set_queued_reasons(self, reasons: dict[str, str]) -> None: ...  # job -> pending reason
     def promote_all(self, promotions: Sequence[Promotion]) -> list[Promotion]: ...  # the confirmed ones
     def handoffs_in_flight(self) -> dict[str, int]: ...  # peer -> promoted, not yet accepted there
-    def pending_deliveries(self) -> list[PendingDelivery]: ...
-    def delivery_request(self, job_id: str) -> pb.LaunchJobRequest: ...
-    def mark_handed_off(self, job_id: str) -> None: ...
-    def mark_rejected(self, job_id: str, message: str) -> None: ...
-    def note_pending_reason(self, job_id: str, reason: str) -> None: ...
     def pending_cancels(self) -> list[PendingCancel]: ...
     def mark_cancel_relayed(self, job_id: str, version: int) -> None: ...
     def sync_cursor(self, peer_id: str) -> int: ...
@@ -95,7 +87,6 @@ class FederationStore(Protocol):
         self, job_id: str, lines: list[pb.LogLine], cursor: int, complete: bool = False
     ) -> None: ...
     def active_counts(self) -> dict[str, int]: ...
-    def start_delivery(self, job_id: str) -> bool: ...  # False: cancelled meanwhile, do not deliver
     def begin_withdrawal(self, job_id: str, peer_id: str, reason: str) -> bool: ...
     def unplaced_past(self, peer_id: str, cutoff_ms: int) -> list[str]: ...
     def withdrawals(self) -> list[Withdrawal]: ...
@@ -150,22 +141,15 @@ class FederationManager:
         self._lock = threading.Lock()
         self._queued_reasons: dict[str, str] = {}  # what each queued job's pending reason says now
         self._wake = threading.Event()
-        self._deliver_wake = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._pool = ThreadPoolExecutor(max_workers=min(16, max(1, len(peers))), thread_name_prefix="federation-peer")
-        self._delivery_pool = ThreadPoolExecutor(
-            max_workers=min(64, max(1, DELIVERIES_IN_FLIGHT * len(peers))), thread_name_prefix="federation-delivery"
-        )
         self._next_heartbeat = 0.0
         self._next_sync = 0.0
-        # Deliveries to try again later: job -> (next try, monotonic s; last delay). A transport
-        # failure waits one sync interval; a refusal of our credentials backs off (see `deliver`).
-        self._delivery_backoff: dict[str, tuple[float, float]] = {}
-        self._delivering: dict[str, str] = {}  # job -> peer: LaunchJob calls open now (under _lock)
         # Held by a sync of the peer from its question to its fold, and by a delivery recording the
         # peer's acceptance (see `sync`).
         self._sync_gates = {pid: threading.Lock() for pid in peers}
+        self.delivery = Delivery(self.clients, store, self._sync_gates, sync_interval, self._answered)
         self._queue_left = False  # the last placement pass left jobs queued: a freed slot may take one
 
     def now_ms(self) -> int:
@@ -174,27 +158,24 @@ class FederationManager:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._threads = [
-            threading.Thread(target=self._run, name="federation", daemon=True),
-            threading.Thread(target=self._deliver_loop, name="federation-delivery", daemon=True),
-        ]
+        self._threads = [threading.Thread(target=self._run, name="federation", daemon=True)]
         for thread in self._threads:
             thread.start()
+        self.delivery.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        self._deliver_wake.set()
+        self.delivery.stop()
         for thread in self._threads:
             thread.join(timeout=15)
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self._delivery_pool.shutdown(wait=False, cancel_futures=True)
         for client in self.clients.values():
             client.close()
 
     def wake(self) -> None:
         self._wake.set()
-        self._deliver_wake.set()
+        self.delivery.wake()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -203,25 +184,17 @@ class FederationManager:
             try:
                 if now >= self._next_heartbeat:
                     self._next_heartbeat = now + self.heartbeat_interval
-                    self.heartbeat()
+                    with spans.span("federation.heartbeat"):
+                        self.heartbeat()
                 if now >= self._next_sync:
                     self._next_sync = now + self.sync_interval
-                    self.relay_withdrawals()
-                    self.relay_cancels()
-                    self.sync()
+                    with spans.span("federation.sync"):
+                        self.relay_withdrawals()
+                        self.relay_cancels()
+                        self.sync()
             except Exception:
                 log.exception("federation cycle failed; retrying on the next one")
             self._wake.wait(max(0.0, min(self._next_heartbeat, self._next_sync) - time.monotonic()))
-
-    def _deliver_loop(self) -> None:
-        while not self._stop.is_set():
-            self._deliver_wake.clear()
-            try:
-                self.dispatch()
-            except Exception:
-                log.exception("starting deliveries failed; retrying shortly")
-            # Woken by a promotion or a returning call; the timeout re-drives failed deliveries.
-            self._deliver_wake.wait(min(self.sync_interval, MIN_DELIVERY_BACKOFF_S))
 
     # -- heartbeat -----------------------------------------------------------------------------
 
@@ -293,7 +266,7 @@ class FederationManager:
             self.ledger.charge(promotion)
         self._queue_left = len(confirmed) < len(queued)
         if confirmed:
-            self._deliver_wake.set()
+            self.delivery.wake()
         promoted = {p.job_id for p in confirmed}
         self._explain_waits([c for c in candidates if c.job_id not in promoted], downgraded)
         return confirmed
@@ -317,114 +290,23 @@ class FederationManager:
     # -- delivery, cancel, sync, logs -------------------------------------------------------------
 
     def deliver(self) -> None:
-        """Delivers every promoted job once now and waits for the answers: the delivery loop's
-        work, done in the caller's thread (tests, tools)."""
-        tried: set[str] = set()
-        while started := self.dispatch(tried):
-            tried.update(started)
-            wait(started.values())
+        """Delivers every promoted job once now and waits for the answers (tests, tools)."""
+        self.delivery.deliver()
 
     def dispatch(self, skip: set[str] | frozenset[str] = frozenset()) -> dict[str, Future]:
-        """Starts a LaunchJob call for each promoted job that is not in one already (nor in
-        `skip`), up to `DELIVERIES_IN_FLIGHT` per peer, all peers side by side; returns the calls
-        started by job.
+        """Starts the calls the delivery loop would start now; returns the call each job is in."""
+        return self.delivery.dispatch(skip)
 
-        Each call, on its return, wakes the loop to start the next job (and the tick to promote
-        into the slot it freed), so calls to a peer follow one another back to back.
-        """
-        now = time.monotonic()
-        started: dict[str, Future] = {}
-        with self._lock:
-            busy = Counter(self._delivering.values())
-        for delivery in self.store.pending_deliveries():
-            job_id, peer_id = delivery.job_id, delivery.peer_id
-            if delivery.cancelled or job_id in skip:
-                continue  # cancelled before handoff: never delivered
-            if peer_id not in self.clients:
-                self.store.mark_rejected(job_id, f"peer {peer_id} is no longer configured")
-                continue
-            with self._lock:
-                # The back-off is read under the lock: a call that failed set it before it left
-                # `_delivering`, so a job is never re-driven at once by a read from before.
-                retry = self._delivery_backoff.get(job_id)
-                if job_id in self._delivering or busy[peer_id] >= DELIVERIES_IN_FLIGHT:
-                    continue
-                if retry is not None and now < retry[0]:
-                    continue
-                self._delivering[job_id] = peer_id
-                busy[peer_id] += 1
-            try:
-                started[job_id] = self._delivery_pool.submit(self._deliver_one, peer_id, job_id)
-            except RuntimeError:  # shutting down
-                with self._lock:
-                    self._delivering.pop(job_id, None)
-                break
-        return started
-
-    def _deliver_one(self, peer_id: str, job_id: str) -> None:
-        called = False
-        try:
-            called = self._deliver(peer_id, job_id)
-        except Exception:
-            log.exception("delivery of %s to %s failed; it will be re-driven", job_id, peer_id)
-        finally:
-            with self._lock:
-                self._delivering.pop(job_id, None)
-        if called:
-            self._deliver_wake.set()
-            if self._queue_left:
-                self.wake_tick()
-
-    def _deliver(self, peer_id: str, job_id: str) -> bool:
-        """Calls the peer's LaunchJob for one promoted job and records the answer; False when it
-        made no call (the job was cancelled, or delivered, since it was read).
-
-        Which answers are final: ALREADY_EXISTS, PERMISSION_DENIED and INVALID_ARGUMENT are the
-        peer's considered refusal of this job, and re-driving would only repeat it, so the job
-        fails with the peer's message. UNAUTHENTICATED is not about the job but about this
-        cluster's credentials (a key not yet rolled out, a clock step, a proxy's 401): it heals
-        without anyone touching the job, so the job stays pending with the cause as its reason and
-        is re-driven with back-off (1 s doubling to a minute), same id and nonce. Any other failure
-        (transport, a peer that cannot serve now) is re-driven after a short wait, same id and nonce,
-        which the peer dedups.
-        """
-        retry = self._delivery_backoff.get(job_id)
-        if not self.store.start_delivery(job_id):
-            return False  # cancelled since it was read: never delivered
-        try:
-            self.clients[peer_id].launch_job(self.store.delivery_request(job_id))
-        except Unauthenticated as exc:
-            delay = min(2 * retry[1], MAX_DELIVERY_BACKOFF_S) if retry else MIN_DELIVERY_BACKOFF_S
-            self._delivery_backoff[job_id] = (time.monotonic() + delay, delay)
-            log.warning(
-                "peer %s refused our credentials delivering %s; retrying in %gs: %s", peer_id, job_id, delay, exc
-            )
-            self.store.note_pending_reason(
-                job_id, credentials_refused_reason(peer_id, exc.message.removeprefix(f"peer {peer_id}: "), delay)
-            )
-        except (AlreadyExists, PermissionDenied, InvalidArgument) as exc:
-            self._delivery_backoff.pop(job_id, None)
-            self.store.mark_rejected(job_id, exc.message)
-        except Exception as exc:  # transport or peer trouble: re-driven with the same id and nonce
-            delay = min(self.sync_interval, MIN_DELIVERY_BACKOFF_S)
-            self._delivery_backoff[job_id] = (time.monotonic() + delay, retry[1] if retry else 0.0)
-            log.info("delivery of %s to %s failed, will retry: %s", job_id, peer_id, exc)
-        else:
-            self._delivery_backoff.pop(job_id, None)
-            with self._sync_gates[peer_id]:
-                self.store.mark_handed_off(job_id)
-        return True
-
-    def _delivery_open(self, job_id: str) -> bool:
-        """Whether a LaunchJob call for `job_id` is open now (a stop must wait until it returns)."""
-        with self._lock:
-            return job_id in self._delivering
+    def _answered(self) -> None:
+        """A peer answered a delivery: the slots its acceptances freed may take queued jobs."""
+        if self._queue_left:
+            self.wake_tick()
 
     def relay_cancels(self) -> None:
         for cancel in self.store.pending_cancels():
             job_id, peer_id, version = cancel.job_id, cancel.peer_id, cancel.version
             client = self.clients.get(peer_id)
-            if client is None or self._delivery_open(job_id):
+            if client is None or self.delivery.is_open(job_id):
                 continue  # a delivery on its way: relayed on the next cycle, once it has landed
             try:
                 client.terminate_job(job_id, f"cancelled on {self.cluster_name}")
@@ -443,7 +325,7 @@ class FederationManager:
             client = self.clients.get(peer_id)
             if client is None:
                 continue  # a peer removed from the config: `sync` gives up on its jobs
-            if self._delivery_open(job_id):
+            if self.delivery.is_open(job_id):
                 continue  # a re-drive on its way: withdrawn on the next cycle, once it has landed
             try:
                 answer = client.terminate_job(job_id, f"withdrawn by {self.cluster_name} to try another peer: {reason}")
@@ -485,7 +367,8 @@ class FederationManager:
                         self.store.begin_withdrawal(
                             job_id, peer_id, f"peer {peer_id} did not place it within {self.reroute_after:g}s"
                         )
-                self._relay_logs(peer_id, client, response)
+                with spans.span("federation.sync.logs"):
+                    self._relay_logs(peer_id, client, response)
             except Exception as exc:
                 log.info("sync with %s failed; keeping the last known state: %s", peer_id, exc)
                 self.store.mark_stale(peer_id)

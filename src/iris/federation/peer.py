@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, TypeVar
 
 from iris.core.availability import Availability, BandHolding
 from iris.core.bands import Band
-from iris.core.errors import FailedPrecondition, InvalidArgument, IrisError, Unauthenticated, Unavailable
+from iris.core.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    IrisError,
+    Unauthenticated,
+    Unavailable,
+    error_for_code,
+)
 from iris.federation.ids import received_job_id, sync_for_parent
 from iris.federation.model import PeerBackend
 from iris.rpc import controller_pb2 as pb
@@ -77,6 +84,10 @@ class _Unreachable(Unavailable):
     """The peer did not answer at all (as opposed to answering UNAVAILABLE)."""
 
 
+class NotServed(Unavailable):
+    """The peer does not serve the method at all (a peer from before it was added)."""
+
+
 class PeerClient:
     """Calls one peer on behalf of cluster `requester`, over the Connect transport the SDK uses.
     Callers speak this cluster's job ids; the client names the peer's copy of a job by the id the
@@ -118,11 +129,18 @@ class PeerClient:
             if isinstance(exc, Unauthenticated):
                 with self._token_lock:
                     self._token = None  # refused (a clock step, a key rolled): the next call mints anew
-            # A refusal keeps its type; anything else (unavailable, internal, a code with no type
-            # here) means the peer cannot serve now, so the manager retries it next cycle.
-            if type(exc) is not IrisError and not isinstance(exc, Unavailable):
-                raise type(exc)(f"peer {self.peer_id}: {exc.message}") from None
-            raise Unavailable(f"peer {self.peer_id} at {self.address}: {exc.code}: {exc.message}") from None
+            if exc.code == "unimplemented":
+                raise NotServed(f"peer {self.peer_id} at {self.address} does not serve {method}") from None
+            raise self.refusal(exc.code, exc.message) from None
+
+    def refusal(self, code: str, message: str) -> IrisError:
+        """The error a refusal by the peer is raised as: a typed refusal keeps its type; anything
+        else (unavailable, internal, a code with no type here) means the peer cannot serve now, so
+        the manager retries it next cycle."""
+        exc = error_for_code(code, message)
+        if type(exc) is not IrisError and not isinstance(exc, Unavailable):
+            return type(exc)(f"peer {self.peer_id}: {message}")
+        return Unavailable(f"peer {self.peer_id} at {self.address}: {code}: {message}")
 
     def list_backends(self) -> tuple[str, tuple[PeerBackend, ...]]:
         """The peer's name and every backend it reports (following its pages; an older peer sends one)."""
@@ -136,6 +154,17 @@ class PeerClient:
 
     def launch_job(self, request: pb.LaunchJobRequest) -> pb.LaunchJobResponse:
         return self._call("LaunchJob", request, pb.LaunchJobResponse)
+
+    def hand_off_jobs(self, requests: Sequence[pb.LaunchJobRequest]) -> list[IrisError | None]:
+        """Hands the peer several jobs in one call; per job, in order, None when the peer admitted
+        it or the error it was refused with (as `launch_job` would raise it). NotServed when the
+        peer predates the call; any failure of the call as a whole raises as `launch_job` would."""
+        resp = self._call("HandOffJobs", pb.HandOffJobsRequest(jobs=requests), pb.HandOffJobsResponse)
+        if len(resp.outcomes) != len(requests):
+            raise Unavailable(
+                f"peer {self.peer_id} answered {len(resp.outcomes)} outcomes for {len(requests)} handoffs"
+            )
+        return [self.refusal(o.error_code, o.error_message) if o.error_code else None for o in resp.outcomes]
 
     def terminate_job(self, job_id: str, reason: str) -> pb.TerminateJobResponse:
         request = pb.TerminateJobRequest(job_id=received_job_id(self.requester, job_id), reason=reason)

@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, ConnectWSGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint, EndpointSync
 from pyqwest import Client, SyncClient
 
-from .controller_pb2 import ExecuteRawQueryRequest, ExecuteRawQueryResponse, ExplainJobRequest, ExplainJobResponse, FederationSyncRequest, FederationSyncResponse, FetchBundleRequest, FetchBundleResponse, FetchLogsRequest, FetchLogsResponse, GetClusterInfoRequest, GetClusterInfoResponse, GetJobStatusRequest, GetJobStatusResponse, LaunchJobRequest, LaunchJobResponse, ListBackendsRequest, ListBackendsResponse, ListEndpointsRequest, ListEndpointsResponse, ListJobsRequest, ListJobsResponse, ListPeersRequest, ListPeersResponse, ListTasksRequest, ListTasksResponse, ListWorkersRequest, ListWorkersResponse, MintEndpointUrlRequest, MintEndpointUrlResponse, RegisterEndpointRequest, RegisterEndpointResponse, RegisterWorkerRequest, RegisterWorkerResponse, RevokeTokenRequest, RevokeTokenResponse, TerminateJobRequest, TerminateJobResponse, WorkerPollRequest, WorkerPollResponse
+from .controller_pb2 import ExecuteRawQueryRequest, ExecuteRawQueryResponse, ExplainJobRequest, ExplainJobResponse, FederationSyncRequest, FederationSyncResponse, FetchBundleRequest, FetchBundleResponse, FetchLogsRequest, FetchLogsResponse, GetClusterInfoRequest, GetClusterInfoResponse, GetJobStatusRequest, GetJobStatusResponse, HandOffJobsRequest, HandOffJobsResponse, LaunchJobRequest, LaunchJobResponse, ListBackendsRequest, ListBackendsResponse, ListEndpointsRequest, ListEndpointsResponse, ListJobsRequest, ListJobsResponse, ListPeersRequest, ListPeersResponse, ListTasksRequest, ListTasksResponse, ListWorkersRequest, ListWorkersResponse, MintEndpointUrlRequest, MintEndpointUrlResponse, RegisterEndpointRequest, RegisterEndpointResponse, RegisterWorkerRequest, RegisterWorkerResponse, RevokeTokenRequest, RevokeTokenResponse, TerminateJobRequest, TerminateJobResponse, WorkerPollRequest, WorkerPollResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Iterable, Mapping
@@ -39,6 +39,9 @@ _GZIP_COMPRESSION = GzipCompression()
 
 class ControllerService(Protocol):
     async def launch_job(self, request: LaunchJobRequest, ctx: RequestContext[LaunchJobRequest, LaunchJobResponse], /) -> LaunchJobResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def hand_off_jobs(self, request: HandOffJobsRequest, ctx: RequestContext[HandOffJobsRequest, HandOffJobsResponse], /) -> HandOffJobsResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     async def get_job_status(self, request: GetJobStatusRequest, ctx: RequestContext[GetJobStatusRequest, GetJobStatusResponse], /) -> GetJobStatusResponse:
@@ -122,6 +125,17 @@ class ControllerServiceASGIApplication(ConnectASGIApplication[ControllerService]
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.launch_job,
+                ),
+                "/iris.v1.ControllerService/HandOffJobs": Endpoint.unary(
+                    method=MethodInfo(
+                        name="HandOffJobs",
+                        service_name="iris.v1.ControllerService",
+                        input=HandOffJobsRequest,
+                        output=HandOffJobsResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.hand_off_jobs,
                 ),
                 "/iris.v1.ControllerService/GetJobStatus": Endpoint.unary(
                     method=MethodInfo(
@@ -384,6 +398,26 @@ class ControllerServiceClient(ConnectClient):
                 service_name="iris.v1.ControllerService",
                 input=LaunchJobRequest,
                 output=LaunchJobResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def hand_off_jobs(
+        self,
+        request: HandOffJobsRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> HandOffJobsResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="HandOffJobs",
+                service_name="iris.v1.ControllerService",
+                input=HandOffJobsRequest,
+                output=HandOffJobsResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),
@@ -775,6 +809,9 @@ class ControllerServiceSync(Protocol):
     def launch_job(self, request: LaunchJobRequest, ctx: RequestContext[LaunchJobRequest, LaunchJobResponse], /) -> LaunchJobResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
+    def hand_off_jobs(self, request: HandOffJobsRequest, ctx: RequestContext[HandOffJobsRequest, HandOffJobsResponse], /) -> HandOffJobsResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
     def get_job_status(self, request: GetJobStatusRequest, ctx: RequestContext[GetJobStatusRequest, GetJobStatusResponse], /) -> GetJobStatusResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -854,6 +891,17 @@ class ControllerServiceWSGIApplication(ConnectWSGIApplication):
                         stream_type=StreamType.UNARY,
                     ),
                     function=service.launch_job,
+                ),
+                "/iris.v1.ControllerService/HandOffJobs": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="HandOffJobs",
+                        service_name="iris.v1.ControllerService",
+                        input=HandOffJobsRequest,
+                        output=HandOffJobsResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.hand_off_jobs,
                 ),
                 "/iris.v1.ControllerService/GetJobStatus": EndpointSync.unary(
                     method=MethodInfo(
@@ -1116,6 +1164,26 @@ class ControllerServiceClientSync(ConnectClientSync):
                 service_name="iris.v1.ControllerService",
                 input=LaunchJobRequest,
                 output=LaunchJobResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def hand_off_jobs(
+        self,
+        request: HandOffJobsRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> HandOffJobsResponse:
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="HandOffJobs",
+                service_name="iris.v1.ControllerService",
+                input=HandOffJobsRequest,
+                output=HandOffJobsResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

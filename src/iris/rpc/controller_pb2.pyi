@@ -133,6 +133,30 @@ class LaunchJobResponse(_message.Message):
     bundle_missing: bool
     def __init__(self, job_id: _Optional[str] = ..., state: _Optional[str] = ..., disposition: _Optional[str] = ..., peer_id: _Optional[str] = ..., message: _Optional[str] = ..., bundle_missing: _Optional[bool] = ...) -> None: ...
 
+class HandOffJobsRequest(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[LaunchJobRequest]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[LaunchJobRequest, _Mapping]]] = ...) -> None: ...
+
+class HandOffOutcome(_message.Message):
+    __slots__ = ("job_id", "accepted", "error_code", "error_message")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    accepted: LaunchJobResponse
+    error_code: str
+    error_message: str
+    def __init__(self, job_id: _Optional[str] = ..., accepted: _Optional[_Union[LaunchJobResponse, _Mapping]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class HandOffJobsResponse(_message.Message):
+    __slots__ = ("outcomes",)
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedCompositeFieldContainer[HandOffOutcome]
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[HandOffOutcome, _Mapping]]] = ...) -> None: ...
+
 class AttemptStatus(_message.Message):
     __slots__ = ("attempt_id", "attempt", "state", "backend_id", "worker_id", "exit_code", "has_exit_code", "started_ms", "finished_ms", "error", "pid")
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]

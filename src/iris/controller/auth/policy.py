@@ -27,6 +27,7 @@ from iris.core.names import in_job_tree
 CONTROLLER_METHODS = frozenset(
     {
         "LaunchJob",
+        "HandOffJobs",
         "GetJobStatus",
         "ListJobs",
         "ListTasks",
@@ -69,7 +70,7 @@ READ_METHODS = frozenset(
 ROLE_METHODS: Mapping[Role, frozenset[str]] = MappingProxyType(
     {
         Role.ADMIN: CONTROLLER_METHODS,
-        Role.USER: CONTROLLER_METHODS - {"FederationSync"} - WORKER_METHODS,
+        Role.USER: CONTROLLER_METHODS - {"FederationSync", "HandOffJobs"} - WORKER_METHODS,
         Role.DASHBOARD: READ_METHODS,
         # A worker daemon joins its pool and exchanges attempts and reports; nothing else.
         Role.WORKER: WORKER_METHODS,
@@ -92,6 +93,7 @@ ROLE_METHODS: Mapping[Role, frozenset[str]] = MappingProxyType(
         Role.FEDERATION_PEER: frozenset(
             {
                 "LaunchJob",
+                "HandOffJobs",
                 "GetJobStatus",
                 "ListTasks",
                 "TerminateJob",
