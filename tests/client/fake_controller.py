@@ -297,6 +297,9 @@ class FakeService:
     async def federation_sync(self, request, ctx) -> pb.FederationSyncResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "no federation here")
 
+    async def hand_off_jobs(self, request, ctx) -> pb.HandOffJobsResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, "no federation here")
+
     async def register_worker(self, request, ctx) -> pb.RegisterWorkerResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "no worker pools here")
 
