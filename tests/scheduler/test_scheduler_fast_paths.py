@@ -63,20 +63,32 @@ def random_running(rng: random.Random, workers: list[WorkerSnapshot]) -> list[Ru
     return running
 
 
+def random_request(rng: random.Random) -> tuple[Resources, tuple[Constraint, ...], bool]:
+    """One job's resources and constraints, and whether it asks for an accelerator."""
+    gpu = rng.random() < 0.35
+    resources = rng.choice(GPU_SHAPES if gpu else CPU_SHAPES)
+    constraints: tuple[Constraint, ...] = ()
+    draw = rng.random()
+    if draw < 0.2:
+        constraints += (Constraint("region", Op.EQ, (rng.choice(REGIONS),)),)
+    elif draw < 0.3:
+        constraints += (Constraint("region", Op.IN, tuple(rng.sample(REGIONS, 2))),)
+    if rng.random() < 0.2:
+        constraints += (Constraint("zone", Op.EQ, (f"{rng.choice(REGIONS)}-a",), preferred=True),)
+    if rng.random() < 0.1:
+        # A second preference: up to three levels, searched best first.
+        constraints += (Constraint("region", Op.EQ, (rng.choice(REGIONS),), preferred=True),)
+    return resources, constraints, gpu
+
+
 def random_pending(rng: random.Random, jobs: int, running: list[RunningTask]) -> list[PendingTask]:
     pending: list[PendingTask] = []
+    # Half the queues draw every job from a few requests, as a queue of many similar jobs does:
+    # later jobs then meet pools and searches the earlier ones of the same shape left behind.
+    palette = [random_request(rng) for _ in range(rng.randint(1, 3))] if rng.random() < 0.5 else None
     for j in range(jobs):
-        gpu = rng.random() < 0.35
-        resources = rng.choice(GPU_SHAPES if gpu else CPU_SHAPES)
+        resources, constraints, gpu = rng.choice(palette) if palette else random_request(rng)
         replicas = rng.choice((1, 1, 2, 3, 4)) if gpu else rng.choice((1, 1, 2, 5, 12))
-        constraints: tuple[Constraint, ...] = ()
-        draw = rng.random()
-        if draw < 0.2:
-            constraints += (Constraint("region", Op.EQ, (rng.choice(REGIONS),)),)
-        elif draw < 0.3:
-            constraints += (Constraint("region", Op.IN, tuple(rng.sample(REGIONS, 2))),)
-        if rng.random() < 0.2:
-            constraints += (Constraint("zone", Op.EQ, (f"{rng.choice(REGIONS)}-a",), preferred=True),)
         job_id = f"/p/j{j}"
         fields = dict(
             band=rng.choices(list(Band), weights=(2, 5, 3))[0],

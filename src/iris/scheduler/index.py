@@ -80,6 +80,7 @@ _CACHES = (
     "_scores",
     "_matching",
     "_levels",
+    "_search",
     "_group_levels",
     "_preemptible",
     "_gang_groups",
@@ -145,6 +146,7 @@ class ClusterIndex:
         self._scores: dict[tuple, list[int]] = {}
         self._matching: dict[tuple, list[int]] = {}
         self._levels: dict[tuple, list[tuple[int, ...]]] = {}
+        self._search: dict[tuple, list[tuple[int, ...]]] = {}
         self._group_levels: dict[tuple, list[tuple[tuple[str, str], list[tuple[int, ...]]]]] = {}
         self._preemptible: dict[tuple, tuple[int, ...]] = {}
         self._sorted: dict[tuple[int, ...], tuple[Keys, dict[int, tuple]]] = {}
@@ -318,6 +320,32 @@ class ClusterIndex:
             found = self._levels[key] = self._split(shape, self.matching(shape.hard))
             self._register(found)
         return found
+
+    def search_sets(self, shape: Shape) -> list[tuple[int, ...]]:
+        """The worker sets a best-fit search for `shape` visits in turn: its preference levels,
+        each joined with the levels before it (see `cumulative`)."""
+        key = shape.where
+        found = self._search.get(key)
+        if found is None:
+            found = self._search[key] = self.cumulative(self.levels(shape))
+        return found
+
+    def cumulative(self, levels: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """Each level joined with every level before it, in index order.
+
+        A search visits a level only when no worker of the levels before it fits, so the best fit
+        among a level and those before it is the best fit of that level: the answers are the same,
+        and the last set (every worker the shape may use) is one set shared by every shape with
+        the same hard constraints, whatever it prefers. Fewer, shared sets are fewer orderings to
+        keep when a worker's free capacity changes.
+        """
+        sets: list[tuple[int, ...]] = []
+        joined: tuple[int, ...] = ()
+        for level in levels:
+            joined = level if not joined else tuple(sorted(joined + level))
+            sets.append(joined)
+        self._register(sets)
+        return sets
 
     def group_levels(self, shape: Shape) -> list[tuple[tuple[str, str], list[tuple[int, ...]]]]:
         """Per coscheduling group (shared `tpu-name`, `pool`, or backend), the levels a shape uses there."""

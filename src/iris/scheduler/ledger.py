@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Mapping
+from functools import partial
 
 from iris.core.bands import Band
 from iris.core.constraints import Constraint
-from iris.scheduler.fit import Shape, Vector, add, demand, subtract
+from iris.scheduler.fit import Shape, Vector, add, demand, fits, subtract
 from iris.scheduler.index import ClusterIndex, WorkerClass, repair
 from iris.scheduler.snapshot import RunningTask, SchedulingSnapshot
 
@@ -112,6 +113,19 @@ def best_fit(plan: list[Pool], need: Vector, free: list[Vector]) -> int | None:
     return None
 
 
+def scanned_best_fit(levels: list[tuple[int, ...]], need: Vector, free: list[Vector]) -> int | None:
+    """`best_fit` as defined, by looking at every worker of each preference level in turn."""
+    for members in levels:
+        fitting = [(*free[w], w) for w in members if fits(free[w], need)]
+        if fitting:
+            return min(fitting)[4]
+    return None
+
+
+# Finds the best fit for a demand given the free capacity: `best_fit` over a plan, or the scan.
+Finder = Callable[[Vector, list[Vector]], int | None]
+
+
 class Ledger:
     """Free capacity, running work and the indexes of one tick."""
 
@@ -191,7 +205,7 @@ class Ledger:
         key = shape.where
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = [self.pool(m) for m in self.ix.levels(shape)]
+            plan = self._plans[key] = [self.pool(m) for m in self.ix.search_sets(shape)]
         return plan
 
     def group_levels(self, shape: Shape) -> dict[tuple[str, str], list[tuple[int, ...]]]:
@@ -208,8 +222,16 @@ class Ledger:
         key = (shape.where, group)
         plan = self._group_plans.get(key)
         if plan is None:
-            plan = self._group_plans[key] = [self.pool(m) for m in self.group_levels(shape)[group]]
+            plan = self._group_plans[key] = [self.pool(m) for m in self.ix.cumulative(self.group_levels(shape)[group])]
         return plan
+
+    def finder(self, shape: Shape, group: tuple[str, str] | None = None, plain: bool = False) -> Finder:
+        """How to find the best fit for `shape` (within `group` when given): through the pools,
+        or, `plain`, by scanning its preference levels."""
+        if plain:
+            levels = self.ix.levels(shape) if group is None else self.group_levels(shape)[group]
+            return partial(scanned_best_fit, levels)
+        return partial(best_fit, self.plan(shape) if group is None else self.group_plan(shape, group))
 
     def group(self, w: int) -> tuple[str, str]:
         return self.ix.group_of[w]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from iris.core.bands import Band
 from iris.scheduler.fit import Shape, copies
 from iris.scheduler.gangs import GangSlots, Group
-from iris.scheduler.ledger import Ledger, Pool, best_fit
+from iris.scheduler.ledger import Finder, Ledger
 from iris.scheduler.preemption import (
     LOWEST_BAND,
     VictimIndex,
@@ -36,8 +36,8 @@ from iris.scheduler.snapshot import Assignment, PendingTask, Preemption, Running
 class Memo:
     """What the tick has already learned cannot succeed, and the indexes it keeps while it runs.
 
-    `plain` turns the indexes off: every victim set and group count is then computed by scanning
-    every worker, as the definition says. The decisions are the same either way (tests hold the
+    `plain` turns the indexes off: every best fit, victim set and group count is then computed by
+    scanning every worker, as the definition says. The decisions are the same either way (tests hold the
     fast pass to the plain one); the plain pass only costs more.
     """
 
@@ -85,11 +85,11 @@ def place_independent(
     """Places as many of `tasks` as fit, in order, each on its best-fit worker, preempting when
     allowed; stops at the first task that cannot be placed."""
     placed = Placed()
-    plan = ledger.plan(shape)
+    find = ledger.finder(shape, None, memo.plain)
     need = shape.need
     i, n = 0, len(tasks)
     while i < n:
-        w = None if shape in memo.no_fit else best_fit(plan, need, ledger.free)
+        w = None if shape in memo.no_fit else find(need, ledger.free)
         if w is not None:
             k = max(1, copies(ledger.free[w], need, n - i))
             _assign(ledger, placed, w, tasks[i : i + k])
@@ -122,7 +122,7 @@ def place_independent(
 
 def _fill_group(
     ledger: Ledger,
-    plan: list[Pool],
+    find: Finder,
     shape: Shape,
     band: Band | None,
     tasks: list[PendingTask],
@@ -133,7 +133,7 @@ def _fill_group(
     placed = Placed()
     i, n = 0, len(tasks)
     while i < n:
-        w = best_fit(plan, shape.need, ledger.free)
+        w = find(shape.need, ledger.free)
         if w is not None:
             k = max(1, copies(ledger.free[w], shape.need, n - i))
             _assign(ledger, placed, w, tasks[i : i + k])
@@ -215,7 +215,8 @@ def place_coscheduled(
         roomiest = [] if pinned is None else [(-pinned, pinned_group)]
         tightest = pinned_group if pinned is not None and pinned >= n else None
     if tightest is not None:
-        return _fill_in_trial(ledger, ledger.group_plan(shape, tightest), shape, None, tasks, (), now_ms)
+        find = ledger.finder(shape, tightest, memo.plain)
+        return _fill_in_trial(ledger, find, shape, None, tasks, (), now_ms)
     if not can_preempt_anything(band) or (shape, n, pinned_group, band) in memo.no_gang:
         return None
     allowed = set(ledger.preemptible_workers(shape))
@@ -250,7 +251,8 @@ def place_coscheduled(
             trial_cost = known[1]
         else:
             ledger.begin_trial()
-            placed = _fill_group(ledger, ledger.group_plan(shape, group), shape, band, tasks, members, now_ms)
+            find = ledger.finder(shape, group, memo.plain)
+            placed = _fill_group(ledger, find, shape, band, tasks, members, now_ms)
             ledger.rollback_trial()  # only measuring the cost here
             trial_cost = None if placed is None else victim_cost(placed.victims, now_ms)
             memo.gang_cost[key] = (state, trial_cost)
@@ -262,12 +264,12 @@ def place_coscheduled(
         memo.no_gang.add((shape, n, pinned_group, band))
         return None
     _, group, members = cheapest
-    return _fill_in_trial(ledger, ledger.group_plan(shape, group), shape, band, tasks, members, now_ms)
+    return _fill_in_trial(ledger, ledger.finder(shape, group, memo.plain), shape, band, tasks, members, now_ms)
 
 
 def _fill_in_trial(
     ledger: Ledger,
-    plan: list[Pool],
+    find: Finder,
     shape: Shape,
     band: Band | None,
     tasks: list[PendingTask],
@@ -276,7 +278,7 @@ def _fill_in_trial(
 ) -> Placed | None:
     """`_fill_group`, leaving the ledger untouched when it cannot place every task."""
     ledger.begin_trial()
-    placed = _fill_group(ledger, plan, shape, band, tasks, preemptible, now_ms)
+    placed = _fill_group(ledger, find, shape, band, tasks, preemptible, now_ms)
     if placed is None:
         ledger.rollback_trial()
     else:
