@@ -22,6 +22,7 @@ from iris.controller.auth.isolation import secure_state_dir
 from iris.controller.budgets import spend_report
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db.database import Database, sql
+from iris.controller.db.group_commit import GroupCommit
 from iris.controller.explain import Explainer
 from iris.controller.health import Health, Watchdog, assess
 from iris.controller.identity import Identities
@@ -44,6 +45,7 @@ class Controller:
         state = config.state_path
         state.mkdir(parents=True, exist_ok=True)
         self.db = Database(state / "controller.db")
+        self.commits = GroupCommit(self.db)  # submits that arrive together share one commit
         self.identities = Identities(config, self.db, clock)
         self.auth = self.identities.auth
         secure_state_dir(state, tasks_have_own_uids=self.identities.tasks.enabled)

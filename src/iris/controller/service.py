@@ -31,9 +31,10 @@ from iris.controller.worker_api import WorkerCalls
 from iris.core import spans
 from iris.core.constraints import Constraint
 from iris.core.errors import InvalidArgument, IrisError, Unavailable
+from iris.core.job import JobSpec
 from iris.core.names import JobName, in_job_tree
 from iris.federation.ids import received_job_id, reserved_for
-from iris.federation.model import DispositionKind, SubmittedJob
+from iris.federation.model import Disposition, DispositionKind, SubmittedJob
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import fill_availability, resources_to_proto
 
@@ -58,6 +59,7 @@ class ControllerServiceImpl(WorkerCalls):
         self.config = controller.config
         self.name = controller.config.name
         self.db = controller.db
+        self.commits = controller.commits
         self.identities = controller.identities
         self.auth = controller.auth
         self.backends = controller.backends
@@ -108,7 +110,8 @@ class ControllerServiceImpl(WorkerCalls):
                 return pb.LaunchJobResponse(job_id=str(name), bundle_missing=True)
             bundle, files_id = received
             spans.add_since("submit.validate", started)
-            with spans.span("submit.insert"), self.db.write() as conn:
+
+            def write(conn) -> tuple[JobSpec, str, bool, str, str, Disposition | None]:
                 parent: dict | None = None
                 parent_constraints: tuple[Constraint, ...] = ()
                 parent_env: dict[str, str] = {}
@@ -136,6 +139,11 @@ class ControllerServiceImpl(WorkerCalls):
                     if bundle is not None:
                         workspace.store_bundle(conn, bundle, req.workspace_bundle, now)
                     workspace.store_files(conn, spec.job_id, files)
+                return spec, state, created, kind, peer, disposition
+
+            # Shared with the submits that arrive meanwhile: one transaction and one commit for all.
+            with spans.span("submit.insert"):
+                spec, state, created, kind, peer, disposition = self.commits.run(write)
         if not created:
             return pb.LaunchJobResponse(job_id=spec.job_id, state=state, disposition="existing")
         with spans.span("submit.wake"):

@@ -50,11 +50,14 @@ class Database:
                     yield conn
         except OperationalError as exc:
             if is_disk_full(exc):
-                raise DiskFull(
-                    f"the controller's disk is full ({self.path.parent}): nothing was written; free space"
-                    " there and retry"
-                ) from None
+                raise self.disk_full() from None
             raise
+
+    def disk_full(self) -> DiskFull:
+        """The error for a write refused because the database's disk is full."""
+        return DiskFull(
+            f"the controller's disk is full ({self.path.parent}): nothing was written; free space there and retry"
+        )
 
     @contextmanager
     def read(self) -> Iterator[Connection]:

@@ -1,0 +1,138 @@
+"""Submits that arrive together share one transaction: each caller returns only once its rows are
+committed, one item's failure undoes its own writes alone, and a failed commit keeps nothing."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from sqlalchemy.exc import IntegrityError
+
+from iris.controller.db.database import Database, sql
+from iris.controller.db.group_commit import GroupCommit
+from iris.core.errors import InvalidArgument
+from iris.rpc import controller_pb2 as pb
+from tests.conftest import wait_until
+from tests.controller.helpers import client
+
+
+@pytest.fixture
+def db(tmp_path):
+    db = Database(tmp_path / "controller.db")
+    with db.write() as conn:
+        conn.execute(sql("CREATE TABLE parent (id TEXT PRIMARY KEY)"))
+        conn.execute(
+            sql(
+                "CREATE TABLE child (id TEXT PRIMARY KEY, pid TEXT REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED)"
+            )
+        )
+    yield db
+    db.close()
+
+
+def _insert(key: str, fail: bool = False):
+    def work(conn):
+        conn.execute(sql("INSERT INTO parent (id) VALUES (:k)"), {"k": key})
+        if fail:
+            raise InvalidArgument(f"{key} is refused")
+        return key
+
+    return work
+
+
+def _stored(db: Database) -> set[str]:
+    with db.read() as conn:
+        return {r[0] for r in conn.execute(sql("SELECT id FROM parent"))}
+
+
+def _run_together(db: Database, commits: GroupCommit, works: list) -> list:
+    """Runs each work on its own thread while the write lock is held, so all of them queue, then
+    lets them go; returns each thread's value or exception, in order."""
+    outcomes: list = [None] * len(works)
+
+    def call(i: int) -> None:
+        try:
+            outcomes[i] = commits.run(works[i])
+        except Exception as exc:
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(works))]
+    with db.write():  # the leader waits for this lock; everyone else queues behind it
+        for t in threads:
+            t.start()
+        wait_until(lambda: commits.waiting() == len(works), message="every caller queued")
+    for t in threads:
+        t.join(timeout=30)
+    return outcomes
+
+
+def test_group_commit_callers_that_queue_together_share_one_transaction(db):
+    commits = GroupCommit(db)
+    outcomes = _run_together(db, commits, [_insert(f"k{i}") for i in range(5)])
+    assert outcomes == [f"k{i}" for i in range(5)]
+    assert _stored(db) == {f"k{i}" for i in range(5)}
+    assert (commits.groups, commits.items) == (1, 5)
+
+
+def test_group_commit_failing_item_undoes_its_own_writes_and_the_rest_commit(db):
+    commits = GroupCommit(db)
+    outcomes = _run_together(db, commits, [_insert("a"), _insert("bad", fail=True), _insert("c")])
+    assert outcomes[0] == "a" and outcomes[2] == "c"
+    assert isinstance(outcomes[1], InvalidArgument) and "bad is refused" in str(outcomes[1])
+    assert _stored(db) == {"a", "c"}
+    assert commits.groups == 1
+
+
+def test_group_commit_failed_commit_fails_every_item_and_keeps_nothing(db):
+    commits = GroupCommit(db)
+
+    def orphan(conn):  # a deferred foreign key: refused only by the commit itself
+        conn.execute(sql("INSERT INTO child (id, pid) VALUES ('c1', 'nobody')"))
+        return "orphan"
+
+    outcomes = _run_together(db, commits, [_insert("a"), orphan, _insert("b")])
+    assert all(isinstance(o, IntegrityError) for o in outcomes), outcomes
+    assert _stored(db) == set()
+    # The next caller is not affected by the failed group.
+    assert commits.run(_insert("after")) == "after"
+    assert _stored(db) == {"after"}
+
+
+def test_group_commit_lone_caller_commits_at_once_in_a_group_of_one(db):
+    commits = GroupCommit(db)
+    assert commits.run(_insert("solo")) == "solo"
+    assert _stored(db) == {"solo"} and (commits.groups, commits.items) == (1, 1)
+
+
+def test_concurrent_submits_of_one_name_create_it_once_and_refuse_the_rest(controller):
+    names = [f"same-{i}" for i in range(15)]
+    results: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def submit_all() -> None:
+        c = client(controller)
+        for name in names:
+            try:
+                reply = c.launch_job(pb.LaunchJobRequest(name=name, user="alice", command=["true"]))
+                outcome = reply.disposition
+            except Exception as exc:  # the refused duplicates
+                outcome = getattr(getattr(exc, "code", None), "name", type(exc).__name__)
+            with lock:
+                results.append((name, outcome))
+
+    threads = [threading.Thread(target=submit_all) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(results) == 4 * len(names)
+    for name in names:
+        outcomes = sorted(o for n, o in results if n == name)
+        assert outcomes == ["ALREADY_EXISTS"] * 3 + ["local"], (name, outcomes)
+    c = client(controller)
+    rows = c.execute_raw_query(
+        pb.ExecuteRawQueryRequest(
+            sql="SELECT COUNT(*), COUNT(DISTINCT job_id) FROM tasks WHERE job_id LIKE '/alice/same-%'"
+        )
+    ).rows[0]
+    assert rows.values[0].number_value == rows.values[1].number_value == len(names)
