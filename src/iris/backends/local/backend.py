@@ -1,12 +1,13 @@
 """The local backend: simulated hosts whose attempts run as real subprocesses on this machine.
 
-Each attempt runs in its own process group under a tiny `sh` wrapper that records its pid and exit
-code in the attempt's folder, with stdout and stderr going to spool files there rather than to
+Each attempt runs in its own process group under a tiny `sh` wrapper, started by a helper process
+so that it is born inside its cgroup (see `spawner`), that records its pid and exit code in the
+attempt's folder, with stdout and stderr going to spool files there rather than to
 pipes. That is what lets a restarted controller re-adopt attempts that outlived it: the process
 keeps writing its output, the new controller resumes reading at the offsets it had committed, and
 the exit code survives even though the process is no longer its child. Each attempt is contained
-(see `containment`), so stopping it ends every process it started. Exits are noticed at once
-through pidfds (one watcher thread, no polling); a pump reads the spools (see `iris.backends.spool`) every
+(see `containment`), so stopping it ends every process it started. Exits are noticed at once,
+from the helper's reports or through pidfds (one watcher thread, no polling); a pump reads the spools (see `iris.backends.spool`) every
 100 ms, or at once when the tick has stored what it handed over, so lines carry timestamps close
 to when they were written.
 
@@ -34,6 +35,7 @@ from pathlib import Path
 
 import iris
 from iris.backends.local.containment import Containment
+from iris.backends.local.spawner import Spawner, SpawnerGone
 from iris.backends.protocol import (
     AdoptRecord,
     AttemptExit,
@@ -68,6 +70,7 @@ _WRAPPER = (
     'if [ "$n" -ne 0 ]; then echo "iris: cannot copy the job\'s workspace into $PWD" >&2; echo 126 > "$0/exit"; exit 126; fi; '
     '"$@"; rc=$?; echo $rc > "$0/exit"; exit $rc'
 )
+_SPAWNER = object()  # the selector's key for the spawner's exit reports
 _SHELL_CHARS = re.compile(r"[\s;&|<>$`'\"*?(){}]")
 SETPRIV = "/usr/bin/setpriv"  # util-linux: runs a command under another uid, gid and no extra groups
 STOP_GRACE_S = 10.0
@@ -152,6 +155,8 @@ class _Attempt:
     devices: list[int]
     spool: OutputSpool
     popen: subprocess.Popen | None = None
+    spawned: bool = False  # started by the spawner, which reports its exit code
+    code: int | None = None  # that code, once reported
     pidfd: int | None = None
     ended: AttemptExit | None = None  # the process is gone; reported once its output is drained
     reported: bool = False
@@ -203,12 +208,24 @@ class LocalBackend:
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._closing = threading.Event()
         self._beats: dict[str, float] = {}  # thread name → when it last began a loop iteration
+        self._spawner = self._start_spawner()
+        self._by_pid: dict[int, _Attempt] = {}  # attempts the spawner started, by their wrapper's pid
+        self._early_codes: dict[int, int] = {}  # codes reported before their attempt was registered
+        if self._spawner is not None:
+            self._selector.register(self._spawner.exits_fd(), selectors.EVENT_READ, _SPAWNER)
         self._threads = [
             threading.Thread(target=self._watch_exits, name=f"exits-{self.id}", daemon=True),
             threading.Thread(target=self._pump_logs, name=f"logs-{self.id}", daemon=True),
         ]
         for t in self._threads:
             t.start()
+
+    def _start_spawner(self) -> Spawner | None:
+        try:
+            return Spawner()
+        except OSError as exc:
+            log.warning("backend %s starts attempts directly (slower): its helper cannot start: %s", self.id, exc)
+            return None
 
     def problems(self) -> tuple[str, ...]:
         """What is wrong with this backend's own threads (the exit watcher, the log reader): dead,
@@ -294,29 +311,56 @@ class LocalBackend:
             env["HOME"] = str(home)  # the controller's home is not the task's to write
             env["PYTHONPATH"] = sdk_pythonpath(env.get("PYTHONPATH", ""))
         cgroup = self.containment.prepare(folder.name)
+        argv = [str(folder), str(len(layers)), *layers, *command]
         try:
-            with open(folder / "stdout", "ab") as out, open(folder / "stderr", "ab") as err:
-                popen = subprocess.Popen(
-                    ["/bin/sh", "-c", _WRAPPER, str(folder), cgroup, str(len(layers)), *layers, *command],
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=err,
-                    cwd=workdir,
-                    env=env,
-                    start_new_session=True,
-                    close_fds=True,
-                    preexec_fn=self.containment.preexec(),
-                    umask=0o077 if as_task else -1,
-                )
+            pid, popen = self._spawn(folder, cgroup, argv, workdir, env, 0o077 if as_task else -1)
         except OSError as exc:
             self.containment.end(folder.name, spec.attempt_id)
             with self._lock:
                 self._free_devices[spec.worker_id].update(devices)
             raise LaunchError(f"cannot start the attempt in {workdir}: {exc.strerror or exc}") from None
         spool = OutputSpool(folder, self.output_cap)
-        record = _Attempt(spec.attempt_id, spec.worker_id, popen.pid, folder, devices, spool, popen=popen)
+        record = _Attempt(
+            spec.attempt_id, spec.worker_id, pid, folder, devices, spool, popen=popen, spawned=popen is None
+        )
         self._register(record)
-        return Started(spec.attempt_id, popen.pid, ",".join(map(str, devices)))
+        return Started(spec.attempt_id, pid, ",".join(map(str, devices)))
+
+    def _spawn(
+        self, folder: Path, cgroup: str, argv: list[str], workdir: str, env: dict[str, str], umask: int
+    ) -> tuple[int, subprocess.Popen | None]:
+        """Starts the wrapper: through the spawner, born in its cgroup, or (without a spawner)
+        directly, the wrapper then joining its cgroup itself. Returns its pid and its Popen, if any."""
+        spawner = self._spawner
+        if spawner is not None:
+            try:
+                pid = spawner.spawn(
+                    ["/bin/sh", "-c", _WRAPPER, argv[0], "", *argv[1:]],
+                    env,
+                    workdir,
+                    str(folder / "stdout"),
+                    str(folder / "stderr"),
+                    cgroup=cgroup,
+                    umask=umask,
+                    subreaper=self.containment.kind == "subreaper",
+                )
+                return pid, None
+            except SpawnerGone:
+                self._spawner_gone(spawner)
+        with open(folder / "stdout", "ab") as out, open(folder / "stderr", "ab") as err:
+            popen = subprocess.Popen(
+                ["/bin/sh", "-c", _WRAPPER, argv[0], cgroup, *argv[1:]],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                cwd=workdir,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+                preexec_fn=self.containment.preexec(),
+                umask=umask,
+            )
+        return popen.pid, popen
 
     def stop(self, attempt_id: str) -> None:
         with self._lock:
@@ -357,6 +401,9 @@ class LocalBackend:
         os.write(self._wake_w, b"x")
         for t in self._threads:
             t.join(timeout=2)
+        spawner = self._spawner
+        if spawner is not None:
+            self._spawner_gone(spawner)
         return ids
 
     def _signal(self, record: _Attempt, sig: int) -> None:
@@ -385,6 +432,19 @@ class LocalBackend:
     # -- watching --------------------------------------------------------------------------------
 
     def _register(self, record: _Attempt) -> None:
+        if record.spawned:
+            # The spawner reports the exit (maybe already has); no pidfd needed.
+            with self._lock:
+                self._attempts[record.attempt_id] = record
+                record.code = self._early_codes.pop(record.pid, None)
+                gone = self._spawner is None  # it went between the start and now
+                if record.code is None and not gone:
+                    self._by_pid[record.pid] = record
+            if record.code is not None:
+                self._finish(record)
+            elif gone:
+                self._watch_orphan(record)
+            return
         try:
             record.pidfd = os.pidfd_open(record.pid)
         except ProcessLookupError:
@@ -398,6 +458,52 @@ class LocalBackend:
         else:
             os.write(self._wake_w, b"x")
 
+    def _watch_orphan(self, record: _Attempt) -> None:
+        """Watches an attempt whose spawner has gone as a re-adopted one: by pidfd, code from its exit file."""
+        record.spawned = False
+        if _process_alive(record.pid, record.attempt_id):
+            self._register(record)
+        else:
+            self._finish(record)
+
+    def _spawner_gone(self, spawner: Spawner) -> None:
+        """The helper has exited: later attempts start directly, and those it started are watched by pidfd."""
+        with self._lock:
+            if self._spawner is not spawner:
+                return
+            self._spawner = None
+            orphans = [r for r in self._by_pid.values() if r.ended is None]
+            self._by_pid.clear()
+            self._early_codes.clear()
+        if not self._closing.is_set():
+            log.warning("backend %s: the helper that starts attempts has exited; starting them directly", self.id)
+        try:
+            self._selector.unregister(spawner.exits_fd())
+        except (KeyError, ValueError):
+            pass
+        spawner.close()
+        for record in orphans:
+            self._watch_orphan(record)
+
+    def _spawned_exits(self, spawner: Spawner) -> None:
+        """Finishes the attempts whose exits the spawner reported."""
+        reports = spawner.read_exits()
+        if reports is None:
+            self._spawner_gone(spawner)
+            return
+        done = []
+        with self._lock:
+            for pid, code in reports:
+                record = self._by_pid.pop(pid, None)
+                if record is None:
+                    self._early_codes[pid] = code  # its start has not registered it yet
+                else:
+                    record.code = code
+                    done.append(record)
+        for record in done:
+            with spans.span("local.exits"):
+                self._finish(record)
+
     def _watch_exits(self) -> None:
         while not self._closing.is_set():
             self._beat()
@@ -407,6 +513,11 @@ class LocalBackend:
                         os.read(self._wake_r, 4096)
                     except BlockingIOError:
                         pass
+                    continue
+                if key.data is _SPAWNER:
+                    spawner = self._spawner
+                    if spawner is not None:
+                        self._spawned_exits(spawner)
                     continue
                 with self._lock:
                     record = self._attempts.get(key.data)
@@ -439,8 +550,10 @@ class LocalBackend:
         code: int | None = None
         if record.popen is not None:
             code = record.popen.wait()
-            if code < 0:
-                code = 128 - code  # killed by a signal: report it the way a shell does
+        elif record.spawned:
+            code = record.code
+        if code is not None and code < 0:
+            code = 128 - code  # killed by a signal: report it the way a shell does
         exit_file = record.folder / "exit"
         if exit_file.exists():
             try:

@@ -4,13 +4,14 @@ It decides how an attempt is contained and which processes belong to it. A proce
 enough: `setsid cmd &` leaves it, and the process would outlive the attempt (holding its GPU). So:
 
 - **cgroup v2** where this host lets us create one (we run as root; the unified hierarchy is found
-  through /proc/self/mounts, also in a hybrid layout): each attempt gets its own cgroup, which the
-  wrapper joins before it starts the command. Nothing inside can leave it, `cgroup.procs` lists
+  through /proc/self/mounts, also in a hybrid layout): each attempt gets its own cgroup, in which
+  its wrapper is born (see `spawner`), or which the wrapper joins before it starts the command
+  when it had to be started directly. Nothing inside can leave it, `cgroup.procs` lists
   every member, and `cgroup.kill` ends them all at once. The cgroup's path follows from the state
   folder and the attempt's folder name, so a restarted controller finds the cgroups of the attempts
   it re-adopts.
 - otherwise, a **child subreaper**: the wrapper is marked with PR_SET_CHILD_SUBREAPER before it
-  runs, so a process whose parent dies is re-parented to the wrapper and stays its descendant
+  execs, so a process whose parent dies is re-parented to the wrapper and stays its descendant
   (found with psutil); what is left when the wrapper itself has exited is found by the
   IRIS_ATTEMPT_ID every attempt process inherits.
 """

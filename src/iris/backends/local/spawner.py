@@ -1,0 +1,339 @@
+"""Starts attempt wrappers from a small helper process, each one born inside its own cgroup.
+
+It decides how an attempt's first process comes to exist: in its session, with its output files,
+working folder and umask, and already a member of its cgroup (or marked a child subreaper where
+there is no cgroup) before it runs a single instruction of its own.
+
+Why a helper. Moving a process into a cgroup (writing `cgroup.procs`) takes the kernel's global
+cgroup threadgroup lock for writing, which waits for an RCU grace period whenever no other move
+happened just before: 10-15 ms of wall time per attempt on an idle host, more than everything
+else between a submit and its exit. `clone3(CLONE_INTO_CGROUP)` (Linux 5.7) creates the process in
+its cgroup instead, with no move and no wait. Python has no clone3, and calling it through ctypes
+from the controller is unsafe: the controller has many threads, and a child cloned from one of
+them may inherit a lock (the GIL's hand-off, an allocator's) that no thread of the child will
+ever release. The helper has one thread, so the child is as safe as after `os.fork`: the
+controller sends it a request over a socket; it clones, the child sets itself up and execs, and
+the helper answers with the pid. It stays the parent, so it reaps every child and reports each
+exit status on a second socket, which is how the controller learns the code of a wrapper killed
+by a signal. Forking the helper, small and single-threaded, is also cheaper than forking the
+controller.
+
+Where clone3 is refused (an older kernel, a seccomp filter) the child joins its cgroup itself
+before it execs: slower, equally contained. The file runs as a script (`python -I -S spawner.py`)
+and imports only the standard library, so the helper starts in a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+
+SYS_CLONE3 = 435  # the same number on every architecture that has it
+CLONE_INTO_CGROUP = 0x200000000
+PR_SET_CHILD_SUBREAPER = 36
+_HEADER = struct.Struct("!I")
+
+
+class SpawnerGone(RuntimeError):
+    """The helper has exited; the caller starts the process some other way."""
+
+
+class _CloneArgs(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_uint64)
+        for name in (
+            "flags",
+            "pidfd",
+            "child_tid",
+            "parent_tid",
+            "exit_signal",
+            "stack",
+            "stack_size",
+            "tls",
+            "set_tid",
+            "set_tid_size",
+            "cgroup",
+        )
+    ]
+
+
+def _send(sock: socket.socket, message: dict) -> None:
+    data = json.dumps(message).encode()
+    sock.sendall(_HEADER.pack(len(data)) + data)
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        chunk = sock.recv(left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _recv(sock: socket.socket) -> dict | None:
+    """The next message, or None at end of stream."""
+    header = _recv_exact(sock, _HEADER.size)
+    if header is None:
+        return None
+    data = _recv_exact(sock, _HEADER.unpack(header)[0])
+    return None if data is None else json.loads(data)
+
+
+# -- the controller's side -----------------------------------------------------------------------
+
+
+class Spawner:
+    """The controller's handle on one helper: `spawn` from any thread, exits read by one thread."""
+
+    def __init__(self) -> None:
+        self._requests, requests_child = socket.socketpair()
+        self._exits, exits_child = socket.socketpair()
+        self._lock = threading.Lock()
+        self._buffer = b""
+        with requests_child, exits_child:
+            self._proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    os.path.abspath(__file__),
+                    str(requests_child.fileno()),
+                    str(exits_child.fileno()),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                close_fds=True,
+                pass_fds=(requests_child.fileno(), exits_child.fileno()),
+            )
+        self._exits.setblocking(False)
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def exits_fd(self) -> int:
+        """Readable when the helper has reported exits (or has gone: `read_exits` returns None)."""
+        return self._exits.fileno()
+
+    def spawn(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
+        stdout: str,
+        stderr: str,
+        cgroup: str = "",
+        umask: int = -1,
+        subreaper: bool = False,
+    ) -> int:
+        """The pid of a new process running `argv`, in a session of its own with stdin from /dev/null
+        and stdout/stderr appended to the named files; in `cgroup` (a folder) from birth, or a child
+        subreaper. OSError when the process cannot be set up (say, `cwd` is missing); SpawnerGone
+        when the helper has exited."""
+        request = {
+            "argv": argv,
+            "env": env,
+            "cwd": cwd,
+            "stdout": stdout,
+            "stderr": stderr,
+            "cgroup": cgroup,
+            "umask": umask,
+            "subreaper": subreaper,
+        }
+        with self._lock:
+            try:
+                _send(self._requests, request)
+                answer = _recv(self._requests)
+            except OSError:
+                answer = None
+        if answer is None:
+            raise SpawnerGone("the process-starting helper has exited")
+        if "pid" in answer:
+            return int(answer["pid"])
+        raise OSError(answer.get("errno") or errno.EIO, answer.get("error", "cannot start the process"))
+
+    def read_exits(self) -> list[tuple[int, int]] | None:
+        """(pid, exit code as `Popen.returncode` gives it) for each exit reported so far, or None once
+        the helper has gone. Never blocks."""
+        try:
+            while True:
+                data = self._exits.recv(65536)
+                if not data:
+                    return None
+                self._buffer += data
+        except BlockingIOError:
+            pass
+        except OSError:
+            return None
+        out = []
+        while len(self._buffer) >= _HEADER.size:
+            size = _HEADER.unpack_from(self._buffer)[0]
+            if len(self._buffer) < _HEADER.size + size:
+                break
+            message = json.loads(self._buffer[_HEADER.size : _HEADER.size + size])
+            self._buffer = self._buffer[_HEADER.size + size :]
+            out.append((int(message["pid"]), int(message["code"])))
+        return out
+
+    def close(self) -> None:
+        """Ends the helper (it exits when its request socket closes); the processes it started go on."""
+        for sock in (self._requests, self._exits):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
+# -- the helper's side ---------------------------------------------------------------------------
+
+
+class _Helper:
+    def __init__(self, requests: socket.socket, exits: socket.socket):
+        self.requests = requests
+        self.exits = exits
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.clone3 = True  # until the kernel refuses it
+
+    def serve(self) -> None:
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake the select below
+        while True:
+            requests = self.requests.fileno()
+            ready, _, _ = select.select([requests, wake_r], [], [])
+            if wake_r in ready:
+                try:
+                    os.read(wake_r, 4096)
+                except BlockingIOError:
+                    pass
+            if requests in ready:
+                request = _recv(self.requests)
+                if request is None:
+                    return  # the controller has gone or closed us; the attempts live on
+                _send(self.requests, self.start(request))
+            self.reap()
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            try:
+                _send(self.exits, {"pid": pid, "code": os.waitstatus_to_exitcode(status)})
+            except OSError:
+                pass  # the controller has gone; a new one reads the exit file instead
+
+    def start(self, request: dict) -> dict:
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        cgroup_fd = -1
+        try:
+            if request["cgroup"] and self.clone3:
+                cgroup_fd = os.open(request["cgroup"], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            pid = self.clone(cgroup_fd)
+            if pid == 0:
+                _child(request, err_w, joined=cgroup_fd >= 0, libc=self.libc)  # never returns
+        except OSError as exc:
+            os.close(err_r)
+            os.close(err_w)
+            return {"errno": exc.errno or errno.EIO, "error": f"cannot start the process: {exc.strerror or exc}"}
+        finally:
+            if cgroup_fd >= 0:
+                os.close(cgroup_fd)
+        os.close(err_w)
+        failure = b""
+        while chunk := os.read(err_r, 4096):
+            failure += chunk
+        os.close(err_r)
+        if not failure:
+            return {"pid": pid}  # the exec happened (the pipe closed on it)
+        os.waitpid(pid, 0)  # reaped here, so its exit is never reported for a pid the caller never got
+        code, _, message = failure.decode(errors="replace").partition(":")
+        return {"errno": int(code) if code.isdigit() else errno.EIO, "error": message}
+
+    def clone(self, cgroup_fd: int) -> int:
+        """fork(), or clone3 into the cgroup open as `cgroup_fd`: 0 in the child, its pid in the parent."""
+        if cgroup_fd < 0:
+            return os.fork()
+        args = _CloneArgs(flags=CLONE_INTO_CGROUP, exit_signal=signal.SIGCHLD, cgroup=cgroup_fd)
+        pid = self.libc.syscall(SYS_CLONE3, ctypes.byref(args), ctypes.sizeof(args))
+        if pid >= 0:
+            return pid
+        code = ctypes.get_errno()
+        if code in (errno.ENOSYS, errno.EPERM, errno.E2BIG, errno.EINVAL, errno.EOPNOTSUPP):
+            self.clone3 = False  # refused outright: the children join their cgroups themselves
+            return os.fork()
+        raise OSError(code, os.strerror(code))
+
+
+def _child(request: dict, err_w: int, joined: bool, libc) -> None:
+    """Runs in the new process: sets it up and execs, or reports why not on `err_w`."""
+    try:
+        os.setsid()
+        if request["cgroup"] and not joined:
+            with open(os.path.join(request["cgroup"], "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+        if request["subreaper"]:
+            libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        for target, path, flags in (
+            (0, "/dev/null", os.O_RDONLY),
+            (1, request["stdout"], os.O_WRONLY | os.O_APPEND | os.O_CREAT),
+            (2, request["stderr"], os.O_WRONLY | os.O_APPEND | os.O_CREAT),
+        ):
+            fd = os.open(path, flags, 0o600)
+            if fd != target:
+                os.dup2(fd, target)
+                os.close(fd)
+        os.chdir(request["cwd"])
+        if request["umask"] >= 0:
+            os.umask(request["umask"])
+        # What Python and this helper ignore or catch goes back to the default, as for Popen.
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        os.closerange(3, err_w)
+        os.closerange(err_w + 1, 65536)
+        argv = request["argv"]
+        os.execve(argv[0], argv, request["env"])
+    except BaseException as exc:  # noqa: BLE001 - the child must never return into the helper's loop
+        code = getattr(exc, "errno", None) or errno.EIO
+        text = getattr(exc, "strerror", None) or str(exc)
+        try:
+            os.write(err_w, f"{code}:{text}".encode()[:4000])
+        except OSError:
+            pass
+    finally:
+        os._exit(127)
+
+
+def main(argv: list[str]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C in the controller's terminal is the controller's
+    requests = socket.socket(fileno=int(argv[1]))
+    exits = socket.socket(fileno=int(argv[2]))
+    for sock in (requests, exits):
+        sock.set_inheritable(False)
+    _Helper(requests, exits).serve()
+
+
+if __name__ == "__main__":
+    main(sys.argv)

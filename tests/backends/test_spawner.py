@@ -1,0 +1,128 @@
+"""The spawner starts each wrapper in its session, files, folder and cgroup, and reports its exit;
+when its helper dies, the local backend still sees the exits of what it started and starts
+attempts directly."""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import signal
+from pathlib import Path
+
+import pytest
+
+from iris.backends.local.backend import LocalBackend
+from iris.backends.local.containment import Containment
+from iris.backends.local.spawner import Spawner, SpawnerGone
+from iris.backends.protocol import LaunchSpec
+from iris.core.config import LocalBackendConfig
+from iris.core.resources import Resources
+from tests.conftest import wait_until
+
+
+@pytest.fixture
+def spawner():
+    s = Spawner()
+    yield s
+    s.close()
+
+
+def _exit_of(spawner: Spawner, pid: int) -> int:
+    """Waits (the helper's reports, not a timer) for the exit code the helper reports for `pid`."""
+    found: dict[int, int] = {}
+
+    def reported() -> bool:
+        select.select([spawner.exits_fd()], [], [], 0.2)
+        reports = spawner.read_exits()
+        assert reports is not None, "the helper went away"
+        found.update(reports)
+        return pid in found
+
+    wait_until(reported, message=f"exit of {pid} reported")
+    return found[pid]
+
+
+def test_spawner_runs_the_command_with_its_env_folder_umask_and_files_and_reports_its_code(spawner, tmp_path):
+    out, err = tmp_path / "out", tmp_path / "err"
+    pid = spawner.spawn(
+        ["/bin/sh", "-c", 'echo "$FOO $(pwd) $(umask)"; echo oops >&2; exit 3'],
+        {"FOO": "bar", "PATH": os.environ["PATH"]},
+        str(tmp_path),
+        str(out),
+        str(err),
+        umask=0o027,
+    )
+    assert _exit_of(spawner, pid) == 3
+    assert out.read_text() == f"bar {tmp_path} 0027\n"
+    assert err.read_text() == "oops\n"
+    assert oct(out.stat().st_mode & 0o777) == "0o600"
+
+
+def test_spawned_process_leads_its_own_session_and_a_signal_is_reported_as_negative(spawner, tmp_path):
+    pid = spawner.spawn(["/bin/sleep", "300"], {}, str(tmp_path), os.devnull, os.devnull)
+    assert os.getsid(pid) == pid
+    os.kill(pid, signal.SIGKILL)
+    assert _exit_of(spawner, pid) == -signal.SIGKILL
+
+
+def test_spawner_refuses_a_missing_folder_with_its_errno_and_goes_on_serving(spawner, tmp_path):
+    with pytest.raises(OSError) as caught:
+        spawner.spawn(["/bin/true"], {}, str(tmp_path / "missing"), os.devnull, os.devnull)
+    assert caught.value.errno == errno.ENOENT
+    pid = spawner.spawn(["/bin/true"], {}, str(tmp_path), os.devnull, os.devnull)
+    assert _exit_of(spawner, pid) == 0
+
+
+def test_spawned_process_is_born_in_the_cgroup_it_names(spawner, tmp_path):
+    containment = Containment(tmp_path)
+    if containment.kind != "cgroup":
+        pytest.skip("no writable cgroup v2 on this host")
+    cgroup = containment.prepare("a")
+    out = tmp_path / "out"
+    try:
+        pid = spawner.spawn(["/bin/cat", "/proc/self/cgroup"], {}, str(tmp_path), str(out), os.devnull, cgroup=cgroup)
+        assert _exit_of(spawner, pid) == 0
+        own = [line for line in out.read_text().splitlines() if line.startswith("0::")]
+        assert own and cgroup.endswith(own[0][3:])
+    finally:
+        containment.end("a", "")
+        containment.close()
+
+
+def test_spawn_after_the_helper_died_raises_spawner_gone(spawner, tmp_path):
+    os.kill(spawner.pid, signal.SIGKILL)
+    wait_until(lambda: spawner.read_exits() is None, message="the helper's end seen")
+    with pytest.raises(SpawnerGone):
+        spawner.spawn(["/bin/true"], {}, str(tmp_path), os.devnull, os.devnull)
+
+
+def _spec(attempt_id: str, command: str) -> LaunchSpec:
+    job = attempt_id.rpartition("/")[0]
+    return LaunchSpec(attempt_id, job, 0, 0, "cpu-0", ("sh", "-c", command), dict(os.environ), Resources(cpu=1))
+
+
+def test_local_backend_outlives_its_helper_exits_are_still_seen_and_attempts_start_directly(tmp_path):
+    backend = LocalBackend(LocalBackendConfig(id="cpu", workers=2), tmp_path / "state")
+    go = tmp_path / "go"
+    wait_for_go = f"while [ ! -e {go} ]; do sleep 0.02; done; exit 4"
+    try:
+        assert backend._spawner is not None
+        first = backend.start(_spec("/u/a/0:0", wait_for_go))
+        os.kill(backend._spawner.pid, signal.SIGKILL)
+        wait_until(lambda: backend._spawner is None, message="the backend noticed its helper's end")
+        second = backend.start(_spec("/u/b/0:0", wait_for_go))  # started directly now
+        assert first.pid != second.pid
+        Path(go).touch()
+        codes: dict[str, int | None] = {}
+
+        def both_ended() -> bool:
+            events = backend.poll()
+            codes.update({e.attempt_id: e.exit_code for e in events.exits})
+            backend.ack(events)
+            return len(codes) == 2
+
+        wait_until(both_ended, message="both exits reported")
+        assert codes == {"/u/a/0:0": 4, "/u/b/0:0": 4}
+    finally:
+        backend.shutdown()
