@@ -13,8 +13,9 @@ of 1 cpu each; jobs ask for 1 cpu), which is what the Slurm it is compared with 
   b. `iris job run --no-wait -- true` (IRIS_CONTROLLER set) as a fresh process per call: wall time
      per call, after one untimed warm-up call, and its ratio to a bare `python -c pass` timed just
      before each call (p50 over p50).
-  c. submit → running → succeeded of one `true` job at a time on an idle cluster: the client polls
-     GetJobStatus every 5 ms; the controller's own timestamps are printed beside.
+  c. submit → running → succeeded of one `true` job at a time on an idle cluster: the client waits
+     with GetJobStatus's long poll (`wait_while_state`), as IrisClient.wait does; the controller's
+     own timestamps are printed beside.
   d. drain: 200 `true` jobs submitted at once to the 2 slots; jobs / (last finish − first submit),
      and the controller's CPU time (psutil) over the same span, per job.
   e. cancel → gone: a `sleep 300` job, once RUNNING with its pid known (GetJobStatus with attempts),
@@ -313,8 +314,8 @@ def iris_latency(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
             job = client.submit("true", name=f"lat-{i}", user=USER, cpu=1)
             t_run = None
             deadline = time.monotonic() + 30
+            st = client.status(job)
             while True:
-                st = client.status(job)
                 now = time.perf_counter()
                 if t_run is None and st.state != "PENDING":
                     t_run = now
@@ -322,7 +323,8 @@ def iris_latency(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
                     break
                 if time.monotonic() > deadline:
                     raise BenchTimeout(f"job {job} still {st.state} after 30 s")
-                time.sleep(0.005)
+                # As the SDK's wait does: the controller answers once the job leaves the state seen.
+                st = client.status(job, wait_while=st.state, wait_s=5)
             if st.state != "SUCCEEDED":
                 raise RuntimeError(f"job {job} ended {st.state}: {st.error}")
             running.append(t_run - t0)
@@ -895,7 +897,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"c: {lat['samples']} jobs; the controller's own timestamps: submitted → started "
             f"{lat['server_to_started_p50_s'] * 1000:.0f} ms, submitted → finished "
-            f"{lat['server_to_finished_p50_s'] * 1000:.0f} ms (p50); client polls every 5 ms"
+            f"{lat['server_to_finished_p50_s'] * 1000:.0f} ms (p50); the client long-polls as IrisClient.wait does"
         )
     if "drain" in iris:
         d = iris["drain"]

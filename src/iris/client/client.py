@@ -53,6 +53,7 @@ TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE"})
 POLL_FIRST_S = 0.01
 POLL_MAX_S = 0.2
 POLL_GROWTH = 1.5
+MAX_WAIT_MS = 60_000  # the longest the controller holds one status call (`status(wait_while=...)`)
 
 
 def default_url() -> str:
@@ -67,6 +68,8 @@ class IrisClient:
             url or default_url(), token if token is not None else os.environ.get("IRIS_TOKEN"), timeout
         )
         self._bundles: dict[str, Any] = {}  # content id -> Bundle packed by prepare, until sent
+        # One long poll of `wait` stays well inside the transport's timeout.
+        self._long_poll_s = max(0.1, min(10.0, timeout / 2))
 
     @property
     def url(self) -> str:
@@ -243,8 +246,15 @@ class IrisClient:
 
     # -- watching -------------------------------------------------------------------------------
 
-    def status(self, job: str) -> pb.JobStatus:
-        return self._transport.call("GetJobStatus", pb.GetJobStatusRequest(job_id=job), pb.GetJobStatusResponse).job
+    def status(self, job: str, *, wait_while: str = "", wait_s: float = 0.0) -> pb.JobStatus:
+        """The job's status. With `wait_while` (a job state), the controller answers once the job has
+        left that state, or after `wait_s` seconds (at most 60), whichever comes first: one call
+        instead of polling while a job starts or runs."""
+        request = pb.GetJobStatusRequest(job_id=job)
+        if wait_while:
+            request.wait_while_state = wait_while
+            request.wait_ms = max(0, min(int(wait_s * 1000), MAX_WAIT_MS))
+        return self._transport.call("GetJobStatus", request, pb.GetJobStatusResponse).job
 
     def describe(self, job: str, *, all_tasks: bool = False) -> pb.GetJobStatusResponse:
         """The job with its first page of tasks (`total_tasks` counts them all) and each task's
@@ -281,20 +291,28 @@ class IrisClient:
             request.page_token = resp.next_page_token
 
     def wait(self, job: str, timeout: float | None = None) -> pb.JobStatus:
-        """Blocks until the job is terminal and returns its final status; TimeoutError after `timeout` s."""
+        """Blocks until the job is terminal and returns its final status; TimeoutError after `timeout` s.
+
+        Each call waits on the controller while the job stays in the state last seen (a long poll),
+        so the end is seen as soon as the controller has stored it. A controller too old to wait
+        answers at once; then the calls are spaced out as a poll would be."""
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = POLL_FIRST_S
-        while True:
-            status = self.status(job)
-            if status.state in TERMINAL_STATES:
-                return status
+        status = self.status(job)
+        while status.state not in TERMINAL_STATES:
+            wait_s = self._long_poll_s
             if deadline is not None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError(f"job {job} is still {status.state} after {timeout:g}s")
-                delay = min(delay, remaining)
-            time.sleep(delay)
-            delay = min(delay * POLL_GROWTH, POLL_MAX_S)
+                wait_s = min(wait_s, remaining)
+            asked = time.monotonic()
+            seen = status.state
+            status = self.status(job, wait_while=seen, wait_s=wait_s)
+            if status.state == seen and time.monotonic() - asked < wait_s / 2:
+                time.sleep(min(delay, wait_s))  # it did not wait: an older controller
+                delay = min(delay * POLL_GROWTH, POLL_MAX_S)
+        return status
 
     def list(
         self,

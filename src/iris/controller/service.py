@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from iris import REVISION_DATE, __version__
-from iris.controller import endpoints, workspace
+from iris.controller import endpoints, waiting, workspace
 from iris.controller.applier import stop_job
 from iris.controller.auth import Identity, Role, check_may_stop, check_sync_requester
 from iris.controller.auth.policy import check_may_create, check_may_read
@@ -33,6 +33,7 @@ from iris.core.constraints import Constraint
 from iris.core.errors import InvalidArgument, IrisError, Unavailable
 from iris.core.job import JobSpec
 from iris.core.names import JobName, in_job_tree
+from iris.core.states import JobState
 from iris.federation.ids import received_job_id, reserved_for
 from iris.federation.model import Disposition, DispositionKind, SubmittedJob
 from iris.rpc import controller_pb2 as pb
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from iris.controller.app import Controller
 
 
+_JOB_STATES = tuple(s.value for s in JobState)
 _MISSING = object()  # the request names a bundle this cluster does not hold
 MAX_HANDOFFS_PER_CALL = 256  # jobs one HandOffJobs call may carry (the parent sends far fewer)
 
@@ -258,7 +260,31 @@ class ControllerServiceImpl(WorkerCalls):
         return info, workspace.write_files(state, files)
 
     @rpc
-    def get_job_status(self, req: pb.GetJobStatusRequest, identity: Identity) -> pb.GetJobStatusResponse:
+    async def get_job_status(self, req: pb.GetJobStatusRequest, identity: Identity) -> pb.GetJobStatusResponse:
+        """The job's status; with `wait_while_state`, once the job has left that state (a long poll,
+        see `waiting`) or `wait_ms` has passed."""
+        if not req.wait_while_state:
+            return await asyncio.to_thread(self._job_status, req, identity)
+        if req.wait_while_state not in _JOB_STATES:
+            raise InvalidArgument(
+                f"wait_while_state {req.wait_while_state!r} is not a job state; use one of {', '.join(_JOB_STATES)}"
+            )
+        if req.wait_ms > waiting.MAX_WAIT_MS:
+            raise InvalidArgument(
+                f"wait_ms {req.wait_ms} is longer than a call may wait ({waiting.MAX_WAIT_MS}); wait again instead"
+            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + req.wait_ms / 1000
+        while True:
+            next_pass = self.tick.passes.next_pass()
+            resp = await asyncio.to_thread(self._job_status, req, identity)
+            left = deadline - loop.time()
+            if resp.job.state != req.wait_while_state or left <= 0:
+                self.tick.passes.forget(next_pass)
+                return resp
+            await waiting.wait_pass(self.tick.passes, next_pass, min(left, waiting.RECHECK_S))
+
+    def _job_status(self, req: pb.GetJobStatusRequest, identity: Identity) -> pb.GetJobStatusResponse:
         with self.db.read() as conn:
             self._check_read(conn, identity, req.job_id)
             job = reads.get_job(conn, req.job_id, self.name)

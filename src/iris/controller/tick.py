@@ -35,6 +35,7 @@ from iris.controller.db.federation import prune_changelog
 from iris.controller.db.literals import JOB_PENDING, LIVE_TASKS
 from iris.controller.launch_spec import LaunchSpecs, TaskIdentitySource
 from iris.controller.snapshot import SnapshotLoader
+from iris.controller.waiting import PassSignal
 from iris.core import spans
 from iris.core.availability import Availability
 from iris.core.bands import Band
@@ -113,6 +114,7 @@ class ControlLoop:
         self.api_calls = 0  # API calls in flight, counted by the server around each one
         self._wake = threading.Event()
         self._done = threading.Condition()
+        self.passes = PassSignal()  # API calls waiting for a job's state to change look again after each pass
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -204,6 +206,7 @@ class ControlLoop:
             with self._done:
                 self.generation += 1
                 self._done.notify_all()
+            self.passes.notify()
 
     # -- one pass ------------------------------------------------------------------------------
 

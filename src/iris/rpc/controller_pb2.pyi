@@ -277,14 +277,18 @@ class JobStatus(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., state: _Optional[str] = ..., user: _Optional[str] = ..., priority: _Optional[str] = ..., cluster: _Optional[str] = ..., replicas: _Optional[int] = ..., task_counts: _Optional[_Mapping[str, int]] = ..., submitted_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., pending_reason: _Optional[str] = ..., error: _Optional[str] = ..., parent_job_id: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., handoff_state: _Optional[str] = ..., peer_id: _Optional[str] = ..., stale: _Optional[bool] = ..., exit_code: _Optional[int] = ..., has_exit_code: _Optional[bool] = ..., owner: _Optional[str] = ..., last_sync_ms: _Optional[int] = ...) -> None: ...
 
 class GetJobStatusRequest(_message.Message):
-    __slots__ = ("job_id", "include_tasks", "include_attempts")
+    __slots__ = ("job_id", "include_tasks", "include_attempts", "wait_while_state", "wait_ms")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_TASKS_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_WHILE_STATE_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     include_tasks: bool
     include_attempts: bool
-    def __init__(self, job_id: _Optional[str] = ..., include_tasks: _Optional[bool] = ..., include_attempts: _Optional[bool] = ...) -> None: ...
+    wait_while_state: str
+    wait_ms: int
+    def __init__(self, job_id: _Optional[str] = ..., include_tasks: _Optional[bool] = ..., include_attempts: _Optional[bool] = ..., wait_while_state: _Optional[str] = ..., wait_ms: _Optional[int] = ...) -> None: ...
 
 class GetJobStatusResponse(_message.Message):
     __slots__ = ("job", "tasks", "next_task_page_token", "total_tasks")
