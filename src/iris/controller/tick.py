@@ -282,7 +282,10 @@ class ControlLoop:
             self._count(applier.roll_up(conn, jobs, now))
         for backend, e in polled:
             backend.ack(e)
-        return sum(len(e.exits) for _, e in polled)
+        exits = sum(len(e.exits) for _, e in polled)
+        if jobs:
+            self.passes.notify()  # a waiting client learns of an end now, not after the whole pass
+        return exits
 
     def _reconcile(self) -> None:
         """Stops attempts that must not run, and ends attempts past their timeout or lost."""
@@ -469,3 +472,4 @@ class ControlLoop:
                 report.merge(applier.end_attempt(conn, tr.AttemptExited(spec.attempt_id, outcome, str(error)), now))
             report.merge(applier.roll_up(conn, [j for j in jobs if j] + report.jobs, now))
             self._count(report)
+        self.passes.notify()

@@ -202,6 +202,7 @@ class LocalBackend:
         self._finished: list[_Attempt] = []  # stored exits whose cgroup is still to clean
         self._lock = threading.Lock()
         self._pump_wake = threading.Event()
+        self._pump_lock = threading.Lock()  # one reader of the spools at a time
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -501,8 +502,7 @@ class LocalBackend:
                     record.code = code
                     done.append(record)
         for record in done:
-            with spans.span("local.exits"):
-                self._finish(record)
+            self._finish(record)
 
     def _watch_exits(self) -> None:
         while not self._closing.is_set():
@@ -523,8 +523,7 @@ class LocalBackend:
                     record = self._attempts.get(key.data)
                     self._selector.unregister(key.fd)
                 if record is not None:
-                    with spans.span("local.exits"):
-                        self._finish(record)
+                    self._finish(record)
             self._escalate_stops()
 
     def _escalate_stops(self) -> None:
@@ -540,13 +539,19 @@ class LocalBackend:
             if id(record) in overdue or not self.containment.members(record.name, -1, record.attempt_id):
                 self._empty(record)
 
-    def _empty(self, record: _Attempt) -> None:
+    def _empty(self, record: _Attempt, wake: bool = True) -> None:
         self.containment.end(record.name, record.attempt_id)
         record.emptied = True
-        self._pump_wake.set()
+        if wake:
+            self._pump_wake.set()
 
     def _finish(self, record: _Attempt) -> None:
-        """Notes the exit of an attempt whose wrapper is gone; the pump reports it once drained."""
+        """Notes the exit of an attempt whose wrapper is gone, and reports it once its output is read."""
+        with spans.span("local.exits"):
+            self._note_exit(record)
+        self._pump_ended(record)
+
+    def _note_exit(self, record: _Attempt) -> None:
         code: int | None = None
         if record.popen is not None:
             code = record.popen.wait()
@@ -568,10 +573,9 @@ class LocalBackend:
         # Nothing the attempt started outlives it. A stopped attempt's processes keep their grace
         # period to end on their own (the wrapper dies at the first SIGTERM; they may not).
         if record.stop_deadline is None or not self.containment.members(record.name, -1, record.attempt_id):
-            self._empty(record)
+            self._empty(record, wake=False)  # reported just below
         self._release_devices(record)
         shutil.rmtree(record.folder / "work", ignore_errors=True)  # the workspace copy ends with the attempt
-        self._pump_wake.set()
 
     # -- output ----------------------------------------------------------------------------------
 
@@ -580,18 +584,38 @@ class LocalBackend:
             self._beat()
             self._pump_wake.wait(PUMP_INTERVAL_S)
             self._pump_wake.clear()
-            try:
-                with spans.span("local.logs"):
-                    self._pump_once()
-            except Exception:  # one attempt's unreadable spool must not stop every attempt's output
-                log.exception("reading attempt output failed; retrying")
+            with self._pump_lock:
+                self._pump_guarded()
 
-    def _pump_once(self) -> None:
-        """Reads every attempt's spool round-robin until each is caught up or the pending lines
-        reach their bound, then reports the exits whose output is all read."""
+    def _pump_guarded(self, only: _Attempt | None = None) -> None:
+        try:
+            with spans.span("local.logs"):
+                self._pump_once(only)
+        except Exception:  # one attempt's unreadable spool must not stop every attempt's output
+            log.exception("reading attempt output failed; retrying")
+            self._pump_wake.set()
+
+    def _pump_ended(self, record: _Attempt) -> None:
+        """Reads the last output of an attempt that has just ended and reports its exit, here and
+        now when the reader is idle: one thread switch less between an exit and the tick, and a
+        switch can wait a whole GIL interval on a busy controller. Otherwise the reader does it."""
+        if not self._pump_lock.acquire(blocking=False):
+            self._pump_wake.set()
+            return
+        try:
+            self._pump_guarded(record)
+        finally:
+            self._pump_lock.release()
+
+    def _pump_once(self, only: _Attempt | None = None) -> None:
+        """Reads every attempt's spool (or `only` that one's) round-robin until each is caught up or
+        the pending lines reach their bound, then reports the exits whose output is all read."""
         with self._lock:
-            records = [r for r in self._attempts.values() if not r.reported]
-            finished, self._finished = self._finished, []
+            if only is None:
+                records = [r for r in self._attempts.values() if not r.reported]
+                finished, self._finished = self._finished, []
+            else:
+                records, finished = ([] if only.reported else [only]), []
         active = list(records)
         while active:
             still = []
