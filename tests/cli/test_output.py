@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import datetime
+import json
+
+import pytest
 from google.protobuf import struct_pb2
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from iris.cli.output import (
     describe_job,
+    dump_json,
     explain_text,
     format_age,
     format_duration,
@@ -18,6 +25,7 @@ from iris.cli.output import (
     query_table,
     render_table,
 )
+from iris.core.bands import Band
 from iris.rpc import controller_pb2 as pb
 
 NOW = 1_764_400_000_000
@@ -225,3 +233,29 @@ def test_message_to_dict_uses_proto_names_and_prints_zero_values():
     doc = message_to_dict(pb.JobStatus(job_id="/a/b", exit_code=0, has_exit_code=True, submitted_ms=NOW))
     assert doc["job_id"] == "/a/b" and doc["exit_code"] == 0 and doc["has_exit_code"] is True
     assert doc["submitted_ms"] == NOW  # a number, not a quoted int64
+
+
+_PLAIN = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_PLAIN)
+def test_dump_json_writes_what_json_dumps_writes(doc):
+    assert dump_json(doc) == json.dumps(doc, indent=2, default=str)
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {1: "int key", None: [("a", 2)]},
+        {"when": datetime.date(2026, 1, 2), "flag": Band.BATCH},
+        [b"bytes", (1, 2.5, float("-inf"))],
+    ],
+    ids=["keys not strings", "values not plain", "bytes and tuples"],
+)
+def test_dump_json_of_anything_else_writes_what_json_dumps_writes(doc):
+    assert dump_json(doc) == json.dumps(doc, indent=2, default=str)

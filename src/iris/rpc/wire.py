@@ -178,17 +178,27 @@ def _put_varint(out: bytearray, value: int) -> None:
     out.append(value)
 
 
-_INDEX: dict[int, dict[int, tuple[str, object, int]]] = {}
+# How a known field's value is read, by the kind in its table.
+_STR, _INT, _BOOL, _STRS, _MESSAGES, _MAP, _FLOAT, _MESSAGE = range(8)
+_CODES = {"str": _STR, "int": _INT, "bool": _BOOL, "strs": _STRS, "map": _MAP, "float": _FLOAT}
+_Index = tuple  # (key -> (name, code, nested index or None), the table's field numbers)
+_INDEX: dict[int, _Index] = {}
 
 
-def _index(fields: tuple) -> dict[int, tuple[str, object, int]]:
-    """number -> (name, kind, wire type) of a table, built once per table."""
+def _index(fields: tuple) -> _Index:
+    """A table keyed by what precedes each field on the wire (number and wire type), built once per table."""
     index = _INDEX.get(id(fields))
     if index is None:
-        index = _INDEX[id(fields)] = {
-            number: (name, kind, _WIRE_TYPES.get(kind, _LENGTH) if isinstance(kind, str) else _LENGTH)
-            for number, name, kind in fields
-        }
+        by_key: dict[int, tuple[str, int, Any]] = {}
+        for number, name, kind in fields:
+            if isinstance(kind, str):
+                code, nested = _CODES[kind], (_index(_MAP_ENTRY) if kind == "map" else None)
+                wire = _WIRE_TYPES[kind]
+            else:
+                code = _MESSAGES if isinstance(kind, list) else _MESSAGE
+                nested, wire = _index(kind[0] if isinstance(kind, list) else kind), _LENGTH
+            by_key[number << 3 | wire] = (name, code, nested)
+        index = _INDEX[id(fields)] = (by_key, frozenset(number for number, _, _ in fields))
     return index
 
 
@@ -201,10 +211,11 @@ def decode(data: bytes, fields: tuple) -> dict[str, Any]:
         raise Unreadable(f"not a message of this table: {exc}") from None
 
 
-def _decode(buf: bytes, pos: int, end: int, index: dict) -> dict[str, Any]:
+def _decode(buf: bytes, pos: int, end: int, index: _Index) -> dict[str, Any]:
+    by_key, numbers = index
     out: dict[str, Any] = {}
     while pos < end:
-        # A varint, read inline: this loop runs once per field of every message of a page.
+        # Varints are read inline: this loop runs once per field of every message of a page.
         key = buf[pos]
         pos += 1
         if key >= 0x80:
@@ -217,57 +228,79 @@ def _decode(buf: bytes, pos: int, end: int, index: dict) -> dict[str, Any]:
                 if byte < 0x80:
                     break
                 shift += 7
-        wire = key & 7
-        if wire == _VARINT or wire == _LENGTH:
-            value = buf[pos]
-            pos += 1
-            if value >= 0x80:
-                value &= 0x7F
-                shift = 7
-                while True:
-                    byte = buf[pos]
-                    pos += 1
-                    value |= (byte & 0x7F) << shift
-                    if byte < 0x80:
-                        break
-                    shift += 7
-            if wire == _LENGTH:
-                start, pos = pos, pos + value
-                if pos > end:
-                    raise Unreadable("a field runs past the end of its message")
-        elif wire == _FIXED64:
-            start, pos = pos, pos + 8
-        elif wire == _FIXED32:
-            start, pos = pos, pos + 4
-        else:
-            raise Unreadable(f"wire type {wire} is not one this reader takes")
+        field = by_key.get(key)
+        if field is None:
+            if key >> 3 in numbers:
+                raise Unreadable(f"field {key >> 3} came with wire type {key & 7}")
+            pos = _skip(buf, pos, end, key & 7)  # a field this table does not know: protobuf keeps it unseen
+            continue
+        name, code, nested = field
+        if code == _FLOAT:
+            if pos + 8 > end:
+                raise Unreadable("a field runs past the end of its message")
+            out[name] = _DOUBLE.unpack_from(buf, pos)[0]
+            pos += 8
+            continue
+        value = buf[pos]
+        pos += 1
+        if value >= 0x80:
+            value &= 0x7F
+            shift = 7
+            while True:
+                byte = buf[pos]
+                pos += 1
+                value |= (byte & 0x7F) << shift
+                if byte < 0x80:
+                    break
+                shift += 7
+        if code == _INT:
+            out[name] = value - 0x10000000000000000 if value >= 0x8000000000000000 else value
+            continue
+        if code == _BOOL:
+            out[name] = value != 0
+            continue
+        start = pos
+        pos += value
         if pos > end:
             raise Unreadable("a field runs past the end of its message")
-        field = index.get(key >> 3)
-        if field is None:
-            continue  # a field this table does not know: protobuf keeps it unseen
-        name, kind, expected = field
-        if wire != expected:
-            raise Unreadable(f"field {name!r} came with wire type {wire}")
-        if kind == "str":
-            out[name] = buf[start:pos].decode("utf-8")
-        elif kind == "int":
-            out[name] = value - (1 << 64) if value >= 1 << 63 else value
-        elif kind == "bool":
-            out[name] = value != 0
-        elif kind == "strs":
-            out.setdefault(name, []).append(buf[start:pos].decode("utf-8"))
-        elif kind.__class__ is list:
-            out.setdefault(name, []).append(_decode(buf, start, pos, _index(kind[0])))
-        elif kind == "map":
-            entry = _decode(buf, start, pos, _index(_MAP_ENTRY))
-            out.setdefault(name, {})[entry.get("key", "")] = entry.get("value", 0)
-        elif kind == "float":
-            out[name] = _DOUBLE.unpack_from(buf, start)[0]
-        else:
+        if code == _STR:
+            out[name] = buf[start:pos].decode()
+        elif code == _MESSAGES:
+            if name in out:
+                out[name].append(_decode(buf, start, pos, nested))
+            else:
+                out[name] = [_decode(buf, start, pos, nested)]
+        elif code == _MESSAGE:
             if name in out:
                 raise Unreadable(f"message field {name!r} came twice")  # protobuf merges; no server sends it
-            out[name] = _decode(buf, start, pos, _index(kind))
+            out[name] = _decode(buf, start, pos, nested)
+        elif code == _STRS:
+            out.setdefault(name, []).append(buf[start:pos].decode())
+        else:
+            entry = _decode(buf, start, pos, nested)
+            out.setdefault(name, {})[entry.get("key", "")] = entry.get("value", 0)
     if pos != end:
         raise Unreadable("the last field runs past the end of its message")
     return out
+
+
+def _skip(buf: bytes, pos: int, end: int, wire: int) -> int:
+    """Where a field of an unknown number ends, its value starting at `pos`."""
+    if wire == _VARINT:
+        while buf[pos] >= 0x80:
+            pos += 1
+        return pos + 1
+    if wire == _FIXED64:
+        return pos + 8
+    if wire == _FIXED32:
+        return pos + 4
+    if wire == _LENGTH:
+        size, shift = 0, 0
+        while True:
+            byte = buf[pos]
+            pos += 1
+            size |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return pos + size
+            shift += 7
+    raise Unreadable(f"wire type {wire} is not one this reader takes")
