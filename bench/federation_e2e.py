@@ -428,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Iris/MultiKueue handoff throughput: {tp['jobs_per_s'] / MULTIKUEUE_JOBS_PER_S:.0f}×")
     for name, totals in results.get("spans", {}).items():
         print(f"\nspans of {name} (whole run): stage, calls, wall ms, CPU ms")
-        for stage, t in sorted(totals.items(), key=lambda kv: -kv[1]["cpu_s"])[:14]:
+        for stage, t in sorted(totals.items(), key=lambda kv: -kv[1]["cpu_s"])[:24]:
             print(f"  {stage:40s} {t['count']:6.0f} {t['wall_s'] * 1000:9.1f} {t['cpu_s'] * 1000:9.1f}")
     print(f"\n(total {elapsed:.0f} s)")
     return 0

@@ -9,6 +9,7 @@ from iris.controller.federation_store import ControllerFederationStore
 from iris.core.job import JobSpec
 from iris.core.resources import Resources
 from iris.federation.model import PendingCancel, Promotion
+from iris.rpc import controller_pb2 as pb
 
 
 def _store(tmp_path):
@@ -68,4 +69,21 @@ def test_cancel_once_a_delivery_started_waits_for_the_peer_to_confirm(tmp_path):
     store.mark_cancel_relayed(job, 1)  # the peer answered: stopped, or it never admitted it
     assert _job(db, job)[0] == "KILLED"
     assert store.pending_cancels() == []
+    db.close()
+
+
+def test_a_full_resync_keeps_a_job_accepted_after_its_question_and_drops_one_it_no_longer_holds(tmp_path):
+    db, store = _store(tmp_path)
+    jobs = [_queue(db, name) for name in ("gone", "fresh")]
+    store.promote_all([Promotion(j, "cw-h100", "h100") for j in jobs])
+    assert store.start_deliveries(jobs) == jobs
+    store.mark_handed_off(jobs)
+    # The peer's answer names neither: "gone" it no longer holds; "fresh" it accepted after it answered.
+    store.apply_sync("cw-h100", pb.FederationSyncResponse(cursor=7, cursor_stale=True), accepted_since={"/alice/fresh"})
+    assert _job(db, "/alice/gone")[0] == "FAILED" and "no longer holds" in _job(db, "/alice/gone")[1]
+    assert _job(db, "/alice/fresh")[0] == "PENDING"
+    assert [d.job_id for d in store.pending_cancels()] == [] and store.sync_cursor("cw-h100") == 7
+    with db.read() as conn:
+        handles = conn.execute(sql("SELECT job_id, handoff_state FROM federated_jobs ORDER BY job_id")).all()
+    assert [tuple(h) for h in handles] == [("/alice/fresh", "HANDED_OFF")]
     db.close()

@@ -12,11 +12,11 @@ read.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from iris.controller.db import federation as fed
 from iris.controller.db import withdrawal
-from iris.controller.db.database import Database, sql
+from iris.controller.db.database import Database, run, run_many, sql
 from iris.controller.db.jobs import TERMINAL_JOB_SQL
 from iris.controller.db.literals import FAILED, HANDED_OFF, JOB_PENDING, PENDING_HANDOFF, SENT
 from iris.core.states import JobState, TaskState
@@ -72,11 +72,14 @@ class ControllerFederationStore:
 
     def pending_deliveries(self) -> list[PendingDelivery]:
         with self.db.read() as conn:
-            return [
-                # An ended job (stopped before its delivery) is never delivered, like a cancelled one.
-                PendingDelivery(h["job_id"], h["peer_id"], bool(h["cancel_requested"]) or h["job_state"] in _ENDED)
-                for h in fed.sent_handles(conn, ("PENDING_HANDOFF",))
-            ]
+            rows = run(
+                conn,
+                "SELECT f.job_id, f.peer_id, j.cancel_requested, j.state FROM federated_jobs f"
+                f" JOIN jobs j ON j.job_id = f.job_id WHERE f.direction = {SENT} AND f.handoff_state = {PENDING_HANDOFF}"
+                " ORDER BY f.updated_ms, f.job_id",
+            ).fetchall()
+        # An ended job (stopped before its delivery) is never delivered, like a cancelled one.
+        return [PendingDelivery(r[0], r[1], bool(r[2]) or r[3] in _ENDED) for r in rows]
 
     def delivery_requests(self, job_ids: Sequence[str]) -> dict[str, pb.LaunchJobRequest]:
         """The LaunchJob each job's peer receives, read in one snapshot."""
@@ -86,9 +89,7 @@ class ControllerFederationStore:
     def mark_handed_off(self, job_ids: Sequence[str]) -> None:
         """The peer admitted these jobs: each is HANDED_OFF, all in one transaction."""
         with self.db.write() as conn:
-            now = self.now_ms()
-            for job_id in job_ids:
-                fed.mark_handed_off(conn, job_id, now)
+            fed.mark_handed_off(conn, job_ids, self.now_ms())
 
     def mark_rejected(self, job_id: str, message: str) -> None:
         with self.db.write() as conn:
@@ -232,9 +233,15 @@ class ControllerFederationStore:
 
     # -- folding a sync batch ------------------------------------------------------------------
 
-    def apply_sync(self, peer_id: str, resp: pb.FederationSyncResponse) -> None:
+    def apply_sync(self, peer_id: str, resp: pb.FederationSyncResponse, accepted_since: Collection[str] = ()) -> None:
+        """Folds one sync answer. `accepted_since` holds the jobs the peer accepted after it was
+        asked (the delivery adds each before recording it); read once this transaction holds the
+        write lock, it names every acceptance already recorded that the answer may predate, and no
+        such job is dropped: not by the set-replacement of a full resync, nor by a tombstone of an
+        earlier run of the same job."""
         now = self.now_ms()
         with self.db.write() as conn:
+            fresh = set(accepted_since)
             reported = set()
             for synced in resp.jobs:
                 reported.add(synced.job.job_id)
@@ -243,7 +250,8 @@ class ControllerFederationStore:
             if resp.cursor_stale:
                 dropped += [j for j in _followed(conn, peer_id) if j not in reported]
             for job_id in dropped:
-                _drop_handle(conn, peer_id, job_id, now)
+                if job_id not in fresh:
+                    _drop_handle(conn, peer_id, job_id, now)
             conn.execute(
                 sql(
                     "INSERT INTO federation_sync_state (peer_id, cursor, last_sync_ms, stale) VALUES (:p, :c, :now, 0)"
@@ -269,7 +277,37 @@ def _unreadable(synced: pb.SyncedJob) -> str | None:
     return None
 
 
+_HANDLE_SQL = (
+    f"SELECT handoff_state FROM federated_jobs WHERE job_id = :j AND direction = {SENT} AND peer_id = :p"
+    " AND withdraw_reason = ''"
+)
+_STOPPING_SQL = "UPDATE jobs SET state = :s, started_ms = :st, pending_reason = :r, cluster = :p WHERE job_id = :j"
+_MIRROR_JOB_SQL = (
+    "UPDATE jobs SET state = :s, started_ms = :st, finished_ms = :fin, error = :e, pending_reason = :r,"
+    " cluster = :p WHERE job_id = :j"
+)
+_INSERT_TASK_SQL = (
+    "INSERT INTO tasks (task_id, job_id, idx, state, attempt, backend_id, worker_id, failure_count,"
+    " preemption_count, exit_code, started_ms, finished_ms, error, cluster)"
+    " VALUES (:t, :j, :i, :s, :a, :b, :w, :f, :pc, :c, :st, :fin, :e, :p)"
+)
+_INSERT_ATTEMPT_SQL = (
+    "INSERT INTO attempts (attempt_id, task_id, job_id, idx, attempt, state, backend_id, worker_id,"
+    " exit_code, created_ms, started_ms, finished_ms, error, cluster)"
+    " VALUES (:id, :t, :j, :i, :a, :s, :b, :w, :c, :now, :st, :fin, :e, :p)"
+)
+_REPORTED_SQL = (
+    "UPDATE federated_jobs SET first_report = 1, updated_ms = :now,"
+    f" handoff_state = CASE WHEN handoff_state = {PENDING_HANDOFF} THEN {HANDED_OFF} ELSE handoff_state END"
+    f" WHERE job_id = :j AND direction = {SENT}"
+)
+
+
 def _mirror_job(conn, peer_id: str, synced: pb.SyncedJob, now_ms: int) -> None:
+    """Mirrors one reported job (its row, tasks and attempts) onto this cluster's copy.
+
+    On the driver (`run`): a sync folds every job a burst changed, several statements each, and
+    through SQLAlchemy's statement path those statements were most of the parent's sync cost."""
     job = synced.job
     problem = _unreadable(synced)
     if problem is not None:
@@ -277,55 +315,33 @@ def _mirror_job(conn, peer_id: str, synced: pb.SyncedJob, now_ms: int) -> None:
             "peer %s reported job %s in a form this cluster cannot mirror; skipped: %s", peer_id, job.job_id, problem
         )
         return
-    handle = conn.execute(
-        sql(
-            f"SELECT handoff_state FROM federated_jobs WHERE job_id = :j AND direction = {SENT} AND peer_id = :p"
-            " AND withdraw_reason = ''"
-        ),
-        {"j": job.job_id, "p": peer_id},
-    ).first()
-    if handle is None:
+    if run(conn, _HANDLE_SQL, {"j": job.job_id, "p": peer_id}).fetchone() is None:
         return  # not a job this cluster handed to that peer, or one being withdrawn from it
-    local = conn.execute(sql("SELECT state, cancel_requested FROM jobs WHERE job_id = :j"), {"j": job.job_id}).first()
-    peer_live = job.state not in ("SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE")
+    local = run(conn, "SELECT state, cancel_requested FROM jobs WHERE job_id = :j", {"j": job.job_id}).fetchone()
+    peer_live = job.state not in _ENDED
     keep_local_state = local is not None and local[1] and local[0] in ("KILLED",) and peer_live
+    started = job.started_ms or None
     if local is not None and local[1] and peer_live and not keep_local_state:
         # Stopping, not yet confirmed by the peer: its state moves, the stopping reason stays.
-        conn.execute(
-            sql("UPDATE jobs SET state = :s, started_ms = :st, pending_reason = :r, cluster = :p WHERE job_id = :j"),
-            {
-                "s": job.state,
-                "st": job.started_ms or None,
-                "r": fed.stopping_reason(peer_id),
-                "p": peer_id,
-                "j": job.job_id,
-            },
-        )
+        params = {"s": job.state, "st": started, "r": fed.stopping_reason(peer_id), "p": peer_id, "j": job.job_id}
+        run(conn, _STOPPING_SQL, params)
     elif not keep_local_state:
-        conn.execute(
-            sql(
-                "UPDATE jobs SET state = :s, started_ms = :st, finished_ms = :fin, error = :e, pending_reason = :r,"
-                " cluster = :p WHERE job_id = :j"
-            ),
-            {
-                "s": job.state,
-                "st": job.started_ms or None,
-                "fin": job.finished_ms or None,
-                "e": job.error,
-                "r": job.pending_reason,
-                "p": peer_id,
-                "j": job.job_id,
-            },
-        )
-    conn.execute(sql("DELETE FROM tasks WHERE job_id = :j"), {"j": job.job_id})
-    conn.execute(sql("DELETE FROM attempts WHERE job_id = :j"), {"j": job.job_id})
+        params = {
+            "s": job.state,
+            "st": started,
+            "fin": job.finished_ms or None,
+            "e": job.error,
+            "r": job.pending_reason,
+            "p": peer_id,
+            "j": job.job_id,
+        }
+        run(conn, _MIRROR_JOB_SQL, params)
+    run(conn, "DELETE FROM tasks WHERE job_id = :j", {"j": job.job_id})
+    run(conn, "DELETE FROM attempts WHERE job_id = :j", {"j": job.job_id})
+    tasks: list[dict] = []
+    attempts: list[dict] = []
     for t in synced.tasks:
-        conn.execute(
-            sql(
-                "INSERT INTO tasks (task_id, job_id, idx, state, attempt, backend_id, worker_id, failure_count,"
-                " preemption_count, exit_code, started_ms, finished_ms, error, cluster)"
-                " VALUES (:t, :j, :i, :s, :a, :b, :w, :f, :pc, :c, :st, :fin, :e, :p)"
-            ),
+        tasks.append(
             {
                 "t": t.task_id,
                 "j": job.job_id,
@@ -341,40 +357,32 @@ def _mirror_job(conn, peer_id: str, synced: pb.SyncedJob, now_ms: int) -> None:
                 "fin": t.finished_ms or None,
                 "e": t.error,
                 "p": peer_id,
-            },
+            }
         )
-        for a in t.attempts:
-            conn.execute(
-                sql(
-                    "INSERT INTO attempts (attempt_id, task_id, job_id, idx, attempt, state, backend_id, worker_id,"
-                    " exit_code, created_ms, started_ms, finished_ms, error, cluster)"
-                    " VALUES (:id, :t, :j, :i, :a, :s, :b, :w, :c, :now, :st, :fin, :e, :p)"
-                ),
-                {
-                    "id": a.attempt_id,
-                    "t": t.task_id,
-                    "j": job.job_id,
-                    "i": t.index,
-                    "a": a.attempt,
-                    "s": a.state,
-                    "b": a.backend_id,
-                    "w": a.worker_id,
-                    "c": a.exit_code if a.has_exit_code else None,
-                    "now": now_ms,
-                    "st": a.started_ms or None,
-                    "fin": a.finished_ms or None,
-                    "e": a.error,
-                    "p": peer_id,
-                },
-            )
-    conn.execute(
-        sql(
-            "UPDATE federated_jobs SET first_report = 1, updated_ms = :now,"
-            f" handoff_state = CASE WHEN handoff_state = {PENDING_HANDOFF} THEN {HANDED_OFF} ELSE handoff_state END"
-            f" WHERE job_id = :j AND direction = {SENT}"
-        ),
-        {"now": now_ms, "j": job.job_id},
-    )
+        attempts.extend(
+            {
+                "id": a.attempt_id,
+                "t": t.task_id,
+                "j": job.job_id,
+                "i": t.index,
+                "a": a.attempt,
+                "s": a.state,
+                "b": a.backend_id,
+                "w": a.worker_id,
+                "c": a.exit_code if a.has_exit_code else None,
+                "now": now_ms,
+                "st": a.started_ms or None,
+                "fin": a.finished_ms or None,
+                "e": a.error,
+                "p": peer_id,
+            }
+            for a in t.attempts
+        )
+    if tasks:
+        run_many(conn, _INSERT_TASK_SQL, tasks)
+    if attempts:
+        run_many(conn, _INSERT_ATTEMPT_SQL, attempts)
+    run(conn, _REPORTED_SQL, {"now": now_ms, "j": job.job_id})
 
 
 def _followed(conn, peer_id: str) -> list[str]:

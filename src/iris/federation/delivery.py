@@ -30,8 +30,9 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Protocol
 
 from iris.core import spans
@@ -88,13 +89,11 @@ class Delivery:
         self,
         clients: Mapping[str, PeerClient],
         store: DeliveryStore,
-        sync_gates: Mapping[str, threading.Lock],
         retry_after_s: float,
         on_answer: Callable[[], None] = lambda: None,
     ):
         self.clients = clients
         self.store = store
-        self.sync_gates = sync_gates
         self.retry_after_s = retry_after_s
         self.on_answer = on_answer
         self._lock = threading.Lock()
@@ -109,6 +108,7 @@ class Delivery:
         # Deliveries to try again later: job -> (next try, monotonic s; last delay).
         self._backoff: dict[str, tuple[float, float]] = {}
         self._one_by_one: set[str] = set()  # peers that do not serve HandOffJobs
+        self._watchers: dict[str, list[set[str]]] = {}  # peer -> sets collecting its acceptances (under _lock)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -125,6 +125,19 @@ class Delivery:
 
     def wake(self) -> None:
         self._wake.set()
+
+    @contextmanager
+    def accepted_from_now(self, peer_id: str) -> Iterator[set[str]]:
+        """A set that collects every job `peer_id` accepts from now until the block ends; a job
+        is in it before its acceptance is recorded."""
+        accepted: set[str] = set()
+        with self._lock:
+            self._watchers.setdefault(peer_id, []).append(accepted)
+        try:
+            yield accepted
+        finally:
+            with self._lock:
+                self._watchers[peer_id].remove(accepted)
 
     def is_open(self, job_id: str) -> bool:
         """Whether a call carrying `job_id` is open now (a stop must wait until it returns)."""
@@ -275,6 +288,7 @@ class Delivery:
                 words = error.message if isinstance(error, IrisError) else repr(error)
                 log.info("delivery of %s to %s failed, will retry: %s", job_id, peer_id, words)
         if accepted:
-            # Recorded between syncs of the peer, never inside one (see FederationManager.sync).
-            with self.sync_gates[peer_id]:
-                self.store.mark_handed_off(accepted)
+            with self._lock:  # before the record: a sync's fold that sees it knows it is new
+                for watcher in self._watchers.get(peer_id, ()):
+                    watcher.update(accepted)
+            self.store.mark_handed_off(accepted)

@@ -32,7 +32,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -78,7 +78,9 @@ class FederationStore(DeliveryStore, Protocol):
     def pending_cancels(self) -> list[PendingCancel]: ...
     def mark_cancel_relayed(self, job_id: str, version: int) -> None: ...
     def sync_cursor(self, peer_id: str) -> int: ...
-    def apply_sync(self, peer_id: str, response: pb.FederationSyncResponse) -> None: ...
+    def apply_sync(
+        self, peer_id: str, response: pb.FederationSyncResponse, accepted_since: Collection[str] = ()
+    ) -> None: ...
     def mark_stale(self, peer_id: str) -> None: ...
     def followed_unreported(self, peer_id: str, reported: set[str]) -> list[str]: ...
     def peers_with_handles(self) -> set[str]: ...
@@ -146,10 +148,7 @@ class FederationManager:
         self._pool = ThreadPoolExecutor(max_workers=min(16, max(1, len(peers))), thread_name_prefix="federation-peer")
         self._next_heartbeat = 0.0
         self._next_sync = 0.0
-        # Held by a sync of the peer from its question to its fold, and by a delivery recording the
-        # peer's acceptance (see `sync`).
-        self._sync_gates = {pid: threading.Lock() for pid in peers}
-        self.delivery = Delivery(self.clients, store, self._sync_gates, sync_interval, self._answered)
+        self.delivery = Delivery(self.clients, store, sync_interval, self._answered)
         self._queue_left = False  # the last placement pass left jobs queued: a freed slot may take one
 
     def now_ms(self) -> int:
@@ -347,10 +346,11 @@ class FederationManager:
                     log.warning("gave up on %s: peer %s is no longer configured", job_id, peer_id)
                 continue
             try:
-                # A delivery that the peer accepts while this sync is between its question and
-                # its fold is recorded after the fold: the answer predates the job there, and a
-                # full resync drops the handed-off jobs it does not mention.
-                with self._sync_gates[peer_id]:
+                # A job the peer accepts while this sync is between its question and its fold is
+                # recorded at once, and the fold is told about it: the answer may predate the job
+                # there, so neither a full resync's set-replacement nor a tombstone of an earlier
+                # run may drop it. Deliveries never wait for a sync.
+                with self.delivery.accepted_from_now(peer_id) as accepted_since:
                     response = client.federation_sync(self.store.sync_cursor(peer_id))
                     if response.cursor_stale:
                         self._complete_resync(peer_id, client, response)
@@ -360,7 +360,7 @@ class FederationManager:
                             self.store.begin_withdrawal(
                                 synced.job.job_id, peer_id, f"peer {peer_id} cannot place it: {error}"
                             )
-                    self.store.apply_sync(peer_id, response)
+                    self.store.apply_sync(peer_id, response, accepted_since)
                 if self.reroute_after > 0:
                     cutoff = self.now_ms() - int(self.reroute_after * 1000)
                     for job_id in self.store.unplaced_past(peer_id, cutoff):

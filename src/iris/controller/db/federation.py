@@ -9,6 +9,7 @@ itself, so a sync can never miss a change or see one that was rolled back.
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 from collections.abc import Sequence
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from sqlalchemy.engine import Connection
 
 from iris.controller import workspace
-from iris.controller.db.database import sql
+from iris.controller.db.database import run, run_many, sql
 from iris.controller.db.jobs import (
     TERMINAL_JOB_SQL,
     insert_job,
@@ -140,6 +141,11 @@ def set_queued_reasons(conn: Connection, reasons: dict[str, str]) -> None:
     )
 
 
+# A queued job's shape is read on every tick while it waits: parsed once per distinct text.
+_resources = functools.lru_cache(maxsize=1024)(parse_resources)
+_constraints = functools.lru_cache(maxsize=1024)(parse_constraints)
+
+
 def queued_jobs(conn: Connection) -> list[QueuedJob]:
     rows = conn.execute(
         sql(
@@ -155,9 +161,9 @@ def queued_jobs(conn: Connection) -> list[QueuedJob]:
             r[0],
             Band.parse(r[1]),
             r[2],
-            parse_resources(r[4]),
+            _resources(r[4]),
             r[3],
-            parse_constraints(r[5]),
+            _constraints(r[5]),
             r[6] or None,
             frozenset(p for p in r[7].split(",") if p),
         )
@@ -259,17 +265,24 @@ def delivery_request(conn: Connection, job_id: str, requester: str) -> pb.Launch
     return req
 
 
-def mark_handed_off(conn: Connection, job_id: str, now_ms: int) -> None:
-    conn.execute(
-        sql(
-            f"UPDATE federated_jobs SET handoff_state = {HANDED_OFF}, updated_ms = :now"
-            f" WHERE job_id = :j AND direction = {SENT} AND handoff_state = {PENDING_HANDOFF}"
-        ),
-        {"now": now_ms, "j": job_id},
+def mark_handed_off(conn: Connection, job_ids: Sequence[str], now_ms: int) -> None:
+    """The peer admitted these jobs (still awaiting delivery here): each is HANDED_OFF, and a
+    pending one says it awaits its first report from its peer."""
+    handles = run(
+        conn,
+        f"SELECT job_id, peer_id FROM federated_jobs WHERE direction = {SENT} AND handoff_state = {PENDING_HANDOFF}"
+        f" AND job_id IN ({','.join('?' * len(job_ids))})",
+        list(job_ids),
+    ).fetchall()
+    run_many(
+        conn,
+        f"UPDATE federated_jobs SET handoff_state = {HANDED_OFF}, updated_ms = ? WHERE job_id = ? AND direction = {SENT}",
+        [(now_ms, job_id) for job_id, _ in handles],
     )
-    conn.execute(
-        sql(f"UPDATE jobs SET pending_reason = :r WHERE job_id = :j AND state = {JOB_PENDING}"),
-        {"r": awaiting_first_report_reason(_peer_of(conn, job_id)), "j": job_id},
+    run_many(
+        conn,
+        f"UPDATE jobs SET pending_reason = ? WHERE job_id = ? AND state = {JOB_PENDING}",
+        [(awaiting_first_report_reason(peer_id or ""), job_id) for job_id, peer_id in handles],
     )
 
 
