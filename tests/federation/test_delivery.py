@@ -18,6 +18,7 @@ from iris.federation.delivery import CALLS_PER_PEER, MAX_BYTES_PER_CALL, MAX_JOB
 from iris.federation.manager import FederationManager
 from iris.federation.model import PendingDelivery
 from iris.federation.peer import PeerClient
+from iris.federation.reasons import queued_reason
 from iris.rpc import controller_pb2 as pb
 
 PEERS = ("cw-0", "cw-1", "cw-2")
@@ -335,6 +336,7 @@ class PlanStore:
         self.queued = queued
         self.in_flight = in_flight
         self.promoted: list[str] = []
+        self.reasons_written: list[dict[str, str]] = []
 
     def expire_queued(self):
         return []
@@ -352,7 +354,7 @@ class PlanStore:
         return list(promotions)
 
     def set_queued_reasons(self, reasons):
-        pass
+        self.reasons_written.append(dict(reasons))
 
 
 def test_plan_fills_only_the_slots_that_acceptances_freed():
@@ -391,3 +393,24 @@ def test_peer_client_reuses_a_token_until_the_peer_refuses_it(held_peer):
         client.close()
     # One token signs calls (the peer verifies it once); a refusal makes the next call mint anew.
     assert held_peer.tokens == ["Bearer token-0"] * 4 + ["Bearer token-1"]
+
+
+def test_plan_writes_a_pending_reason_only_where_it_differs_from_what_the_job_says():
+    from tests.federation.federation_builders import gpu, h100_peer, job
+
+    queued = [
+        replace(job(f"/bob/q{i}", gpu(count=1), submitted_ms=i), pending_reason=queued_reason()) for i in range(3)
+    ]
+    store = PlanStore(queued, {"cw": 0})
+    manager = FederationManager("marin", {"cw": "http://127.0.0.1:9"}, store=store, router=None, max_per_peer=1)
+    manager._status["cw"] = replace(manager._status["cw"], reachable=True, backends=h100_peer("cw", 64).backends)
+    try:
+        assert [p.job_id for p in manager.plan()] == ["/bob/q0"]
+        assert store.reasons_written == []  # the others still say what they were queued with
+        manager._status["cw"] = replace(manager._status["cw"], last_error="refuses this cluster's key")
+        manager.plan()
+        assert store.reasons_written == [
+            {j: queued_reason(None, {"cw": "refuses this cluster's key"}) for j in ("/bob/q1", "/bob/q2")}
+        ]
+    finally:
+        manager.stop()

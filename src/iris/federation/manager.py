@@ -273,7 +273,8 @@ class FederationManager:
     def _explain_waits(self, waiting: list[QueuedJob], downgraded: set[str]) -> None:
         """Gives each still-queued job a pending reason that names why its peers cannot take it
         (a peer that refuses this cluster's key, one that does not answer, an owner over budget);
-        written only on change."""
+        written only where it differs from what the job says now (a burst of new jobs already says
+        what they were queued with, so a pass that promotes some of them writes nothing more)."""
         with self._lock:
             errors = {s.peer_id: s.last_error for s in self._status.values() if s.last_error}
         reasons = {
@@ -281,7 +282,8 @@ class FederationManager:
             + (over_budget_note(JobName.parse(j.job_id).user) if j.job_id in downgraded else "")
             for j in waiting
         }
-        changed = {j: r for j, r in reasons.items() if self._queued_reasons.get(j) != r}
+        said = {j.job_id: j.pending_reason for j in waiting if j.pending_reason is not None}
+        changed = {j: r for j, r in reasons.items() if said.get(j, self._queued_reasons.get(j)) != r}
         self._queued_reasons = reasons
         if changed:
             self.store.set_queued_reasons(changed)

@@ -87,6 +87,7 @@ class QueuedJob:
     constraints: tuple[Constraint, ...] = ()
     pinned_peer: str | None = None
     excluded_peers: frozenset[str] = frozenset()  # peers it was withdrawn from: never handed to again
+    pending_reason: str | None = None  # what its pending reason says now (None: not known)
 
     def __post_init__(self) -> None:
         if self.replicas < 1:

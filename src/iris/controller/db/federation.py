@@ -150,7 +150,7 @@ def queued_jobs(conn: Connection) -> list[QueuedJob]:
     rows = conn.execute(
         sql(
             "SELECT j.job_id, j.band, j.submitted_ms, j.replicas, c.resources, c.constraints, f.peer_id,"
-            " f.excluded_peers"
+            " f.excluded_peers, j.pending_reason"
             " FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id JOIN job_config c ON c.job_id = f.job_id"
             f" WHERE f.direction = {SENT} AND f.handoff_state = {QUEUED_HANDOFF} AND j.cancel_requested = 0"
             f" AND j.state NOT IN {TERMINAL_JOB_SQL}"
@@ -166,6 +166,7 @@ def queued_jobs(conn: Connection) -> list[QueuedJob]:
             _constraints(r[5]),
             r[6] or None,
             frozenset(p for p in r[7].split(",") if p),
+            r[8],
         )
         for r in rows
     ]
