@@ -9,12 +9,14 @@ the few workers a placement touches change the answer. So the count per group is
 by the worker index as it stands before a tick (carried to the next tick and recounted there only
 for groups whose workers' running tasks changed), and by the tick's copy of it, recounted only for
 groups with a worker whose free capacity changed since it was last asked (the ledger marks them).
-The groups able to hold the whole job are kept sorted by (slots, group), so the tightest is first.
+The groups able to hold the whole job are kept in a heap by (slots, group), so the tightest is
+on top; the ranking of every group by free slots, which only a job that must preempt walks, is
+sorted when asked.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+import heapq
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -24,8 +26,9 @@ if TYPE_CHECKING:
     from iris.scheduler.ledger import Ledger
 
 Group = tuple[str, str]
-# Slots per group; (slots, group) of the groups holding all, sorted; (-slots, group) of all, sorted.
-Counts = tuple[dict[Group, int], list[tuple[int, Group]], list[tuple[int, Group]]]
+# Slots per group, and a heap of (slots, group) for the groups holding all. The heap may hold
+# entries a recount has since made stale: an entry counts only while its slots are the group's.
+Counts = tuple[dict[Group, int], list[tuple[int, Group]]]
 
 
 def count(free: list[Vector], members: Iterable[int], need: Vector, limit: int) -> int:
@@ -35,7 +38,9 @@ def count(free: list[Vector], members: Iterable[int], need: Vector, limit: int) 
 
 def count_all(free: list[Vector], groups: Mapping[Group, tuple[int, ...]], need: Vector, limit: int) -> Counts:
     slots = {g: count(free, members, need, limit) for g, members in groups.items()}
-    return slots, sorted((s, g) for g, s in slots.items() if s >= limit), sorted((-s, g) for g, s in slots.items())
+    ready = [(s, g) for g, s in slots.items() if s >= limit]
+    heapq.heapify(ready)
+    return slots, ready
 
 
 def recount(
@@ -45,49 +50,71 @@ def recount(
     changed: Iterable[Group],
     need: Vector,
     limit: int,
-) -> None:
-    """Recounts the `changed` groups in place, keeping the sorted list of those holding all."""
-    slots, ready, ranked = counts
+) -> bool:
+    """Recounts the `changed` groups in place; True when a count changed.
+
+    A group that now holds all gets a fresh heap entry; its old entry, if any, goes stale and is
+    dropped when it reaches the top (`tightest`). Pushing is cheaper than keeping a sorted list,
+    which moves every later entry on each change.
+    """
+    slots, ready = counts
+    moved = False
     for g in changed:
-        old = slots[g]
-        new = slots[g] = count(free, groups[g], need, limit)
-        if old != new:
-            if old >= limit:
-                del ready[bisect_left(ready, (old, g))]
+        new = count(free, groups[g], need, limit)
+        if new != slots[g]:
+            slots[g] = new
+            moved = True
             if new >= limit:
-                insort(ready, (new, g))
-            del ranked[bisect_left(ranked, (-old, g))]
-            insort(ranked, (-new, g))
+                heapq.heappush(ready, (new, g))
+    if len(ready) > 2 * len(slots) + 16:
+        ready[:] = [(s, g) for s, g in ready if slots[g] == s]  # drop what went stale, keep it small
+        heapq.heapify(ready)
+    return moved
+
+
+def tightest(counts: Counts) -> Group | None:
+    """The group that holds all with the fewest slots (then the lowest group), dropping stale entries."""
+    slots, ready = counts
+    while ready:
+        s, g = ready[0]
+        if slots[g] == s:
+            return g
+        heapq.heappop(ready)
+    return None
 
 
 class GangSlots:
     """The tick's counts for one request: per group, how many tasks of `need` its workers hold
     now, each worker counted up to `limit` (the number of replicas)."""
 
-    __slots__ = ("need", "limit", "groups", "group_of", "counts", "dirty")
+    __slots__ = ("need", "limit", "groups", "group_of", "counts", "dirty", "_ranked")
 
     def __init__(self, ledger: Ledger, hard: tuple, need: Vector, limit: int) -> None:
         ix = ledger.ix
         self.need, self.limit = need, limit
         self.groups, self.group_of, number = ix.gang_groups(hard)
-        slots, ready, ranked = ix.gang_counts(hard, need, limit)
-        self.counts: Counts = (dict(slots), list(ready), list(ranked))  # the index's are shared with later ticks
+        slots, ready = ix.gang_counts(hard, need, limit)
+        self.counts: Counts = (dict(slots), list(ready))  # the index's are shared with later ticks
         self.dirty = ledger.changed_among(self.group_of)
         ledger.subscribe(number, self.dirty.add, inside_trials=False)
+        self._ranked: list[tuple[int, Group]] | None = None
 
     def refresh(self, free: list[Vector]) -> dict[Group, int]:
         """The count per group, recounted where a worker changed since the last call."""
         if self.dirty:
             group_of = self.group_of
-            recount(self.counts, free, self.groups, {group_of[w] for w in self.dirty}, self.need, self.limit)
+            if recount(self.counts, free, self.groups, {group_of[w] for w in self.dirty}, self.need, self.limit):
+                self._ranked = None
             self.dirty.clear()
         return self.counts[0]
 
     def roomiest(self) -> list[tuple[int, Group]]:
-        """Every group as (-slots, group), the most slots first."""
-        return self.counts[2]
+        """Every group as (-slots, group), the most slots first (sorted when asked, as only a job
+        that must preempt walks it)."""
+        if self._ranked is None:
+            self._ranked = sorted((-s, g) for g, s in self.counts[0].items())
+        return self._ranked
 
     def tightest(self) -> Group | None:
         """The group that holds all `limit` tasks with the fewest slots (then the lowest group)."""
-        ready = self.counts[1]
-        return ready[0][1] if ready else None
+        return tightest(self.counts)

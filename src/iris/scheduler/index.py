@@ -408,7 +408,7 @@ class ClusterIndex:
                 touched = {group_of[w] for w in self._moved if w in group_of}
                 found = carried
                 if touched:
-                    found = (dict(carried[0]), list(carried[1]), list(carried[2]))
+                    found = (dict(carried[0]), list(carried[1]))
                     recount(found, self.free, groups, touched, need, limit)
             self._gangs[key] = found
         return found

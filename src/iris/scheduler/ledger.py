@@ -40,11 +40,12 @@ class Pool:
     rarely, and several changes to one worker between two searches cost one repair.
 
     Each demand searched here keeps where its last search ended (`starts`): every worker ordered
-    before that point which has not changed since could not hold the demand then, and free
-    capacity does not grow within a tick, so the next search starts there and looks again only at
-    the workers the log names since. Searching a pool for a demand costs the entries stepped over
-    once per tick, not once per task. A trial that is rolled back restores capacity through the
-    same log, so those workers are looked at again too.
+    before that point could not hold the demand then, except the few it keeps as candidates (they
+    changed and moved there while still holding it), and free capacity does not grow within a
+    tick, so the next search starts there and looks again only at those candidates and at the
+    workers the log names since. Searching a pool for a demand costs the entries stepped over once
+    per tick, not once per task. A trial that is rolled back restores capacity through the same
+    log, so those workers are looked at again too.
     """
 
     __slots__ = ("members", "keys", "key_of", "log", "repaired", "starts", "owned")
@@ -55,7 +56,8 @@ class Pool:
         self.key_of = key_of
         self.log: list[int] = []  # every worker whose free capacity changed, in order, repeats kept
         self.repaired = 0  # how much of the log the keys reflect
-        self.starts: dict[Vector, tuple[tuple, int]] = {}  # demand -> (where to search from, log read)
+        # demand -> (where to search from, how much of the log was read, candidates before that)
+        self.starts: dict[Vector, tuple[tuple, int, set[int] | None]] = {}
         self.owned = False
 
     def refresh(self, free: list[Vector]) -> list[tuple]:
@@ -72,35 +74,49 @@ class Pool:
         """The member with the least free capacity that still fits `need` (see the class)."""
         keys = self.refresh(free)
         log = self.log
-        state = self.starts.get(need)
         n0, c, m, d = need
+        probe = (n0, c, m, d, -1)  # entries before it are short in their first differing dimension
+        start, seen, held = self.starts.get(need) or (probe, 0, None)
+        changes = len(log) - seen
+        if changes and start is not probe:
+            if changes > _FEW and changes > bisect_left(keys, start) - bisect_left(keys, probe):
+                start, held = probe, None  # stepping over what lies before start again costs less
+            else:
+                held = held.union(log[seen:]) if held else set(log[seen:])
         best = None
-        if state is None:
-            start: tuple = (n0, c, m, d, -1)  # entries before it are short in their first differing dimension
-        else:
-            start, seen = state
-            if seen < len(log):
-                key_of = self.key_of
-                for w in log[seen:]:
-                    f = free[w]
-                    if f[0] >= n0 and f[1] >= c and f[2] >= m and f[3] >= d:
-                        key = key_of[w]
-                        if key < start and (best is None or key < best):
+        kept = None
+        if held:
+            # Workers that changed (or held the demand before start when last asked): those that
+            # still hold it and sort before start are candidates the scan below would not reach.
+            key_of = self.key_of
+            kept = set()
+            for w in held:
+                f = free[w]
+                if f[0] >= n0 and f[1] >= c and f[2] >= m and f[3] >= d:
+                    key = key_of[w]
+                    if key < start:
+                        kept.add(w)
+                        if best is None or key < best:
                             best = key
         # Entries at or after `start` have enough devices; one by one (measured on the scheduler
         # benchmark, stepping beats jumping ahead by bisection, whose keys cost more to build).
-        for i in range(bisect_left(keys, start), len(keys)):
+        # The scan stops at the first that fits, or where a candidate sorts first.
+        i, n = bisect_left(keys, start), len(keys)
+        while i < n:
             key = keys[i]
             if best is not None and key >= best:
                 break
             if key[1] >= c and key[2] >= m and key[3] >= d:
                 best = key
                 break
-        self.starts[need] = (_END if best is None else best, len(log))
+            i += 1
+        # Every entry the scan passed is short of the demand: the next search starts after them.
+        self.starts[need] = (keys[i] if i < n else _END, len(log), kept or None)
         return None if best is None else best[4]
 
 
 _END = (float("inf"),)  # sorts after every key: a search that found nothing starts here next time
+_FEW = 16  # changes since a search below which they are looked at one by one
 
 
 def best_fit(plan: list[Pool], need: Vector, free: list[Vector]) -> int | None:

@@ -12,6 +12,7 @@ capacity and the set of evictable tasks only shrink during a tick.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from iris.core.bands import Band
@@ -162,18 +163,18 @@ def _slots(ledger: Ledger, levels: list[tuple[int, ...]], shape: Shape, limit: i
 
 def _group_slots(
     ledger: Ledger, memo: Memo, shape: Shape, groups: dict[Group, list[tuple[int, ...]]], n: int
-) -> tuple[dict[Group, int], Group | None, list[tuple[int, Group]]]:
+) -> tuple[dict[Group, int], Group | None, Callable[[], list[tuple[int, Group]]]]:
     """Per group, how many of `n` replicas its workers hold now; the tightest group holding all;
-    and every group as (-slots, group), the most slots first."""
+    and how to list every group as (-slots, group), the most slots first."""
     if memo.plain:
         slots = {g: _slots(ledger, levels, shape, n) for g, levels in groups.items()}
         ready = [(s, g) for g, s in slots.items() if s >= n]
-        return slots, min(ready)[1] if ready else None, sorted((-s, g) for g, s in slots.items())
+        return slots, min(ready)[1] if ready else None, lambda: sorted((-s, g) for g, s in slots.items())
     key = (shape.hard, shape.need, n)
     gang = memo.gangs.get(key)
     if gang is None:
         gang = memo.gangs[key] = GangSlots(ledger, shape.hard, shape.need, n)
-    return gang.refresh(ledger.free), gang.tightest(), gang.roomiest()
+    return gang.refresh(ledger.free), gang.tightest(), gang.roomiest
 
 
 def _trial_floor(ledger: Ledger, members: tuple[int, ...], band: Band, now_ms: int, victims: int) -> tuple:
@@ -209,10 +210,11 @@ def place_coscheduled(
     """
     n = len(tasks)
     groups = ledger.group_levels(shape)
-    free_slots, tightest, roomiest = _group_slots(ledger, memo, shape, groups, n)
+    free_slots, tightest, ranked = _group_slots(ledger, memo, shape, groups, n)
     if pinned_group is not None:
         pinned = free_slots.get(pinned_group)
-        roomiest = [] if pinned is None else [(-pinned, pinned_group)]
+        only: list[tuple[int, Group]] = [] if pinned is None else [(-pinned, pinned_group)]
+        ranked = lambda: only  # noqa: E731
         tightest = pinned_group if pinned is not None and pinned >= n else None
     if tightest is not None:
         find = ledger.finder(shape, tightest, memo.plain)
@@ -225,7 +227,7 @@ def place_coscheduled(
     # less than one of the lowest band losing no work: a bound that skips the trial of a group
     # which cannot beat the cheapest found so far. Groups with the most free room go first, so the
     # first group whose bound reaches the cheapest ends the search.
-    for negative_slots, group in roomiest:
+    for negative_slots, group in ranked():
         if cheapest is not None and ((-LOWEST_BAND, n + negative_slots, 0), group) >= cheapest[0]:
             break
         levels = groups[group]

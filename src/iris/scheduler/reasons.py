@@ -12,8 +12,10 @@ left after this tick's placements, using the same filters the placement pass use
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 
 from iris.scheduler.fit import DEVICES, DIMENSIONS, Shape, amount, copies, fits
+from iris.scheduler.gangs import Group
 from iris.scheduler.gating import over_budget_note
 from iris.scheduler.ledger import Ledger, WorkerClass
 from iris.scheduler.ordering import JobRequest
@@ -113,11 +115,17 @@ def _waiting_for_one(ledger: Ledger, stats: PoolStats, shape: Shape, members: li
     return f"Waiting for {shape.describe()} on one worker; no worker has all of it free at once"
 
 
-def _waiting_for_group(ledger: Ledger, request: JobRequest, members: list[int], count: int) -> str:
+def _waiting_for_group(
+    ledger: Ledger, request: JobRequest, members: list[int], count: int, counted: Mapping[Group, int] | None
+) -> str:
     shape = request.shape
-    slots: dict[tuple[str, str], int] = defaultdict(int)
-    for w in members:
-        slots[ledger.group(w)] += copies(ledger.free[w], shape.need, count)
+    slots: Mapping[Group, int]
+    if counted is not None:
+        slots = counted
+    else:
+        slots = defaultdict(int)
+        for w in members:
+            slots[ledger.group(w)] += copies(ledger.free[w], shape.need, count)
     if request.pinned_group is not None:
         slots = {request.pinned_group: slots.get(request.pinned_group, 0)}
     group, most = min(slots.items(), key=lambda item: (-item[1], item[0]))
@@ -127,8 +135,12 @@ def _waiting_for_group(ledger: Ledger, request: JobRequest, members: list[int], 
     )
 
 
-def waiting_reason(ledger: Ledger, stats: PoolStats, request: JobRequest, count: int) -> str:
-    """One sentence on what `count` still-pending tasks of `request` wait for."""
+def waiting_reason(
+    ledger: Ledger, stats: PoolStats, request: JobRequest, count: int, counted: Mapping[Group, int] | None = None
+) -> str:
+    """One sentence on what `count` still-pending tasks of `request` wait for. `counted`, for a
+    coscheduled request, is how many of `count` replicas each group holds now, when the pass
+    already keeps that count (`gangs.GangSlots`); it is counted here otherwise."""
     shape = request.shape
     if not any(ledger.alive):
         sentence = "Waiting for a worker to come up; no worker is alive"
@@ -137,7 +149,7 @@ def waiting_reason(ledger: Ledger, stats: PoolStats, request: JobRequest, count:
         if not members:
             sentence = "Waiting for a worker that satisfies its constraints; every such worker is down"
         elif request.coscheduled:
-            sentence = _waiting_for_group(ledger, request, members, count)
+            sentence = _waiting_for_group(ledger, request, members, count, counted)
         else:
             sentence = _waiting_for_one(ledger, stats, shape, members)
     if request.downgraded:

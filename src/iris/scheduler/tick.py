@@ -157,11 +157,11 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
             tick.unschedulable.extend(Unschedulable(t.task_id, outcome.unschedulable) for t in request.tasks)
         elif request.tasks:
             _place(tick, memo, request, outcome)
-    _explain_waits(tick)
+    _explain_waits(tick, memo)
     return tick
 
 
-def _explain_waits(tick: Tick) -> None:
+def _explain_waits(tick: Tick, memo: Memo) -> None:
     """Pending reasons for jobs with tasks left, and reasons for tasks past their deadline."""
     stats = PoolStats()
     sentences: dict[tuple, str] = {}
@@ -185,7 +185,11 @@ def _explain_waits(tick: Tick) -> None:
         )
         sentence = sentences.get(key)
         if sentence is None:
-            sentence = sentences[key] = waiting_reason(tick.ledger, stats, request, count)
+            counted = None
+            gang = memo.gangs.get((request.shape.hard, request.shape.need, count)) if request.coscheduled else None
+            if gang is not None:
+                counted = gang.refresh(tick.ledger.free)
+            sentence = sentences[key] = waiting_reason(tick.ledger, stats, request, count, counted)
         if waiting > 0:
             outcome.pending_reason = sentence
         if request.expired:
