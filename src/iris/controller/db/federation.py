@@ -141,35 +141,43 @@ def set_queued_reasons(conn: Connection, reasons: dict[str, str]) -> None:
     )
 
 
-# A queued job's shape is read on every tick while it waits: parsed once per distinct text.
-_resources = functools.lru_cache(maxsize=1024)(parse_resources)
-_constraints = functools.lru_cache(maxsize=1024)(parse_constraints)
+@functools.lru_cache(maxsize=4096)
+def _queued_job(
+    job_id: str,
+    band: str,
+    submitted_ms: int,
+    replicas: int,
+    resources: str,
+    constraints: str,
+    peer_id: str,
+    excluded_peers: str,
+    pending_reason: str | None,
+) -> QueuedJob:
+    """One queued job from its row's values: a job is read on every pass while it waits, so the
+    same row is built once (the values are the whole key, so a changed row builds anew)."""
+    return QueuedJob(
+        job_id,
+        Band.parse(band),
+        submitted_ms,
+        parse_resources(resources),
+        replicas,
+        parse_constraints(constraints),
+        peer_id or None,
+        frozenset(p for p in excluded_peers.split(",") if p),
+        pending_reason,
+    )
 
 
 def queued_jobs(conn: Connection) -> list[QueuedJob]:
-    rows = conn.execute(
-        sql(
-            "SELECT j.job_id, j.band, j.submitted_ms, j.replicas, c.resources, c.constraints, f.peer_id,"
-            " f.excluded_peers, j.pending_reason"
-            " FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id JOIN job_config c ON c.job_id = f.job_id"
-            f" WHERE f.direction = {SENT} AND f.handoff_state = {QUEUED_HANDOFF} AND j.cancel_requested = 0"
-            f" AND j.state NOT IN {TERMINAL_JOB_SQL}"
-        )
-    ).all()
-    return [
-        QueuedJob(
-            r[0],
-            Band.parse(r[1]),
-            r[2],
-            _resources(r[4]),
-            r[3],
-            _constraints(r[5]),
-            r[6] or None,
-            frozenset(p for p in r[7].split(",") if p),
-            r[8],
-        )
-        for r in rows
-    ]
+    rows = run(
+        conn,
+        "SELECT j.job_id, j.band, j.submitted_ms, j.replicas, c.resources, c.constraints, f.peer_id,"
+        " f.excluded_peers, j.pending_reason"
+        " FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id JOIN job_config c ON c.job_id = f.job_id"
+        f" WHERE f.direction = {SENT} AND f.handoff_state = {QUEUED_HANDOFF} AND j.cancel_requested = 0"
+        f" AND j.state NOT IN {TERMINAL_JOB_SQL}",
+    ).fetchall()
+    return [_queued_job(*r) for r in rows]
 
 
 def promote(conn: Connection, p: Promotion, now_ms: int) -> bool:
