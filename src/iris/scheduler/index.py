@@ -80,7 +80,9 @@ _CACHES = (
     "_scores",
     "_matching",
     "_levels",
+    "_member_sets",
     "_search",
+    "_group_search",
     "_group_levels",
     "_preemptible",
     "_gang_groups",
@@ -146,16 +148,20 @@ class ClusterIndex:
         self._scores: dict[tuple, list[int]] = {}
         self._matching: dict[tuple, list[int]] = {}
         self._levels: dict[tuple, list[tuple[int, ...]]] = {}
+        self._member_sets: dict[tuple[int, ...], frozenset[int]] = {}
         self._search: dict[tuple, list[tuple[int, ...]]] = {}
+        self._group_search: dict[tuple, list[tuple[int, ...]]] = {}
         self._group_levels: dict[tuple, list[tuple[tuple[str, str], list[tuple[int, ...]]]]] = {}
         self._preemptible: dict[tuple, tuple[int, ...]] = {}
-        self._sorted: dict[tuple[int, ...], tuple[Keys, dict[int, tuple]]] = {}
-        self._carried: dict[tuple[int, ...], tuple[Keys, dict[int, tuple]]] = {}
+        self._sorted: dict[tuple[int, ...], Keys] = {}  # members -> their keys, ordered by `free`
+        self._carried: dict[tuple[int, ...], Keys] = {}  # the last index's, ordered by `_carried_free`
+        self._carried_free: list[Vector] = []
         self._gang_groups: dict[
             tuple, tuple[dict[tuple[str, str], tuple[int, ...]], dict[int, tuple[str, str]], int]
         ] = {}
         self._gangs: dict[tuple, Counts] = {}
         self._carried_gangs: dict[tuple, Counts] = {}
+        self._touched: dict[tuple, set[tuple[str, str]]] = {}  # hard -> groups with a worker moved since
         self._moved: set[int] = set()
         self.never: dict[tuple, str | None] = {}
         self.shapes = ShapeCache()  # compiled requests: a function of the request alone
@@ -207,12 +213,13 @@ class ClusterIndex:
         nxt.source = workers
         nxt.running = {t.task_id: t for t in running}
         old, new, index, alive = self.running, nxt.running, self.index, self.alive
-        gone = [old[t] for t in old.keys() - new.keys()]
+        gone = [old[t] for t in old if t not in new]
         came = [t for task_id, t in new.items() if (was := old.get(task_id)) is not t and was != t]
         gone += [old[t.task_id] for t in came if t.task_id in old]
         nxt.spend = dict(self.spend)
         jobs = nxt.job_workers = dict(self.job_workers)
-        for job_id in {t.job_id for t in gone} | {t.job_id for t in came}:
+        touched = {t.job_id for t in gone} | {t.job_id for t in came}
+        for job_id in touched:
             jobs[job_id] = dict(jobs.get(job_id, ()))  # copied before it changes: this index keeps its own
         for t in gone:
             _count(nxt.spend, t, -1)
@@ -220,8 +227,9 @@ class ClusterIndex:
         for t in came:
             _count(nxt.spend, t, 1)
             jobs[t.job_id][t.task_id] = index.get(t.worker_id)
-        for job_id in [j for j in jobs if not jobs[j]]:
-            del jobs[job_id]
+        for job_id in touched:
+            if not jobs[job_id]:
+                del jobs[job_id]
         changed: dict[int, list[RunningTask]] = {}
         for t in came:
             w = index.get(t.worker_id)
@@ -245,7 +253,9 @@ class ClusterIndex:
             nxt._sorted = {}
             nxt._gangs = {}
             nxt._carried_gangs = self._gangs
+            nxt._touched = {}
         nxt._carried = self._sorted
+        nxt._carried_free = self.free
         nxt._moved = {w for w in changed if nxt.free[w] != self.free[w]}
         return nxt
 
@@ -330,6 +340,16 @@ class ClusterIndex:
             found = self._search[key] = self.cumulative(self.levels(shape))
         return found
 
+    def group_search_sets(
+        self, shape: Shape, group: tuple[str, str], levels: list[tuple[int, ...]]
+    ) -> list[tuple[int, ...]]:
+        """`search_sets` within one coscheduling group, given its levels (from `group_levels`)."""
+        key = (shape.where, group)
+        found = self._group_search.get(key)
+        if found is None:
+            found = self._group_search[key] = self.cumulative(levels)
+        return found
+
     def cumulative(self, levels: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
         """Each level joined with every level before it, in index order.
 
@@ -405,7 +425,9 @@ class ClusterIndex:
             if carried is None:
                 found = count_all(self.free, groups, need, limit)
             else:
-                touched = {group_of[w] for w in self._moved if w in group_of}
+                touched = self._touched.get(hard)
+                if touched is None:
+                    touched = self._touched[hard] = {group_of[w] for w in self._moved if w in group_of}
                 found = carried
                 if touched:
                     found = (dict(carried[0]), list(carried[1]))
@@ -413,29 +435,37 @@ class ClusterIndex:
             self._gangs[key] = found
         return found
 
-    def sorted_keys(self, members: tuple[int, ...]) -> tuple[Keys, dict[int, tuple]]:
-        """`members` ordered by free capacity before the tick, as (free..., worker) keys, and each
-        member's key. Shared: a caller that changes them works on copies."""
+    def member_set(self, members: tuple[int, ...]) -> frozenset[int]:
+        """`members` as a set, for membership tests (kept while the workers are)."""
+        found = self._member_sets.get(members)
+        if found is None:
+            found = self._member_sets[members] = frozenset(members)
+        return found
+
+    def sorted_keys(self, members: tuple[int, ...]) -> Keys:
+        """`members` ordered by free capacity before the tick, as (free..., worker) keys. Shared:
+        a caller that changes them works on a copy."""
         found = self._sorted.get(members)
-        if found is None and members in self._carried:
-            keys, key_of = self._carried[members]
-            touched = key_of.keys() & self._moved
-            if touched:
-                keys, key_of = list(keys), dict(key_of)
-                repair(keys, key_of, touched, self.free)
-            found = self._sorted[members] = (keys, key_of)
-        elif found is None:
-            free = self.free
-            key_of = {w: (*free[w], w) for w in members}
-            found = self._sorted[members] = (sorted(key_of.values()), key_of)
+        if found is None:
+            carried = self._carried.get(members)
+            if carried is not None:
+                inside = self.member_set(members)
+                touched = [w for w in self._moved if w in inside]
+                found = carried
+                if touched:
+                    found = list(carried)
+                    before, free = self._carried_free, self.free
+                    repair(found, [((*before[w], w), (*free[w], w)) for w in touched])
+            else:
+                free = self.free
+                found = sorted((*free[w], w) for w in members)
+            self._sorted[members] = found
         return found
 
 
-def repair(keys: Keys, key_of: dict[int, tuple], workers: Iterable[int], free: list[Vector]) -> None:
-    """Moves each of `workers` to where its free capacity now sorts."""
-    for w in workers:
-        old, new = key_of[w], (*free[w], w)
+def repair(keys: Keys, moves: Iterable[tuple[tuple, tuple]]) -> None:
+    """Moves each key of `moves` (old, new) to where its new value sorts."""
+    for old, new in moves:
         if old != new:
             del keys[bisect_left(keys, old)]
             insort(keys, new)
-            key_of[w] = new

@@ -48,12 +48,14 @@ class Pool:
     log, so those workers are looked at again too.
     """
 
-    __slots__ = ("members", "keys", "key_of", "log", "repaired", "starts", "owned")
+    __slots__ = ("base", "inside", "keys", "log", "members", "owned", "placed", "repaired", "starts")
 
-    def __init__(self, members: tuple[int, ...], keys: list[tuple], key_of: dict[int, tuple]) -> None:
+    def __init__(self, members: tuple[int, ...], keys: list[tuple], base: list[Vector], inside: frozenset[int]) -> None:
         self.members = members
+        self.inside = inside  # the members as a set
         self.keys = keys  # the index's ordering before the tick, shared until this pool first changes
-        self.key_of = key_of
+        self.base = base  # the free capacity that ordering reflects
+        self.placed: dict[int, tuple] = {}  # the keys of members moved since, as they now stand
         self.log: list[int] = []  # every worker whose free capacity changed, in order, repeats kept
         self.repaired = 0  # how much of the log the keys reflect
         # demand -> (where to search from, how much of the log was read, candidates before that)
@@ -65,8 +67,14 @@ class Pool:
         log = self.log
         if self.repaired < len(log):
             if not self.owned:
-                self.keys, self.key_of, self.owned = list(self.keys), dict(self.key_of), True
-            repair(self.keys, self.key_of, set(log[self.repaired :]), free)
+                self.keys, self.owned = list(self.keys), True
+            placed, base = self.placed, self.base
+            moves = []
+            for w in set(log[self.repaired :]):
+                new = (*free[w], w)
+                moves.append((placed.get(w) or (*base[w], w), new))
+                placed[w] = new
+            repair(self.keys, moves)
             self.repaired = len(log)
         return self.keys
 
@@ -88,12 +96,12 @@ class Pool:
         if held:
             # Workers that changed (or held the demand before start when last asked): those that
             # still hold it and sort before start are candidates the scan below would not reach.
-            key_of = self.key_of
+            placed = self.placed  # every worker held has changed, so its key is there
             kept = set()
             for w in held:
                 f = free[w]
                 if f[0] >= n0 and f[1] >= c and f[2] >= m and f[3] >= d:
-                    key = key_of[w]
+                    key = placed[w]
                     if key < start:
                         kept.add(w)
                         if best is None or key < best:
@@ -211,9 +219,14 @@ class Ledger:
         """The shared pool for exactly these workers, created on first use this tick."""
         pool = self._pools.get(members)
         if pool is None:
-            pool = self._pools[members] = Pool(members, *self.ix.sorted_keys(members))
+            ix = self.ix
+            pool = self._pools[members] = Pool(members, ix.sorted_keys(members), ix.free, ix.member_set(members))
             self.subscribe(self.ix.set_ids[members], pool.log.append)
-            pool.log.extend(pool.key_of.keys() & self._changed)
+            changed = self._changed
+            if len(members) < len(changed):
+                pool.log.extend(w for w in members if w in changed)
+            else:
+                pool.log.extend(w for w in changed if w in pool.inside)
         return pool
 
     def plan(self, shape: Shape) -> list[Pool]:
@@ -238,7 +251,9 @@ class Ledger:
         key = (shape.where, group)
         plan = self._group_plans.get(key)
         if plan is None:
-            plan = self._group_plans[key] = [self.pool(m) for m in self.ix.cumulative(self.group_levels(shape)[group])]
+            plan = self._group_plans[key] = [
+                self.pool(m) for m in self.ix.group_search_sets(shape, group, self.group_levels(shape)[group])
+            ]
         return plan
 
     def finder(self, shape: Shape, group: tuple[str, str] | None = None, plain: bool = False) -> Finder:

@@ -1,0 +1,49 @@
+"""A pool's best-fit search, which resumes where the last search for the same demand ended and
+keeps moved workers as candidates, answers exactly as a scan of every worker does, through
+placements, trials rolled back and trials kept, on a fresh index and on one carried over."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from iris.scheduler.fit import ShapeCache
+from iris.scheduler.index import ClusterIndex
+from iris.scheduler.ledger import Ledger, best_fit, scanned_best_fit
+
+from .test_scheduler_fast_paths import random_snapshot
+
+
+def _check_pool_searches(ledger: Ledger, shapes: list, rng: random.Random) -> int:
+    """Random searches and placements; returns how many searches found a worker."""
+    found = 0
+    for step in range(300):
+        shape = rng.choice(shapes)
+        if rng.random() < 0.1 and ledger._journal is None:
+            ledger.begin_trial()
+        w = best_fit(ledger.plan(shape), shape.need, ledger.free)
+        assert w == scanned_best_fit(ledger.ix.levels(shape), shape.need, ledger.free), f"step {step}"
+        if w is not None:
+            found += 1
+            ledger.take(w, shape.need)
+        if ledger._journal is not None and rng.random() < 0.2:
+            ledger.rollback_trial() if rng.random() < 0.5 else ledger.commit_trial()
+    return found
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_pool_search_same_as_scan(seed):
+    snap = random_snapshot(seed)
+    rng = random.Random(seed)
+    cache = ShapeCache()
+    shapes = list({cache.of(t) for t in snap.pending})
+    if not shapes:
+        pytest.skip("no pending work drawn")
+    earlier = tuple(t for t in snap.running if rng.random() > 0.2)
+    carried = ClusterIndex(snap.workers, earlier)
+    Ledger(replace(snap, running=earlier, index=carried)).plan(shapes[0])  # orderings to carry over
+    for index in (None, carried.advance(snap.workers, snap.running)):
+        ledger = Ledger(replace(snap, index=index))
+        assert _check_pool_searches(ledger, shapes, rng) > 0
