@@ -7,6 +7,7 @@ turns what it decodes into what `message_to_dict` prints; protobuf itself is the
 from __future__ import annotations
 
 import pytest
+from google.protobuf.message import DecodeError
 
 from iris.cli.lean_docs import Unprintable, message_doc, view
 from iris.cli.output import describe_job, jobs_table, message_to_dict
@@ -27,7 +28,7 @@ TABLES = {
     "LIST_TASKS_REQUEST": pb.ListTasksRequest,
     "LIST_TASKS_RESPONSE": pb.ListTasksResponse,
 }
-_KINDS = {"string": "str", "int32": "int", "int64": "int", "bool": "bool", "double": "float"}
+_KINDS = {"string": "str", "int32": "int", "uint32": "int", "int64": "int", "bool": "bool", "double": "float"}
 
 
 def _kind(field) -> object:
@@ -37,7 +38,7 @@ def _kind(field) -> object:
     if field.message_type is not None:
         table = next(getattr(wire, name) for name, m in TABLES.items() if m.DESCRIPTOR is field.message_type)
         return [table] if field.is_repeated else table
-    kind = _KINDS[{9: "string", 5: "int32", 3: "int64", 8: "bool", 1: "double"}[field.type]]
+    kind = _KINDS[{9: "string", 5: "int32", 13: "uint32", 3: "int64", 8: "bool", 1: "double"}[field.type]]
     if field.is_repeated:
         assert kind == "str"
         return "strs"
@@ -127,6 +128,31 @@ def test_wire_skips_fields_it_does_not_know_as_protobuf_does():
 def test_wire_refuses_what_it_cannot_read_the_way_protobuf_would(data):
     with pytest.raises(wire.Unreadable):
         wire.decode(data, wire.JOB_STATUS)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        bytes([0x30]) + b"\xff" * 10 + b"\x01",  # replicas as a varint of eleven bytes
+        b"\xff" * 10 + b"\x01",  # a field's key as a varint of eleven bytes
+        bytes([0x0A]) + b"\xff" * 10 + b"\x01",  # a string's length as a varint of eleven bytes
+        bytes([0xF8, 0x07]) + b"\xff" * 10 + b"\x01",  # a field this reader does not know, the same
+        bytes([0xFA, 0x07]) + b"\xff" * 10 + b"\x01",  # an unknown field's length, the same
+        bytes([0x30]) + b"\xff" * 200_000 + b"\x01",  # one that goes on and on: refused at its eleventh byte
+    ],
+    ids=["value", "key", "length", "unknown", "unknown length", "endless"],
+)
+def test_wire_refuses_a_varint_longer_than_ten_bytes_as_protobuf_does(data):
+    with pytest.raises(DecodeError):
+        pb.JobStatus.FromString(data)
+    with pytest.raises(wire.Unreadable, match="ten bytes"):
+        wire.decode(data, wire.JOB_STATUS)
+
+
+@pytest.mark.parametrize("tenth", [0x01, 0x02, 0x7F])
+def test_wire_reads_a_ten_byte_varint_as_protobuf_does(tenth):
+    data = bytes([0x40]) + b"\x80" * 9 + bytes([tenth])  # submitted_ms: bits past the 64th are dropped
+    assert wire.decode(data, wire.JOB_STATUS).get("submitted_ms", 0) == pb.JobStatus.FromString(data).submitted_ms
 
 
 def test_wire_a_float_protobuf_prints_as_a_string_is_left_to_protobuf():

@@ -15,7 +15,8 @@ It follows protobuf's parsing rules where they matter for what the CLI prints: t
 repeated scalar field wins, repeated fields and map entries accumulate, and a field number the table does not know is skipped (protobuf keeps it as an unknown
 field, which neither its JSON printer nor the CLI shows). A field whose wire type is not the one
 its table says, a singular message field sent twice (protobuf would merge the two; no controller
-sends it), a truncated buffer or a string that is not UTF-8 raises `Unreadable`.
+sends it), a truncated buffer, a varint longer than ten bytes or a string that is not UTF-8 raises
+`Unreadable`.
 """
 
 from __future__ import annotations
@@ -121,6 +122,8 @@ GET_JOB_STATUS_REQUEST = (
     (1, "job_id", "str"),
     (2, "include_tasks", "bool"),
     (3, "include_attempts", "bool"),
+    (4, "wait_while_state", "str"),
+    (5, "wait_ms", "int"),
 )
 GET_JOB_STATUS_RESPONSE = (
     (1, "job", JOB_STATUS),
@@ -144,6 +147,8 @@ _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 _WIRE_TYPES = {"str": _LENGTH, "int": _VARINT, "bool": _VARINT, "float": _FIXED64, "strs": _LENGTH, "map": _LENGTH}
 _DOUBLE = struct.Struct("<d")
 _MAP_ENTRY = ((1, "key", "str"), (2, "value", "int"))
+# A varint is at most ten bytes, as protobuf reads it; reading on would build an ever larger number.
+_LONG_VARINT = "a varint runs past ten bytes"
 
 
 class Unreadable(Exception):
@@ -228,6 +233,8 @@ def _decode(buf: bytes, pos: int, end: int, index: _Index) -> dict[str, Any]:
                 if byte < 0x80:
                     break
                 shift += 7
+                if shift > 63:
+                    raise Unreadable(_LONG_VARINT)
         field = by_key.get(key)
         if field is None:
             if key >> 3 in numbers:
@@ -253,7 +260,10 @@ def _decode(buf: bytes, pos: int, end: int, index: _Index) -> dict[str, Any]:
                 if byte < 0x80:
                     break
                 shift += 7
+                if shift > 63:
+                    raise Unreadable(_LONG_VARINT)
         if code == _INT:
+            value &= 0xFFFFFFFFFFFFFFFF  # a tenth byte's bits past the 64th are dropped, as protobuf drops them
             out[name] = value - 0x10000000000000000 if value >= 0x8000000000000000 else value
             continue
         if code == _BOOL:
@@ -287,8 +297,11 @@ def _decode(buf: bytes, pos: int, end: int, index: _Index) -> dict[str, Any]:
 def _skip(buf: bytes, pos: int, end: int, wire: int) -> int:
     """Where a field of an unknown number ends, its value starting at `pos`."""
     if wire == _VARINT:
+        start = pos
         while buf[pos] >= 0x80:
             pos += 1
+            if pos - start >= 10:
+                raise Unreadable(_LONG_VARINT)
         return pos + 1
     if wire == _FIXED64:
         return pos + 8
@@ -303,4 +316,6 @@ def _skip(buf: bytes, pos: int, end: int, wire: int) -> int:
             if byte < 0x80:
                 return pos + size
             shift += 7
+            if shift > 63:
+                raise Unreadable(_LONG_VARINT)
     raise Unreadable(f"wire type {wire} is not one this reader takes")
