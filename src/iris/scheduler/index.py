@@ -11,11 +11,14 @@ An index answers only for the workers and running tasks it was built from; `Sche
 carries the one made from its own workers and running tasks. The scheduler never writes into it
 beyond filling its memo caches (every cached answer is a function of what the index was built
 from), so the scheduler stays a pure function of its snapshot: with or without an index carried
-over, the same snapshot yields the same decisions.
+over, the same snapshot yields the same decisions. `iris job explain` runs the pass over the same
+index on a request thread while the tick may be running, so a cache holds an answer only once it
+is whole.
 """
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -40,6 +43,7 @@ from iris.scheduler.snapshot import RunningTask, WorkerSnapshot
 
 Keys = list[tuple]
 MAX_CACHED = 20_000  # per-request answers kept across ticks
+_REGISTERING = threading.Lock()  # see ClusterIndex._register
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,11 +281,12 @@ class ClusterIndex:
         """For one attribute key, the classes per lower-cased value."""
         index = self._values.get(key)
         if index is None:
-            index = self._values[key] = defaultdict(set)
+            index = defaultdict(set)
             for i, cls in enumerate(self.classes):
                 value = cls.attributes.get(key)
                 if value is not None:
                     index[str(value).lower()].add(i)
+            self._values[key] = index  # only once whole: `explain` may read it from another thread
         return index
 
     def matching_classes(self, hard: tuple[Constraint, ...]) -> list[int]:
@@ -380,12 +385,17 @@ class ClusterIndex:
         return found
 
     def _register(self, worker_sets: Iterable[tuple[int, ...]]) -> None:
-        for members in worker_sets:
-            if members in self.set_ids:
-                continue
-            number = self.set_ids[members] = len(self.set_ids)
-            for w in members:
-                self.member_of[w].append(number)
+        # Under a lock, and a set's number is published only once its workers list it: `explain`
+        # may fill these caches while the tick reads them, and a pool subscribed to a number that
+        # some of its workers do not list yet would miss their changes.
+        with _REGISTERING:
+            for members in worker_sets:
+                if members in self.set_ids:
+                    continue
+                number = len(self.set_ids)
+                for w in members:
+                    self.member_of[w].append(number)
+                self.set_ids[members] = number
 
     def preemptible_workers(self, shape: Shape) -> tuple[int, ...]:
         """Alive workers matching `shape` on which it may evict lower-band work (same device variant)."""
