@@ -96,3 +96,21 @@ def test_graceful_stop_retries_running_work_on_the_next_start(controller):
     attempts = status(c, job).tasks[0].attempts
     assert attempts[0].state == "WORKER_FAILED" and "controller stopped" in attempts[0].error
     c.terminate_job(pb.TerminateJobRequest(job_id=job))
+
+
+def test_attempt_that_ends_while_the_controller_is_down_is_recorded_with_its_code(controller, tmp_path):
+    go = tmp_path / "go"
+    c = client(controller)
+    job = launch(c, "ends-alone", ["sh", "-c", f"echo up; while [ ! -e {go} ]; do sleep 0.05; done; echo done; exit 3"])
+    wait_until(lambda: logs(c, job) == ["up"], message="running")
+    pid = status(c, job).tasks[0].attempts[0].pid
+    controller.kill()
+    go.touch()
+    wait_until(lambda: not pid_alive(pid), message="attempt ended")
+    controller.start()
+    c = client(controller)
+    final = wait_state(c, job, timeout=30)
+    attempts = final.tasks[0].attempts
+    assert final.job.state == "FAILED"  # its own exit, not the controller's absence: not retried
+    assert len(attempts) == 1 and attempts[0].state == "FAILED" and attempts[0].exit_code == 3
+    assert logs(c, job) == ["up", "done"]
