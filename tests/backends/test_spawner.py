@@ -14,7 +14,7 @@ import pytest
 
 from iris.backends.local.backend import LocalBackend
 from iris.backends.local.containment import Containment
-from iris.backends.local.spawner import Spawner, SpawnerGone
+from iris.backends.local.spawner import Spawned, Spawner, SpawnerGone
 from iris.backends.protocol import LaunchSpec
 from iris.core.config import LocalBackendConfig
 from iris.core.resources import Resources
@@ -28,8 +28,8 @@ def spawner():
     s.close()
 
 
-def _exit_of(spawner: Spawner, pid: int) -> int:
-    """Waits (the helper's reports, not a timer) for the exit code the helper reports for `pid`."""
+def _exit_of(spawner: Spawner, started: Spawned) -> int:
+    """Waits (the helper's reports, not a timer) for the exit code the helper reports for `started`."""
     found: dict[int, int] = {}
 
     def reported() -> bool:
@@ -37,15 +37,15 @@ def _exit_of(spawner: Spawner, pid: int) -> int:
         reports = spawner.read_exits()
         assert reports is not None, "the helper went away"
         found.update(reports)
-        return pid in found
+        return started.serial in found
 
-    wait_until(reported, message=f"exit of {pid} reported")
-    return found[pid]
+    wait_until(reported, message=f"exit of {started.pid} reported")
+    return found[started.serial]
 
 
 def test_spawner_runs_the_command_with_its_env_folder_umask_and_files_and_reports_its_code(spawner, tmp_path):
     out, err = tmp_path / "out", tmp_path / "err"
-    pid = spawner.spawn(
+    started = spawner.spawn(
         ["/bin/sh", "-c", 'echo "$FOO $(pwd) $(umask)"; echo oops >&2; exit 3'],
         {"FOO": "bar", "PATH": os.environ["PATH"]},
         str(tmp_path),
@@ -53,25 +53,25 @@ def test_spawner_runs_the_command_with_its_env_folder_umask_and_files_and_report
         str(err),
         umask=0o027,
     )
-    assert _exit_of(spawner, pid) == 3
+    assert _exit_of(spawner, started) == 3
     assert out.read_text() == f"bar {tmp_path} 0027\n"
     assert err.read_text() == "oops\n"
     assert oct(out.stat().st_mode & 0o777) == "0o600"
 
 
 def test_spawned_process_leads_its_own_session_and_a_signal_is_reported_as_negative(spawner, tmp_path):
-    pid = spawner.spawn(["/bin/sleep", "300"], {}, str(tmp_path), os.devnull, os.devnull)
-    assert os.getsid(pid) == pid
-    os.kill(pid, signal.SIGKILL)
-    assert _exit_of(spawner, pid) == -signal.SIGKILL
+    started = spawner.spawn(["/bin/sleep", "300"], {}, str(tmp_path), os.devnull, os.devnull)
+    assert os.getsid(started.pid) == started.pid
+    os.kill(started.pid, signal.SIGKILL)
+    assert _exit_of(spawner, started) == -signal.SIGKILL
 
 
 def test_spawner_refuses_a_missing_folder_with_its_errno_and_goes_on_serving(spawner, tmp_path):
     with pytest.raises(OSError) as caught:
         spawner.spawn(["/bin/true"], {}, str(tmp_path / "missing"), os.devnull, os.devnull)
     assert caught.value.errno == errno.ENOENT
-    pid = spawner.spawn(["/bin/true"], {}, str(tmp_path), os.devnull, os.devnull)
-    assert _exit_of(spawner, pid) == 0
+    started = spawner.spawn(["/bin/true"], {}, str(tmp_path), os.devnull, os.devnull)
+    assert _exit_of(spawner, started) == 0
 
 
 def test_spawned_process_is_born_in_the_cgroup_it_names(spawner, tmp_path):
@@ -81,8 +81,10 @@ def test_spawned_process_is_born_in_the_cgroup_it_names(spawner, tmp_path):
     cgroup = containment.prepare("a")
     out = tmp_path / "out"
     try:
-        pid = spawner.spawn(["/bin/cat", "/proc/self/cgroup"], {}, str(tmp_path), str(out), os.devnull, cgroup=cgroup)
-        assert _exit_of(spawner, pid) == 0
+        started = spawner.spawn(
+            ["/bin/cat", "/proc/self/cgroup"], {}, str(tmp_path), str(out), os.devnull, cgroup=cgroup
+        )
+        assert _exit_of(spawner, started) == 0
         own = [line for line in out.read_text().splitlines() if line.startswith("0::")]
         assert own and cgroup.endswith(own[0][3:])
     finally:

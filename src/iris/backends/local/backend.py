@@ -35,7 +35,7 @@ from pathlib import Path
 
 import iris
 from iris.backends.local.containment import Containment
-from iris.backends.local.spawner import Spawner, SpawnerGone
+from iris.backends.local.spawner import Spawned, Spawner, SpawnerGone
 from iris.backends.protocol import (
     AdoptRecord,
     AttemptExit,
@@ -155,7 +155,7 @@ class _Attempt:
     devices: list[int]
     spool: OutputSpool
     popen: subprocess.Popen | None = None
-    spawned: bool = False  # started by the spawner, which reports its exit code
+    spawned: int = 0  # the serial the spawner reports its exit under (0: not started by the spawner)
     code: int | None = None  # that code, once reported
     pidfd: int | None = None
     ended: AttemptExit | None = None  # the process is gone; reported once its output is drained
@@ -210,8 +210,8 @@ class LocalBackend:
         self._closing = threading.Event()
         self._beats: dict[str, float] = {}  # thread name → when it last began a loop iteration
         self._spawner = self._start_spawner()
-        self._by_pid: dict[int, _Attempt] = {}  # attempts the spawner started, by their wrapper's pid
-        self._early_codes: dict[int, int] = {}  # codes reported before their attempt was registered
+        self._by_serial: dict[int, _Attempt] = {}  # attempts the spawner started, by its serial
+        self._early_codes: dict[int, int] = {}  # codes reported before their attempt was registered, by serial
         if self._spawner is not None:
             self._selector.register(self._spawner.exits_fd(), selectors.EVENT_READ, _SPAWNER)
         self._threads = [
@@ -314,7 +314,7 @@ class LocalBackend:
         cgroup = self.containment.prepare(folder.name)
         argv = [str(folder), str(len(layers)), *layers, *command]
         try:
-            pid, popen = self._spawn(folder, cgroup, argv, workdir, env, 0o077 if as_task else -1)
+            pid, spawned = self._spawn(folder, cgroup, argv, workdir, env, 0o077 if as_task else -1)
         except OSError as exc:
             self.containment.end(folder.name, spec.attempt_id)
             with self._lock:
@@ -322,20 +322,27 @@ class LocalBackend:
             raise LaunchError(f"cannot start the attempt in {workdir}: {exc.strerror or exc}") from None
         spool = OutputSpool(folder, self.output_cap)
         record = _Attempt(
-            spec.attempt_id, spec.worker_id, pid, folder, devices, spool, popen=popen, spawned=popen is None
+            spec.attempt_id,
+            spec.worker_id,
+            pid,
+            folder,
+            devices,
+            spool,
+            popen=spawned if isinstance(spawned, subprocess.Popen) else None,
+            spawned=spawned.serial if isinstance(spawned, Spawned) else 0,
         )
         self._register(record)
         return Started(spec.attempt_id, pid, ",".join(map(str, devices)))
 
     def _spawn(
         self, folder: Path, cgroup: str, argv: list[str], workdir: str, env: dict[str, str], umask: int
-    ) -> tuple[int, subprocess.Popen | None]:
+    ) -> tuple[int, Spawned | subprocess.Popen]:
         """Starts the wrapper: through the spawner, born in its cgroup, or (without a spawner)
-        directly, the wrapper then joining its cgroup itself. Returns its pid and its Popen, if any."""
+        directly, the wrapper then joining its cgroup itself. Returns its pid and what started it."""
         spawner = self._spawner
         if spawner is not None:
             try:
-                pid = spawner.spawn(
+                spawned = spawner.spawn(
                     ["/bin/sh", "-c", _WRAPPER, argv[0], "", *argv[1:]],
                     env,
                     workdir,
@@ -345,7 +352,7 @@ class LocalBackend:
                     umask=umask,
                     subreaper=self.containment.kind == "subreaper",
                 )
-                return pid, None
+                return spawned.pid, spawned
             except SpawnerGone:
                 self._spawner_gone(spawner)
         with open(folder / "stdout", "ab") as out, open(folder / "stderr", "ab") as err:
@@ -437,10 +444,10 @@ class LocalBackend:
             # The spawner reports the exit (maybe already has); no pidfd needed.
             with self._lock:
                 self._attempts[record.attempt_id] = record
-                record.code = self._early_codes.pop(record.pid, None)
+                record.code = self._early_codes.pop(record.spawned, None)
                 gone = self._spawner is None  # it went between the start and now
                 if record.code is None and not gone:
-                    self._by_pid[record.pid] = record
+                    self._by_serial[record.spawned] = record
             if record.code is not None:
                 self._finish(record)
             elif gone:
@@ -461,7 +468,7 @@ class LocalBackend:
 
     def _watch_orphan(self, record: _Attempt) -> None:
         """Watches an attempt whose spawner has gone as a re-adopted one: by pidfd, code from its exit file."""
-        record.spawned = False
+        record.spawned = 0
         if _process_alive(record.pid, record.attempt_id):
             self._register(record)
         else:
@@ -473,8 +480,8 @@ class LocalBackend:
             if self._spawner is not spawner:
                 return
             self._spawner = None
-            orphans = [r for r in self._by_pid.values() if r.ended is None]
-            self._by_pid.clear()
+            orphans = [r for r in self._by_serial.values() if r.ended is None]
+            self._by_serial.clear()
             self._early_codes.clear()
         if not self._closing.is_set():
             log.warning("backend %s: the helper that starts attempts has exited; starting them directly", self.id)
@@ -494,10 +501,10 @@ class LocalBackend:
             return
         done = []
         with self._lock:
-            for pid, code in reports:
-                record = self._by_pid.pop(pid, None)
+            for serial, code in reports:
+                record = self._by_serial.pop(serial, None)
                 if record is None:
-                    self._early_codes[pid] = code  # its start has not registered it yet
+                    self._early_codes[serial] = code  # its start has not registered it yet
                 else:
                     record.code = code
                     done.append(record)

@@ -36,11 +36,21 @@ import struct
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 
 SYS_CLONE3 = 435  # the same number on every architecture that has it
 CLONE_INTO_CGROUP = 0x200000000
 PR_SET_CHILD_SUBREAPER = 36
 _HEADER = struct.Struct("!I")
+
+
+@dataclass(frozen=True, slots=True)
+class Spawned:
+    """A process the helper started: its pid, and the serial number its exit will be reported under
+    (a pid may come back for another process; a serial never does)."""
+
+    pid: int
+    serial: int
 
 
 class SpawnerGone(RuntimeError):
@@ -137,8 +147,8 @@ class Spawner:
         cgroup: str = "",
         umask: int = -1,
         subreaper: bool = False,
-    ) -> int:
-        """The pid of a new process running `argv`, in a session of its own with stdin from /dev/null
+    ) -> Spawned:
+        """A new process running `argv`, in a session of its own with stdin from /dev/null
         and stdout/stderr appended to the named files; in `cgroup` (a folder) from birth, or a child
         subreaper. OSError when the process cannot be set up (say, `cwd` is missing); SpawnerGone
         when the helper has exited."""
@@ -161,11 +171,11 @@ class Spawner:
         if answer is None:
             raise SpawnerGone("the process-starting helper has exited")
         if "pid" in answer:
-            return int(answer["pid"])
+            return Spawned(int(answer["pid"]), int(answer["serial"]))
         raise OSError(answer.get("errno") or errno.EIO, answer.get("error", "cannot start the process"))
 
     def read_exits(self) -> list[tuple[int, int]] | None:
-        """(pid, exit code as `Popen.returncode` gives it) for each exit reported so far, or None once
+        """(serial, exit code as `Popen.returncode` gives it) for each exit reported so far, or None once
         the helper has gone. Never blocks."""
         try:
             while True:
@@ -184,7 +194,7 @@ class Spawner:
                 break
             message = json.loads(self._buffer[_HEADER.size : _HEADER.size + size])
             self._buffer = self._buffer[_HEADER.size + size :]
-            out.append((int(message["pid"]), int(message["code"])))
+            out.append((int(message["serial"]), int(message["code"])))
         return out
 
     def close(self) -> None:
@@ -211,6 +221,8 @@ class _Helper:
         self.exits = exits
         self.libc = ctypes.CDLL(None, use_errno=True)
         self.clone3 = True  # until the kernel refuses it
+        self.serial = 0
+        self.children: dict[int, int] = {}  # pid -> serial of each child not yet reaped
 
     def serve(self) -> None:
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -239,8 +251,9 @@ class _Helper:
                 return
             if pid == 0:
                 return
+            serial = self.children.pop(pid, 0)
             try:
-                _send(self.exits, {"pid": pid, "code": os.waitstatus_to_exitcode(status)})
+                _send(self.exits, {"serial": serial, "code": os.waitstatus_to_exitcode(status)})
             except OSError:
                 pass  # the controller has gone; a new one reads the exit file instead
 
@@ -265,8 +278,10 @@ class _Helper:
         while chunk := os.read(err_r, 4096):
             failure += chunk
         os.close(err_r)
-        if not failure:
-            return {"pid": pid}  # the exec happened (the pipe closed on it)
+        if not failure:  # the exec happened (the pipe closed on it)
+            self.serial += 1
+            self.children[pid] = self.serial
+            return {"pid": pid, "serial": self.serial}
         os.waitpid(pid, 0)  # reaped here, so its exit is never reported for a pid the caller never got
         code, _, message = failure.decode(errors="replace").partition(":")
         return {"errno": int(code) if code.isdigit() else errno.EIO, "error": message}
