@@ -9,6 +9,8 @@ import threading
 import time
 
 from iris.client import IrisClient
+from iris.controller.db.database import Database
+from iris.controller.tick import ControlLoop
 from iris.controller.waiting import PassSignal, wait_pass
 from iris.rpc import controller_pb2 as pb
 from tests.controller.helpers import client, error_code, wait_state
@@ -61,3 +63,25 @@ def test_pass_signal_wakes_a_future_taken_before_the_pass_and_forgets_one_that_t
         assert signal.waiting() == 0
 
     asyncio.run(scenario())
+
+
+def test_a_call_waiting_for_a_pass_is_not_counted_as_an_api_call_in_flight(tmp_path):
+    db = Database(tmp_path / "controller.db")
+    loop = ControlLoop(db, {}, {})
+    loop.api_calls = 1  # the server counts the waiting call itself
+
+    async def scenario() -> None:
+        waiter = asyncio.ensure_future(loop.wait_pass(loop.passes.next_pass(), 30))
+        for _ in range(100):  # let the waiter start waiting
+            if not loop.api_calls:
+                break
+            await asyncio.sleep(0)
+        assert loop.api_calls == 0  # the tick does not rest for a call that only waits for it
+        loop.passes.notify()
+        await waiter
+        assert loop.api_calls == 1
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        db.close()

@@ -282,7 +282,7 @@ class ControllerServiceImpl(WorkerCalls):
             if resp.job.state != req.wait_while_state or left <= 0:
                 self.tick.passes.forget(next_pass)
                 return resp
-            await waiting.wait_pass(self.tick.passes, next_pass, min(left, waiting.RECHECK_S))
+            await self.tick.wait_pass(next_pass, min(left, waiting.RECHECK_S))
 
     def _job_status(self, req: pb.GetJobStatusRequest, identity: Identity) -> pb.GetJobStatusResponse:
         with self.db.read() as conn:

@@ -35,7 +35,7 @@ from iris.controller.db.federation import prune_changelog
 from iris.controller.db.literals import JOB_PENDING, LIVE_TASKS
 from iris.controller.launch_spec import LaunchSpecs, TaskIdentitySource
 from iris.controller.snapshot import SnapshotLoader
-from iris.controller.waiting import PassSignal
+from iris.controller.waiting import PassSignal, wait_pass
 from iris.core import spans
 from iris.core.availability import Availability
 from iris.core.bands import Band
@@ -167,6 +167,16 @@ class ControlLoop:
     def last_pass_age(self) -> float | None:
         """Seconds since a pass last completed without error; None before the first."""
         return None if self.last_pass_ok is None else time.monotonic() - self.last_pass_ok
+
+    async def wait_pass(self, future, timeout: float) -> None:
+        """Waits until the pass `future` (from `passes.next_pass()`) stands for has ended, or
+        `timeout` seconds. Meanwhile the waiting API call is not counted as one in flight: it waits
+        for the tick instead of competing with it, so the tick has no reason to rest for it."""
+        self.api_calls -= 1
+        try:
+            await wait_pass(self.passes, future, timeout)
+        finally:
+            self.api_calls += 1
 
     def wait_for_tick(self, timeout: float = 5.0) -> bool:
         """Wakes the loop and waits until a whole pass has run after this call."""
