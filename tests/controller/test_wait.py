@@ -1,6 +1,6 @@
-"""A status call may wait on the controller while the job stays in a named state (a long poll):
-it answers once the job has left that state or its wait is over, and the SDK's `wait` is built
-on it."""
+"""A status call may wait on the controller while the job stays in a named state, and a log call
+until there is a line or the job has ended (long polls): each answers once that happened or its
+wait is over, and the SDK's `wait` and `follow` are built on them."""
 
 from __future__ import annotations
 
@@ -37,6 +37,31 @@ def test_status_waits_while_the_job_stays_in_the_state_and_answers_once_it_leave
         sdk.close()
 
 
+def test_fetch_logs_waits_for_a_line_or_the_end_and_follow_reads_every_line(controller, tmp_path):
+    go = tmp_path / "go"
+    sdk = IrisClient(controller.url)
+    try:
+        job = sdk.submit(
+            ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.01; done; echo first; echo second"],
+            name="talk",
+            user="alice",
+        )
+        wait_state(client(controller), job, {"RUNNING"})
+        asked = time.monotonic()
+        quiet = sdk.fetch_logs(job, wait_s=0.3)  # nothing printed yet: the wait runs out
+        assert not quiet.lines and not quiet.job_finished
+        assert time.monotonic() - asked >= 0.3
+        answers: list[pb.FetchLogsResponse] = []
+        waiter = threading.Thread(target=lambda: answers.append(sdk.fetch_logs(job, wait_s=60)))
+        waiter.start()
+        go.touch()
+        waiter.join(timeout=60)
+        assert answers and (answers[0].lines or answers[0].job_finished)
+        assert [line.text for line in sdk.follow(job)] == ["first", "second"]
+    finally:
+        sdk.close()
+
+
 def test_status_wait_with_an_unknown_state_or_too_long_a_wait_is_refused(controller):
     c = client(controller)
     job = c.launch_job(pb.LaunchJobRequest(name="w", user="alice", command=["true"])).job_id
@@ -47,6 +72,8 @@ def test_status_wait_with_an_unknown_state_or_too_long_a_wait_is_refused(control
     code, message = error_code(
         lambda: c.get_job_status(pb.GetJobStatusRequest(job_id=job, wait_while_state="PENDING", wait_ms=60_001))
     )
+    assert code == "invalid_argument" and "60000" in message
+    code, message = error_code(lambda: c.fetch_logs(pb.FetchLogsRequest(job_id=job, task_index=-1, wait_ms=60_001)))
     assert code == "invalid_argument" and "60000" in message
 
 

@@ -384,11 +384,25 @@ class IrisClient:
     # -- logs -----------------------------------------------------------------------------------
 
     def fetch_logs(
-        self, job: str, *, task: int | None = None, after_seq: int = 0, tail: int = 0, limit: int = 0
+        self,
+        job: str,
+        *,
+        task: int | None = None,
+        after_seq: int = 0,
+        tail: int = 0,
+        limit: int = 0,
+        wait_s: float = 0.0,
     ) -> pb.FetchLogsResponse:
-        """One FetchLogs call: lines after `after_seq` (or the last `tail`), and whether the job is over."""
+        """One FetchLogs call: lines after `after_seq` (or the last `tail`), and whether the job is over.
+        With `wait_s`, when there is no such line yet and the job is not over, the controller
+        answers once there is one or the job ends, or after `wait_s` seconds (at most 60)."""
         request = pb.FetchLogsRequest(
-            job_id=job, task_index=-1 if task is None else task, after_seq=after_seq, tail=tail, limit=limit
+            job_id=job,
+            task_index=-1 if task is None else task,
+            after_seq=after_seq,
+            tail=tail,
+            limit=limit,
+            wait_ms=max(0, min(int(wait_s * 1000), MAX_WAIT_MS)),
         )
         return self._transport.call("FetchLogs", request, pb.FetchLogsResponse)
 
@@ -414,7 +428,12 @@ class IrisClient:
         delay = POLL_FIRST_S
         first = True
         while True:
-            resp = self.fetch_logs(job, task=task, after_seq=after, tail=tail if first and tail > 0 else 0)
+            # Each call waits on the controller for a line or the end (a long poll).
+            asked = time.monotonic()
+            wait_s = self._long_poll_s
+            resp = self.fetch_logs(
+                job, task=task, after_seq=after, tail=tail if first and tail > 0 else 0, wait_s=wait_s
+            )
             first = False
             yield from resp.lines
             if resp.lines:
@@ -423,8 +442,9 @@ class IrisClient:
                 continue
             if resp.job_finished:
                 return
-            time.sleep(delay)
-            delay = min(delay * POLL_GROWTH, POLL_MAX_S)
+            if time.monotonic() - asked < wait_s / 2:
+                time.sleep(delay)  # it did not wait: an older controller
+                delay = min(delay * POLL_GROWTH, POLL_MAX_S)
 
     # -- acting ---------------------------------------------------------------------------------
 

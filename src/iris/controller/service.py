@@ -269,20 +269,12 @@ class ControllerServiceImpl(WorkerCalls):
             raise InvalidArgument(
                 f"wait_while_state {req.wait_while_state!r} is not a job state; use one of {', '.join(_JOB_STATES)}"
             )
-        if req.wait_ms > waiting.MAX_WAIT_MS:
-            raise InvalidArgument(
-                f"wait_ms {req.wait_ms} is longer than a call may wait ({waiting.MAX_WAIT_MS}); wait again instead"
-            )
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + req.wait_ms / 1000
-        while True:
-            next_pass = self.tick.passes.next_pass()
-            resp = await asyncio.to_thread(self._job_status, req, identity)
-            left = deadline - loop.time()
-            if resp.job.state != req.wait_while_state or left <= 0:
-                self.tick.passes.forget(next_pass)
-                return resp
-            await self.tick.wait_pass(next_pass, min(left, waiting.RECHECK_S))
+        return await waiting.long_poll(
+            self.tick,
+            lambda: self._job_status(req, identity),
+            lambda resp: resp.job.state != req.wait_while_state,
+            req.wait_ms,
+        )
 
     def _job_status(self, req: pb.GetJobStatusRequest, identity: Identity) -> pb.GetJobStatusResponse:
         with self.db.read() as conn:
@@ -334,7 +326,19 @@ class ControllerServiceImpl(WorkerCalls):
         return pb.TerminateJobResponse(terminated=stopped, state=state)
 
     @rpc
-    def fetch_logs(self, req: pb.FetchLogsRequest, identity: Identity) -> pb.FetchLogsResponse:
+    async def fetch_logs(self, req: pb.FetchLogsRequest, identity: Identity) -> pb.FetchLogsResponse:
+        """Lines after `after_seq` (or the last `tail`); with `wait_ms`, once there is one or the job
+        is finished (a long poll, see `waiting`), or when the wait is over."""
+        if not req.wait_ms:
+            return await asyncio.to_thread(self._fetch_logs, req, identity)
+        return await waiting.long_poll(
+            self.tick,
+            lambda: self._fetch_logs(req, identity),
+            lambda resp: bool(resp.lines) or resp.job_finished,
+            req.wait_ms,
+        )
+
+    def _fetch_logs(self, req: pb.FetchLogsRequest, identity: Identity) -> pb.FetchLogsResponse:
         # A stopped job is over in the database before its killed processes have exited and their
         # last lines are stored; a backend holds an attempt until the tick has stored its exit and
         # output. Asked before the read, so an attempt let go since then is in the read's snapshot.

@@ -293,8 +293,8 @@ class ControlLoop:
         for backend, e in polled:
             backend.ack(e)
         exits = sum(len(e.exits) for _, e in polled)
-        if jobs:
-            self.passes.notify()  # a waiting client learns of an end now, not after the whole pass
+        if jobs or any(e.logs for _, e in polled):
+            self.passes.notify()  # a waiting client learns of an end or a line now, not after the whole pass
         return exits
 
     def _reconcile(self) -> None:

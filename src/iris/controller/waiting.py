@@ -13,6 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from iris.core.errors import InvalidArgument
+
+T = TypeVar("T")
 
 RECHECK_S = 0.2  # the longest a waiting call goes without looking again
 MAX_WAIT_MS = 60_000  # the longest one call may wait
@@ -65,3 +71,22 @@ async def wait_pass(signal: PassSignal, future: asyncio.Future, timeout: float) 
         await asyncio.wait_for(future, max(0.0, timeout))
     except TimeoutError:
         signal.forget(future)
+
+
+async def long_poll(tick: Any, read: Callable[[], T], settled: Callable[[T], bool], wait_ms: int) -> T:
+    """`read()`'s answer once `settled` by it, or its last answer after `wait_ms` ms.
+
+    `tick` is the control loop (its `passes` and `wait_pass`); `read` runs on a worker thread and
+    again after each pass, or at least every `RECHECK_S`."""
+    if wait_ms > MAX_WAIT_MS:
+        raise InvalidArgument(f"wait_ms {wait_ms} is longer than a call may wait ({MAX_WAIT_MS}); wait again instead")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_ms / 1000
+    while True:
+        next_pass = tick.passes.next_pass()
+        answer = await asyncio.to_thread(read)
+        left = deadline - loop.time()
+        if settled(answer) or left <= 0:
+            tick.passes.forget(next_pass)
+            return answer
+        await tick.wait_pass(next_pass, min(left, RECHECK_S))

@@ -385,18 +385,20 @@ class LogLine(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., task_index: _Optional[int] = ..., attempt: _Optional[int] = ..., stream: _Optional[str] = ..., ts_ms: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
 
 class FetchLogsRequest(_message.Message):
-    __slots__ = ("job_id", "task_index", "after_seq", "tail", "limit")
+    __slots__ = ("job_id", "task_index", "after_seq", "tail", "limit", "wait_ms")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_INDEX_FIELD_NUMBER: _ClassVar[int]
     AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
     TAIL_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     task_index: int
     after_seq: int
     tail: int
     limit: int
-    def __init__(self, job_id: _Optional[str] = ..., task_index: _Optional[int] = ..., after_seq: _Optional[int] = ..., tail: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+    wait_ms: int
+    def __init__(self, job_id: _Optional[str] = ..., task_index: _Optional[int] = ..., after_seq: _Optional[int] = ..., tail: _Optional[int] = ..., limit: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
 
 class FetchLogsResponse(_message.Message):
     __slots__ = ("lines", "next_seq", "job_finished", "job_state")
