@@ -75,6 +75,8 @@ def test_status_wait_with_an_unknown_state_or_too_long_a_wait_is_refused(control
     assert code == "invalid_argument" and "60000" in message
     code, message = error_code(lambda: c.fetch_logs(pb.FetchLogsRequest(job_id=job, task_index=-1, wait_ms=60_001)))
     assert code == "invalid_argument" and "60000" in message
+    code, message = error_code(lambda: c.fetch_logs(pb.FetchLogsRequest(job_id=job, task_index=-1, wait_ms=-1)))
+    assert code == "invalid_argument" and "negative" in message
 
 
 def test_pass_signal_wakes_a_future_taken_before_the_pass_and_forgets_one_that_timed_out():

@@ -80,6 +80,8 @@ async def long_poll(tick: Any, read: Callable[[], T], settled: Callable[[T], boo
     again after each pass, or at least every `RECHECK_S`."""
     if wait_ms > MAX_WAIT_MS:
         raise InvalidArgument(f"wait_ms {wait_ms} is longer than a call may wait ({MAX_WAIT_MS}); wait again instead")
+    if wait_ms < 0:
+        raise InvalidArgument(f"wait_ms {wait_ms} is negative; give 0 (answer at once) up to {MAX_WAIT_MS}")
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_ms / 1000
     while True:
