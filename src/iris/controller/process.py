@@ -131,6 +131,22 @@ def _server_class():
     return Server
 
 
+def _http_protocol():
+    """uvicorn's httptools protocol, giving each connection one `Peer` for every request's scope,
+    so what the controller learns about a connection's client is kept for the connection's life."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from iris.controller.identity import Peer
+
+    class Protocol(HttpToolsProtocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            if self.client is not None:
+                self.client = Peer(self.client)
+
+    return Protocol
+
+
 def run_foreground(config: ClusterConfig, on_ready=lambda: None) -> None:
     """Serves the cluster until SIGINT/SIGTERM, then stops its tick and attempts cleanly."""
     import uvicorn
@@ -169,7 +185,7 @@ def run_foreground(config: ClusterConfig, on_ready=lambda: None) -> None:
                 # The C HTTP parser and event loop: with uvicorn's pure-Python defaults (h11,
                 # asyncio's loop) parsing and answering a small call cost the controller about a
                 # third of its CPU per submitted job.
-                http="httptools",
+                http=_http_protocol(),
                 loop="uvloop",
                 # No request may hold a stop for long: running raw queries are aborted on the
                 # signal, and anything else still open after this is cut off.

@@ -15,6 +15,7 @@ from starlette.routing import Route
 
 from iris.controller import dashboard, proxy
 from iris.controller.app import Controller
+from iris.controller.identity import Peer, calling_peer
 from iris.controller.service import ControllerServiceImpl
 from iris.controller.workspace import MAX_WORKSPACE_BYTES
 from iris.core import spans
@@ -74,6 +75,8 @@ def build_app(controller: Controller):
             # The tick rests between passes only while calls are in flight (see ControlLoop._run);
             # this counter runs on the event loop's one thread, so it needs no lock.
             controller.tick.api_calls += 1
+            peer = scope.get("client")
+            calling_peer.set(peer if isinstance(peer, Peer) else None)  # this request's own task
             try:
                 if spans.enabled():
                     started = spans.mark()

@@ -31,7 +31,7 @@ from iris.backends.staging import (
     unpack_bundle,
     write_files,
 )
-from iris.controller.db.database import sql
+from iris.controller.db.database import run, run_many, sql
 from iris.core.errors import InvalidArgument
 from iris.core.states import TERMINAL_JOB_STATES
 
@@ -77,10 +77,14 @@ def store_bundle(conn: Connection, info: BundleInfo, data: bytes, now_ms: int) -
 
 
 def store_files(conn: Connection, job_id: str, files: dict[str, bytes]) -> None:
-    conn.execute(sql("DELETE FROM job_files WHERE job_id = :j"), {"j": job_id})
-    rows = [{"j": job_id, "n": n, "d": d} for n, d in files.items()]
-    if rows:
-        conn.execute(sql("INSERT INTO job_files (job_id, name, data) VALUES (:j, :n, :d)"), rows)
+    # On the driver (`database.run`): every submitted job pays for the delete.
+    run(conn, "DELETE FROM job_files WHERE job_id = :j", {"j": job_id})
+    if files:
+        run_many(
+            conn,
+            "INSERT INTO job_files (job_id, name, data) VALUES (:j, :n, :d)",
+            [{"j": job_id, "n": n, "d": d} for n, d in files.items()],
+        )
 
 
 def job_bundle_id(conn: Connection, job_id: str) -> str:
