@@ -192,7 +192,7 @@ def _program(url: str | None, home, argv: list[str], lean: bool, modules_file) -
     return subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True, timeout=60)
 
 
-SPARED = ("click", "yaml", "ssl", "email", "http", "google", "typing", "ast", "dis", "pydantic", "sqlalchemy")
+SPARED = ("click", "yaml", "ssl", "socket", "email", "http", "google", "typing", "ast", "dis", "pydantic", "sqlalchemy")
 
 
 @pytest.mark.parametrize(

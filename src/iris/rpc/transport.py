@@ -244,13 +244,13 @@ def parse_url(url: str) -> tuple[str, str, int, str]:
 
 def _describe(exc: BaseException) -> str:
     """A failed connection's cause in a few words."""
-    import socket
+    import _socket  # what `socket` raises, without building that module's enums (see iris.rpc.http1)
 
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
     if isinstance(exc, TimeoutError):
         return str(exc) or "timed out"
-    if isinstance(exc, socket.gaierror):
+    if isinstance(exc, _socket.gaierror):
         return f"unknown host: {exc.strerror}"
     return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
 
