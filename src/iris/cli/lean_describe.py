@@ -34,6 +34,7 @@ def fetch(client: Any, job_id: str, all_tasks: bool) -> dict[str, Any]:
     if not (all_tasks and token):
         return resp
     tasks = resp.setdefault("tasks", [])
+    seen: set[str] = set()
     while True:
         request = {"job_id": job_id, "include_attempts": True, "page_token": token}
         page = wire.decode(
@@ -41,9 +42,12 @@ def fetch(client: Any, job_id: str, all_tasks: bool) -> dict[str, Any]:
         )
         items = page.get("tasks", [])
         tasks.extend(items)
+        seen.add(token)
         token = page.get("next_page_token", "")
         if not token or not items:
             break
+        if token in seen:
+            raise wire.Unreadable("a page token came a second time")  # the click command reports it
     resp.pop("next_task_page_token")  # every task is here: as the SDK clears it
     return resp
 

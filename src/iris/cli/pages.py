@@ -37,6 +37,7 @@ def collect(
     `page_size` asks for pages of that size (0: the server's default)."""
     rows: list[Any] = []
     token, total = "", 0
+    seen: set[str] = set()  # tokens followed: one sent again would repeat pages for ever
     while True:
         size = page_size
         if limit and not everything:
@@ -45,7 +46,13 @@ def collect(
         batch = list(getattr(resp, field))
         rows.extend(batch)
         total = total or resp.total
+        if resp.next_page_token and resp.next_page_token in seen:
+            from iris.core.errors import IrisError
+            from iris.rpc.transport import repeated_page_token
+
+            raise IrisError(repeated_page_token(f"the {field} listing", resp.next_page_token))
         token = resp.next_page_token
+        seen.add(token)
         if not token or not batch:
             return Collected(rows, max(total, len(rows)), False)
         if not everything and (not limit or len(rows) >= limit):

@@ -21,7 +21,7 @@ import time
 
 from iris.client.launch import build_launch_request
 from iris.client.tokens import token_subject
-from iris.rpc.transport import ConnectTransport
+from iris.rpc.transport import ConnectTransport, repeated_page_token
 
 TYPE_CHECKING = False  # typing's own constant costs `import typing` (4 ms) on the CLI's submit path
 if TYPE_CHECKING:
@@ -281,13 +281,19 @@ class IrisClient:
 
     def _pages(self, method: str, request: Any, response_type: Any, field: str) -> Iterator[Any]:
         """Every item of a paged list: calls `method` again with each page's next_page_token until
-        the last page."""
+        the last page. A token the controller sent before ends it with an error, not a loop."""
+        seen: set[str] = set()
         while True:
             resp = self._transport.call(method, request, response_type)
             items = getattr(resp, field)
             yield from items
             if not resp.next_page_token or not items:
                 return
+            if resp.next_page_token in seen:
+                from iris.core.errors import IrisError
+
+                raise IrisError(repeated_page_token(method, resp.next_page_token))
+            seen.add(resp.next_page_token)
             request.page_token = resp.next_page_token
 
     def wait(self, job: str, timeout: float | None = None) -> pb.JobStatus:

@@ -64,6 +64,15 @@ def error_from_code(code: str, message: str) -> errors.IrisError:
     return errors.error_for_code(code, message)
 
 
+def repeated_page_token(what: str, token: str) -> str:
+    """The error message for a paged answer whose next-page token came before: following it would
+    fetch the same pages for ever."""
+    return (
+        f"the controller answered {what} with page token {token[:80]!r} a second time, so its pages do not"
+        " advance; the controller is misbehaving: upgrade or restart it"
+    )
+
+
 def unreachable(url: str, reason: str) -> errors.Unavailable:
     """The error for a controller that does not answer at all, saying how to get one."""
     return errors.Unavailable(
