@@ -17,7 +17,7 @@ from iris.controller.auth import (
     may_stop,
     submitter_allowed,
 )
-from iris.core.errors import PermissionDenied
+from iris.core.errors import InvalidArgument, PermissionDenied
 
 ADMIN = Identity("root@example.org", Role.ADMIN, "marin")
 LOCAL = Identity(LOCAL_ADMIN, Role.ADMIN, "marin", local_admin=True)
@@ -164,6 +164,12 @@ def test_submitter_allowed_globs(principal, globs, allowed):
 
 def test_check_handoff_matching_peer_allowed_submitter_admitted():
     check_handoff(PEER, "marin", "alice@example.org", ["*@example.org"])
+
+
+@pytest.mark.parametrize("owner", ["alice smith", "alice\n", "\u200balice", "a" * 257])
+def test_check_handoff_owner_that_is_no_user_name_invalid(owner):
+    with pytest.raises(InvalidArgument, match=r"owner_principal .* is not a user name"):
+        check_handoff(PEER, "marin", "alice@example.org", ["*"], owner=owner)
 
 
 def test_check_handoff_requester_not_caller_permission_denied():

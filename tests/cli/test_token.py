@@ -147,6 +147,22 @@ def test_token_create_bad_role_or_ttl_exits_3_naming_the_flag(tmp_path, args, me
     assert not (tmp_path / "state").exists()
 
 
+@pytest.mark.parametrize("user", ["../x", "alice smith", "-alice", "al/ice", "a" * 257])
+def test_token_create_refuses_a_user_no_job_could_be_filed_for(tmp_path, user):
+    config = write_config(tmp_path)
+    result = iris("token", "create", "--config", str(config), "--user", user, home=tmp_path)
+    assert result.returncode == 3 and result.stdout == ""
+    assert "is not a name a token can be minted for" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_token_create_takes_an_address_as_its_user(tmp_path):
+    config = write_config(tmp_path)
+    result = iris("token", "create", "--config", str(config), "--user", "alice.b+ml@example.org", home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count(".") == 2
+
+
 def test_token_create_needs_a_user_and_a_cluster(tmp_path):
     config = write_config(tmp_path)
     no_user = iris("token", "create", "--config", str(config), home=tmp_path)

@@ -80,3 +80,19 @@ def test_hand_off_jobs_is_refused_to_users_and_past_its_size(peer, tmp_path):
     code, message = error_code(lambda: client(ctl, token).hand_off_jobs(too_many))
     assert code == "invalid_argument" and f"at most {MAX_HANDOFFS_PER_CALL}" in message
     assert client(ctl).list_jobs(pb.ListJobsRequest()).jobs == []  # nothing of the refused call was admitted
+
+
+def test_a_handoff_naming_an_owner_no_user_could_have_is_refused_alone(peer, tmp_path):
+    ctl, token = peer
+    runs = tmp_path / "runs"
+    batch = [_handoff("good", runs)]
+    for name, owner in (("spaced", "alice smith"), ("control", "alice\x07"), ("long", "a" * 5000)):
+        req = _handoff(name, runs)
+        req.handoff.owner_principal = owner
+        batch.append(req)
+    outcomes = client(ctl, token).hand_off_jobs(pb.HandOffJobsRequest(jobs=batch)).outcomes
+    assert outcomes[0].accepted.disposition == "local" and not outcomes[0].error_code
+    for outcome in outcomes[1:]:
+        assert outcome.error_code == "invalid_argument", outcome
+        assert "owner_principal" in outcome.error_message and len(outcome.error_message) < 400
+    assert [j.job_id for j in client(ctl).list_jobs(pb.ListJobsRequest()).jobs] == [on_peer("/alice/good")]

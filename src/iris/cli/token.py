@@ -52,7 +52,10 @@ def issue_token(config, user: str, role: str, ttl_s: float) -> IssuedToken:
 
     from iris.controller.auth import mint_token
     from iris.core.errors import InvalidArgument
+    from iris.core.names import validate_principal
 
+    if user:  # an empty one gets mint_token's own message
+        validate_principal(user)
     longest = config.auth.token_lifetime(role)
     if ttl_s > longest:
         raise InvalidArgument(

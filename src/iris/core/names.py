@@ -15,6 +15,9 @@ from iris.core.errors import InvalidArgument
 
 _COMPONENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MAX_DEPTH = 16
+# Who a token names: a user (`alice`, `alice@example.org`), a host (`host-1`), a service.
+_PRINCIPAL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,255}$")
+MAX_PRINCIPAL = 256
 
 
 def validate_component(kind: str, value: str) -> str:
@@ -25,6 +28,28 @@ def validate_component(kind: str, value: str) -> str:
         )
     if value.isdigit():
         raise InvalidArgument(f"{kind} {value!r} is not valid: an all-digit name would read as a task index")
+    return value
+
+
+def validate_principal(value: str) -> str:
+    """Checks a name a token is minted for: letters, digits, '.', '_', '@', '+' or '-'."""
+    if not _PRINCIPAL_RE.match(value or ""):
+        raise InvalidArgument(
+            f"user {value!r} is not a name a token can be minted for: use letters, digits, '.', '_', '@', '+' "
+            f"or '-', starting with a letter or digit (at most {MAX_PRINCIPAL} characters), e.g. alice or alice@example.org"
+        )
+    return value
+
+
+def check_accountable_name(kind: str, value: str) -> str:
+    """Checks a principal that arrives from elsewhere (a peer's handoff owner): at most
+    `MAX_PRINCIPAL` characters, none of them blank or unprintable. Looser than `validate_principal`,
+    since a peer's own users may have been named by an older rule."""
+    if len(value) > MAX_PRINCIPAL or not value.isprintable() or any(c.isspace() for c in value):
+        raise InvalidArgument(
+            f"{kind} {value[:80]!r}{'…' if len(value) > 80 else ''} is not a user name: at most {MAX_PRINCIPAL} "
+            "printable characters, no spaces"
+        )
     return value
 
 

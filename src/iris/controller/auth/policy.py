@@ -22,7 +22,7 @@ from types import MappingProxyType
 
 from iris.controller.auth.identity import LOCAL_ADMIN, Identity, Role
 from iris.core.errors import PermissionDenied
-from iris.core.names import in_job_tree
+from iris.core.names import check_accountable_name, in_job_tree
 
 CONTROLLER_METHODS = frozenset(
     {
@@ -194,6 +194,7 @@ def check_handoff(
             f"the handoff names requester {requester!r} but is signed by peer {caller.principal!r}; "
             "a peer may hand off only its own jobs"
         )
+    check_accountable_name("the handoff's owner_principal", owner)
     if LOCAL_ADMIN in (owner, submitter):
         submitter = LOCAL_ADMIN
     elif not owner:
