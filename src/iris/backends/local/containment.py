@@ -91,13 +91,14 @@ class Containment:
         if self.base is None:
             return ""
         path = self.base / name
-        try:
-            path.mkdir(exist_ok=True)
-        except OSError:
-            return ""
         # Until the attempt ends, `sweep` leaves its cgroup alone: between this call and the
-        # backend's registering the attempt, the cgroup is empty and held by no record.
+        # backend's registering the attempt, the cgroup is empty and held by no record. Made and
+        # claimed under the lock a sweep removes under, so no sweep can take it in between.
         with self._claims_lock:
+            try:
+                path.mkdir(exist_ok=True)
+            except OSError:
+                return ""
             self._claimed.add(name)
         return str(path)
 
@@ -160,13 +161,17 @@ class Containment:
                 pass  # members still dying; `sweep` retries
 
     def sweep(self, live: set[str]) -> None:
-        """Removes empty cgroups of attempts no longer held (a retry of `end`)."""
+        """Removes empty cgroups of attempts no longer held (a retry of `end`). Each is checked
+        against the claims at the moment it is removed, not against a list read before: an attempt
+        may be starting meanwhile, and its wrapper is born in its cgroup."""
         if self.base is None:
             return
-        with self._claims_lock:
-            keep = live | self._claimed
         for path in self.base.iterdir():
-            if path.is_dir() and path.name not in keep:
+            if path.name in live or not path.is_dir():
+                continue
+            with self._claims_lock:
+                if path.name in self._claimed:
+                    continue
                 try:
                     path.rmdir()
                 except OSError:
