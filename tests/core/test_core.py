@@ -58,9 +58,24 @@ def test_job_names_nest_and_validate():
         parse_id("/alice/train/3:x")
     assert in_job_tree("/alice/train/eval", "/alice/train") and in_job_tree("/alice/train", "/alice/train")
     assert not in_job_tree("/alice/training", "/alice/train") and not in_job_tree("/alice/train", "\0")
-    for bad in ("alice/train", "/alice", "/alice/bad name", "/alice/123"):
+    for bad in ("alice/train", "/alice", "/alice/bad name", "/alice/123", "/alice/train\n", "/alice\n/train"):
         with pytest.raises(InvalidArgument):
             JobName.parse(bad)
+
+
+def test_names_principals_and_keys_never_end_in_a_newline():
+    from iris.controller.endpoints import NAME_PATTERN
+    from iris.controller.submit import check_env
+    from iris.core.names import validate_component, validate_principal
+
+    for check in (lambda v: validate_component("user", v), validate_principal):
+        assert check("alice") == "alice"
+        with pytest.raises(InvalidArgument):
+            check("alice\n")
+    assert validate_principal("alice.b+ml@example.org")
+    assert NAME_PATTERN.match("svc") and not NAME_PATTERN.match("svc\n")
+    with pytest.raises(InvalidArgument):
+        check_env({"KEY\n": "v"})
 
 
 def test_gpu_and_tpu_requests_parse_every_documented_form():

@@ -25,7 +25,7 @@ from iris.core.errors import InvalidArgument, NotFound, PermissionDenied
 from iris.core.names import in_job_tree
 from iris.rpc import controller_pb2 as pb
 
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")
 DEFAULT_URL_TTL_S = 8 * 3600.0
 MAX_URL_TTL_S = 30 * 86400.0
 AUDIENCE_PREFIX = "iris-endpoint/"

@@ -39,7 +39,7 @@ MAX_ENV_CHARS = 256 * 1024
 MAX_CONSTRAINTS = 64
 MAX_CONSTRAINT_VALUES = 256
 MAX_WORKDIR_FILES = 1000
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,255}$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,255}\Z")
 
 
 def generated_name() -> str:

@@ -13,16 +13,16 @@ from dataclasses import dataclass
 
 from iris.core.errors import InvalidArgument
 
-_COMPONENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_COMPONENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # whole value: fullmatch, never a trailing newline
 MAX_DEPTH = 16
 # Who a token names: a user (`alice`, `alice@example.org`), a host (`host-1`), a service.
-_PRINCIPAL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,255}$")
+_PRINCIPAL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,255}")
 MAX_PRINCIPAL = 256
 
 
 def validate_component(kind: str, value: str) -> str:
     """Checks one path component (a user or a job name)."""
-    if not _COMPONENT_RE.match(value or ""):
+    if not _COMPONENT_RE.fullmatch(value or ""):
         raise InvalidArgument(
             f"{kind} {value!r} is not valid: use letters, digits, '.', '_' or '-', starting with a letter or digit (at most 128 characters)"
         )
@@ -33,7 +33,7 @@ def validate_component(kind: str, value: str) -> str:
 
 def validate_principal(value: str) -> str:
     """Checks a name a token is minted for: letters, digits, '.', '_', '@', '+' or '-'."""
-    if not _PRINCIPAL_RE.match(value or ""):
+    if not _PRINCIPAL_RE.fullmatch(value or ""):
         raise InvalidArgument(
             f"user {value!r} is not a name a token can be minted for: use letters, digits, '.', '_', '@', '+' "
             f"or '-', starting with a letter or digit (at most {MAX_PRINCIPAL} characters), e.g. alice or alice@example.org"

@@ -62,7 +62,7 @@ from iris.rpc.codec import resources_from_proto, resources_to_proto
 
 log = logging.getLogger("iris.workers")
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
 STREAMS = ("stdout", "stderr")
 RUNTIMES = ("process", "docker")
 MAX_HOLD_S = 10.0
