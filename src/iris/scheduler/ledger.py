@@ -146,6 +146,9 @@ def scanned_best_fit(levels: list[tuple[int, ...]], need: Vector, free: list[Vec
     return None
 
 
+# Told of a worker whose free capacity changed.
+Note = Callable[[int], object]
+
 # Finds the best fit for a demand given the free capacity: `best_fit` over a plan, or the scan.
 Finder = Callable[[Vector, list[Vector]], int | None]
 
@@ -175,27 +178,27 @@ class Ledger:
         self.version = [0] * len(self.workers)
         self._stamp = 0
         self._pools: dict[tuple[int, ...], Pool] = {}
-        # By the number of a worker set (`ClusterIndex.set_ids`), what to tell when the free
-        # capacity of one of its workers changes: the pools' logs and the group counts' dirty sets.
-        self._subscribers: dict[int, list[Callable[[int], object]]] = {}
-        # The same for readers that never look inside a trial (the group counts): a trial rolled
-        # back leaves the state as it was, so they are told only of trials that are kept.
-        self._outside_trials: dict[int, list[Callable[[int], object]]] = {}
+        # By the number of a worker set (`ClusterIndex.set_ids`), whom to tell when the free capacity
+        # of one of its workers changes: the pools' logs (told of every change), and the group
+        # counts' dirty sets, which never look inside a trial (a trial rolled back leaves the state
+        # as it was, so they are told only of changes outside a trial and of trials that are kept).
+        self._subscribers: dict[int, tuple[list[Note], list[Note]]] = {}
         self._plans: dict[tuple, list[Pool]] = {}
         self._group_levels: dict[tuple, dict[tuple[str, str], list[tuple[int, ...]]]] = {}
         self._group_plans: dict[tuple, list[Pool]] = {}
+        # (shape, group, plain) -> its finder: a shape hashes once (its constraints' hashes are
+        # the cost of keying by what it may use), and a job asks for its finder on every placement.
+        self._finders: dict[tuple, Finder] = {}
         self._evictable: dict[tuple[int, Band], tuple[Vector, tuple[RunningTask, ...]]] = {}
         self._journal: list[tuple] | None = None
 
     def subscribe(self, number: int, note: Callable[[int], object], inside_trials: bool = True) -> None:
         """Calls `note` with a worker of set `number` whenever its free capacity changes from now
         on (without `inside_trials`: when a change is made outside a trial or a trial is kept)."""
-        (self._subscribers if inside_trials else self._outside_trials).setdefault(number, []).append(note)
-
-    def _mark(self, subscribers: dict[int, list[Callable[[int], object]]], w: int) -> None:
-        for number in self.ix.member_of.get(w, ()):
-            for note in subscribers.get(number, ()):
-                note(w)
+        entry = self._subscribers.get(number)
+        if entry is None:
+            entry = self._subscribers[number] = ([], [])
+        entry[0 if inside_trials else 1].append(note)
 
     def changed_among(self, workers: Mapping[int, object]) -> set[int]:
         """The workers among `workers` whose free capacity changed this tick."""
@@ -259,10 +262,16 @@ class Ledger:
     def finder(self, shape: Shape, group: tuple[str, str] | None = None, plain: bool = False) -> Finder:
         """How to find the best fit for `shape` (within `group` when given): through the pools,
         or, `plain`, by scanning its preference levels."""
-        if plain:
-            levels = self.ix.levels(shape) if group is None else self.group_levels(shape)[group]
-            return partial(scanned_best_fit, levels)
-        return partial(best_fit, self.plan(shape) if group is None else self.group_plan(shape, group))
+        key = (shape, group, plain)
+        find = self._finders.get(key)
+        if find is None:
+            if plain:
+                levels = self.ix.levels(shape) if group is None else self.group_levels(shape)[group]
+                find = partial(scanned_best_fit, levels)
+            else:
+                find = partial(best_fit, self.plan(shape) if group is None else self.group_plan(shape, group))
+            self._finders[key] = find
+        return find
 
     def group(self, w: int) -> tuple[str, str]:
         return self.ix.group_of[w]
@@ -278,13 +287,14 @@ class Ledger:
         if old == new:
             return
         subscribers, journal = self._subscribers, self._journal
-        outside = self._outside_trials if journal is None else None
         for number in self.ix.member_of.get(w, ()):
-            for note in subscribers.get(number, ()):
-                note(w)
-            if outside:
-                for note in outside.get(number, ()):
+            entry = subscribers.get(number)
+            if entry is not None:
+                for note in entry[0]:
                     note(w)
+                if journal is None:
+                    for note in entry[1]:
+                        note(w)
         self._changed.add(w)
         self.free[w] = new
         if journal is not None:
@@ -330,8 +340,13 @@ class Ledger:
 
     def commit_trial(self) -> None:
         journal, self._journal = self._journal or [], None
+        subscribers = self._subscribers
         for w in {entry[1] for entry in journal if entry[0] == "free"}:
-            self._mark(self._outside_trials, w)
+            for number in self.ix.member_of.get(w, ()):
+                found = subscribers.get(number)
+                if found is not None:
+                    for note in found[1]:
+                        note(w)
 
     def rollback_trial(self) -> None:
         journal, self._journal = self._journal or [], None
