@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from iris.scheduler import RunningTask, SchedulingSnapshot, schedule
-from iris.scheduler.index import ClusterIndex
+from iris.scheduler.index import ClusterIndex, Packing
 from tests.scheduler.scheduler_builders import G, cpu_request, cpu_worker, job, running
 from tests.scheduler.test_scheduler_properties import PROPERTY_SETTINGS, snapshots
 
@@ -79,3 +79,29 @@ def test_index_carried_over_orders_pools_by_new_free_capacity():
     fuller = SchedulingSnapshot(2, workers, (running("/b/0", "w2", cpu_request(5)),), one)
     again = carried.advance(fuller.workers, fuller.running)
     assert [a.worker_id for a in schedule(replace(fuller, index=again)).assignments] == ["w2"]
+
+
+def test_packed_keys_sort_as_tuples_negative_values_included():
+    rng = random.Random(5)
+    vectors = [tuple(rng.randint(-(2**40), 2**40) for _ in range(4)) for _ in range(300)]
+    packing = Packing(vectors, len(vectors))
+    keyed = sorted(range(len(vectors)), key=lambda w: packing.key(vectors[w], w))
+    assert keyed == sorted(range(len(vectors)), key=lambda w: (*vectors[w], w))
+    assert all(packing.key(v, w) < packing.end for w, v in enumerate(vectors))
+    assert packing.probe((2**45, 0, 0, 0)) is None  # beyond every field: nothing can hold it
+
+
+def test_carried_index_rebuilt_when_a_worker_runs_far_over_its_capacity():
+    workers = (cpu_worker("w0", cpu=8, memory=32 * G), cpu_worker("w1", cpu=8, memory=32 * G))
+    first = ClusterIndex(workers, ())
+    # Tasks holding far more memory than the worker has push its free memory below any value
+    # the first index's packed keys have room for.
+    over = tuple(running(f"/x/{i}", "w0", cpu_request(1, memory=2**50)) for i in range(4))
+    carried = first.advance(workers, over)
+    assert carried.packing.width > first.packing.width
+    assert carried.free[carried.index["w0"]][2] == 32 * G - 4 * 2**50
+    one = job("/u/j", cpu_request(2))
+    snap = SchedulingSnapshot(0, workers, over, one)
+    result = schedule(replace(snap, index=carried))
+    assert [a.worker_id for a in result.assignments] == ["w1"]
+    assert result == schedule(snap)

@@ -41,7 +41,7 @@ from iris.scheduler.gangs import Counts, count_all, recount
 from iris.scheduler.gating import resource_value
 from iris.scheduler.snapshot import RunningTask, WorkerSnapshot
 
-Keys = list[tuple]
+Keys = list[int]  # packed keys (see `Packing`), sorted
 MAX_CACHED = 20_000  # per-request answers kept across ticks
 _REGISTERING = threading.Lock()  # see ClusterIndex._register
 
@@ -75,7 +75,18 @@ def _by_text(constraint: Constraint) -> bool:
     return False
 
 
-_SHARED = ("per_worker", "workers", "index", "alive", "attributes", "capacity", "classes", "class_of", "group_of")
+_SHARED = (
+    "per_worker",
+    "workers",
+    "index",
+    "alive",
+    "attributes",
+    "capacity",
+    "classes",
+    "class_of",
+    "group_of",
+    "packing",
+)
 # Answers that depend on the workers alone, kept while they do not change.
 _CACHES = (
     "_classes_matching",
@@ -102,6 +113,46 @@ def _count(spend: dict[str, int], task: RunningTask, sign: int) -> None:
         spend[task.user] = spend.get(task.user, 0) + sign * resource_value(task.resources)
         if not spend[task.user]:
             del spend[task.user]
+
+
+class Packing:
+    """Packs a worker's free capacity and its position into one integer key that sorts as the
+    tuple (devices, cpu, memory, disk, position) would.
+
+    Why integers: a best-fit ordering is kept sorted while free capacity changes, and comparing
+    two integers costs a fraction of comparing two tuples whose first fields are mostly equal (a
+    tick compares keys tens of thousands of times). Each dimension gets a field wide enough for
+    every value of the index it was made for, negative ones included (a worker whose running tasks
+    exceed its capacity); `fits` tells when a value would not fit, and the index is then rebuilt
+    with wider fields.
+    """
+
+    __slots__ = ("width", "offset", "wbits", "mask", "end")
+
+    def __init__(self, vectors: Iterable[Vector], positions: int) -> None:
+        most = max((abs(v) for vector in vectors for v in vector), default=0)
+        self.width = most.bit_length() + 2  # a sign bit, and room to spare
+        self.offset = 1 << (self.width - 1)
+        self.wbits = max(1, positions.bit_length())
+        self.mask = (1 << self.wbits) - 1
+        self.end = 1 << (4 * self.width + self.wbits)  # sorts after every key
+
+    def fits(self, vector: Vector) -> bool:
+        """Whether every value of `vector` has room in its field."""
+        off = self.offset
+        return all(-off <= v < off for v in vector)
+
+    def key(self, free: Vector, w: int) -> int:
+        width, off = self.width, self.offset
+        f0, f1, f2, f3 = free
+        return ((((((f0 + off) << width) | (f1 + off)) << width | (f2 + off)) << width | (f3 + off)) << self.wbits) | w
+
+    def probe(self, need: Vector) -> int | None:
+        """The key before which every worker is short of `need` in the first dimension where they
+        differ; None when some value of `need` is beyond every worker's capacity."""
+        if not self.fits(need):
+            return None
+        return self.key(need, 0)
 
 
 def _static(worker: WorkerSnapshot) -> tuple:
@@ -143,6 +194,9 @@ class ClusterIndex:
             if slot is not None and self.alive[slot]:
                 self.running_on[slot].append(task)
         self.free: list[Vector] = [self._free_of(w) for w in range(len(self.workers))]
+        self.packing = Packing([*self.capacity, *self.free], len(self.workers))
+        key = self.packing.key
+        self.key: list[int] = [key(f, w) for w, f in enumerate(self.free)]  # packed, by position
         self._reset_caches()
 
     def _reset_caches(self) -> None:
@@ -158,8 +212,8 @@ class ClusterIndex:
         self._group_levels: dict[tuple, list[tuple[tuple[str, str], list[tuple[int, ...]]]]] = {}
         self._preemptible: dict[tuple, tuple[int, ...]] = {}
         self._sorted: dict[tuple[int, ...], Keys] = {}  # members -> their keys, ordered by `free`
-        self._carried: dict[tuple[int, ...], Keys] = {}  # the last index's, ordered by `_carried_free`
-        self._carried_free: list[Vector] = []
+        self._carried: dict[tuple[int, ...], Keys] = {}  # the last index's, as of `_carried_key`
+        self._carried_key: list[int] = []
         self._gang_groups: dict[
             tuple, tuple[dict[tuple[str, str], tuple[int, ...]], dict[int, tuple[str, str]], int]
         ] = {}
@@ -246,9 +300,14 @@ class ClusterIndex:
                 changed.setdefault(w, [])
         nxt.running_on = list(self.running_on)
         nxt.free = list(self.free)
+        nxt.key = list(self.key)
+        packing = self.packing
         for w, added in changed.items():
             nxt.running_on[w] = [t for t in self.running_on[w] if t.task_id not in removed] + added
-            nxt.free[w] = nxt._free_of(w)
+            free = nxt.free[w] = nxt._free_of(w)
+            if not packing.fits(free):
+                return ClusterIndex(workers, running, self.per_worker)  # wider fields needed
+            nxt.key[w] = packing.key(free, w)
         if len(self._matching) + len(self.never) + len(self.shapes) > MAX_CACHED:
             nxt._reset_caches()  # requests come and go; start afresh rather than grow without end
         else:
@@ -259,7 +318,7 @@ class ClusterIndex:
             nxt._carried_gangs = self._gangs
             nxt._touched = {}
         nxt._carried = self._sorted
-        nxt._carried_free = self.free
+        nxt._carried_key = self.key
         nxt._moved = {w for w in changed if nxt.free[w] != self.free[w]}
         return nxt
 
@@ -453,8 +512,8 @@ class ClusterIndex:
         return found
 
     def sorted_keys(self, members: tuple[int, ...]) -> Keys:
-        """`members` ordered by free capacity before the tick, as (free..., worker) keys. Shared:
-        a caller that changes them works on a copy."""
+        """The packed keys of `members` before the tick, sorted (by free capacity, then position).
+        Shared: a caller that changes them works on a copy."""
         found = self._sorted.get(members)
         if found is None:
             carried = self._carried.get(members)
@@ -464,16 +523,16 @@ class ClusterIndex:
                 found = carried
                 if touched:
                     found = list(carried)
-                    before, free = self._carried_free, self.free
-                    repair(found, [((*before[w], w), (*free[w], w)) for w in touched])
+                    before, key = self._carried_key, self.key
+                    repair(found, [(before[w], key[w]) for w in touched])
             else:
-                free = self.free
-                found = sorted((*free[w], w) for w in members)
+                key = self.key
+                found = sorted([key[w] for w in members])
             self._sorted[members] = found
         return found
 
 
-def repair(keys: Keys, moves: Iterable[tuple[tuple, tuple]]) -> None:
+def repair(keys: Keys, moves: Iterable[tuple[int, int]]) -> None:
     """Moves each key of `moves` (old, new) to where its new value sorts."""
     for old, new in moves:
         if old != new:

@@ -4,9 +4,9 @@ not scan the cluster.
 Why an index (the worker-side part of it is `index.ClusterIndex`, kept across ticks): a tick with 10,000 pending tasks and 1,000 workers cannot afford to compare every
 task with every worker. Workers with identical attributes and capacity form a *class*, so hard
 constraints are evaluated once per class, not per worker. The workers a shape may use form a
-*pool*, kept as a list of (free devices, free cpu, free memory, free disk, worker) tuples in
-sorted order: the best fit is the first entry at or after the request that fits in every
-dimension, found by bisection. Pools are shared by every shape with the same membership and are
+*pool*, kept as a sorted list of keys that order its workers by (free devices, free cpu, free
+memory, free disk, worker), each packed into one integer (`index.Packing`): the best fit is the
+first entry at or after the request that fits in every dimension, found by bisection. Pools are shared by every shape with the same membership and are
 repaired lazily, when next searched, after a worker's free capacity changes.
 
 Free capacity only ever decreases during a tick (preemption keeps the victims' capacity for the
@@ -19,14 +19,14 @@ This object is mutable, but it never outlives the pure `schedule` call that crea
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import Callable, Mapping
 from functools import partial
 
 from iris.core.bands import Band
 from iris.core.constraints import Constraint
 from iris.scheduler.fit import Shape, Vector, add, demand, fits, subtract
-from iris.scheduler.index import ClusterIndex, WorkerClass, repair
+from iris.scheduler.index import ClusterIndex, Keys, Packing, WorkerClass
 from iris.scheduler.snapshot import RunningTask, SchedulingSnapshot
 
 __all__ = ["Ledger", "Pool", "WorkerClass", "best_fit"]
@@ -48,45 +48,59 @@ class Pool:
     log, so those workers are looked at again too.
     """
 
-    __slots__ = ("base", "inside", "keys", "log", "members", "owned", "placed", "repaired", "starts")
+    __slots__ = ("base", "current", "keys", "log", "members", "owned", "packing", "placed", "repaired", "starts")
 
-    def __init__(self, members: tuple[int, ...], keys: list[tuple], base: list[Vector], inside: frozenset[int]) -> None:
+    def __init__(
+        self, members: tuple[int, ...], keys: Keys, base: list[int], current: list[int], packing: Packing
+    ) -> None:
         self.members = members
-        self.inside = inside  # the members as a set
         self.keys = keys  # the index's ordering before the tick, shared until this pool first changes
-        self.base = base  # the free capacity that ordering reflects
-        self.placed: dict[int, tuple] = {}  # the keys of members moved since, as they now stand
+        self.base = base  # the packed keys that ordering holds
+        self.current = current  # every worker's packed key as it stands now (the ledger's)
+        self.packing = packing
+        self.placed: dict[int, int] = {}  # the keys of members moved since, as the ordering holds them
         self.log: list[int] = []  # every worker whose free capacity changed, in order, repeats kept
         self.repaired = 0  # how much of the log the keys reflect
-        # demand -> (where to search from, how much of the log was read, candidates before that)
-        self.starts: dict[Vector, tuple[tuple, int, set[int] | None]] = {}
+        # demand -> (where to search from, how much of the log was read, candidates before that,
+        # the demand's own key)
+        self.starts: dict[Vector, tuple[int, int, set[int] | None, int]] = {}
         self.owned = False
 
-    def refresh(self, free: list[Vector]) -> list[tuple]:
+    def refresh(self) -> Keys:
         """The sorted keys, repaired for every worker whose free capacity changed."""
         log = self.log
         if self.repaired < len(log):
             if not self.owned:
                 self.keys, self.owned = list(self.keys), True
-            placed, base = self.placed, self.base
-            moves = []
+            keys, placed, base, current = self.keys, self.placed, self.base, self.current
             for w in set(log[self.repaired :]):
-                new = (*free[w], w)
-                moves.append((placed.get(w) or (*base[w], w), new))
+                new = current[w]
+                old = placed.get(w)
+                if old is None:
+                    old = base[w]
+                if old != new:
+                    del keys[bisect_left(keys, old)]
+                    insort(keys, new)
                 placed[w] = new
-            repair(self.keys, moves)
             self.repaired = len(log)
         return self.keys
 
     def best_fit(self, need: Vector, free: list[Vector]) -> int | None:
         """The member with the least free capacity that still fits `need` (see the class)."""
-        keys = self.refresh(free)
+        keys = self.refresh()
         log = self.log
         n0, c, m, d = need
-        probe = (n0, c, m, d, -1)  # entries before it are short in their first differing dimension
-        start, seen, held = self.starts.get(need) or (probe, 0, None)
+        known = self.starts.get(need)
+        if known is None:
+            # Entries before the demand's own key are short in their first differing dimension.
+            probe = self.packing.probe(need)
+            if probe is None:
+                return None  # more than any worker has
+            start, seen, held = probe, 0, None
+        else:
+            start, seen, held, probe = known
         changes = len(log) - seen
-        if changes and start is not probe:
+        if changes and start != probe:
             if changes > _FEW and changes > bisect_left(keys, start) - bisect_left(keys, probe):
                 start, held = probe, None  # stepping over what lies before start again costs less
             else:
@@ -96,34 +110,35 @@ class Pool:
         if held:
             # Workers that changed (or held the demand before start when last asked): those that
             # still hold it and sort before start are candidates the scan below would not reach.
-            placed = self.placed  # every worker held has changed, so its key is there
+            current = self.current
             kept = set()
             for w in held:
                 f = free[w]
                 if f[0] >= n0 and f[1] >= c and f[2] >= m and f[3] >= d:
-                    key = placed[w]
+                    key = current[w]
                     if key < start:
                         kept.add(w)
                         if best is None or key < best:
                             best = key
         # Entries at or after `start` have enough devices; one by one (measured on the scheduler
-        # benchmark, stepping beats jumping ahead by bisection, whose keys cost more to build).
-        # The scan stops at the first that fits, or where a candidate sorts first.
+        # benchmark, stepping beats jumping ahead by bisection). The scan stops at the first that
+        # fits, or where a candidate sorts first.
+        mask = self.packing.mask
         i, n = bisect_left(keys, start), len(keys)
         while i < n:
             key = keys[i]
             if best is not None and key >= best:
                 break
-            if key[1] >= c and key[2] >= m and key[3] >= d:
+            f = free[key & mask]
+            if f[1] >= c and f[2] >= m and f[3] >= d:
                 best = key
                 break
             i += 1
         # Every entry the scan passed is short of the demand: the next search starts after them.
-        self.starts[need] = (keys[i] if i < n else _END, len(log), kept or None)
-        return None if best is None else best[4]
+        self.starts[need] = (keys[i] if i < n else self.packing.end, len(log), kept or None, probe)
+        return None if best is None else best & mask
 
 
-_END = (float("inf"),)  # sorts after every key: a search that found nothing starts here next time
 _FEW = 16  # changes since a search below which they are looked at one by one
 
 
@@ -171,6 +186,8 @@ class Ledger:
         self.class_of = ix.class_of
         self.running_on = ix.running_on  # read only: evictions are kept in `evicted`
         self.free: list[Vector] = list(ix.free)
+        self.key: list[int] = list(ix.key)  # packed (see `index.Packing`), as `free` stands
+        self._pack = ix.packing.key
         self.evicted: set[str] = set()
         self._changed: set[int] = set()  # workers whose free capacity changed this tick
         # A worker's stamp changes whenever its free capacity or victims do, to a value never used
@@ -223,13 +240,14 @@ class Ledger:
         pool = self._pools.get(members)
         if pool is None:
             ix = self.ix
-            pool = self._pools[members] = Pool(members, ix.sorted_keys(members), ix.free, ix.member_set(members))
+            pool = self._pools[members] = Pool(members, ix.sorted_keys(members), ix.key, self.key, ix.packing)
             self.subscribe(self.ix.set_ids[members], pool.log.append)
             changed = self._changed
             if len(members) < len(changed):
                 pool.log.extend(w for w in members if w in changed)
             else:
-                pool.log.extend(w for w in changed if w in pool.inside)
+                inside = ix.member_set(members)
+                pool.log.extend(w for w in changed if w in inside)
         return pool
 
     def plan(self, shape: Shape) -> list[Pool]:
@@ -297,6 +315,7 @@ class Ledger:
                         note(w)
         self._changed.add(w)
         self.free[w] = new
+        self.key[w] = self._pack(new, w)
         if journal is not None:
             journal.append(("free", w, old, self.version[w]))
         self._stamp += 1
