@@ -17,12 +17,15 @@ and the pass goes on: nothing one job carries may stop the placement of every ot
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.exc import OperationalError
 
@@ -30,7 +33,7 @@ from iris.backends.protocol import AdoptRecord, Backend, LaunchError, LaunchSpec
 from iris.controller import applier
 from iris.controller import transitions as tr
 from iris.controller.db import attempts as attempt_db
-from iris.controller.db.database import Database, savepoint, sql
+from iris.controller.db.database import Database, run, savepoint, sql
 from iris.controller.db.federation import prune_changelog
 from iris.controller.db.literals import JOB_PENDING, LIVE_TASKS
 from iris.controller.launch_spec import LaunchSpecs, TaskIdentitySource
@@ -50,6 +53,7 @@ from iris.scheduler.gating import effective_band, user_spend
 log = logging.getLogger("iris.tick")
 MAINTENANCE_INTERVAL_S = 60.0
 LIVE_ATTEMPTS = LIVE_TASKS
+DIE_BEFORE_STOP_ENV = "IRIS_TEST_DIE_BEFORE_STOP"
 
 
 def rest_before_pass(api_calls: int, backlog: int, last_cost_s: float, since_last_s: float) -> float:
@@ -117,6 +121,9 @@ class ControlLoop:
         self.passes = PassSignal()  # API calls waiting for a job's state to change look again after each pass
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # Tests of crash recovery set this to kill the controller after a stop is committed and
+        # before any process is signalled: the window a real crash can hit.
+        self._die_before_stop = os.environ.get(DIE_BEFORE_STOP_ENV) == "1"
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -124,21 +131,38 @@ class ControlLoop:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def recover(self) -> None:
-        """Hands every attempt the database believes is live back to its backend (after a restart)."""
+        """Hands every attempt the database believes is live back to its backend (after a restart),
+        and with them each backend's leftovers that the database holds in another state: a stop
+        committed just before a crash never reached its process, which the first pass now stops."""
+        leftovers = {bid: b.leftovers() for bid, b in self.backends.items()}
+        columns = "attempt_id, backend_id, worker_id, pid, devices, stdout_offset, stderr_offset"
         with self.db.read() as conn:
             rows = conn.execute(
-                sql(
-                    "SELECT attempt_id, backend_id, worker_id, pid, devices, stdout_offset, stderr_offset"
-                    f" FROM attempts WHERE state IN {LIVE_ATTEMPTS} AND cluster IS NULL"
-                )
+                sql(f"SELECT {columns} FROM attempts WHERE state IN {LIVE_ATTEMPTS} AND cluster IS NULL")
             ).all()
-        by_backend: dict[str, list[AdoptRecord]] = {}
+            live = {r[0] for r in rows}
+            strays = sorted({a for ids in leftovers.values() for a in ids} - live)
+            held: dict[str, Any] = {}  # as many as ran when the controller went: each looked up alone
+            for attempt_id in strays:
+                found = run(
+                    conn, f"SELECT {columns} FROM attempts WHERE attempt_id = ? AND cluster IS NULL", (attempt_id,)
+                )
+                held.update((r[0], r) for r in found.fetchall())
+        by_backend: dict[str, list[AdoptRecord]] = {bid: [] for bid in self.backends}
         orphans = []
         for r in rows:
             if r[1] in self.backends:
-                by_backend.setdefault(r[1], []).append(AdoptRecord(r[0], r[2], r[3], r[4] or "", r[5], r[6]))
+                by_backend[r[1]].append(AdoptRecord(r[0], r[2], r[3], r[4] or "", r[5], r[6]))
             else:
                 orphans.append(r[0])
+        for backend_id, ids in leftovers.items():
+            for attempt_id in sorted(ids & held.keys()):
+                r = held[attempt_id]
+                by_backend[backend_id].append(AdoptRecord(r[0], r[2] or "", r[3], r[4] or "", r[5], r[6]))
+        if held:
+            log.info(
+                "taking back %d attempts no longer live in the database, to stop them and record their ends", len(held)
+            )
         for backend_id, records in by_backend.items():
             self.backends[backend_id].adopt(records)
         if orphans:
@@ -309,9 +333,7 @@ class ControlLoop:
                 )
             ).all()
         live_ids = {r[0] for r in live}
-        for backend_id, attempt_ids in held.items():
-            for attempt_id in attempt_ids - live_ids:
-                self.backends[backend_id].stop(attempt_id)
+        self._stop_attempts([(b, a) for b, attempt_ids in held.items() for a in attempt_ids - live_ids])
         now = self.now_ms()
         timed_out, lost = [], []
         for attempt_id, backend_id, started_ms, timeout_s, state in live:
@@ -332,7 +354,13 @@ class ControlLoop:
         events += [tr.WorkerLost(a, "its backend lost the attempt") for a in lost]
         with self.db.write() as conn:
             self._count(applier.end_attempts(conn, events, now))
-        for attempt_id, backend_id, _ in timed_out:
+        self._stop_attempts([(backend_id, attempt_id) for attempt_id, backend_id, _ in timed_out])
+
+    def _stop_attempts(self, attempts: list[tuple[str, str]]) -> None:
+        """Signals each (backend, attempt) whose end is already committed to stop."""
+        if attempts and self._die_before_stop:
+            os.kill(os.getpid(), signal.SIGKILL)  # a crash between the commit and the signal, for tests
+        for backend_id, attempt_id in attempts:
             self.backends[backend_id].stop(attempt_id)
 
     def _schedule_and_start(self) -> tuple[int, int]:
@@ -352,8 +380,7 @@ class ControlLoop:
         launches: list[tuple[Backend, LaunchSpec]] = []
         if result.assignments or result.preemptions or result.unschedulable or result.pending_reasons or backing_off:
             launches, victims = self._commit_decisions(result, now, backing_off)
-            for backend_id, attempt_id in victims:
-                self.backends[backend_id].stop(attempt_id)
+            self._stop_attempts(victims)
         with spans.span("tick.schedule.start"):
             self._start(launches)
         return len(snapshot.pending), len(launches)

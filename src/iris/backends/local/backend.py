@@ -71,6 +71,7 @@ _WRAPPER = (
     '"$@"; rc=$?; echo $rc > "$0/exit"; exit $rc'
 )
 _SPAWNER = object()  # the selector's key for the spawner's exit reports
+MARKS = ".live"  # under the attempts root: each backend's markers of the attempts it has not seen end
 _SHELL_CHARS = re.compile(r"[\s;&|<>$`'\"*?(){}]")
 SETPRIV = "/usr/bin/setpriv"  # util-linux: runs a command under another uid, gid and no extra groups
 STOP_GRACE_S = 10.0
@@ -184,6 +185,10 @@ class LocalBackend:
         self.root = state_dir / "attempts"
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o711)  # tasks reach their own folder by name; none may list the others
+        # One marker per attempt started and not yet ended and stored, named by its folder and
+        # holding its id; one folder of markers per backend, as backends share `root`.
+        self.marks = self.root / MARKS / config.id
+        self.marks.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.output_cap = output_cap
         self.containment = Containment(self.root)
         self._wake = wake
@@ -313,9 +318,13 @@ class LocalBackend:
             env["PYTHONPATH"] = sdk_pythonpath(env.get("PYTHONPATH", ""))
         cgroup = self.containment.prepare(folder.name)
         argv = [str(folder), str(len(layers)), *layers, *command]
+        mark = self.marks / folder.name
         try:
+            # Marked before the process exists: a controller that dies at any later point finds it.
+            mark.write_text(spec.attempt_id)
             pid, spawned = self._spawn(folder, cgroup, argv, workdir, env, 0o077 if as_task else -1)
         except OSError as exc:
+            mark.unlink(missing_ok=True)
             self.containment.end(folder.name, spec.attempt_id)
             with self._lock:
                 self._free_devices[spec.worker_id].update(devices)
@@ -704,6 +713,7 @@ class LocalBackend:
         # removed by a cleanup of the old one that runs late.
         for record in ended:
             record.spool.remove()
+            (self.marks / record.name).unlink(missing_ok=True)
         # Waking the reader costs a thread switch per pass; it is worth it only when the bounds
         # held it back.
         if held_back:
@@ -717,7 +727,31 @@ class LocalBackend:
             if attempt_id not in held:
                 shutil.rmtree(self.root / safe_dirname(attempt_id), ignore_errors=True)
 
+    def leftovers(self) -> frozenset[str]:
+        """Attempts this backend started, in an earlier life too, whose end it has not seen stored:
+        one marker each, so the cost follows the attempts that ran at the restart, not all there were."""
+        found = set()
+        for entry in os.scandir(self.marks):
+            try:
+                with open(entry.path) as f:
+                    found.add(f.read().strip())
+            except OSError:
+                continue
+        found.discard("")
+        return frozenset(found)
+
     def adopt(self, records: list[AdoptRecord]) -> None:
+        """Takes over `records`; a leftover (see `leftovers`) not among them, which the database no
+        longer holds at all, is killed with everything it started, and nothing of it reported."""
+        known = {safe_dirname(rec.attempt_id) for rec in records}
+        for entry in os.scandir(self.marks):
+            if entry.name not in known:
+                try:
+                    attempt_id = Path(entry.path).read_text().strip()
+                except OSError:
+                    attempt_id = ""
+                _kill_folder(self.containment, self.root / entry.name, attempt_id)
+                os.unlink(entry.path)
         for rec in records:
             folder = self.root / safe_dirname(rec.attempt_id)
             pid = rec.pid
@@ -739,6 +773,24 @@ class LocalBackend:
                 self._finish(attempt)
 
 
+def _kill_folder(containment: Containment, folder: Path, attempt_id: str = "") -> int:
+    """SIGKILLs the attempt started in `folder` (its cgroup, its wrapper's process group, checked
+    to be an attempt's, of `attempt_id` when given): the wrapper's pid, or -1 when none was running."""
+    try:
+        pid = int((folder / "pid").read_text().strip())
+        if not is_attempt(pid, attempt_id or None):
+            pid = -1
+    except (OSError, ValueError):
+        pid = -1
+    containment.end(folder.name, attempt_id)
+    if pid > 0:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pid = -1
+    return pid
+
+
 def kill_leftover_attempts(state_dir: Path) -> list[int]:
     """SIGKILLs every process of every attempt still running from `state_dir`.
 
@@ -754,19 +806,9 @@ def kill_leftover_attempts(state_dir: Path) -> list[int]:
     containment = Containment(root)
     # Every attempt folder, not only those with a pid file: a wrapper joins its cgroup before it
     # writes its pid, so one caught in between is still ended through its cgroup.
-    for folder in (f for f in root.iterdir() if f.is_dir()):
-        try:
-            pid = int((folder / "pid").read_text().strip())
-            if not is_attempt(pid):
-                pid = -1
-        except (OSError, ValueError):
-            pid = -1
-        containment.end(folder.name, "")
+    for folder in (f for f in root.iterdir() if f.is_dir() and f.name != MARKS):
+        pid = _kill_folder(containment, folder)
         if pid > 0:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-                killed.append(pid)
-            except OSError:
-                pass
+            killed.append(pid)
     containment.close()
     return killed

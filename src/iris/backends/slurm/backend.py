@@ -500,6 +500,10 @@ class SlurmBackend:
             if attempt_id not in held:
                 shutil.rmtree(self.root / "attempts" / safe_dirname(attempt_id), ignore_errors=True)
 
+    def leftovers(self) -> frozenset[str]:
+        """Not tracked: a restart adopts only the attempts the database holds as live."""
+        return frozenset()
+
     def adopt(self, records: list[AdoptRecord]) -> None:
         for rec in records:
             folder = self.root / "attempts" / safe_dirname(rec.attempt_id)

@@ -247,6 +247,11 @@ class WorkersBackend:
         del self._attempts[attempt.attempt_id]
         self._exits.append(AttemptExit(attempt.attempt_id, None, why))
 
+    def leftovers(self) -> frozenset[str]:
+        """None kept here: a daemon reports what it runs when it registers again, and is told to
+        kill each attempt this backend did not adopt."""
+        return frozenset()
+
     def adopt(self, records: list[AdoptRecord]) -> None:
         deadline = time.monotonic() + self.grace + RECONNECT_ALLOWANCE_S
         with self._lock:

@@ -1,0 +1,67 @@
+"""A controller killed after it committed a stop and before it signalled the attempt stops that
+attempt after its restart, and records its end; another backend's attempts are left alone."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+
+import pytest
+from connectrpc.errors import ConnectError
+
+from iris.controller.tick import DIE_BEFORE_STOP_ENV
+from iris.rpc import controller_pb2 as pb
+from iris.testing import local_backend
+from tests.conftest import wait_until
+from tests.controller.helpers import client, launch, logs, pid_alive, status, wait_state
+
+# Prints a line when stopped, so the test sees that output written after the stop is still stored.
+STOPPABLE = "echo up; trap 'echo stopped; exit 7' TERM; while :; do sleep 0.05; done"
+
+
+def _pin(backend: str) -> list[pb.Constraint]:
+    return [pb.Constraint(key="backend", op="EQ", values=[backend])]
+
+
+def _attempt(c, job: str) -> pb.AttemptStatus:
+    return wait_until(
+        lambda: (a := status(c, job).tasks[0].attempts) and a[0].pid and logs(c, job) and a[0],
+        message=f"{job} to run",
+    )
+
+
+def test_stop_committed_before_a_crash_reaches_the_attempt_after_the_restart(controller_factory, tmp_path):
+    go = tmp_path / "go"
+    ctl = controller_factory("orphan", backends=[local_backend("a"), local_backend("b")], start=False)
+    ctl.env = {**os.environ, DIE_BEFORE_STOP_ENV: "1"}
+    ctl.start()
+    c = client(ctl)
+    doomed = launch(c, "doomed", ["sh", "-c", STOPPABLE], constraints=_pin("a"))
+    kept = launch(
+        c, "kept", ["sh", "-c", f"echo up; while [ ! -e {go} ]; do sleep 0.05; done; echo done"], constraints=_pin("b")
+    )
+    doomed_pid = _attempt(c, doomed).pid
+    kept_attempt = _attempt(c, kept)
+    with pytest.raises(ConnectError):  # the controller dies while the call waits for the tick
+        c.terminate_job(pb.TerminateJobRequest(job_id=doomed))
+    assert ctl.proc is not None and ctl.proc.wait(timeout=30) is not None
+    with sqlite3.connect(f"file:{ctl.state_dir / 'controller.db'}?mode=ro", uri=True) as db:
+        (state,) = db.execute("SELECT state FROM attempts WHERE job_id = ?", (doomed,)).fetchone()
+    assert state == "KILLED", "the stop was committed before the crash"
+    assert pid_alive(doomed_pid), "the crash came before the attempt was signalled"
+
+    ctl.env = None
+    ctl.start()
+    c = client(ctl)
+    wait_until(lambda: not pid_alive(doomed_pid), timeout=30, message="the stopped attempt to end")
+    wait_until(lambda: "stopped" in logs(c, doomed), message="the attempt's last line to be stored")
+    final = status(c, doomed)
+    assert final.job.state == "KILLED" and [a.state for a in final.tasks[0].attempts] == ["KILLED"]
+    assert logs(c, doomed)[:2] == ["up", "stopped"]
+
+    # The other backend's attempt was re-adopted, not stopped: it runs to its end.
+    assert pid_alive(kept_attempt.pid)
+    go.touch()
+    done = wait_state(c, kept)
+    assert done.job.state == "SUCCEEDED" and logs(c, kept) == ["up", "done"]
+    assert not any((ctl.state_dir / "attempts" / ".live").rglob("*-*")), "every marker is gone once ended"

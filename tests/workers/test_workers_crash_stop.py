@@ -1,0 +1,42 @@
+"""A controller killed after it committed a stop and before it told the worker: once it is back, the
+worker registers again and the attempt the controller no longer wants is stopped there."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from connectrpc.errors import ConnectError
+
+from iris.controller.tick import DIE_BEFORE_STOP_ENV
+from iris.rpc import controller_pb2 as pb
+from tests.conftest import wait_until
+from tests.controller.helpers import client, launch, pid_alive, status
+from tests.workers.conftest import GRACE, workers_backends
+
+
+def test_workers_stop_committed_before_a_crash_reaches_the_worker_after_the_restart(controller_factory, worker_factory):
+    ctl = controller_factory(
+        "pool",
+        backends=workers_backends(),
+        controller={"tick_interval": "1s", "worker_grace_period": GRACE},
+        start=False,
+    )
+    ctl.env = {**os.environ, DIE_BEFORE_STOP_ENV: "1"}
+    ctl.start()
+    worker = worker_factory(ctl, "a")
+    c = client(ctl)
+    job = launch(c, "doomed", ["sleep", "300"])
+    pid = wait_until(worker.attempt_pids, message="the attempt to start")[0]
+    with pytest.raises(ConnectError):  # the controller dies while the call waits for the tick
+        c.terminate_job(pb.TerminateJobRequest(job_id=job))
+    assert ctl.proc is not None and ctl.proc.wait(timeout=30) is not None
+    assert pid_alive(pid), "the crash came before the worker was told"
+
+    ctl.env = None
+    ctl.start()
+    wait_until(lambda: not pid_alive(pid), timeout=60, message="the worker to stop the attempt")
+    c = client(ctl)
+    final = status(c, job)
+    assert final.job.state == "KILLED" and [a.state for a in final.tasks[0].attempts] == ["KILLED"]
+    assert worker.proc.poll() is None, "the worker serves on"
