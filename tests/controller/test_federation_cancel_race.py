@@ -65,7 +65,9 @@ def test_cancel_once_a_delivery_started_waits_for_the_peer_to_confirm(tmp_path):
     _cancel(db, job)
     state, _, reason = _job(db, job)
     assert state == "PENDING" and "stopping" in reason and "cw-h100" in reason
-    assert store.pending_cancels() == [PendingCancel(job, "cw-h100", 1)]
+    with db.read() as conn:
+        nonce = conn.execute(sql("SELECT nonce FROM federated_jobs WHERE job_id = :j"), {"j": job}).scalar()
+    assert store.pending_cancels() == [PendingCancel(job, "cw-h100", 1, nonce)]  # the stop names the run
     store.mark_cancel_relayed(job, 1)  # the peer answered: stopped, or it never admitted it
     assert _job(db, job)[0] == "KILLED"
     assert store.pending_cancels() == []
@@ -86,4 +88,26 @@ def test_a_full_resync_keeps_a_job_accepted_after_its_question_and_drops_one_it_
     with db.read() as conn:
         handles = conn.execute(sql("SELECT job_id, handoff_state FROM federated_jobs ORDER BY job_id")).all()
     assert [tuple(h) for h in handles] == [("/alice/fresh", "HANDED_OFF")]
+    db.close()
+
+
+def test_a_cancelled_job_its_peer_reports_live_after_confirming_is_stopped_there_again(tmp_path):
+    db, store = _store(tmp_path)
+    job = _queue(db, "late")
+    assert store.promote_all([Promotion(job, "cw-h100", "h100")])
+    assert store.start_delivery(job)
+    _cancel(db, job)
+    store.mark_cancel_relayed(job, 1)  # the peer answered NOT_FOUND: it did not hold the job then
+    assert _job(db, job)[0] == "KILLED" and store.pending_cancels() == []
+    # A peer that admitted a late handoff anyway reports the job running: the stop is relayed again.
+    running = pb.SyncedJob(job=pb.JobStatus(job_id=job, state="RUNNING"))
+    store.apply_sync("cw-h100", pb.FederationSyncResponse(cursor=3, jobs=[running]))
+    assert _job(db, job)[0] == "KILLED"
+    assert [(c.job_id, c.version) for c in store.pending_cancels()] == [(job, 2)]
+    store.apply_sync("cw-h100", pb.FederationSyncResponse(cursor=4, jobs=[running]))  # not re-armed twice
+    assert [(c.job_id, c.version) for c in store.pending_cancels()] == [(job, 2)]
+    store.mark_cancel_relayed(job, 2)
+    killed = pb.SyncedJob(job=pb.JobStatus(job_id=job, state="KILLED"))
+    store.apply_sync("cw-h100", pb.FederationSyncResponse(cursor=5, jobs=[killed]))
+    assert store.pending_cancels() == [] and _job(db, job)[0] == "KILLED"
     db.close()

@@ -105,7 +105,7 @@ class ControllerFederationStore:
     def pending_cancels(self) -> list[PendingCancel]:
         with self.db.read() as conn:
             return [
-                PendingCancel(h["job_id"], h["peer_id"], h["cancel_intent_version"])
+                PendingCancel(h["job_id"], h["peer_id"], h["cancel_intent_version"], h["nonce"])
                 for h in fed.sent_handles(conn, (HandoffState.HANDED_OFF.value, HandoffState.PENDING_HANDOFF.value))
                 if h["cancel_intent_version"] > h["cancel_relayed_version"]
                 and (h["handoff_state"] == HandoffState.HANDED_OFF.value or h["delivery_started"])
@@ -296,6 +296,10 @@ _INSERT_ATTEMPT_SQL = (
     " exit_code, created_ms, started_ms, finished_ms, error, cluster)"
     " VALUES (:id, :t, :j, :i, :a, :s, :b, :w, :c, :now, :st, :fin, :e, :p)"
 )
+_REARM_CANCEL_SQL = (
+    "UPDATE federated_jobs SET cancel_intent_version = cancel_intent_version + 1"
+    f" WHERE job_id = :j AND direction = {SENT} AND cancel_relayed_version >= cancel_intent_version"
+)
 _REPORTED_SQL = (
     "UPDATE federated_jobs SET first_report = 1, updated_ms = :now,"
     f" handoff_state = CASE WHEN handoff_state = {PENDING_HANDOFF} THEN {HANDED_OFF} ELSE handoff_state END"
@@ -325,7 +329,11 @@ def _mirror_job(conn, peer_id: str, synced: pb.SyncedJob, now_ms: int) -> None:
         # Stopping, not yet confirmed by the peer: its state moves, the stopping reason stays.
         params = {"s": job.state, "st": started, "r": fed.stopping_reason(peer_id), "p": peer_id, "j": job.job_id}
         run(conn, _STOPPING_SQL, params)
-    elif not keep_local_state:
+    elif keep_local_state:
+        # Cancelled and confirmed here, yet the peer reports the job live (a peer that answered
+        # the stop before a late handoff of it arrived): the cancel is relayed once more.
+        run(conn, _REARM_CANCEL_SQL, {"j": job.job_id})
+    else:
         params = {
             "s": job.state,
             "st": started,

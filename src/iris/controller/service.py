@@ -9,6 +9,7 @@ explainer), never the controller object itself, so a handler reads as what it do
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from contextlib import ExitStack
@@ -21,7 +22,7 @@ from iris.controller.applier import stop_job
 from iris.controller.auth import Identity, Role, check_may_stop, check_sync_requester
 from iris.controller.auth.policy import check_may_create, check_may_read
 from iris.controller.db import federation as fed
-from iris.controller.db import reads
+from iris.controller.db import handoff_stops, reads
 from iris.controller.db.database import savepoint, sql
 from iris.controller.db.jobs import insert_job, require_job
 from iris.controller.handler import rpc
@@ -30,7 +31,7 @@ from iris.controller.submit import build_spec, check_client_freshness, parent_co
 from iris.controller.worker_api import WorkerCalls
 from iris.core import spans
 from iris.core.constraints import Constraint
-from iris.core.errors import InvalidArgument, IrisError, Unavailable
+from iris.core.errors import FailedPrecondition, InvalidArgument, IrisError, NotFound, Unavailable
 from iris.core.job import JobSpec
 from iris.core.names import JobName, in_job_tree
 from iris.core.states import JobState
@@ -43,9 +44,13 @@ if TYPE_CHECKING:
     from iris.controller.app import Controller
 
 
+log = logging.getLogger(__name__)
 _JOB_STATES = tuple(s.value for s in JobState)
 _MISSING = object()  # the request names a bundle this cluster does not hold
 MAX_HANDOFFS_PER_CALL = 256  # jobs one HandOffJobs call may carry (the parent sends far fewer)
+# Test-only: seconds each handoff call waits before it admits anything (a peer slower than its
+# parent's call timeout). Read from the environment tests start a controller with; unset in use.
+HANDOFF_DELAY_ENV = "IRIS_TEST_HANDOFF_DELAY_S"
 
 
 def _admitted(job_id: str, outcome: str) -> pb.LaunchJobResponse:
@@ -75,6 +80,7 @@ class ControllerServiceImpl(WorkerCalls):
         self.running_tasks = controller.tick.loader.load_running
         self.spend = controller.spend
         self.layer_pins = controller.layer_pins
+        self.handoff_delay_s = float(os.environ.get(HANDOFF_DELAY_ENV) or 0)
 
     @rpc
     def launch_job(self, req: pb.LaunchJobRequest, identity: Identity) -> pb.LaunchJobResponse:
@@ -155,6 +161,8 @@ class ControllerServiceImpl(WorkerCalls):
 
     def _admit_handoff(self, req: pb.LaunchJobRequest, identity: Identity) -> pb.LaunchJobResponse:
         """A peer hands this cluster a root job under its own id (DESIGN §6, peer admission)."""
+        if self.handoff_delay_s:
+            time.sleep(self.handoff_delay_s)
         with ExitStack() as pins:
             spec, handoff, files, bundle = self._prepare_handoff(req, identity, pins)
             with self.db.write() as conn:
@@ -173,6 +181,8 @@ class ControllerServiceImpl(WorkerCalls):
             )
         outcomes = [pb.HandOffOutcome(job_id=job.name) for job in req.jobs]
         created = False
+        if self.handoff_delay_s:
+            time.sleep(self.handoff_delay_s)
         with ExitStack() as pins:
             prepared = []
             for outcome, job in zip(outcomes, req.jobs, strict=True):
@@ -225,7 +235,11 @@ class ControllerServiceImpl(WorkerCalls):
     def _admit(self, conn, spec, handoff: pb.HandoffRecord, files, bundle, req: pb.LaunchJobRequest) -> str:
         """Admits one prepared handoff in the caller's transaction: 'created' or 'existing'."""
         now = self.now_ms()
-        outcome = fed.admit_received(conn, spec, handoff, files, now)
+        try:
+            outcome = fed.admit_received(conn, spec, handoff, files, now)
+        except FailedPrecondition as exc:
+            log.info("refused a handoff: %s", exc.message)
+            raise
         if outcome == "created" and bundle is not None:
             workspace.store_bundle(conn, bundle, req.workspace_bundle, now)
         return outcome
@@ -309,13 +323,24 @@ class ControllerServiceImpl(WorkerCalls):
         now = self.now_ms()
         reason = req.reason or "stopped by request"
         with self.db.write() as conn:
-            require_job(conn, req.job_id)
-            owner = JobName.parse(req.job_id).user
-            check_may_stop(identity, req.job_id, owner, fed.received_requester(conn, req.job_id))
-            if fed.cancel_sent(conn, req.job_id, reason, now):
-                stopped = [req.job_id]
-            else:
-                stopped = stop_job(conn, req.job_id, reason, now)
+            # A peer's stop of a run not admitted here yet leaves a tombstone, committed with the
+            # answer: NOT_FOUND then stays true when the handoff itself arrives late.
+            unheld = identity.role is Role.FEDERATION_PEER and handoff_stops.stop_unheld(
+                conn, identity.principal, req.job_id, req.nonce, now
+            )
+            if not unheld:
+                require_job(conn, req.job_id)
+                owner = JobName.parse(req.job_id).user
+                check_may_stop(identity, req.job_id, owner, fed.received_requester(conn, req.job_id))
+                if fed.cancel_sent(conn, req.job_id, reason, now):
+                    stopped = [req.job_id]
+                else:
+                    stopped = stop_job(conn, req.job_id, reason, now)
+        if unheld:
+            raise NotFound(
+                f"job {req.job_id} (run {req.nonce or 'any'}) is not on this cluster; a handoff of that run"
+                " arriving later is refused"
+            )
         if self.federation is not None and stopped:
             self.federation.wake()
         if stopped:

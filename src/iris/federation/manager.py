@@ -13,7 +13,11 @@ promoted jobs (`delivery`: one call per peer carrying every job promoted to it, 
 side by side) and wakes the tick when a peer answered, so a burst flows at the pace the peers admit
 it rather than one pass or one sync (with its log relay) after another. A cancel or withdrawal of a
 job waits until a call carrying it has returned, so the peer never sees a stop before the delivery
-it would have to stop.
+it would have to stop. A call this cluster gave up on may still reach the peer later, so a stop
+names the run (its nonce), and a peer that does not hold that run answers NOT_FOUND only after
+recording that a late handoff of it must be refused (`controller/db/handoff_stops.py`): NOT_FOUND
+then means the run is over there for good. A cancelled job a peer reports live all the same (a
+peer without that record) is stopped there again.
 
 A federated job's logs are relayed on each sync by a per-job cursor: they trail the peer by at most
 one `federation_sync_interval` (3 s by default) plus the peer's own capture delay (about 0.1 s), and
@@ -310,9 +314,9 @@ class FederationManager:
             if client is None or self.delivery.is_open(job_id):
                 continue  # a delivery on its way: relayed on the next cycle, once it has landed
             try:
-                client.terminate_job(job_id, f"cancelled on {self.cluster_name}")
+                client.terminate_job(job_id, f"cancelled on {self.cluster_name}", cancel.nonce)
             except NotFound:
-                pass  # never admitted or already gone: the cancel is satisfied
+                pass  # not there, and a late handoff of this run is refused there: satisfied
             except Exception as exc:
                 log.info("cancel of %s on %s failed, will retry: %s", job_id, peer_id, exc)
                 continue
@@ -329,10 +333,12 @@ class FederationManager:
             if self.delivery.is_open(job_id):
                 continue  # a re-drive on its way: withdrawn on the next cycle, once it has landed
             try:
-                answer = client.terminate_job(job_id, f"withdrawn by {self.cluster_name} to try another peer: {reason}")
+                answer = client.terminate_job(
+                    job_id, f"withdrawn by {self.cluster_name} to try another peer: {reason}", withdrawal.nonce
+                )
                 confirmed = answer.state in _TERMINAL
             except NotFound:
-                confirmed = True  # never admitted, or already gone
+                confirmed = True  # not there, and a late handoff of this run is refused there
             except Exception as exc:
                 log.info("withdrawal of %s from %s failed, will retry: %s", job_id, peer_id, exc)
                 continue

@@ -155,20 +155,24 @@ class PendingDelivery:
 
 @dataclass(frozen=True, slots=True)
 class PendingCancel:
-    """A handed-off job whose cancel (intent `version`) the peer has not confirmed yet."""
+    """A handed-off job whose cancel (intent `version`) the peer has not confirmed yet; `nonce`
+    names the run delivered there, which the stop names too."""
 
     job_id: str
     peer_id: str
     version: int
+    nonce: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class Withdrawal:
-    """A handed-off job being withdrawn from `peer_id` (it cannot place it there), and why."""
+    """A handed-off job being withdrawn from `peer_id` (it cannot place it there), and why;
+    `nonce` names the run delivered there."""
 
     job_id: str
     peer_id: str
     reason: str
+    nonce: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -166,8 +166,10 @@ class PeerClient:
             )
         return [self.refusal(o.error_code, o.error_message) if o.error_code else None for o in resp.outcomes]
 
-    def terminate_job(self, job_id: str, reason: str) -> pb.TerminateJobResponse:
-        request = pb.TerminateJobRequest(job_id=received_job_id(self.requester, job_id), reason=reason)
+    def terminate_job(self, job_id: str, reason: str, nonce: str = "") -> pb.TerminateJobResponse:
+        """Stops run `nonce` of the job there. NotFound means the peer does not hold that run and
+        will refuse a handoff of it that arrives later, so the stop is satisfied either way."""
+        request = pb.TerminateJobRequest(job_id=received_job_id(self.requester, job_id), reason=reason, nonce=nonce)
         return self._call("TerminateJob", request, pb.TerminateJobResponse)
 
     def federation_sync(self, cursor: int, job_ids: Sequence[str] = ()) -> pb.FederationSyncResponse:

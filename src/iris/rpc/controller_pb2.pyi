@@ -353,12 +353,14 @@ class ListTasksResponse(_message.Message):
     def __init__(self, tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total: _Optional[int] = ...) -> None: ...
 
 class TerminateJobRequest(_message.Message):
-    __slots__ = ("job_id", "reason")
+    __slots__ = ("job_id", "reason", "nonce")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    NONCE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     reason: str
-    def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    nonce: str
+    def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ..., nonce: _Optional[str] = ...) -> None: ...
 
 class TerminateJobResponse(_message.Message):
     __slots__ = ("terminated", "state")

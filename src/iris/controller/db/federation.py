@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from sqlalchemy.engine import Connection
 
 from iris.controller import workspace
+from iris.controller.db import handoff_stops
 from iris.controller.db.database import run, run_many, sql
 from iris.controller.db.jobs import (
     TERMINAL_JOB_SQL,
@@ -37,7 +38,7 @@ from iris.controller.db.literals import (
 )
 from iris.controller.snapshot import parse_constraints, parse_resources
 from iris.core.bands import Band
-from iris.core.errors import AlreadyExists, InvalidArgument
+from iris.core.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from iris.core.job import JobSpec
 from iris.core.states import JobState
 from iris.federation.model import HandoffState, Promotion, QueuedJob, SyncBatch
@@ -424,8 +425,14 @@ def admit_received(
     `iris.federation.ids`). Returns 'created' or 'existing'.
 
     The same nonce again is a replay (idempotent); a new nonce over a finished run re-runs it; over
-    a live run, or over a job this cluster did not receive, it is refused as already existing.
+    a live run, or over a job this cluster did not receive, it is refused as already existing. A
+    run its requester stopped before it arrived (`handoff_stops`) is refused and never started.
     """
+    if handoff_stops.stopped(conn, handoff.requester_cluster, spec.job_id, handoff.nonce, now_ms):
+        raise FailedPrecondition(
+            f"peer {handoff.requester_cluster} stopped job {spec.job_id} (run {handoff.nonce}) before this"
+            " handoff of it arrived, so it is not started; hand it off under a new nonce to run it again"
+        )
     existing = job_row(conn, spec.job_id)
     if existing is not None:
         handle = conn.execute(

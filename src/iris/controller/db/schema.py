@@ -270,6 +270,20 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "DROP INDEX IF EXISTS jobs_parent",
         ],
     ),
+    (
+        11,
+        "handed-off runs their parent stopped before this cluster admitted them (see db/handoff_stops.py)",
+        [
+            """CREATE TABLE IF NOT EXISTS handoff_stops (
+                requester TEXT NOT NULL,
+                job_id TEXT NOT NULL,
+                nonce TEXT NOT NULL DEFAULT '',
+                stopped_ms INTEGER NOT NULL,
+                PRIMARY KEY (requester, job_id, nonce)
+            )""",
+            "CREATE INDEX IF NOT EXISTS handoff_stops_age ON handoff_stops(requester, stopped_ms)",
+        ],
+    ),
 ]
 
 

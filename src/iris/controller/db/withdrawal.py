@@ -97,13 +97,13 @@ def withdrawing(conn: Connection, peer_id: str | None = None) -> list[Withdrawal
     """Every handle being withdrawn (from `peer_id` only, when given)."""
     rows = conn.execute(
         sql(
-            "SELECT f.job_id, f.peer_id, f.withdraw_reason FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
+            "SELECT f.job_id, f.peer_id, f.withdraw_reason, f.nonce FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
             f" WHERE f.direction = {SENT} AND f.handoff_state = {HANDED_OFF} AND f.withdraw_reason != ''"
             " AND (:p IS NULL OR f.peer_id = :p)"
         ),
         {"p": peer_id},
     ).all()
-    return [Withdrawal(r[0], r[1], r[2]) for r in rows]
+    return [Withdrawal(r[0], r[1], r[2], r[3]) for r in rows]
 
 
 def requeue(conn: Connection, job_id: str, peer_id: str, configured: frozenset[str], now_ms: int) -> str:
