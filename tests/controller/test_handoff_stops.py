@@ -105,6 +105,10 @@ def test_a_tombstone_expires_after_its_ttl_and_expired_ones_are_dropped(db):
     assert stop(db, "/alice/marin.new", "n1", now=later)  # a new tombstone sweeps the expired ones
     with db.read() as conn:
         assert [r[0] for r in conn.execute(text("SELECT job_id FROM handoff_stops"))] == ["/alice/marin.new"]
+    assert stop(db, "/alice/lab.quiet", "n1", requester="lab", now=NOW)
+    with db.write() as conn:  # a peer that sends no more stops has its expired ones swept by the tick
+        assert handoff_stops.prune(conn, later) == 1
+    assert count(db, "lab") == 0 and count(db, "marin") == 1
 
 
 def test_each_peer_keeps_at_most_its_cap_dropping_its_own_oldest(db, monkeypatch):

@@ -33,6 +33,7 @@ from iris.backends.protocol import AdoptRecord, Backend, LaunchError, LaunchSpec
 from iris.controller import applier
 from iris.controller import transitions as tr
 from iris.controller.db import attempts as attempt_db
+from iris.controller.db import handoff_stops
 from iris.controller.db.database import Database, run, savepoint, sql
 from iris.controller.db.federation import prune_changelog
 from iris.controller.db.literals import JOB_PENDING, LIVE_TASKS
@@ -279,13 +280,15 @@ class ControlLoop:
 
     def _maintain(self) -> None:
         """Housekeeping that needs no precision: drops federation changelog entries older than
-        their retention, checking a quarter as often as the retention (at most once a minute)."""
+        their retention, and handoff stops past theirs, checking a quarter as often as the
+        changelog's retention (at most once a minute)."""
         now = time.monotonic()
         if now < self._next_maintenance:
             return
         self._next_maintenance = now + min(MAINTENANCE_INTERVAL_S, max(1.0, self.changelog_retention_s / 4))
         with self.db.write() as conn:
             prune_changelog(conn, self.now_ms() - int(self.changelog_retention_s * 1000))
+            handoff_stops.prune(conn, self.now_ms())
 
     def _collect_events(self) -> int:
         """Commits what the backends report, then acknowledges it. When the commit fails (a full

@@ -89,6 +89,13 @@ def record(conn: Connection, requester: str, job_id: str, nonce: str, now_ms: in
     )
 
 
+def prune(conn: Connection, now_ms: int) -> int:
+    """Drops every peer's expired tombstones (the control tick's housekeeping); returns how many."""
+    return conn.execute(
+        sql("DELETE FROM handoff_stops WHERE stopped_ms <= :cut"), {"cut": now_ms - STOP_TOMBSTONE_TTL_MS}
+    ).rowcount
+
+
 def stopped(conn: Connection, requester: str, job_id: str, nonce: str, now_ms: int) -> bool:
     """Whether `requester` stopped run `nonce` of `job_id` (or every run of it) within the last
     `STOP_TOMBSTONE_TTL_MS`, before this cluster admitted it."""
