@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Connection
 
-from iris.controller.db.database import sql
+from iris.controller.db.database import run, sql
 from iris.controller.db.literals import RECEIVED
 from iris.core.errors import InvalidArgument
 from iris.core.names import JobName
@@ -98,14 +98,15 @@ def prune(conn: Connection, now_ms: int) -> int:
 
 def stopped(conn: Connection, requester: str, job_id: str, nonce: str, now_ms: int) -> bool:
     """Whether `requester` stopped run `nonce` of `job_id` (or every run of it) within the last
-    `STOP_TOMBSTONE_TTL_MS`, before this cluster admitted it."""
-    return (
-        conn.execute(
-            sql(
-                "SELECT 1 FROM handoff_stops WHERE requester = :r AND job_id = :j AND nonce IN ('', :n)"
-                " AND stopped_ms > :cut"
-            ),
-            {"r": requester, "j": job_id, "n": nonce, "cut": now_ms - STOP_TOMBSTONE_TTL_MS},
-        ).first()
-        is not None
-    )
+    `STOP_TOMBSTONE_TTL_MS`, before this cluster admitted it.
+
+    On the driver (`run`): every admitted handoff asks, and through SQLAlchemy's statement path
+    the question cost as much as the rest of an admission. The age is compared here, not in the
+    statement: with a range on `stopped_ms` there, SQLite walks the requester's age index instead
+    of looking the job up by its key."""
+    row = run(
+        conn,
+        "SELECT MAX(stopped_ms) FROM handoff_stops WHERE requester = :r AND job_id = :j AND nonce IN ('', :n)",
+        {"r": requester, "j": job_id, "n": nonce},
+    ).fetchone()
+    return row[0] is not None and row[0] > now_ms - STOP_TOMBSTONE_TTL_MS
