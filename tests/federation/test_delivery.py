@@ -337,11 +337,13 @@ class PlanStore:
         self.in_flight = in_flight
         self.promoted: list[str] = []
         self.reasons_written: list[dict[str, str]] = []
+        self.reads = 0  # how many times the queue was read
 
     def expire_queued(self):
         return []
 
     def queued_jobs(self):
+        self.reads += 1
         return [j for j in self.queued if j.job_id not in self.promoted]
 
     def handoffs_in_flight(self):
@@ -369,6 +371,30 @@ def test_plan_fills_only_the_slots_that_acceptances_freed():
         assert manager.plan() == []  # still unaccepted: the peer takes nothing more
         store.in_flight["cw"] -= 2  # the peer accepted two meanwhile
         assert [p.job_id for p in manager.plan()] == ["/bob/q1", "/bob/q2"]
+    finally:
+        manager.stop()
+
+
+def test_plan_with_every_peer_at_its_cap_reads_no_queue_until_a_slot_frees():
+    from tests.federation.federation_builders import gpu, h100_peer, job
+
+    queued = [job(f"/bob/q{i}", gpu(count=1), submitted_ms=i) for i in range(5)]
+    store = PlanStore(queued, {"a": 0, "b": 1})
+    peers = {"a": "http://127.0.0.1:9", "b": "http://127.0.0.1:9"}
+    manager = FederationManager("marin", peers, store=store, router=None, max_per_peer=2)
+    for pid in peers:
+        manager._status[pid] = replace(manager._status[pid], reachable=True, backends=h100_peer(pid, 64).backends)
+    try:
+        assert len(manager.plan()) == 3  # a takes two, b one: every peer is at its cap
+        assert manager.saturated and store.reads == 1
+        assert manager.plan() == [] and manager.plan() == []
+        assert store.reads == 1  # nothing could move: the queue was not read again
+        store.in_flight["b"] -= 1  # b accepted one
+        assert [p.job_id for p in manager.plan()] == ["/bob/q3"]
+        assert store.reads == 2 and manager.saturated
+        store.in_flight["a"] -= 2
+        assert [p.job_id for p in manager.plan()] == ["/bob/q4"]
+        assert not manager.saturated  # the queue is empty: a new submit must wake the tick
     finally:
         manager.stop()
 

@@ -39,13 +39,16 @@ class Federation:
 
 
 def start_federation(
-    controller_factory, peer_auth: dict | None = None, parent_defaults: dict | None = None
+    controller_factory,
+    peer_auth: dict | None = None,
+    parent_defaults: dict | None = None,
+    parent_settings: dict | None = None,
 ) -> Federation:
     """marin (CPU only) peered with cw-h100 and cw-gb200, which trust marin's key."""
     marin = controller_factory(
         "marin",
         start=False,
-        controller=FAST,
+        controller={**FAST, **(parent_settings or {})},
         backends=[{"id": "cpu", "kind": "local", "workers": 2, "capacity": {"cpu": 4, "memory": "8G"}}],
         **({"defaults": parent_defaults} if parent_defaults else {}),
     )
@@ -126,6 +129,26 @@ def test_cpu_job_runs_locally_and_gpu_job_runs_on_the_peer_with_state_and_logs_m
         pb.ExecuteRawQueryRequest(sql="SELECT job_id, peer_id, owner_principal, handoff_state FROM federated_jobs")
     ).rows
     assert [[v.string_value for v in r.values] for r in rows] == [[sent.job_id, "cw-h100", "alice", "HANDED_OFF"]]
+
+
+def test_a_burst_past_the_per_peer_cap_moves_on_answers_alone_and_runs_each_job_once(controller_factory):
+    """With one unaccepted handoff allowed per peer and a tick that never fires on its own, every
+    job of a burst still reaches its peer: submits queued while the peers are full skip the tick,
+    and each answer from a peer wakes it to promote the next."""
+    fed = start_federation(
+        controller_factory, parent_settings={"tick_interval": "600s", "max_federation_handoffs_per_cycle": 1}
+    )
+    c = client(fed.marin, fed.token)
+    jobs = [c.launch_job(gpu_job(f"burst-{i}", "h100", count=1, command=("true",))).job_id for i in range(6)]
+    for job_id in jobs:
+        final = wait_state(c, job_id, timeout=60)
+        assert final.job.state == "SUCCEEDED" and final.job.cluster == "cw-h100"
+    on_h100 = client(fed.h100)
+    for job_id in jobs:
+        runs = on_h100.execute_raw_query(
+            pb.ExecuteRawQueryRequest(sql=f"SELECT COUNT(*) FROM attempts WHERE job_id = '{on_peer(job_id)}'")
+        )
+        assert runs.rows[0].values[0].number_value == 1
 
 
 def test_pinned_job_goes_to_its_peer_even_when_it_could_run_locally(federation):

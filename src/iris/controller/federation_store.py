@@ -84,7 +84,7 @@ class ControllerFederationStore:
     def delivery_requests(self, job_ids: Sequence[str]) -> dict[str, pb.LaunchJobRequest]:
         """The LaunchJob each job's peer receives, read in one snapshot."""
         with self.db.read() as conn:
-            return {j: fed.delivery_request(conn, j, self.cluster_name) for j in job_ids}
+            return fed.delivery_requests(conn, job_ids, self.cluster_name)
 
     def mark_handed_off(self, job_ids: Sequence[str]) -> None:
         """The peer admitted these jobs: each is HANDED_OFF, all in one transaction."""

@@ -154,8 +154,11 @@ class ControllerServiceImpl(WorkerCalls):
                 spec, state, created, kind, peer, disposition = self.commits.run(write)
         if not created:
             return pb.LaunchJobResponse(job_id=spec.job_id, state=state, disposition="existing")
-        with spans.span("submit.wake"):
-            self.tick.wake()
+        if kind != "queued" or self.federation is None or not self.federation.saturated:
+            # (A job queued for a peer while every peer is at its cap can only move once an answer
+            # frees a slot, and the answer wakes the tick: waking it now would be a wasted pass.)
+            with spans.span("submit.wake"):
+                self.tick.wake()
         message = disposition.reason if disposition is not None and kind != "local" else ""
         return pb.LaunchJobResponse(job_id=spec.job_id, state=state, disposition=kind, peer_id=peer, message=message)
 

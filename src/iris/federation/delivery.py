@@ -233,7 +233,7 @@ class Delivery:
         with spans.span("federation.deliver.request"):
             requests = self.store.delivery_requests(startable)
         client = self.clients[peer_id]
-        for call in batches([(j, requests[j]) for j in startable]):
+        for call in batches([(j, requests[j]) for j in startable if j in requests]):
             answers: dict[str, Exception | None]
             with spans.span("federation.deliver.call"):
                 answers = self._call(peer_id, client, call)

@@ -154,6 +154,10 @@ class FederationManager:
         self._next_sync = 0.0
         self.delivery = Delivery(self.clients, store, sync_interval, self._answered)
         self._queue_left = False  # the last placement pass left jobs queued: a freed slot may take one
+        # The last pass left jobs queued with every peer at its cap: a submit queued for a peer
+        # need not wake the tick, since only an answer (which wakes it) can free a slot.
+        self.saturated = False
+        self._errors_said: dict[str, str] = {}  # the peers' errors the queued jobs' reasons name
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -255,32 +259,50 @@ class FederationManager:
         the others onto peers with room (CAS each). `band_of` says which band each queued job
         competes in (batch when its owner is over budget); None: its own."""
         self.store.expire_queued()
+        in_flight = self.store.handoffs_in_flight()
+        errors = self._peer_errors()
+        if self._queue_left and self._full(in_flight) and errors == self._errors_said:
+            # Every peer holds as many unaccepted handoffs as it may: nothing queued can move until
+            # an answer frees a slot (and wakes the tick), so the queue is not even read.
+            self.saturated = True
+            return []
         queued = self.store.queued_jobs()
         self._queue_left = False
+        self.saturated = False
         if not queued:
             return []
         candidates = [replace(job, band=band_of(job)) for job in queued] if band_of else queued
         downgraded = {c.job_id for c, job in zip(candidates, queued, strict=True) if c.band is not job.band}
-        promotions = assign_queued(
-            candidates, self.peers(), self.ledger, self.max_per_peer, self.store.handoffs_in_flight()
-        )
+        promotions = assign_queued(candidates, self.peers(), self.ledger, self.max_per_peer, in_flight)
         confirmed = self.store.promote_all(promotions) if promotions else []
         for promotion in confirmed:
             self.ledger.charge(promotion)
+            in_flight[promotion.peer_id] = in_flight.get(promotion.peer_id, 0) + 1
         self._queue_left = len(confirmed) < len(queued)
+        self.saturated = self._queue_left and self._full(in_flight)
         if confirmed:
             self.delivery.wake()
         promoted = {p.job_id for p in confirmed}
-        self._explain_waits([c for c in candidates if c.job_id not in promoted], downgraded)
+        self._explain_waits([c for c in candidates if c.job_id not in promoted], downgraded, errors)
         return confirmed
 
-    def _explain_waits(self, waiting: list[QueuedJob], downgraded: set[str]) -> None:
+    def _full(self, in_flight: Mapping[str, int]) -> bool:
+        """Whether every reachable peer holds `max_per_peer` unaccepted handoffs, so that no queued
+        job may be promoted (a peer that comes back changes its error, which ends the skipping)."""
+        with self._lock:
+            reachable = [s.peer_id for s in self._status.values() if s.reachable]
+        return all(in_flight.get(peer_id, 0) >= self.max_per_peer for peer_id in reachable)
+
+    def _peer_errors(self) -> dict[str, str]:
+        with self._lock:
+            return {s.peer_id: s.last_error for s in self._status.values() if s.last_error}
+
+    def _explain_waits(self, waiting: list[QueuedJob], downgraded: set[str], errors: dict[str, str]) -> None:
         """Gives each still-queued job a pending reason that names why its peers cannot take it
         (a peer that refuses this cluster's key, one that does not answer, an owner over budget);
         written only where it differs from what the job says now (a burst of new jobs already says
         what they were queued with, so a pass that promotes some of them writes nothing more)."""
-        with self._lock:
-            errors = {s.peer_id: s.last_error for s in self._status.values() if s.last_error}
+        self._errors_said = errors
         reasons = {
             j.job_id: queued_reason(j.pinned_peer, errors)
             + (over_budget_note(JobName.parse(j.job_id).user) if j.job_id in downgraded else "")

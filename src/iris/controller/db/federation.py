@@ -228,51 +228,102 @@ def sent_handles(conn: Connection, states: tuple[str, ...]) -> list[dict]:
     return [dict(r) for r in rows]
 
 
-def delivery_request(conn: Connection, job_id: str, requester: str) -> pb.LaunchJobRequest:
-    """The LaunchJob a peer receives: this cluster's id (the peer files it under this cluster's
-    namespace), env and shape, files inline, a handoff record."""
-    job = job_row(conn, job_id)
-    cfg = conn.execute(sql("SELECT * FROM job_config WHERE job_id = :j"), {"j": job_id}).mappings().one()
-    handle = (
-        conn.execute(sql(f"SELECT * FROM federated_jobs WHERE job_id = :j AND direction = {SENT}"), {"j": job_id})
-        .mappings()
-        .one()
+_DELIVERY_COLUMNS = (
+    "j.job_id, j.user, j.replicas, j.band, c.command, c.resources, c.constraints, c.env, c.max_retries_failure,"
+    " c.max_retries_preemption, c.timeout_s, c.coschedule, c.image, c.bundle_id, f.backend_id, f.owner_principal,"
+    " f.submitting_user, f.nonce"
+)
+
+
+def delivery_requests(conn: Connection, job_ids: Sequence[str], requester: str) -> dict[str, pb.LaunchJobRequest]:
+    """The LaunchJob each job's peer receives: this cluster's id (the peer files it under this
+    cluster's namespace), env and shape, files inline, a handoff record. One statement per table for
+    the whole call, not per job: a burst's deliveries are read while the submits go on. A job whose
+    rows are gone is left out."""
+    if not job_ids:
+        return {}
+    marks = ",".join("?" * len(job_ids))
+    rows = run(
+        conn,
+        f"SELECT {_DELIVERY_COLUMNS} FROM jobs j JOIN job_config c ON c.job_id = j.job_id"
+        f" JOIN federated_jobs f ON f.job_id = j.job_id AND f.direction = {SENT} WHERE j.job_id IN ({marks})",
+        list(job_ids),
+    ).fetchall()
+    files: dict[str, dict[str, bytes]] = {}
+    for job_id, name, data in run(
+        conn, f"SELECT job_id, name, data FROM job_files WHERE job_id IN ({marks})", list(job_ids)
+    ).fetchall():
+        if name != workspace.BUNDLE:
+            files.setdefault(job_id, {})[name] = bytes(data)
+    bundle_ids = sorted({r[13] for r in rows if r[13]})
+    bundles = (
+        {
+            c: bytes(d)
+            for c, d in run(
+                conn,
+                f"SELECT content_id, data FROM bundles WHERE content_id IN ({','.join('?' * len(bundle_ids))})"
+                " AND data IS NOT NULL",
+                bundle_ids,
+            ).fetchall()
+        }
+        if bundle_ids
+        else {}
     )
-    constraints = [
-        constraint_to_proto(c) for c in parse_constraints(cfg["constraints"]) if c.key not in ("cluster", "backend")
-    ]
-    if handle["backend_id"]:
-        # The backend the placement pass chose, as a preference: the peer's scheduler has the last word.
-        constraints.append(pb.Constraint(key="backend", op="EQ", values=[handle["backend_id"]], preferred=True))
-    req = pb.LaunchJobRequest(
-        name=job_id,
-        user=job["user"],
-        command=json.loads(cfg["command"]),
-        resources=resources_to_proto(parse_resources(cfg["resources"])),
-        replicas=job["replicas"],
-        priority=job["band"],
-        constraints=constraints,
-        env=json.loads(cfg["env"]),
-        max_retries_failure=cfg["max_retries_failure"],
-        max_retries_preemption=cfg["max_retries_preemption"],
-        timeout_s=cfg["timeout_s"],
-        coschedule=bool(cfg["coschedule"]),
-        image=cfg["image"],
-        handoff=pb.HandoffRecord(
-            requester_cluster=requester,
-            owner_principal=handle["owner_principal"],
-            submitting_user=handle["submitting_user"] or job["user"],
-            nonce=handle["nonce"],
-        ),
-    )
-    # The peer cannot resolve this cluster's content ids: the bundle and files travel inline.
-    bundle_id = workspace.job_bundle_id(conn, job_id)
-    data = workspace.load_bundle(conn, bundle_id) if bundle_id else None
-    if data is not None:
-        req.workspace_bundle, req.bundle_id = data, bundle_id
-    for name, content in workspace.job_files(conn, job_id).items():
-        req.workdir_files[name] = content
-    return req
+    out = {}
+    for (
+        job_id,
+        user,
+        replicas,
+        band,
+        command,
+        resources,
+        constraints_json,
+        env,
+        max_failure,
+        max_preemption,
+        timeout_s,
+        coschedule,
+        image,
+        bundle_id,
+        backend_id,
+        owner,
+        submitting_user,
+        nonce,
+    ) in rows:
+        constraints = [
+            constraint_to_proto(c) for c in parse_constraints(constraints_json) if c.key not in ("cluster", "backend")
+        ]
+        if backend_id:
+            # The backend the placement pass chose, as a preference: the peer's scheduler has the last word.
+            constraints.append(pb.Constraint(key="backend", op="EQ", values=[backend_id], preferred=True))
+        req = pb.LaunchJobRequest(
+            name=job_id,
+            user=user,
+            command=json.loads(command),
+            resources=resources_to_proto(parse_resources(resources)),
+            replicas=replicas,
+            priority=band,
+            constraints=constraints,
+            env=json.loads(env),
+            max_retries_failure=max_failure,
+            max_retries_preemption=max_preemption,
+            timeout_s=timeout_s,
+            coschedule=bool(coschedule),
+            image=image,
+            handoff=pb.HandoffRecord(
+                requester_cluster=requester,
+                owner_principal=owner,
+                submitting_user=submitting_user or user,
+                nonce=nonce,
+            ),
+        )
+        # The peer cannot resolve this cluster's content ids: the bundle and files travel inline.
+        if bundle_id in bundles:
+            req.workspace_bundle, req.bundle_id = bundles[bundle_id], bundle_id
+        for name, content in files.get(job_id, {}).items():
+            req.workdir_files[name] = content
+        out[job_id] = req
+    return out
 
 
 def mark_handed_off(conn: Connection, job_ids: Sequence[str], now_ms: int) -> None:
