@@ -60,6 +60,12 @@ def random_running(rng: random.Random, workers: list[WorkerSnapshot]) -> list[Ru
             running.append(
                 RunningTask(f"{job_id}/0", job_id, worker.worker_id, resources, band, rng.randint(0, 1000), user)
             )
+        if rng.random() < 0.05:
+            # A worker running more than it has (its capacity shrank under its tasks): free capacity
+            # below zero, which every ordering must still sort right.
+            job_id = f"/r/{worker.worker_id}-over"
+            over = Resources(cpu=worker.capacity.cpu * 2, memory=worker.capacity.memory * 3)
+            running.append(RunningTask(f"{job_id}/0", job_id, worker.worker_id, over, Band.BATCH, 0, "alice"))
     return running
 
 
@@ -106,6 +112,9 @@ def random_pending(rng: random.Random, jobs: int, running: list[RunningTask]) ->
             first = 1
             host = rng.choice(running)
             running.append(replace(host, task_id=f"{job_id}/0", job_id=job_id, resources=resources))
+        if rng.random() < 0.3:
+            # Equal requests need not be the same objects (each job parses its own config).
+            resources, constraints = replace(resources), tuple(replace(c) for c in constraints)
         for index in range(first, replicas):
             pending.append(PendingTask(f"{job_id}/{index}", job_id, index, resources, constraints, **fields))
     return pending

@@ -169,21 +169,37 @@ def compile_shape(resources: Resources, constraints: Iterable[Constraint]) -> Sh
     )
 
 
+_MAX_IDENTITIES = 100_000  # (resources, constraints) objects a `ShapeCache` remembers by identity
+
+
 class ShapeCache:
     """Compiles each distinct (resources, constraints) pair once (kept with the worker index
-    across ticks: a shape is a function of the request alone)."""
+    across ticks: a shape is a function of the request alone).
+
+    Tasks of one job share their resources and constraints objects, so a pair is looked up by
+    the objects' identities first (hashing a `Resources` costs more than a lookup); an entry keeps
+    the objects it was made for, so an identity can never be reused by another while it is kept.
+    """
 
     def __init__(self) -> None:
         self._shapes: dict[tuple, Shape] = {}
+        self._by_identity: dict[tuple[int, int], tuple[Resources, tuple[Constraint, ...], Shape]] = {}
 
     def __len__(self) -> int:
         return len(self._shapes)
 
     def of(self, task: PendingTask) -> Shape:
-        key = (task.resources, task.constraints)
+        resources, constraints = task.resources, task.constraints
+        known = self._by_identity.get((id(resources), id(constraints)))
+        if known is not None and known[0] is resources and known[1] is constraints:
+            return known[2]
+        key = (resources, constraints)
         shape = self._shapes.get(key)
         if shape is None:
-            shape = self._shapes[key] = compile_shape(task.resources, task.constraints)
+            shape = self._shapes[key] = compile_shape(resources, constraints)
+        if len(self._by_identity) >= _MAX_IDENTITIES:
+            self._by_identity.clear()  # objects of requests long gone: start afresh
+        self._by_identity[(id(resources), id(constraints))] = (resources, constraints, shape)
         return shape
 
 

@@ -7,8 +7,9 @@ every coscheduled job, how many replicas each group could take would cost groups
 job. Jobs of one request (hard constraints, demand, replica count) ask the same question, and only
 the few workers a placement touches change the answer. So the count per group is kept per request:
 by the worker index as it stands before a tick (carried to the next tick and recounted there only
-for groups whose workers' running tasks changed), and by the tick's copy of it, recounted only for
-groups with a worker whose free capacity changed since it was last asked (the ledger marks them).
+for groups whose workers' running tasks changed), and by the tick's copy of it, moved by each worker
+whose free capacity changed since it was last asked (the ledger marks them) by what that worker
+holds now less what it held.
 The groups able to hold the whole job are kept in a heap by (slots, group), so the tightest is
 on top; the ranking of every group by free slots, which only a job that must preempt walks, is
 sorted when asked.
@@ -51,25 +52,29 @@ def recount(
     need: Vector,
     limit: int,
 ) -> bool:
-    """Recounts the `changed` groups in place; True when a count changed.
-
-    A group that now holds all gets a fresh heap entry; its old entry, if any, goes stale and is
-    dropped when it reaches the top (`tightest`). Pushing is cheaper than keeping a sorted list,
-    which moves every later entry on each change.
-    """
-    slots, ready = counts
-    moved = False
+    """Recounts the `changed` groups in place; True when a count changed."""
+    slots = counts[0]
+    moved = []
     for g in changed:
         new = count(free, groups[g], need, limit)
         if new != slots[g]:
             slots[g] = new
-            moved = True
-            if new >= limit:
-                heapq.heappush(ready, (new, g))
+            moved.append(g)
+    _push_ready(counts, moved, limit)
+    return bool(moved)
+
+
+def _push_ready(counts: Counts, moved: Iterable[Group], limit: int) -> None:
+    """Gives each group in `moved` that now holds all a fresh heap entry; its old entry, if any,
+    goes stale and is dropped when it reaches the top (`tightest`). Pushing is cheaper than
+    keeping a sorted list, which moves every later entry on each change."""
+    slots, ready = counts
+    for g in moved:
+        if slots[g] >= limit:
+            heapq.heappush(ready, (slots[g], g))
     if len(ready) > 2 * len(slots) + 16:
         ready[:] = [(s, g) for s, g in ready if slots[g] == s]  # drop what went stale, keep it small
         heapq.heapify(ready)
-    return moved
 
 
 def tightest(counts: Counts) -> Group | None:
@@ -85,27 +90,51 @@ def tightest(counts: Counts) -> Group | None:
 
 class GangSlots:
     """The tick's counts for one request: per group, how many tasks of `need` its workers hold
-    now, each worker counted up to `limit` (the number of replicas)."""
+    now, each worker counted up to `limit` (the number of replicas).
 
-    __slots__ = ("need", "limit", "groups", "group_of", "counts", "dirty", "_ranked")
+    A group's count is the sum of its workers' own counts, so a worker whose free capacity changed
+    moves its group's count by the difference between what it holds now and what it held when last
+    counted (before the tick, for a worker not counted since): a change costs one worker, not a
+    recount of its group."""
+
+    __slots__ = ("need", "limit", "group_of", "counts", "dirty", "log", "read", "base", "held", "_ranked")
 
     def __init__(self, ledger: Ledger, hard: tuple, need: Vector, limit: int) -> None:
         ix = ledger.ix
         self.need, self.limit = need, limit
-        self.groups, self.group_of, number = ix.gang_groups(hard)
+        _, self.group_of, number = ix.gang_groups(hard)
         slots, ready = ix.gang_counts(hard, need, limit)
         self.counts: Counts = (dict(slots), list(ready))  # the index's are shared with later ticks
-        self.dirty = ledger.changed_among(self.group_of)
-        ledger.subscribe(number, self.dirty.add, inside_trials=False)
+        self.base = ix.free  # the free capacity the index's counts reflect
+        self.held: dict[int, int] = {}  # per worker changed this tick, what it holds as counted
+        self.dirty = ledger.changed_among(self.group_of)  # changed before now, not yet counted
+        self.log = ledger.log(number, inside_trials=False)  # changed from now on
+        self.read = len(self.log)
         self._ranked: list[tuple[int, Group]] | None = None
 
     def refresh(self, free: list[Vector]) -> dict[Group, int]:
-        """The count per group, recounted where a worker changed since the last call."""
-        if self.dirty:
-            group_of = self.group_of
-            if recount(self.counts, free, self.groups, {group_of[w] for w in self.dirty}, self.need, self.limit):
+        """The count per group, moved by every worker that changed since the last call."""
+        dirty, log = self.dirty, self.log
+        if self.read < len(log):
+            dirty.update(log[self.read :])
+            self.read = len(log)
+        if dirty:
+            slots = self.counts[0]
+            need, limit, held, base, group_of = self.need, self.limit, self.held, self.base, self.group_of
+            moved = set()
+            for w in dirty:
+                old = held.get(w)
+                if old is None:
+                    old = copies(base[w], need, limit)
+                new = held[w] = copies(free[w], need, limit)
+                if new != old:
+                    g = group_of[w]
+                    slots[g] += new - old
+                    moved.add(g)
+            dirty.clear()
+            if moved:
                 self._ranked = None
-            self.dirty.clear()
+                _push_ready(self.counts, moved, limit)
         return self.counts[0]
 
     def roomiest(self) -> list[tuple[int, Group]]:

@@ -127,25 +127,28 @@ class Packing:
     with wider fields.
     """
 
-    __slots__ = ("width", "offset", "wbits", "mask", "end")
+    __slots__ = ("width", "offset", "wbits", "mask", "end", "key")
 
     def __init__(self, vectors: Iterable[Vector], positions: int) -> None:
         most = max((abs(v) for vector in vectors for v in vector), default=0)
-        self.width = most.bit_length() + 2  # a sign bit, and room to spare
-        self.offset = 1 << (self.width - 1)
-        self.wbits = max(1, positions.bit_length())
-        self.mask = (1 << self.wbits) - 1
-        self.end = 1 << (4 * self.width + self.wbits)  # sorts after every key
+        self.width = width = most.bit_length() + 2  # a sign bit, and room to spare
+        self.offset = offset = 1 << (width - 1)
+        self.wbits = wbits = max(1, positions.bit_length())
+        self.mask = (1 << wbits) - 1
+        self.end = 1 << (4 * width + wbits)  # sorts after every key
+
+        def key(free: Vector, w: int, width: int = width, off: int = offset, wbits: int = wbits) -> int:
+            """The key of worker position `w` with free capacity `free` (the fields are bound as
+            locals: a tick packs a key on every change of free capacity)."""
+            f0, f1, f2, f3 = free
+            return ((((((f0 + off) << width) | (f1 + off)) << width | (f2 + off)) << width | (f3 + off)) << wbits) | w
+
+        self.key = key
 
     def fits(self, vector: Vector) -> bool:
         """Whether every value of `vector` has room in its field."""
         off = self.offset
         return all(-off <= v < off for v in vector)
-
-    def key(self, free: Vector, w: int) -> int:
-        width, off = self.width, self.offset
-        f0, f1, f2, f3 = free
-        return ((((((f0 + off) << width) | (f1 + off)) << width | (f2 + off)) << width | (f3 + off)) << self.wbits) | w
 
     def probe(self, need: Vector) -> int | None:
         """The key before which every worker is short of `need` in the first dimension where they

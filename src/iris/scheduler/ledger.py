@@ -51,7 +51,13 @@ class Pool:
     __slots__ = ("base", "current", "keys", "log", "members", "owned", "packing", "placed", "repaired", "starts")
 
     def __init__(
-        self, members: tuple[int, ...], keys: Keys, base: list[int], current: list[int], packing: Packing
+        self,
+        members: tuple[int, ...],
+        keys: Keys,
+        base: list[int],
+        current: list[int],
+        packing: Packing,
+        log: list[int],
     ) -> None:
         self.members = members
         self.keys = keys  # the index's ordering before the tick, shared until this pool first changes
@@ -59,7 +65,7 @@ class Pool:
         self.current = current  # every worker's packed key as it stands now (the ledger's)
         self.packing = packing
         self.placed: dict[int, int] = {}  # the keys of members moved since, as the ordering holds them
-        self.log: list[int] = []  # every worker whose free capacity changed, in order, repeats kept
+        self.log = log  # every member whose free capacity changed, in order, repeats kept
         self.repaired = 0  # how much of the log the keys reflect
         # demand -> (where to search from, how much of the log was read, candidates before that,
         # the demand's own key)
@@ -161,9 +167,6 @@ def scanned_best_fit(levels: list[tuple[int, ...]], need: Vector, free: list[Vec
     return None
 
 
-# Told of a worker whose free capacity changed.
-Note = Callable[[int], object]
-
 # Finds the best fit for a demand given the free capacity: `best_fit` over a plan, or the scan.
 Finder = Callable[[Vector, list[Vector]], int | None]
 
@@ -195,11 +198,12 @@ class Ledger:
         self.version = [0] * len(self.workers)
         self._stamp = 0
         self._pools: dict[tuple[int, ...], Pool] = {}
-        # By the number of a worker set (`ClusterIndex.set_ids`), whom to tell when the free capacity
-        # of one of its workers changes: the pools' logs (told of every change), and the group
-        # counts' dirty sets, which never look inside a trial (a trial rolled back leaves the state
-        # as it was, so they are told only of changes outside a trial and of trials that are kept).
-        self._subscribers: dict[int, tuple[list[Note], list[Note]]] = {}
+        # By the number of a worker set (`ClusterIndex.set_ids`), the logs of its workers whose free
+        # capacity changed, in order, repeats kept: [every change (a pool's log), the changes kept]
+        # (what the group counts read: they never look inside a trial, and a trial rolled back
+        # leaves the state as it was, so only changes outside a trial and those of trials kept).
+        # One list per set and kind, however many readers share it; None until one asks for it.
+        self._logs: dict[int, list[list[int] | None]] = {}
         self._plans: dict[tuple, list[Pool]] = {}
         self._group_levels: dict[tuple, dict[tuple[str, str], list[tuple[int, ...]]]] = {}
         self._group_plans: dict[tuple, list[Pool]] = {}
@@ -209,13 +213,18 @@ class Ledger:
         self._evictable: dict[tuple[int, Band], tuple[Vector, tuple[RunningTask, ...]]] = {}
         self._journal: list[tuple] | None = None
 
-    def subscribe(self, number: int, note: Callable[[int], object], inside_trials: bool = True) -> None:
-        """Calls `note` with a worker of set `number` whenever its free capacity changes from now
-        on (without `inside_trials`: when a change is made outside a trial or a trial is kept)."""
-        entry = self._subscribers.get(number)
+    def log(self, number: int, inside_trials: bool = True) -> list[int]:
+        """The log of the workers of set `number` whose free capacity changes from now on, in order,
+        repeats kept (without `inside_trials`: changes outside a trial, and those of trials kept).
+        Shared by every reader of the set: each keeps how far it has read."""
+        entry = self._logs.get(number)
         if entry is None:
-            entry = self._subscribers[number] = ([], [])
-        entry[0 if inside_trials else 1].append(note)
+            entry = self._logs[number] = [None, None]
+        kind = 0 if inside_trials else 1
+        log = entry[kind]
+        if log is None:
+            log = entry[kind] = []
+        return log
 
     def changed_among(self, workers: Mapping[int, object]) -> set[int]:
         """The workers among `workers` whose free capacity changed this tick."""
@@ -240,8 +249,8 @@ class Ledger:
         pool = self._pools.get(members)
         if pool is None:
             ix = self.ix
-            pool = self._pools[members] = Pool(members, ix.sorted_keys(members), ix.key, self.key, ix.packing)
-            self.subscribe(self.ix.set_ids[members], pool.log.append)
+            log = self.log(ix.set_ids[members])  # a set has one pool: the pool's own log
+            pool = self._pools[members] = Pool(members, ix.sorted_keys(members), ix.key, self.key, ix.packing, log)
             changed = self._changed
             if len(members) < len(changed):
                 pool.log.extend(w for w in members if w in changed)
@@ -304,15 +313,15 @@ class Ledger:
         old = self.free[w]
         if old == new:
             return
-        subscribers, journal = self._subscribers, self._journal
+        logs, journal = self._logs, self._journal
         for number in self.ix.member_of.get(w, ()):
-            entry = subscribers.get(number)
+            entry = logs.get(number)
             if entry is not None:
-                for note in entry[0]:
-                    note(w)
-                if journal is None:
-                    for note in entry[1]:
-                        note(w)
+                every, kept = entry
+                if every is not None:
+                    every.append(w)
+                if kept is not None and journal is None:
+                    kept.append(w)
         self._changed.add(w)
         self.free[w] = new
         self.key[w] = self._pack(new, w)
@@ -359,13 +368,12 @@ class Ledger:
 
     def commit_trial(self) -> None:
         journal, self._journal = self._journal or [], None
-        subscribers = self._subscribers
+        logs = self._logs
         for w in {entry[1] for entry in journal if entry[0] == "free"}:
             for number in self.ix.member_of.get(w, ()):
-                found = subscribers.get(number)
-                if found is not None:
-                    for note in found[1]:
-                        note(w)
+                found = logs.get(number)
+                if found is not None and found[1] is not None:
+                    found[1].append(w)
 
     def rollback_trial(self) -> None:
         journal, self._journal = self._journal or [], None

@@ -18,8 +18,9 @@ from iris.scheduler.snapshot import PendingTask
 
 def job_order_key(first: PendingTask, band: Band) -> tuple:
     """Sort key of a job, from one of its tasks and its effective band. Deeper jobs go first
-    within a band because their parents already hold capacity and are waiting on them."""
-    return (band.value, -first.depth, first.root_submitted_ms, first.insertion, first.job_id)
+    within a band because their parents already hold capacity and are waiting on them. A band
+    sorts by its rank (an integer enum compares as its value)."""
+    return (band, -first.depth, first.root_submitted_ms, first.insertion, first.job_id)
 
 
 # Sort key of a task within its job: (index, task id), read in C (a tick sorts every pending task).

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import attrgetter
 
 from iris.core.bands import Band
 from iris.scheduler.fit import Shape, copies
@@ -62,10 +64,13 @@ class Placed:
     victims: list[RunningTask] = field(default_factory=list)
 
 
+_task_id = attrgetter("task_id")
+
+
 def _assign(ledger: Ledger, placed: Placed, w: int, tasks: list[PendingTask]) -> None:
     worker = ledger.workers[w]
     worker_id, backend_id = worker.worker_id, worker.backend_id
-    placed.assignments.extend([Assignment(task.task_id, worker_id, backend_id) for task in tasks])
+    placed.assignments.extend(map(Assignment, map(_task_id, tasks), repeat(worker_id), repeat(backend_id)))
 
 
 def _preempt_one(ledger: Ledger, placed: Placed, shape: Shape, task: PendingTask, chosen: VictimSet | None) -> bool:

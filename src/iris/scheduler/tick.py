@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from iris.scheduler.fit import ShapeCache
 from iris.scheduler.gating import deadline_passed, effective_band, with_peer_spend
@@ -75,9 +76,17 @@ def pending_by_job(snapshot: SchedulingSnapshot) -> dict[str, list[PendingTask]]
     return by_job
 
 
+def deadlines(tasks: list[PendingTask]) -> list[int | None]:
+    """The scheduling deadline of each task (read in C: a tick looks at every pending task)."""
+    return list(map(_deadline, tasks))
+
+
+_deadline = attrgetter("scheduling_deadline_ms")
+
+
 def _split_expired(tasks: list[PendingTask], now_ms: int) -> tuple[tuple[PendingTask, ...], tuple[PendingTask, ...]]:
     """(tasks still eligible, tasks past their scheduling deadline), each in task order."""
-    if all(t.scheduling_deadline_ms is None for t in tasks):
+    if deadlines(tasks).count(None) == len(tasks):
         return tuple(tasks), ()
     live: list[PendingTask] = []
     expired: list[PendingTask] = []
