@@ -8,13 +8,17 @@ leftovers (`kill_leftover_attempts`) are the local backend's own functions. Outp
 goes to files, not pipes, because the daemon sends it from byte offsets the controller acknowledges:
 a line can be sent again after a controller restart only if it is still on disk.
 
-A thread waits on each attempt's process (a worker runs tens of attempts, not thousands), and a
-stop escalates from SIGTERM to SIGKILL of the whole group after `STOP_GRACE_S`.
+Attempts start the way the local backend starts them (`wrapper.start_wrapper`): through the
+spawner, so each is born inside its cgroup, else directly. A thread waits on each attempt (a
+worker runs tens of attempts, not thousands) for the exit code the spawner reports, or for its
+process to end when the spawner has gone; a stop escalates from SIGTERM to SIGKILL of the whole
+group after `STOP_GRACE_S`.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -23,8 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from iris.backends.local.backend import _WRAPPER, kill_leftover_attempts, shell_argv
+from iris.backends.local.backend import kill_leftover_attempts, shell_argv
 from iris.backends.local.containment import Containment
+from iris.backends.local.spawner import Spawned, Spawner
+from iris.backends.local.wrapper import start_spawner, start_wrapper
 from iris.backends.staging import safe_dirname
 from iris.core.resources import Device
 from iris.rpc import controller_pb2 as pb
@@ -45,7 +51,8 @@ class AttemptRun:
     exit_code: int | None = None
     error: str = ""
     stopping: bool = False
-    handle: subprocess.Popen | None = None
+    handle: subprocess.Popen | None = None  # what started it, when not the spawner
+    serial: int = 0  # the serial the spawner reports its exit under (0: not started by the spawner)
     container: str = ""  # the container's name, when it runs in one
 
     def path(self, stream: str) -> Path:
@@ -70,6 +77,12 @@ class ProcessRuntime:
         self._lock = threading.Lock()
         self.attempts: dict[str, AttemptRun] = {}
         self.containment = Containment(self.root)
+        self._codes: dict[int, int] = {}  # exit codes the spawner reported, by serial, until waited for
+        self._exits = threading.Condition()
+        self._spawner = start_spawner("this worker")
+        if self._spawner is not None:
+            spawner = self._spawner
+            threading.Thread(target=self._read_exits, args=(spawner,), name="spawner-exits", daemon=True).start()
 
     # -- lifecycle of the daemon ----------------------------------------------------------------
 
@@ -85,6 +98,10 @@ class ProcessRuntime:
             live = [a for a in self.attempts.values() if not a.exited]
         for run in live:
             self._signal(run, signal.SIGKILL)
+        spawner = self._spawner
+        if spawner is not None:
+            self._spawner_gone(spawner)
+            spawner.close()
         return [r.attempt_id for r in live]
 
     # -- attempts -------------------------------------------------------------------------------
@@ -128,25 +145,59 @@ class ProcessRuntime:
         self, run: AttemptRun, launch: pb.AttemptLaunch, env: dict, workdir: str, layers: tuple[str, ...]
     ) -> None:
         cgroup = self.containment.prepare(run.folder.name)
-        argv = [_WRAPPER, str(run.folder), cgroup, str(len(layers)), *layers, *shell_argv(tuple(launch.command))]
-        with open(run.path("stdout"), "ab") as out, open(run.path("stderr"), "ab") as err:
-            popen = subprocess.Popen(
-                ["/bin/sh", "-c", *argv],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                cwd=workdir,
-                env=env,
-                start_new_session=True,
-                close_fds=True,
-                preexec_fn=self.containment.preexec(),
-            )
-        run.pid, run.handle = popen.pid, popen
+        argv = [str(len(layers)), *layers, *shell_argv(tuple(launch.command))]
+        run.pid, started = start_wrapper(
+            self._spawner, self.containment, run.folder, cgroup, argv, workdir, env, gone=self._spawner_gone
+        )
+        if isinstance(started, Spawned):
+            run.serial = started.serial
+        else:
+            run.handle = started
+
+    def _read_exits(self, spawner: Spawner) -> None:
+        """Hands the exit codes the spawner reports to the threads waiting for them, until it goes."""
+        while True:
+            try:
+                select.select([spawner.exits_fd()], [], [])
+                reports = spawner.read_exits()
+            except (OSError, ValueError):  # closed under us: the daemon is stopping
+                reports = None
+            if reports is None:
+                self._spawner_gone(spawner)
+                return
+            with self._exits:
+                self._codes.update(reports)
+                self._exits.notify_all()
+
+    def _spawner_gone(self, spawner: Spawner) -> None:
+        """Later attempts start directly; those the spawner started are waited for by pid."""
+        with self._exits:
+            if self._spawner is spawner:
+                self._spawner = None
+            self._exits.notify_all()
+
+    def _wait_code(self, run: AttemptRun) -> int | None:
+        """The exit code of the attempt's wrapper once it has exited (as `Popen.returncode` gives
+        it), or None when the spawner went before reporting it."""
+        if run.handle is not None:
+            return run.handle.wait()
+        with self._exits:
+            self._exits.wait_for(lambda: run.serial in self._codes or self._spawner is None)
+            code = self._codes.pop(run.serial, None)
+        if code is None:
+            try:
+                pidfd = os.pidfd_open(run.pid)
+            except ProcessLookupError:
+                return None
+            try:
+                select.select([pidfd], [], [])
+            finally:
+                os.close(pidfd)
+        return code
 
     def _wait(self, run: AttemptRun) -> None:
-        assert run.handle is not None
-        code = run.handle.wait()
-        if code < 0:
+        code = self._wait_code(run)
+        if code is not None and code < 0:
             code = 128 - code  # killed by a signal: report it the way a shell does
         try:
             code = int((run.folder / "exit").read_text().strip())

@@ -1,11 +1,14 @@
 """The local backend: simulated hosts whose attempts run as real subprocesses on this machine.
 
-Each attempt runs in its own process group under a tiny `sh` wrapper, started by a helper process
+Each attempt runs in its own process group under a tiny `sh` wrapper (see `wrapper`), started by a helper process
 so that it is born inside its cgroup (see `spawner`), that records its pid and exit code in the
 attempt's folder, with stdout and stderr going to spool files there rather than to
 pipes. That is what lets a restarted controller re-adopt attempts that outlived it: the process
 keeps writing its output, the new controller resumes reading at the offsets it had committed, and
-the exit code survives even though the process is no longer its child. Each attempt is contained
+the exit code survives even though the process is no longer its child. A marker per attempt not
+yet ended and stored (under `.live/<backend>/`, backends sharing the folder) tells a restarted
+controller which processes to look at, without walking every finished attempt's folder: among them
+are attempts whose stop was committed just before a crash, which it then stops. Each attempt is contained
 (see `containment`), so stopping it ends every process it started. Exits are noticed at once,
 from the helper's reports or through pidfds (one watcher thread, no polling); a pump reads the spools (see `iris.backends.spool`) every
 100 ms, or at once when the tick has stored what it handed over, so lines carry timestamps close
@@ -35,7 +38,8 @@ from pathlib import Path
 
 import iris
 from iris.backends.local.containment import Containment
-from iris.backends.local.spawner import Spawned, Spawner, SpawnerGone
+from iris.backends.local.spawner import Spawned, Spawner
+from iris.backends.local.wrapper import start_spawner, start_wrapper
 from iris.backends.protocol import (
     AdoptRecord,
     AttemptExit,
@@ -56,20 +60,6 @@ from iris.core.resources import Device, Resources
 
 log = logging.getLogger("iris.backends.local")
 
-# $0 is the attempt folder, $1 the cgroup to join (or ""), $2 the number of workspace layer folders
-# that follow (their contents are copied in order into the attempt's working folder, its cwd: the
-# copy runs in the attempt's process, not on the control tick); the command comes last. Only shell
-# builtins besides `cp` (and `mkdir`, should the attempt's cgroup have gone), so an attempt without a
-# workspace costs one extra fork (the command's). A cgroup that cannot be joined leaves the attempt
-# contained by its process group alone, and never puts a line in its output.
-_WRAPPER = (
-    'cg=$1; shift; if [ -n "$cg" ]; then [ -d "$cg" ] || mkdir "$cg" 2>/dev/null; '
-    '{ echo $$ > "$cg/cgroup.procs"; } 2>/dev/null; fi; '
-    'echo $$ > "$0/pid"; n=$1; shift; '
-    'while [ "$n" -gt 0 ] && cp -R "$1/." .; do shift; n=$((n-1)); done; '
-    'if [ "$n" -ne 0 ]; then echo "iris: cannot copy the job\'s workspace into $PWD" >&2; echo 126 > "$0/exit"; exit 126; fi; '
-    '"$@"; rc=$?; echo $rc > "$0/exit"; exit $rc'
-)
 _SPAWNER = object()  # the selector's key for the spawner's exit reports
 MARKS = ".live"  # under the attempts root: each backend's markers of the attempts it has not seen end
 _SHELL_CHARS = re.compile(r"[\s;&|<>$`'\"*?(){}]")
@@ -188,7 +178,8 @@ class LocalBackend:
         # One marker per attempt started and not yet ended and stored, named by its folder and
         # holding its id; one folder of markers per backend, as backends share `root`.
         self.marks = self.root / MARKS / config.id
-        self.marks.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.marks.parent.mkdir(mode=0o700, exist_ok=True)  # no task may list which attempts run
+        self.marks.mkdir(mode=0o700, exist_ok=True)
         self.output_cap = output_cap
         self.containment = Containment(self.root)
         self._wake = wake
@@ -214,7 +205,7 @@ class LocalBackend:
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._closing = threading.Event()
         self._beats: dict[str, float] = {}  # thread name → when it last began a loop iteration
-        self._spawner = self._start_spawner()
+        self._spawner = start_spawner(f"backend {self.id}")
         self._by_serial: dict[int, _Attempt] = {}  # attempts the spawner started, by its serial
         self._early_codes: dict[int, int] = {}  # codes reported before their attempt was registered, by serial
         if self._spawner is not None:
@@ -225,13 +216,6 @@ class LocalBackend:
         ]
         for t in self._threads:
             t.start()
-
-    def _start_spawner(self) -> Spawner | None:
-        try:
-            return Spawner()
-        except OSError as exc:
-            log.warning("backend %s starts attempts directly (slower): its helper cannot start: %s", self.id, exc)
-            return None
 
     def problems(self) -> tuple[str, ...]:
         """What is wrong with this backend's own threads (the exit watcher, the log reader): dead,
@@ -264,6 +248,10 @@ class LocalBackend:
         """Attempts this backend holds, including exits not yet acknowledged by the tick."""
         with self._lock:
             return frozenset(self._attempts)
+
+    def holds(self, attempt_id: str) -> bool:
+        with self._lock:
+            return attempt_id in self._attempts
 
     # -- start / stop --------------------------------------------------------------------------
 
@@ -317,12 +305,15 @@ class LocalBackend:
             env["HOME"] = str(home)  # the controller's home is not the task's to write
             env["PYTHONPATH"] = sdk_pythonpath(env.get("PYTHONPATH", ""))
         cgroup = self.containment.prepare(folder.name)
-        argv = [str(folder), str(len(layers)), *layers, *command]
+        argv = [str(len(layers)), *layers, *command]
         mark = self.marks / folder.name
         try:
             # Marked before the process exists: a controller that dies at any later point finds it.
             mark.write_text(spec.attempt_id)
-            pid, spawned = self._spawn(folder, cgroup, argv, workdir, env, 0o077 if as_task else -1)
+            pid, spawned = start_wrapper(
+                self._spawner, self.containment, folder, cgroup, argv, workdir, env,
+                umask=0o077 if as_task else -1, gone=self._spawner_gone,
+            )  # fmt: skip
         except OSError as exc:
             mark.unlink(missing_ok=True)
             self.containment.end(folder.name, spec.attempt_id)
@@ -342,42 +333,6 @@ class LocalBackend:
         )
         self._register(record)
         return Started(spec.attempt_id, pid, ",".join(map(str, devices)))
-
-    def _spawn(
-        self, folder: Path, cgroup: str, argv: list[str], workdir: str, env: dict[str, str], umask: int
-    ) -> tuple[int, Spawned | subprocess.Popen]:
-        """Starts the wrapper: through the spawner, born in its cgroup, or (without a spawner)
-        directly, the wrapper then joining its cgroup itself. Returns its pid and what started it."""
-        spawner = self._spawner
-        if spawner is not None:
-            try:
-                spawned = spawner.spawn(
-                    ["/bin/sh", "-c", _WRAPPER, argv[0], "", *argv[1:]],
-                    env,
-                    workdir,
-                    str(folder / "stdout"),
-                    str(folder / "stderr"),
-                    cgroup=cgroup,
-                    umask=umask,
-                    subreaper=self.containment.kind == "subreaper",
-                )
-                return spawned.pid, spawned
-            except SpawnerGone:
-                self._spawner_gone(spawner)
-        with open(folder / "stdout", "ab") as out, open(folder / "stderr", "ab") as err:
-            popen = subprocess.Popen(
-                ["/bin/sh", "-c", _WRAPPER, argv[0], cgroup, *argv[1:]],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                cwd=workdir,
-                env=env,
-                start_new_session=True,
-                close_fds=True,
-                preexec_fn=self.containment.preexec(),
-                umask=umask,
-            )
-        return popen.pid, popen
 
     def stop(self, attempt_id: str) -> None:
         with self._lock:

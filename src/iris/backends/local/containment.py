@@ -166,7 +166,11 @@ class Containment:
         may be starting meanwhile, and its wrapper is born in its cgroup."""
         if self.base is None:
             return
-        for path in self.base.iterdir():
+        try:
+            paths = list(self.base.iterdir())
+        except FileNotFoundError:  # removed by another backend of this state folder that closed first
+            return
+        for path in paths:
             if path.name in live or not path.is_dir():
                 continue
             with self._claims_lock:

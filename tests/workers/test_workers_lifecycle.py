@@ -1,5 +1,6 @@
-"""A controller killed after it committed a stop and before it told the worker: once it is back, the
-worker registers again and the attempt the controller no longer wants is stopped there."""
+"""How a worker daemon starts and stops attempts: through the spawner, as the local backend does;
+and an attempt whose stop a crashed controller committed but never sent is stopped once the
+controller is back and the worker registers again."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from connectrpc.errors import ConnectError
 from iris.controller.tick import DIE_BEFORE_STOP_ENV
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until
-from tests.controller.helpers import client, launch, pid_alive, status
+from tests.controller.helpers import client, launch, logs, pid_alive, status, wait_state
 from tests.workers.conftest import GRACE, workers_backends
 
 
@@ -40,3 +41,17 @@ def test_workers_stop_committed_before_a_crash_reaches_the_worker_after_the_rest
     final = status(c, job)
     assert final.job.state == "KILLED" and [a.state for a in final.tasks[0].attempts] == ["KILLED"]
     assert worker.proc.poll() is None, "the worker serves on"
+
+
+def test_workers_attempt_is_started_by_the_spawner_and_reports_its_code(pool, worker_factory):
+    worker = worker_factory(pool, "a")
+    c = client(pool)
+    # $PPID is the wrapper; its parent started it: the spawner, not the daemon itself.
+    script = (
+        "pp=$(awk '/^PPid/ {print $2}' /proc/$PPID/status); echo $pp; tr '\\0' ' ' < /proc/$pp/cmdline; echo; exit 3"
+    )
+    job = launch(c, "born", ["sh", "-c", script])
+    done = wait_state(c, job)
+    assert done.job.state == "FAILED" and done.tasks[0].attempts[0].exit_code == 3, done
+    parent, cmdline = logs(c, job)
+    assert int(parent) != worker.proc.pid and "spawner.py" in cmdline, cmdline
