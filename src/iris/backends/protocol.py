@@ -140,6 +140,9 @@ class Backend(Protocol):
     def running(self) -> frozenset[str]:
         """Every attempt the backend holds, including exits not yet reported by `poll`."""
 
+    def holds(self, attempt_id: str) -> bool:
+        """Whether `running` would list this attempt, at the cost of one lookup."""
+
     def poll(self) -> BackendEvents:
         """Events not yet acknowledged: the same ones are returned again until `ack`."""
 

@@ -21,6 +21,7 @@ from iris.controller import endpoints, waiting, workspace
 from iris.controller.applier import stop_job
 from iris.controller.auth import Identity, Role, check_may_stop, check_sync_requester
 from iris.controller.auth.policy import check_may_create, check_may_read
+from iris.controller.db import attempts as attempt_db
 from iris.controller.db import federation as fed
 from iris.controller.db import handoff_stops, reads
 from iris.controller.db.database import savepoint, sql
@@ -367,19 +368,23 @@ class ControllerServiceImpl(WorkerCalls):
         )
 
     def _fetch_logs(self, req: pb.FetchLogsRequest, identity: Identity) -> pb.FetchLogsResponse:
-        # A stopped job is over in the database before its killed processes have exited and their
-        # last lines are stored; a backend holds an attempt until the tick has stored its exit and
-        # output. Asked before the read, so an attempt let go since then is in the read's snapshot.
-        prefix = f"{req.job_id}/"
-        holding = any(
-            a.startswith(prefix) and "/" not in a[len(prefix) :] for b in self.backends.values() for a in b.running()
-        )
+        """One read; a job that reads as finished costs one lookup per attempt of it, and a second
+        read, never a walk over every running attempt (a follower asks again and again)."""
         with self.db.read() as conn:
             self._check_read(conn, identity, req.job_id)
             resp = reads.fetch_logs(conn, req.job_id, req.task_index, req.after_seq, req.tail, req.limit)
-        if resp.job_finished and holding:
-            resp.job_finished = False  # lines may still come: the caller should keep reading
-        return resp
+            attempts = attempt_db.job_attempts(conn, req.job_id) if resp.job_finished else []
+        if not resp.job_finished:
+            return resp
+        # A stopped job is over in the database before its killed processes have exited and their
+        # last lines are stored; a backend holds an attempt until the tick has stored its exit and
+        # output. One held now: lines may still come, and the caller keeps reading. None held: read
+        # again, after the question, so an attempt let go since the first read is in this one.
+        if any(b.holds(a) for a, backend_id in attempts if (b := self.backends.get(backend_id)) is not None):
+            resp.job_finished = False
+            return resp
+        with self.db.read() as conn:
+            return reads.fetch_logs(conn, req.job_id, req.task_index, req.after_seq, req.tail, req.limit)
 
     @rpc
     def list_backends(self, req: pb.ListBackendsRequest, identity: Identity) -> pb.ListBackendsResponse:

@@ -293,6 +293,10 @@ class SlurmBackend:
         with self._lock:
             return frozenset(self._attempts)
 
+    def holds(self, attempt_id: str) -> bool:
+        with self._lock:
+            return attempt_id in self._attempts
+
     def shutdown(self) -> list[str]:
         with self._lock:
             live = [a for a in self._attempts.values() if a.exited is None]

@@ -163,6 +163,10 @@ class WorkersBackend:
         with self._lock:
             return frozenset(self._attempts).union(e.attempt_id for e in self._exits)
 
+    def holds(self, attempt_id: str) -> bool:
+        with self._lock:
+            return attempt_id in self._attempts or any(e.attempt_id == attempt_id for e in self._exits)
+
     # -- start / stop (the tick's thread) ---------------------------------------------------------
 
     def start(self, spec: LaunchSpec) -> Started:

@@ -63,6 +63,12 @@ def mark_running(conn: Connection, attempt_id: str, now_ms: int) -> str | None:
     return mark_started(conn, attempt_id, row[0], row[1], now_ms)
 
 
+def job_attempts(conn: Connection, job_id: str) -> list[tuple[str, str]]:
+    """(attempt, backend) of each attempt of the job run by this cluster's own backends."""
+    rows = run(conn, "SELECT attempt_id, backend_id FROM attempts WHERE job_id = ? AND cluster IS NULL", (job_id,))
+    return [(a, b) for a, b in rows.fetchall() if b]
+
+
 def store_logs(conn: Connection, chunks: Iterable[LogChunk]) -> None:
     """Appends log lines and advances the attempt's read offset in the same transaction.
 
