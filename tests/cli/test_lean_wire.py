@@ -28,7 +28,7 @@ TABLES = {
     "LIST_TASKS_REQUEST": pb.ListTasksRequest,
     "LIST_TASKS_RESPONSE": pb.ListTasksResponse,
 }
-_KINDS = {"string": "str", "int32": "int", "uint32": "int", "int64": "int", "bool": "bool", "double": "float"}
+_KINDS = {"string": "str", "int32": "int32", "uint32": "uint32", "int64": "int64", "bool": "bool", "double": "float"}
 
 
 def _kind(field) -> object:
@@ -176,3 +176,48 @@ def test_wire_a_float_protobuf_prints_as_a_string_is_left_to_protobuf():
 def test_wire_encodes_a_request_as_protobuf_serializes_it(table, values):
     message = TABLES[table](**{k: v for k, v in values.items() if v is not None})
     assert wire.encode(getattr(wire, table), values) == message.SerializeToString()
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    value &= 0xFFFFFFFFFFFFFFFF
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_WIDE = [2**31, 2**32 + 5, 2**32 - 1, 2**40 + 2**31 + 7, -(2**31) - 1, 2**63 - 1, -1, 123]
+
+
+@pytest.mark.parametrize("value", _WIDE)
+@pytest.mark.parametrize(
+    "message, table, number, read",
+    [
+        (pb.JobStatus, "JOB_STATUS", 6, lambda m: m.replicas),  # int32
+        (pb.JobStatus, "JOB_STATUS", 20, lambda m: m.exit_code),  # int32
+        (pb.AttemptStatus, "ATTEMPT_STATUS", 11, lambda m: m.pid),  # int32
+        (pb.TaskStatus, "TASK_STATUS", 13, lambda m: m.failure_count),  # int32
+        (pb.ListJobsResponse, "LIST_JOBS_RESPONSE", 3, lambda m: m.total),  # int32
+        (pb.JobStatus, "JOB_STATUS", 8, lambda m: m.submitted_ms),  # int64
+        (pb.Resources, "RESOURCES", 2, lambda m: m.memory_bytes),  # int64
+    ],
+    ids=["replicas", "exit_code", "pid", "failure_count", "total", "submitted_ms", "memory_bytes"],
+)
+def test_wire_reads_a_wide_varint_at_the_field_s_width_as_protobuf_does(value, message, table, number, read):
+    data = _varint(number << 3) + _varint(value)
+    expected = read(message.FromString(data))
+    name = message.DESCRIPTOR.fields_by_number[number].name
+    got = wire.decode(data, getattr(wire, table)).get(name, 0)
+    assert got == expected
+    assert message_doc(wire.decode(data, getattr(wire, table)), getattr(wire, table))[name] == message_to_dict(
+        message.FromString(data)
+    ).get(name, 0)
+
+
+@pytest.mark.parametrize("value", _WIDE)
+def test_wire_reads_a_wide_map_value_at_int32_as_protobuf_does(value):
+    entry = bytes([0x0A, 0x01]) + b"X" + bytes([0x10]) + _varint(value)
+    data = bytes([0x3A]) + _varint(len(entry)) + entry  # task_counts {"X": value}
+    assert wire.decode(data, wire.JOB_STATUS)["task_counts"] == dict(pb.JobStatus.FromString(data).task_counts)

@@ -5,7 +5,7 @@ The lean paths of `iris job list` and `iris job describe` import neither protobu
 must print byte for byte what the click commands print from messages. `-o json` prints
 `message_to_dict` of a message: every field (those at their default too, except unset messages),
 in the order protobuf's JSON printer uses (the fields the message holds, by number, then the rest,
-by number), int64 as numbers; `message_doc` builds that document. The table and `describe` pages
+by number), int64 as numbers where a double holds them exactly (as strings otherwise); `message_doc` builds that document. The table and `describe` pages
 come from `iris.cli.output`'s formatters, which read attributes; `view` gives a decoded message
 those attributes (a field absent on the wire reads as its default, as on a message), so one
 formatter serves both paths.
@@ -19,7 +19,7 @@ TYPE_CHECKING = False  # typing's own constant costs `import typing` on the lean
 if TYPE_CHECKING:
     from typing import Any
 
-_DEFAULTS: dict[str, object] = {"str": "", "int": 0, "float": 0.0, "bool": False}
+_DEFAULTS: dict[str, object] = {"str": "", "int32": 0, "int64": 0, "uint32": 0, "float": 0.0, "bool": False}
 
 
 class Unprintable(Exception):
@@ -42,6 +42,9 @@ def message_doc(decoded: dict[str, Any], fields: tuple) -> dict[str, Any]:
             value = value or ([] if kind == "strs" else {})
         elif value is None:
             value = _DEFAULTS[kind]
+        elif kind == "int64":
+            if float(value) != value:
+                value = str(value)  # past what a double holds exactly, protobuf's printer quotes it
         elif kind == "float":
             if not math.isfinite(value):
                 raise Unprintable(f"{name} is {value}")
