@@ -158,7 +158,7 @@ def test_json_mode_prints_one_document_per_command(iris):
 
 def test_json_mode_errors_are_a_json_document_too(iris):
     result = iris("-o", "json", "job", "describe", "/nobody/x")
-    assert result.code == 1
+    assert result.code == 3  # a job that names nothing is a usage error
     assert result.json() == {"error": {"code": "not_found", "message": "job /nobody/x not found"}}
     usage = iris("-o", "json", "job", "run", "--memory", "8X", "--", "true")
     assert usage.code == 3 and usage.json()["error"]["code"] == "invalid_argument"
@@ -199,10 +199,10 @@ def test_job_logs_tail_and_task_filter(iris):
     assert sorted(iris("job", "logs", "-f", "/alice/many").out.splitlines()) == sorted(out)
 
 
-def test_job_stop_reports_each_job_and_exits_1_if_any_is_unknown(iris):
+def test_job_stop_reports_each_job_and_exits_3_if_any_is_unknown(iris):
     iris("job", "run", "--no-wait", "--user", "alice", "--job-name", "s", "--", "sleep", "30")
     result = iris("job", "stop", "/alice/s", "/alice/missing")
-    assert result.code == 1
+    assert result.code == 3
     assert result.out == "stopped /alice/s\n"
     assert result.err == "error: job /alice/missing not found\n"
 

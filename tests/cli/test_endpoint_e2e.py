@@ -37,11 +37,11 @@ def test_e2e_endpoint_list_and_url_reach_the_task(controller):
     assert got.status_code == 200 and got.json()["path"] == "/hello"
 
     missing = controller.cli("endpoint", "url", job, "nope")
-    assert missing.returncode == 1 and "no live endpoint 'nope'" in missing.stderr
+    assert missing.returncode == 3 and "no live endpoint 'nope'" in missing.stderr
     bad_ttl = controller.cli("endpoint", "url", job, "web", "--ttl", "forever")
     assert bad_ttl.returncode == 3 and "forever" in bad_ttl.stderr and "Traceback" not in bad_ttl.stderr
     unknown = controller.cli("endpoint", "list", "/alice/none")
-    assert unknown.returncode == 1 and "does not exist" in unknown.stderr
+    assert unknown.returncode == 3 and "does not exist" in unknown.stderr
 
     assert controller.cli("job", "stop", job).returncode == 0
     gone = controller.cli("endpoint", "list", job, "-o", "json")

@@ -24,9 +24,11 @@ def endpoint() -> None:
 def list_endpoints(obj: CliContext, job: str, limit: int) -> None:
     """Lists the live endpoints of JOB (of every job without one), by job and name."""
     from iris.cli.pages import collect, hint
+    from iris.cli.values import resolve_job
     from iris.rpc import controller_pb2 as pb
 
     client = obj.client()
+    job = resolve_job(obj, job) if job else ""
     got = collect(
         lambda token, size: client.call(
             "ListEndpoints", pb.ListEndpointsRequest(job_id=job, limit=size, page_token=token)
@@ -68,9 +70,10 @@ def url(obj: CliContext, job: str, name: str, ttl: str) -> None:
 
     Anyone holding the URL reaches the endpoint: share it like a password.
     """
+    from iris.cli.values import resolve_job
     from iris.core.units import parse_duration
 
-    resp = obj.client().endpoint_url(job, name, parse_duration(ttl))
+    resp = obj.client().endpoint_url(resolve_job(obj, job), name, parse_duration(ttl))
     if obj.json:
         obj.emit({"url": resp.url, "expires_ms": resp.expires_ms})
     else:

@@ -17,7 +17,7 @@ import click
 
 from iris.cli.checks import job_state
 from iris.cli.job import job
-from iris.cli.main import EXIT_FAILED, EXIT_OK, EXIT_REJECTED, CliContext, output_option
+from iris.cli.main import EXIT_FAILED, EXIT_OK, EXIT_REJECTED, CliContext, exit_code_for, output_option
 from iris.cli.submit import STATE_EXIT_CODES
 from iris.cli.values import resolve_job
 from iris.core.errors import IrisError, Unavailable
@@ -100,6 +100,7 @@ def _stop_each(obj: CliContext, targets: list[str], reason: str, wait_ended: boo
     stopped: dict[str, list[str]] = {}
     finished: dict[str, str] = {}
     errors: dict[str, dict[str, str]] = {}
+    code = EXIT_OK
     for job_id in targets:
         try:
             resp = client.cancel(job_id, reason=reason)
@@ -109,6 +110,7 @@ def _stop_each(obj: CliContext, targets: list[str], reason: str, wait_ended: boo
             raise
         except IrisError as exc:
             errors[job_id] = {"code": exc.code, "message": exc.message}
+            code = max(code, exit_code_for(exc))  # a job that names nothing is a usage error (3)
             if not obj.json:
                 click.echo(f"error: {exc.message}", err=True)
             continue
@@ -133,7 +135,7 @@ def _stop_each(obj: CliContext, targets: list[str], reason: str, wait_ended: boo
     if obj.json:
         out = {"stopped": stopped, "already_finished": finished, "errors": errors}
         obj.emit({**out, "ended": ended} if wait_ended else out)
-    return EXIT_FAILED if errors else EXIT_OK
+    return code
 
 
 @job.command("wait")

@@ -1,9 +1,12 @@
 """The `iris` entry point: exit codes, the context subcommands share, and errors mapped to exit codes.
 
 Exit codes are part of the interface (scripts branch on them): 0 the job succeeded (or the command
-did what it was asked), 1 the job failed or the request was refused, 2 the job was rejected or is
-unschedulable, 3 a usage or connection error. Click's own usage errors (exit 2 by default) are
-moved to 3 so that 2 always means "the cluster said no".
+did what it was asked), 1 the job failed or the request was refused (another user's job, a name
+already taken), 2 the job was rejected or is unschedulable, 3 a usage or connection error: a bad
+flag or value, a job, endpoint or cluster name that names nothing, a controller that cannot be
+reached. Click's own usage errors (exit 2 by default) are moved to 3 so that 2 always means "the
+cluster said no", and an unknown job is 3 so that 1 from `iris job wait` or `iris job run` always
+means a job that ran and failed.
 
 Start-up is most of what a short command costs (`iris job run --no-wait` has a budget of three
 times a bare `python -c pass`), so the hot commands do not go through click at all: `main` first
@@ -22,13 +25,13 @@ import sys
 import threading
 from types import ModuleType
 
-from iris.core.errors import InvalidArgument, IrisError, Unauthenticated, Unavailable
+from iris.core.errors import InvalidArgument, IrisError, NotFound, Unauthenticated, Unavailable
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_REJECTED = 2
 EXIT_USAGE = 3
-_USAGE_ERRORS = (InvalidArgument, Unavailable, Unauthenticated)
+_USAGE_ERRORS = (InvalidArgument, NotFound, Unavailable, Unauthenticated)
 
 
 class CliContext:

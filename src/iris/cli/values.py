@@ -115,12 +115,14 @@ def join_env_args(args: list[str], takes_value: frozenset[str] | set[str] = froz
 
 def resolve_job(obj, name: str) -> str:
     """A job id as given (`/alice/train`), or a short name resolved as --job-name does: under the
-    token's user, else $USER (`train` -> `/alice/train`)."""
+    token's user, else $USER (`train` -> `/alice/train`). Raises InvalidArgument for what is no job id."""
+    from iris.core.names import JobName
+
     name = name.strip()
     if name.startswith("/"):
-        return name
+        return str(JobName.parse(name))  # a malformed id is a usage error, not a job that "does not exist"
     from iris.client.launch import default_user
     from iris.client.tokens import token_subject
 
     client = obj.client()
-    return f"/{token_subject(client.token) or default_user()}/{name}"
+    return str(JobName.parse(f"/{token_subject(client.token) or default_user()}/{name}"))

@@ -20,6 +20,7 @@ import time
 from iris.controller.auth import Identity, Role, mint_token, verify_token
 from iris.controller.auth.keys import SigningKey
 from iris.controller.db.database import sql
+from iris.controller.db.jobs import job_not_found
 from iris.controller.paging import Listing, page_size
 from iris.core.errors import InvalidArgument, NotFound, PermissionDenied
 from iris.core.names import in_job_tree
@@ -124,7 +125,7 @@ def check_may_mint(conn, identity: Identity, job_id: str, name: str) -> None:
     check_name(name)
     job = conn.execute(sql("SELECT owner FROM jobs WHERE job_id = :j"), {"j": job_id}).first()
     if job is None:
-        raise NotFound(f"no job {job_id!r} on this cluster")
+        raise job_not_found(job_id)
     _check_owner(identity, job_id, job[0], "mint an endpoint URL")
     if live_address(conn, job_id, name) is None:
         raise NotFound(f"{job_id} has no live endpoint {name!r}; `iris endpoint list {job_id}` shows the live ones")

@@ -27,8 +27,13 @@ def job_row(conn: Connection, job_id: str):
 def require_job(conn: Connection, job_id: str):
     row = job_row(conn, job_id)
     if row is None:
-        raise NotFound(f"job {job_id} does not exist; `iris job list` shows the jobs this cluster knows")
+        raise job_not_found(job_id)
     return row
+
+
+def job_not_found(job_id: str) -> NotFound:
+    """The one error every call answers for a job this cluster does not hold."""
+    return NotFound(f"job {job_id} does not exist; `iris job list` shows the jobs this cluster knows")
 
 
 def descendant_ids(conn: Connection, job_id: str) -> list[str]:

@@ -1,0 +1,96 @@
+"""Every command that takes a JOB exits as the README says, as a real `iris` process against a real
+controller: a name that names no job, or is no job id at all, is a usage error (exit 3, with the
+fix in the message), so that 1 and 2 only ever report what a job did or what the cluster refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import ControllerFactory
+
+UNKNOWN = [
+    ["job", "describe", "/alice/nope"],
+    ["job", "describe", "nope"],
+    ["job", "describe", "--all-tasks", "nope"],
+    ["job", "logs", "/alice/nope"],
+    ["job", "logs", "-f", "nope"],
+    ["job", "stop", "/alice/nope"],
+    ["job", "wait", "/alice/nope"],
+    ["job", "explain", "nope"],
+    ["endpoint", "list", "/alice/nope"],
+    ["endpoint", "url", "/alice/nope", "web"],
+    ["endpoint", "url", "nope", "web"],
+]
+MALFORMED = [
+    ["job", "describe", "//x"],
+    ["job", "describe", "/alice/a b"],
+    ["job", "describe", "/alice/../bob/x"],
+    ["job", "describe", ""],
+    ["job", "logs", "/alice/.hidden"],
+    ["job", "stop", "/"],
+    ["job", "wait", "/alice"],
+    ["job", "explain", "-"],
+    ["endpoint", "list", "/alice//x"],
+    ["endpoint", "url", "/alice/x/../y", "web"],
+]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    factory = ControllerFactory(tmp_path_factory.mktemp("exitcodes"))
+    try:
+        ctl = factory("exits")
+        ctl.extra_env["USER"] = "alice"
+        yield ctl
+    finally:
+        factory.cleanup()
+
+
+def _count(cluster) -> int:
+    out = cluster.cli("-o", "json", "query", "SELECT COUNT(*) AS n FROM jobs")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["rows"][0][0]
+
+
+@pytest.mark.parametrize("argv", UNKNOWN, ids=" ".join)
+def test_cli_job_that_does_not_exist_exits_3_naming_it(cluster, argv):
+    got = cluster.cli(*argv)
+    assert got.returncode == 3, got.stderr
+    assert "/alice/nope does not exist" in got.stderr and "iris job list" in got.stderr
+    assert "Traceback" not in got.stderr
+    as_json = cluster.cli("-o", "json", *argv)
+    assert as_json.returncode == 3
+    doc = json.loads(as_json.stdout)
+    error = doc["errors"]["/alice/nope"] if argv[:2] == ["job", "stop"] else doc["error"]  # stop reports per job
+    assert error["code"] == "not_found"
+
+
+@pytest.mark.parametrize("argv", MALFORMED, ids=" ".join)
+def test_cli_malformed_job_id_exits_3_saying_what_a_job_id_is(cluster, argv):
+    before = _count(cluster)
+    got = cluster.cli(*argv)
+    assert got.returncode == 3, got.stderr
+    assert "does not exist" not in got.stderr and "Traceback" not in got.stderr
+    assert "/<user>/<name>" in got.stderr or "is not valid" in got.stderr, got.stderr
+    assert _count(cluster) == before
+
+
+def test_cli_existing_job_is_found_by_its_short_name_on_every_command(cluster):
+    run = cluster.cli("job", "run", "--job-name", "there", "--", "true")
+    assert run.returncode == 0, run.stderr
+    for argv in (
+        ["job", "describe", "there"],
+        ["job", "logs", "there"],
+        ["job", "wait", "there"],
+        ["endpoint", "list", "there"],
+    ):
+        got = cluster.cli(*argv)
+        assert got.returncode == 0, (argv, got.stderr)
+    listed = cluster.cli("-o", "json", "endpoint", "list", "there")
+    assert json.loads(listed.stdout) == {"endpoints": [], "total": 0}
+    missing = cluster.cli("endpoint", "url", "there", "web")
+    assert missing.returncode == 3 and "no live endpoint 'web'" in missing.stderr
+    stop = cluster.cli("job", "stop", "there")
+    assert stop.returncode == 0 and "already finished" in stop.stdout + stop.stderr
