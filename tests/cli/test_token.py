@@ -299,3 +299,23 @@ def test_job_run_with_a_user_token_submits_as_the_tokens_user(controller, tmp_pa
         "--controller", controller.url, "--token", token, "job", "run", "--user", "bob", "--", "true", home=tmp_path
     )
     assert other.returncode == 2 and "in the namespace of user 'bob'" in other.stderr  # refused by the controller
+
+
+def test_token_revoke_of_what_is_no_token_or_token_id_exits_3_and_revokes_nothing(controller, tmp_path):
+    for bad in ("garbage", "0123456789abcdef0123456789abcdeX", "a" * 31, "eyJ.notatoken"):
+        result = iris("--controller", controller.url, "token", "revoke", bad, home=tmp_path)
+        assert result.returncode == 3, result.stdout + result.stderr
+        assert "token id" in result.stderr and "revoked token" not in result.stdout
+    rows = iris("--controller", controller.url, "-o", "json", "query", "SELECT jti FROM revoked_tokens", home=tmp_path)
+    assert rows.returncode == 0 and json.loads(rows.stdout)["rows"] == []
+
+
+def test_token_revoke_by_the_id_create_prints_refuses_that_token(controller, tmp_path):
+    made = iris(
+        "token", "create", "--config", str(controller.config_path), "--user", "alice", "-o", "json", home=tmp_path
+    )
+    doc = json.loads(made.stdout)
+    revoked = iris("--controller", controller.url, "token", "revoke", doc["token_id"].upper(), home=tmp_path)
+    assert revoked.returncode == 0 and doc["token_id"] in revoked.stdout, revoked.stderr
+    refused = iris("--controller", controller.url, "--token", doc["token"], "job", "list", home=tmp_path)
+    assert refused.returncode == 3 and "revoked" in refused.stderr

@@ -12,6 +12,7 @@ The roles a person or a host holds can be minted here (user, admin, dashboard, a
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import click
@@ -151,17 +152,30 @@ def create(
     return EXIT_OK
 
 
+_TOKEN_ID = re.compile(r"[0-9a-fA-F]{32}")
+
+
 def revocation(value: str) -> tuple[str, str, int]:
     """(token id, subject, expiry ms) from a whole token or a bare token id."""
     import jwt
 
     value = value.strip()
     if value.count(".") != 2:
-        return value, "", 0
+        # A bare id: the 32 hex digits every token is minted with. Anything else is a typo or a cut
+        # token, and revoking it would say "revoked" while the real token still works.
+        if not _TOKEN_ID.fullmatch(value):
+            raise click.BadParameter(
+                f"{value[:40]!r} is neither a token nor a token id (32 hex digits, the token_id "
+                "`iris token create -o json` prints); pass the whole token or its id",
+                param_hint="TOKEN",
+            )
+        return value.lower(), "", 0
     try:
         claims = jwt.decode(value, options={"verify_signature": False})
     except jwt.InvalidTokenError as exc:
-        raise click.BadParameter(f"not a token ({exc}); pass the token or its id (jti)", param_hint="TOKEN") from None
+        raise click.BadParameter(
+            f"not a token ({exc}); pass the whole token or its token id (jti)", param_hint="TOKEN"
+        ) from None
     if not claims.get("jti"):
         raise click.BadParameter(
             "this token has no id (jti); mint tokens with this version of iris", param_hint="TOKEN"
