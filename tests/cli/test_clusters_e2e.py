@@ -131,3 +131,21 @@ def test_detached_start_records_the_cluster_and_stop_by_name(tmp_path):
     finally:
         stopped = run_iris(home, "--cluster", "solo", "cluster", "stop")
     assert stopped.returncode == 0 and "stopped cluster solo" in stopped.stdout
+
+
+def test_cluster_add_refuses_a_name_or_url_no_command_could_use_and_keeps_the_list(tmp_path):
+    assert run_iris(tmp_path, "cluster", "add", "marin", "--url", "http://127.0.0.1:1").returncode == 0
+    before = (tmp_path / ".iris" / "clusters.yaml").read_text()
+    for args in (
+        ["bad name", "--url", "http://127.0.0.1:1"],
+        ["", "--url", "http://127.0.0.1:1"],
+        [".hidden", "--url", "http://127.0.0.1:1"],
+        ["a/b", "--url", "http://127.0.0.1:1"],
+        ["ok", "--url", "http://"],
+        ["ok", "--url", "http://host name:80"],
+        ["ok", "--url", "http://127.0.0.1:99999"],
+    ):
+        got = run_iris(tmp_path, "cluster", "add", *args)
+        assert got.returncode == 3, (args, got.stdout, got.stderr)
+        assert "Traceback" not in got.stderr and ("name" in got.stderr or "--url" in got.stderr)
+    assert (tmp_path / ".iris" / "clusters.yaml").read_text() == before

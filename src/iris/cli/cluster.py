@@ -205,6 +205,29 @@ def use_cluster(obj: CliContext, name: str) -> int:
     return EXIT_OK
 
 
+def check_cluster_entry(name: str, url: str) -> None:
+    """Refuses a name `--cluster NAME` could not be given as, or a URL no client could dial."""
+    import re
+    from urllib.parse import urlsplit
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", name):
+        raise click.BadParameter(
+            f"{name!r} cannot name a cluster: use letters, digits, '.', '_' or '-', starting with a letter or digit",
+            param_hint="NAME",
+        )
+    try:
+        parts = urlsplit(url)
+        port_ok = parts.port is None or 0 < parts.port
+    except ValueError:  # a port past 65535 or not a number
+        parts, port_ok = None, False
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise click.BadParameter(
+            f"{url!r} is not a controller URL: use http://HOST:PORT or https://HOST[:PORT]", param_hint="--url"
+        )
+    if any(c.isspace() for c in url):
+        raise click.BadParameter(f"{url!r} has a blank in it; a controller URL has none", param_hint="--url")
+
+
 @cluster.command("add")
 @click.argument("name")
 @click.option("--url", help="The controller's URL.")
@@ -223,8 +246,7 @@ def add_cluster(obj: CliContext, name: str, url: str | None, config_path: str | 
         url = url or load_config(config_path).url
         config_path = os.path.abspath(config_path)
     assert url is not None  # one of --url and --config was given
-    if not (url.startswith("http://") or url.startswith("https://")):
-        raise click.UsageError(f"--url {url!r} must start with http:// or https://")
+    check_cluster_entry(name, url)
     remember(NamedCluster(name, url.rstrip("/"), config_path or ""))
     if obj.json:
         obj.emit({"name": name, "url": url, "config": config_path or ""})
