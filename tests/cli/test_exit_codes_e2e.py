@@ -5,6 +5,9 @@ fix in the message), so that 1 and 2 only ever report what a job did or what the
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -94,3 +97,23 @@ def test_cli_existing_job_is_found_by_its_short_name_on_every_command(cluster):
     assert missing.returncode == 3 and "no live endpoint 'web'" in missing.stderr
     stop = cluster.cli("job", "stop", "there")
     assert stop.returncode == 0 and "already finished" in stop.stdout + stop.stderr
+
+
+@pytest.mark.parametrize("argv", [[], ["job"], ["cluster"], ["token"]], ids=lambda a: " ".join(["iris", *a]))
+def test_cli_group_without_a_command_prints_its_help_and_exits_3(argv, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("IRIS_CONTROLLER", "IRIS_TOKEN")}
+    got = subprocess.run(
+        [sys.executable, "-m", "iris.cli.main", *argv], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert got.returncode == 3
+    assert got.stderr.startswith(f"Usage: {' '.join(['iris', *argv])} [OPTIONS] COMMAND"), got.stderr
+    assert "Commands:" in got.stderr and "error:" not in got.stderr and got.stdout == ""
+    as_json = subprocess.run(
+        [sys.executable, "-m", "iris.cli.main", "-o", "json", *argv],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert as_json.returncode == 3
+    assert json.loads(as_json.stdout)["error"]["message"].lower().startswith("missing command")

@@ -236,6 +236,12 @@ def run_click(args: list[str], json_mode: bool) -> object:
 
     try:
         return cli.main(args=args, prog_name="iris", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:  # `iris`, `iris job`: the help, not an "error: Usage: …"
+        if json_mode:
+            _report("invalid_argument", f"missing command; `{exc.ctx.command_path} --help` lists them", True)
+        else:
+            echo(exc.format_message(), err=True)
+        sys.exit(EXIT_USAGE)
     except click.UsageError as exc:
         hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
         _report("invalid_argument", exc.format_message() + hint, json_mode)
