@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ControllerFactory
+from tests.conftest import ControllerFactory, free_port, wait_until
 
 UNKNOWN = [
     ["job", "describe", "/alice/nope"],
@@ -117,3 +117,59 @@ def test_cli_group_without_a_command_prints_its_help_and_exits_3(argv, tmp_path)
     )
     assert as_json.returncode == 3
     assert json.loads(as_json.stdout)["error"]["message"].lower().startswith("missing command")
+
+
+@pytest.fixture
+def not_a_controller(tmp_path):
+    """A plain HTTP file server on a loopback port: what a mistyped --controller may reach."""
+    port = free_port()
+    (tmp_path / "www").mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(tmp_path / "www")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _answers(url), timeout=30, message="the file server")
+        yield url
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _answers(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["job", "run", "--no-wait", "--no-workspace", "--", "true"],
+        ["job", "run", "--no-workspace", "--", "true"],
+        ["job", "list"],
+        ["job", "describe", "/alice/x"],
+        ["job", "stop", "/alice/x"],
+        ["cluster", "status"],
+        ["query", "SELECT 1"],
+    ],
+    ids=" ".join,
+)
+def test_cli_url_of_something_else_than_a_controller_exits_3(not_a_controller, tmp_path, argv):
+    env = {k: v for k, v in os.environ.items() if k not in ("IRIS_TOKEN",)}
+    env["IRIS_CONTROLLER"] = not_a_controller
+    got = subprocess.run(
+        [sys.executable, "-m", "iris.cli.main", *argv],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert got.returncode == 3, got.stderr
+    assert not_a_controller in got.stderr and "Traceback" not in got.stderr

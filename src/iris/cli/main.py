@@ -125,7 +125,8 @@ def output_option(fn):
 
 
 def exit_code_for(error: IrisError) -> int:
-    return EXIT_USAGE if isinstance(error, _USAGE_ERRORS) else EXIT_FAILED
+    # `unimplemented`: the controller lacks the call (an older version, or not an Iris controller).
+    return EXIT_USAGE if isinstance(error, _USAGE_ERRORS) or error.code == "unimplemented" else EXIT_FAILED
 
 
 def _report(error_code: str, message: str, json_mode: bool) -> None:

@@ -44,6 +44,8 @@ def launch_and_report(
     except (Unavailable, Unauthenticated):
         raise
     except IrisError as exc:
+        if exc.code == "unimplemented":
+            raise  # not a refusal of this job: the address answers without LaunchJob (exit 3)
         # The controller refused the job (duplicate, stale client, bad constraint, …).
         return _fail(obj, exc, EXIT_REJECTED)
     launched: dict = {field: str(reply.get(json_name, "")) for field, json_name in _LAUNCHED_FIELDS}

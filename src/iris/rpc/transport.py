@@ -227,6 +227,14 @@ class ConnectTransport:
             except (ValueError, AttributeError):
                 pass
         if not message:
+            if payload and code not in ("unauthenticated", "permission_denied", "unavailable"):
+                # Not a Connect error document (a real controller sends one with every error but a bare
+                # 404 for a call it lacks): another program answers at this address.
+                kind = headers.get("content-type", "").partition(";")[0] or "no content type"
+                return errors.Unavailable(
+                    f"no Iris controller answers at {self.url}: it answered HTTP {status} ({kind}); check the "
+                    "address (--controller, $IRIS_CONTROLLER, --cluster or --config)"
+                )
             text = payload.decode("utf-8", "replace").strip()
             message = f"the controller at {self.url} answered HTTP {status}" + (f": {text[:200]}" if text else "")
         return error_from_code(code, message)
