@@ -119,16 +119,35 @@ def test_cli_group_without_a_command_prints_its_help_and_exits_3(argv, tmp_path)
     assert json.loads(as_json.stdout)["error"]["message"].lower().startswith("missing command")
 
 
-@pytest.fixture
-def not_a_controller(tmp_path):
-    """A plain HTTP file server on a loopback port: what a mistyped --controller may reach."""
+WELCOME = """
+import http.server, sys
+class Welcome(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        body = b"<html>welcome</html>"
+        self.send_response(200)
+        self.send_header("content-type", "text/html")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    do_POST = do_GET
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Welcome).serve_forever()
+"""
+
+
+@pytest.fixture(params=["file server", "welcome page"])
+def not_a_controller(tmp_path, request):
+    """What a mistyped --controller may reach on a loopback port: a plain file server (404 and 501
+    pages), or a server that answers every request, POSTs too, with a 200 page."""
     port = free_port()
     (tmp_path / "www").mkdir()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(tmp_path / "www")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    (tmp_path / "welcome.py").write_text(WELCOME)
+    args = (
+        ["-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(tmp_path / "www")]
+        if request.param == "file server"
+        else [str(tmp_path / "welcome.py"), str(port)]
     )
+    proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_until(lambda: _answers(url), timeout=30, message="the file server")

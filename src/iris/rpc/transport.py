@@ -163,6 +163,13 @@ class ConnectTransport:
             payload = _decompress(self.url, encoding, payload, self._max_answer)
         if status != 200:
             raise self._error(status, answer, payload)
+        if not answer.get("content-type", "").startswith(content_type):
+            # A controller answers in the encoding it was asked in; a web page here is another program.
+            kind = answer.get("content-type", "").partition(";")[0] or "no content type"
+            raise errors.Unavailable(
+                f"no Iris controller answers at {self.url}: it answered {method} with {kind}, not {content_type}; "
+                "check the address (--controller, $IRIS_CONTROLLER, --cluster or --config)"
+            )
         return payload
 
     def _connection(self) -> tuple[Connection, bool]:
