@@ -192,3 +192,12 @@ def test_cli_url_of_something_else_than_a_controller_exits_3(not_a_controller, t
     )
     assert got.returncode == 3, got.stderr
     assert not_a_controller in got.stderr and "Traceback" not in got.stderr
+
+
+def test_cli_existing_keep_with_no_wait_does_not_claim_to_follow(cluster):
+    first = cluster.cli("job", "run", "--no-wait", "--job-name", "kept", "--", "true")
+    assert first.returncode == 0, first.stderr
+    again = cluster.cli("job", "run", "--no-wait", "--existing", "keep", "--job-name", "kept", "--", "true")
+    assert again.returncode == 0 and again.stdout == "/alice/kept\n", again.stderr
+    assert "already exists" in again.stderr and "kept as it is" in again.stderr
+    assert "following" not in again.stderr

@@ -65,7 +65,8 @@ def launch_and_report(
         if bundle is not None:
             echo(_workspace_line(bundle, uploaded), err=True)
         if launched["disposition"] == "existing":
-            echo(f"job {job_id} already exists ({launched['state']}); following it", err=True)
+            then = "kept as it is" if no_wait else "following it"
+            echo(f"job {job_id} already exists ({launched['state']}); {then}", err=True)
         elif launched["message"]:
             echo(launched["message"], err=True)
     if no_wait:
