@@ -6,6 +6,7 @@ import random
 
 from iris.core.bands import Band
 from iris.scheduler import schedule
+from iris.scheduler.tick import pending_by_job
 from tests.scheduler.scheduler_builders import cpu_request, cpu_worker, job, placements, snapshot
 
 ONE_SLOT = [cpu_worker("w0", cpu=1)]
@@ -59,3 +60,15 @@ def test_order_input_order_does_not_change_decisions():
         shuffled = list(tasks)
         random.Random(seed).shuffle(shuffled)
         assert schedule(snapshot(list(reversed(workers)), shuffled)) == expected
+
+
+def test_pending_tasks_grouped_by_job_in_replica_order_however_interleaved():
+    first, second = job("/a/one", cpu_request(1), replicas=3), job("/a/two", cpu_request(1), replicas=2)
+    rng = random.Random(4)
+    mixed = [*first, *second]
+    rng.shuffle(mixed)
+    by_job = pending_by_job(snapshot(ONE_SLOT, mixed))
+    assert by_job == {"/a/one": sorted(first, key=lambda t: t.index), "/a/two": sorted(second, key=lambda t: t.index)}
+    # Every task of a job goes in, even when its tasks come in several separate runs.
+    runs = [first[0], second[0], first[1], second[1], first[2]]
+    assert [t.index for t in pending_by_job(snapshot(ONE_SLOT, runs))["/a/one"]] == [0, 1, 2]

@@ -204,6 +204,11 @@ class Ledger:
         # leaves the state as it was, so only changes outside a trial and those of trials kept).
         # One list per set and kind, however many readers share it; None until one asks for it.
         self._logs: dict[int, list[list[int] | None]] = {}
+        self._made = 0  # how many logs have been made
+        # Per worker, the logs a change of it goes to ([every change], [changes kept]), as they
+        # stood when `_made` was the number given: the sets a worker belongs to are many, the sets
+        # with a log few, and they are looked up once until a log is made.
+        self._sinks: dict[int, tuple[int, list[list[int]], list[list[int]]]] = {}
         self._plans: dict[tuple, list[Pool]] = {}
         self._group_levels: dict[tuple, dict[tuple[str, str], list[tuple[int, ...]]]] = {}
         self._group_plans: dict[tuple, list[Pool]] = {}
@@ -224,11 +229,28 @@ class Ledger:
         log = entry[kind]
         if log is None:
             log = entry[kind] = []
+            self._made += 1
         return log
+
+    def _sinks_of(self, w: int) -> tuple[int, list[list[int]], list[list[int]]]:
+        """The logs a change of worker `w` goes to: ([every change], [changes kept])."""
+        found = self._sinks.get(w)
+        if found is None or found[0] != self._made:
+            every, kept = [], []
+            logs = self._logs
+            for number in self.ix.member_of.get(w, ()):
+                entry = logs.get(number)
+                if entry is not None:
+                    if entry[0] is not None:
+                        every.append(entry[0])
+                    if entry[1] is not None:
+                        kept.append(entry[1])
+            found = self._sinks[w] = (self._made, every, kept)
+        return found
 
     def changed_among(self, workers: Mapping[int, object]) -> set[int]:
         """The workers among `workers` whose free capacity changed this tick."""
-        return {w for w in self._changed if w in workers}
+        return workers.keys() & self._changed
 
     # -- which workers a shape may use ------------------------------------------------------
 
@@ -296,7 +318,8 @@ class Ledger:
                 levels = self.ix.levels(shape) if group is None else self.group_levels(shape)[group]
                 find = partial(scanned_best_fit, levels)
             else:
-                find = partial(best_fit, self.plan(shape) if group is None else self.group_plan(shape, group))
+                plan = self.plan(shape) if group is None else self.group_plan(shape, group)
+                find = plan[0].best_fit if len(plan) == 1 else partial(best_fit, plan)
             self._finders[key] = find
         return find
 
@@ -313,15 +336,13 @@ class Ledger:
         old = self.free[w]
         if old == new:
             return
-        logs, journal = self._logs, self._journal
-        for number in self.ix.member_of.get(w, ()):
-            entry = logs.get(number)
-            if entry is not None:
-                every, kept = entry
-                if every is not None:
-                    every.append(w)
-                if kept is not None and journal is None:
-                    kept.append(w)
+        journal = self._journal
+        _, every, kept = self._sinks_of(w)
+        for log in every:
+            log.append(w)
+        if journal is None:
+            for log in kept:
+                log.append(w)
         self._changed.add(w)
         self.free[w] = new
         self.key[w] = self._pack(new, w)
@@ -368,12 +389,9 @@ class Ledger:
 
     def commit_trial(self) -> None:
         journal, self._journal = self._journal or [], None
-        logs = self._logs
         for w in {entry[1] for entry in journal if entry[0] == "free"}:
-            for number in self.ix.member_of.get(w, ()):
-                found = logs.get(number)
-                if found is not None and found[1] is not None:
-                    found[1].append(w)
+            for log in self._sinks_of(w)[2]:
+                log.append(w)
 
     def rollback_trial(self) -> None:
         journal, self._journal = self._journal or [], None

@@ -94,14 +94,16 @@ def place_independent(
     find = ledger.finder(shape, None, memo.plain)
     need = shape.need
     i, n = 0, len(tasks)
+    no_fit = shape in memo.no_fit
     while i < n:
-        w = None if shape in memo.no_fit else find(need, ledger.free)
+        w = None if no_fit else find(need, ledger.free)
         if w is not None:
             k = max(1, copies(ledger.free[w], need, n - i))
             _assign(ledger, placed, w, tasks[i : i + k])
             ledger.take(w, need, k)
             i += k
             continue
+        no_fit = True
         memo.no_fit.add(shape)
         if not can_preempt_anything(band) or (shape, band) in memo.no_preempt:
             break

@@ -15,9 +15,10 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import groupby
 from operator import attrgetter
 
-from iris.scheduler.fit import ShapeCache
+from iris.scheduler.fit import Shape, ShapeCache
 from iris.scheduler.gating import deadline_passed, effective_band, with_peer_spend
 from iris.scheduler.index import ClusterIndex
 from iris.scheduler.ledger import Ledger
@@ -69,11 +70,16 @@ class Tick:
 def pending_by_job(snapshot: SchedulingSnapshot) -> dict[str, list[PendingTask]]:
     """Pending tasks grouped by job, each job's tasks in replica order."""
     by_job: dict[str, list[PendingTask]] = defaultdict(list)
-    for task in snapshot.pending:
-        by_job[task.job_id].append(task)
+    # A job's tasks mostly come one after another: taken a run at a time.
+    for job_id, run in groupby(snapshot.pending, key=_job_id):
+        by_job[job_id].extend(run)
     for tasks in by_job.values():
-        tasks.sort(key=task_order_key)
+        if len(tasks) > 1:
+            tasks.sort(key=task_order_key)
     return by_job
+
+
+_job_id = attrgetter("job_id")
 
 
 def deadlines(tasks: list[PendingTask]) -> list[int | None]:
@@ -96,9 +102,10 @@ def _split_expired(tasks: list[PendingTask], now_ms: int) -> tuple[tuple[Pending
 
 
 def build_requests(
-    snapshot: SchedulingSnapshot, ledger: Ledger, by_job: dict[str, list[PendingTask]], shapes: ShapeCache
+    snapshot: SchedulingSnapshot, ledger: Ledger, by_job: dict[str, list[PendingTask]], shapes: dict[str, Shape]
 ) -> list[JobRequest]:
-    """Gating: applies budgets and deadlines to each pending job, and orders the jobs."""
+    """Gating: applies budgets and deadlines to each pending job (whose shape is `shapes[job]`),
+    and orders the jobs."""
     spend = with_peer_spend(ledger.ix.spend, snapshot.peer_spend)
     job_workers = ledger.ix.job_workers
     running_groups: dict[str, tuple[str, str]] = {}
@@ -117,7 +124,7 @@ def build_requests(
                 job_id=job_id,
                 tasks=live,
                 expired=expired,
-                shape=shapes.of(first),
+                shape=shapes[job_id],
                 band=effective_band(first.band, first.user, spend, snapshot.user_budgets, snapshot.default_budget),
                 requested_band=first.band,
                 user=first.user,
@@ -150,18 +157,23 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
     it without the pass's indexes (see `placement.Memo`): the same decisions, found by scanning."""
     by_job = pending_by_job(snapshot)
     shapes = snapshot.index.shapes if isinstance(snapshot.index, ClusterIndex) else ShapeCache()
-    pins_worker = any(c.key == "worker" for tasks in by_job.values() for c in shapes.of(tasks[0]).hard)
+    job_shapes = {job_id: shapes.of(tasks[0]) for job_id, tasks in by_job.items()}
+    pins_worker = any(c.key == "worker" for shape in job_shapes.values() for c in shape.hard)
     ledger = Ledger(snapshot, per_worker=pins_worker)
     tick = Tick(snapshot, ledger)
     memo = Memo(plain=plain)
     never = ledger.ix.never  # a function of the workers alone: kept across ticks with them
-    for request in build_requests(snapshot, ledger, by_job, shapes):
+    verdicts: dict[tuple, str | None] = {}  # the same, by (shape, replicas): a shape hashes once
+    for request in build_requests(snapshot, ledger, by_job, job_shapes):
         outcome = tick.outcomes[request.job_id] = JobOutcome(request)
         replicas = request.replicas if request.coscheduled else 1
-        key = (request.shape.need, request.shape.hard, replicas)
-        if key not in never:
-            never[key] = never_fits(ledger, request.shape, replicas)
-        outcome.unschedulable = never[key]
+        mine = (request.shape, replicas)
+        if mine not in verdicts:
+            key = (request.shape.need, request.shape.hard, replicas)
+            if key not in never:
+                never[key] = never_fits(ledger, request.shape, replicas)
+            verdicts[mine] = never[key]
+        outcome.unschedulable = verdicts[mine]
         if outcome.unschedulable is not None:
             tick.unschedulable.extend(Unschedulable(t.task_id, outcome.unschedulable) for t in request.tasks)
         elif request.tasks:
