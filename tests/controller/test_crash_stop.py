@@ -26,6 +26,7 @@ def _pin(backend: str) -> list[pb.Constraint]:
 def _attempt(c, job: str) -> pb.AttemptStatus:
     return wait_until(
         lambda: (a := status(c, job).tasks[0].attempts) and a[0].pid and logs(c, job) and a[0],
+        timeout=60,
         message=f"{job} to run",
     )
 
@@ -65,3 +66,31 @@ def test_stop_committed_before_a_crash_reaches_the_attempt_after_the_restart(con
     done = wait_state(c, kept)
     assert done.job.state == "SUCCEEDED" and logs(c, kept) == ["up", "done"]
     assert not any((ctl.state_dir / "attempts" / ".live").rglob("*-*")), "every marker is gone once ended"
+
+
+def test_preemption_committed_before_a_crash_stops_the_victim_and_runs_the_preemptor(controller_factory):
+    ctl = controller_factory("preempt", backends=[local_backend("h100", gpu="h100")], start=False)
+    ctl.env = {**os.environ, DIE_BEFORE_STOP_ENV: "1"}
+    ctl.start()
+    c = client(ctl)
+    gpu = pb.Resources(device=pb.Device(kind="gpu", variant="h100", count=8))
+    batch = launch(c, "sweep", ["sh", "-c", STOPPABLE], user="bob", resources=gpu, priority="batch")
+    victim = _attempt(c, batch).pid
+    # The tick woken by this submit commits the preemption, then dies before it signals the victim.
+    urgent = "/alice/debug"
+    try:
+        launch(c, "debug", ["sh", "-c", "echo got $CUDA_VISIBLE_DEVICES"], resources=gpu)
+    except ConnectError:  # committed, and the tick that placed it died before the answer was sent
+        pass
+    assert ctl.proc is not None and ctl.proc.wait(timeout=30) is not None
+    assert pid_alive(victim), "the crash came before the victim was signalled"
+
+    ctl.env = None
+    ctl.start()
+    c = client(ctl)
+    done = wait_state(c, urgent, timeout=60)
+    assert done.job.state == "SUCCEEDED" and logs(c, urgent) == ["got 0,1,2,3,4,5,6,7"], done
+    assert not pid_alive(victim), "the victim is stopped"
+    attempts = status(c, batch).tasks[0].attempts
+    assert attempts[0].state == "PREEMPTED" and "stopped" in logs(c, batch)
+    c.terminate_job(pb.TerminateJobRequest(job_id=batch))
