@@ -19,11 +19,7 @@ from sqlalchemy.engine import Connection
 from iris.controller import workspace
 from iris.controller.db import handoff_stops
 from iris.controller.db.database import run, run_many, sql
-from iris.controller.db.jobs import (
-    TERMINAL_JOB_SQL,
-    insert_job,
-    job_row,
-)
+from iris.controller.db.jobs import TERMINAL_JOB_SQL, insert_job
 from iris.controller.db.literals import (
     FAILED,
     HANDED_OFF,
@@ -183,18 +179,19 @@ def queued_jobs(conn: Connection) -> list[QueuedJob]:
 
 def promote(conn: Connection, p: Promotion, now_ms: int) -> bool:
     """QUEUED_HANDOFF → PENDING_HANDOFF, only if still queued, not cancelled and not terminal."""
-    result = conn.execute(
-        sql(
-            f"UPDATE federated_jobs SET handoff_state = {PENDING_HANDOFF}, peer_id = :p, backend_id = :b, updated_ms = :now"
-            f" WHERE job_id = :j AND direction = {SENT} AND handoff_state = {QUEUED_HANDOFF} AND (peer_id = '' OR peer_id = :p)"
-            f" AND EXISTS (SELECT 1 FROM jobs WHERE job_id = :j AND cancel_requested = 0 AND state NOT IN {TERMINAL_JOB_SQL})"
-        ),
+    # On the driver (`run`): a burst's passes promote a few jobs each, many times a second.
+    result = run(
+        conn,
+        f"UPDATE federated_jobs SET handoff_state = {PENDING_HANDOFF}, peer_id = :p, backend_id = :b, updated_ms = :now"
+        f" WHERE job_id = :j AND direction = {SENT} AND handoff_state = {QUEUED_HANDOFF} AND (peer_id = '' OR peer_id = :p)"
+        f" AND EXISTS (SELECT 1 FROM jobs WHERE job_id = :j AND cancel_requested = 0 AND state NOT IN {TERMINAL_JOB_SQL})",
         {"p": p.peer_id, "b": p.backend_id, "now": now_ms, "j": p.job_id},
     )
     if result.rowcount != 1:
         return False
-    conn.execute(
-        sql("UPDATE jobs SET cluster = :p, pending_reason = :r WHERE job_id = :j"),
+    run(
+        conn,
+        "UPDATE jobs SET cluster = :p, pending_reason = :r WHERE job_id = :j",
         {"p": p.peer_id, "r": awaiting_acceptance_reason(p.peer_id), "j": p.job_id},
     )
     return True
@@ -484,29 +481,29 @@ def admit_received(
             f"peer {handoff.requester_cluster} stopped job {spec.job_id} (run {handoff.nonce}) before this"
             " handoff of it arrived, so it is not started; hand it off under a new nonce to run it again"
         )
-    existing = job_row(conn, spec.job_id)
+    # On the driver (`run`), as the submit path's statements are: a burst admits dozens per call.
+    existing = run(
+        conn,
+        "SELECT j.state, f.nonce, f.peer_id FROM jobs j"
+        f" LEFT JOIN federated_jobs f ON f.job_id = j.job_id AND f.direction = {RECEIVED} WHERE j.job_id = :j",
+        {"j": spec.job_id},
+    ).fetchone()
     if existing is not None:
-        handle = conn.execute(
-            sql(f"SELECT nonce, peer_id FROM federated_jobs WHERE job_id = :j AND direction = {RECEIVED}"),
-            {"j": spec.job_id},
-        ).first()
-        if handle is None or handle[1] != handoff.requester_cluster:
+        state, nonce, requester = existing
+        if nonce is None or requester != handoff.requester_cluster:
             raise AlreadyExists(
                 f"job {spec.job_id} already exists on this cluster and was not handed off by {handoff.requester_cluster}"
             )
-        if handle[0] == handoff.nonce:
+        if nonce == handoff.nonce:
             return "existing"
-        if not JobState(existing["state"]).is_terminal:
-            raise AlreadyExists(
-                f"job {spec.job_id} is still {existing['state']} here; a new run must wait until it ends"
-            )
+        if not JobState(state).is_terminal:
+            raise AlreadyExists(f"job {spec.job_id} is still {state} here; a new run must wait until it ends")
     insert_job(conn, spec, now_ms, "replace")  # a finished earlier run is replaced, under a new insertion
     workspace.store_files(conn, spec.job_id, files)
-    conn.execute(
-        sql(
-            "INSERT INTO federated_jobs (job_id, direction, peer_id, owner_principal, submitting_user, handoff_state,"
-            f" nonce, updated_ms) VALUES (:j, {RECEIVED}, :p, :o, :u, {HANDED_OFF}, :n, :now)"
-        ),
+    run(
+        conn,
+        "INSERT INTO federated_jobs (job_id, direction, peer_id, owner_principal, submitting_user, handoff_state,"
+        f" nonce, updated_ms) VALUES (:j, {RECEIVED}, :p, :o, :u, {HANDED_OFF}, :n, :now)",
         {
             "j": spec.job_id,
             "p": handoff.requester_cluster,
@@ -516,10 +513,10 @@ def admit_received(
             "now": now_ms,
         },
     )
-    conn.execute(
-        sql(
-            "INSERT INTO federation_changelog (job_id, requester, task_index, tombstone, ts_ms) VALUES (:j, :r, NULL, 0, :now)"
-        ),
+    run(
+        conn,
+        "INSERT INTO federation_changelog (job_id, requester, task_index, tombstone, ts_ms)"
+        " VALUES (:j, :r, NULL, 0, :now)",
         {"j": spec.job_id, "r": handoff.requester_cluster, "now": now_ms},
     )
     return "created"
