@@ -126,3 +126,34 @@ def test_a_nonce_longer_than_any_handoff_nonce_is_refused_and_changes_nothing(db
     with pytest.raises(InvalidArgument, match="at most 128"):
         stop(db, "/alice/marin.train", "x" * 129)
     assert count(db, "marin") == 0
+
+
+def test_a_stop_at_the_cap_costs_a_walk_of_the_index_not_a_set_of_every_tombstone(db):
+    # A peer at its cap must not make each further stop hold the writer for a sort or set of all
+    # its tombstones: counted in SQLite's VM steps (deterministic), one stop at a cap of 10,000
+    # stays within a few steps per tombstone (a set of all of them took about 16).
+    cap = handoff_stops.MAX_STOPS_PER_PEER
+    with db.write() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO handoff_stops (requester, job_id, nonce, stopped_ms) WITH RECURSIVE c(x) AS"
+                " (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < :cap) SELECT 'marin', '/alice/marin.j' || x, 'n', :now FROM c"
+            ),
+            {"cap": cap, "now": NOW},
+        )
+    steps = [0]
+
+    def step() -> int:
+        steps[0] += 1
+        return 0
+
+    with db.write() as conn:
+        raw = conn.connection.driver_connection
+        raw.set_progress_handler(step, 1)
+        try:
+            assert stop_unheld(conn, "marin", "/alice/marin.late", "n", NOW + 1)
+        finally:
+            raw.set_progress_handler(None, 1)
+    assert count(db, "marin") == cap
+    assert is_stopped(db, "/alice/marin.late", "n", now=NOW + 2) and not is_stopped(db, "/alice/marin.j1", "n")
+    assert steps[0] < 5 * cap, f"{steps[0]} VM steps for one stop at a cap of {cap}"
