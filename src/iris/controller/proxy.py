@@ -4,7 +4,8 @@ relay a parent cluster runs for its peers' URLs.
 `/proxy/t/<token>/<name>/<path>` is served here: the token is checked against this cluster's key
 for endpoint `name`, the endpoint is looked up among live attempts, and the request is streamed
 to it. `/proxy/t/cluster=<peer>/<rest>` is relayed to that configured peer's `/proxy/t/<rest>`
-without reading the token: the cluster that minted it is the only one that judges it.
+without reading the token: the cluster that minted it is the only one that judges it. A relayed
+path with `.` or `..` segments is refused, so a relay can never reach past the peer's `/proxy/t/`.
 
 Bodies are streamed both ways (httpx for HTTP, `websockets` for WebSockets): a request body is
 forwarded as it arrives and a response (chunked, server-sent events, a large download) is passed
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from typing import TYPE_CHECKING
+from urllib.parse import unquote
 
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -29,7 +31,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from iris.controller import endpoints
-from iris.core.errors import IrisError, NotFound, Unauthenticated
+from iris.core.errors import InvalidArgument, IrisError, NotFound, Unauthenticated
 
 if TYPE_CHECKING:
     import httpx
@@ -75,7 +77,7 @@ class Proxy:
             config = self.config.peers.get(peer)
             if config is None:
                 raise NotFound(f"no federation peer named {peer!r} here; this cluster relays only to its peers")
-            return config.address.rstrip("/") + PREFIX + tail
+            return config.address.rstrip("/") + relay_path(tail)
         token, _, tail = rest.partition("/")
         name, _, path = tail.partition("/")
         if not token or not name:
@@ -133,6 +135,20 @@ class Proxy:
             await _pump(ws, upstream)
 
 
+def relay_path(tail: str) -> str:
+    """The peer's `/proxy/t/<tail>`, refusing a tail with `.` or `..` segments (percent-encoded too).
+
+    An HTTP client resolves dot segments before sending (httpx does), so `cluster=<peer>/../../x`
+    would reach the peer's `/x`, its API, from this cluster's address, which the peer may trust as
+    an admin (loopback is trusted by default): the relay would hand anyone who reaches this URL
+    the peer's API. A capability URL never needs such a segment between the tag and its path."""
+    if any(unquote(part) in (".", "..") for part in tail.split("/")):
+        raise InvalidArgument(
+            "a relayed capability URL may not hold '.' or '..' path segments; use the URL `iris endpoint url` printed"
+        )
+    return PREFIX + tail
+
+
 async def _pump(ws: WebSocket, upstream) -> None:
     import websockets
 
@@ -163,7 +179,8 @@ async def _pump(ws: WebSocket, upstream) -> None:
 
 
 def _error(exc: IrisError) -> JSONResponse:
-    status = 404 if isinstance(exc, NotFound) else 401 if isinstance(exc, Unauthenticated) else 403
+    codes = ((NotFound, 404), (Unauthenticated, 401), (InvalidArgument, 400))
+    status = next((code for cls, code in codes if isinstance(exc, cls)), 403)
     return JSONResponse({"code": exc.code, "message": exc.message}, status_code=status)
 
 
