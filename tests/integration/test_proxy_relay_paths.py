@@ -11,7 +11,7 @@ import pytest
 
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until
-from tests.controller.helpers import client, launch, status
+from tests.controller.helpers import client, launch, status, user_token
 
 HOSTILE = [
     "/proxy/t/cluster=cw/../../iris.v1.ControllerService/TerminateJob",
@@ -65,3 +65,34 @@ def test_relay_still_reaches_the_peer_s_capability_urls(pair):
     )
     assert "malformed token" in got.stdout  # the peer judged the token: the relay went through
     assert client(parent).list_peers(pb.ListPeersRequest()).peers[0].peer_id == "cw"
+
+
+@pytest.mark.parametrize("aimed_at", ["its own controller", "a peer's controller"])
+def test_endpoint_aimed_at_a_controller_gets_no_admin_rights_through_the_relay(pair, aimed_at):
+    """A user's task may register any host:port as its endpoint, the controller's own API included;
+    what the relay sends there is a request with no token, and a relayed request is never local_admin."""
+    parent, child = pair
+    admin_child, admin_parent = client(child), client(parent)
+    victim_ctl, victim_admin = (child, admin_child) if aimed_at == "its own controller" else (parent, admin_parent)
+    victim = launch(victim_admin, f"ssrf-victim-{aimed_at[0]}", ["sleep", "300"], user="carol")
+    alice = client(child, user_token(child, "alice"))
+    job = launch(alice, f"ssrf-{aimed_at[0]}", ["sleep", "300"])
+    wait_until(lambda: status(alice, job).job.state == "RUNNING", timeout=60, message="alice's job to run")
+    wait_until(lambda: status(victim_admin, victim).job.state == "RUNNING", timeout=60, message="the victim to run")
+    attempt = status(alice, job).tasks[0].attempts[-1].attempt_id
+    alice.register_endpoint(
+        pb.RegisterEndpointRequest(job_id=job, attempt_id=attempt, name="api", host="127.0.0.1", port=victim_ctl.port)
+    )
+    url = alice.mint_endpoint_url(pb.MintEndpointUrlRequest(job_id=job, name="api")).url
+    for method, body in (("TerminateJob", f'{{"job_id": "{victim}"}}'), ("ExecuteRawQuery", '{"sql": "SELECT 1"}')):
+        got = subprocess.run(
+            ["curl", "-s", "--compressed", "-X", "POST", "-H", "content-type: application/json"]
+            + [f"{url}iris.v1.ControllerService/{method}", "-d", body],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert '"unauthenticated"' in got.stdout and "relayed" in got.stdout, got.stdout
+    assert status(victim_admin, victim).job.state == "RUNNING"
+    for c, j in ((victim_admin, victim), (alice, job)):
+        c.terminate_job(pb.TerminateJobRequest(job_id=j))

@@ -20,7 +20,7 @@ import secrets
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from iris.controller.auth import authorize
+from iris.controller.auth import RELAYED_HEADER, authorize
 from iris.core import spans
 from iris.core.errors import IrisError
 from iris.rpc.bounds import check_message
@@ -48,7 +48,10 @@ def rpc(fn):
     async def handler(self, request, ctx):
         try:
             with spans.span(f"api.{method}.auth"):
-                identity = self.identities.identify(ctx.request_headers.get("authorization"), ctx.client_address)
+                headers = ctx.request_headers
+                identity = self.identities.identify(
+                    headers.get("authorization"), ctx.client_address, RELAYED_HEADER in headers
+                )
                 authorize(identity, method)
                 check_message(request)
             if inspect.iscoroutinefunction(fn):

@@ -73,9 +73,15 @@ class Identities:
         )
         self._lock = threading.Lock()  # handlers run on many threads; the cache is not thread-safe
 
-    def identify(self, authorization: str | None, client_address: str | None) -> Identity:
-        """The caller of one request: its token's identity, or local_admin from a trusted address."""
+    def identify(self, authorization: str | None, client_address: str | None, relayed: bool = False) -> Identity:
+        """The caller of one request: its token's identity, or local_admin from a trusted address
+        (never for a request relayed through a capability URL: see `RELAYED_HEADER`)."""
         host, _, port = client_address.rpartition(":") if client_address else (None, "", "")
+        if not authorization and relayed:
+            raise Unauthenticated(
+                "this request was relayed through a capability URL (/proxy/t/) and carries no token; a relayed "
+                "request never acts as local_admin. Call the controller's API at its own address, with a token"
+            )
         if not authorization:
             return self.auth.identify(None, host, caller_is_task=self._from_task(host, port))
         with self._lock:

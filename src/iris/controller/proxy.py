@@ -31,6 +31,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from iris.controller import endpoints
+from iris.controller.auth import RELAYED_HEADER
 from iris.core.errors import InvalidArgument, IrisError, NotFound, Unauthenticated
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ HOP_HEADERS = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding"}
     | {"upgrade", "host"}
 )
-STRIPPED_REQUEST_HEADERS = HOP_HEADERS | {"authorization", "cookie"}
+STRIPPED_REQUEST_HEADERS = HOP_HEADERS | {"authorization", "cookie", RELAYED_HEADER}
 
 
 class Proxy:
@@ -99,6 +100,7 @@ class Proxy:
             return _error(exc)
         url = target + (f"?{request.url.query}" if request.url.query else "")
         headers = [(k, v) for k, v in request.headers.items() if k not in STRIPPED_REQUEST_HEADERS]
+        headers.append((RELAYED_HEADER, self.config.name))  # never local_admin where it lands
         has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
         upstream_request = self.client.build_request(
             request.method, url, headers=headers, content=request.stream() if has_body else None
@@ -126,7 +128,9 @@ class Proxy:
         import websockets
 
         try:
-            upstream = await websockets.connect(url, max_size=None, open_timeout=10)
+            upstream = await websockets.connect(
+                url, max_size=None, open_timeout=10, additional_headers={RELAYED_HEADER: self.config.name}
+            )
         except (OSError, websockets.WebSocketException, TimeoutError):
             await ws.close(code=1014, reason="the endpoint did not answer")
             return

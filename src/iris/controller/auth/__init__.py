@@ -7,7 +7,7 @@ where it keeps tokens is the SDK's (`iris.client.token_store`).
 """
 
 from iris.controller.auth.authenticator import DEFAULT_TRUSTED_CIDRS, Authenticator, parse_cidrs
-from iris.controller.auth.identity import LOCAL_ADMIN, Identity, Role
+from iris.controller.auth.identity import LOCAL_ADMIN, RELAYED_HEADER, Identity, Role
 from iris.controller.auth.keys import (
     SIGNING_KEY_FILE,
     SigningKey,
@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_TRUSTED_CIDRS",
     "LOCAL_ADMIN",
     "PEER_TOKEN_TTL_S",
+    "RELAYED_HEADER",
     "READ_METHODS",
     "ROLE_METHODS",
     "SIGNING_KEY_FILE",

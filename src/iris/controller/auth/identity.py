@@ -15,6 +15,12 @@ from iris.core.errors import InvalidArgument
 LOCAL_ADMIN = "local_admin"
 """The principal of a tokenless request from `auth.trusted_cidrs`: an administrator nobody named."""
 
+RELAYED_HEADER = "x-iris-relayed"
+"""Set by `/proxy/t/` on every request it relays (to a task's endpoint or a peer's relay). The relay
+sends no token and comes from a controller's own address, which a cluster on the same host trusts:
+an endpoint registered at a controller's port would otherwise hand whoever holds its URL that
+controller's API as local_admin. A request carrying it is never local_admin."""
+
 
 class Role(StrEnum):
     """What a principal may do; the value is what a token's `role` claim carries."""
