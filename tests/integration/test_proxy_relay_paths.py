@@ -65,6 +65,8 @@ def test_relay_still_reaches_the_peer_s_capability_urls(pair):
     )
     assert "malformed token" in got.stdout  # the peer judged the token: the relay went through
     assert client(parent).list_peers(pb.ListPeersRequest()).peers[0].peer_id == "cw"
+    # What a user sends through the relay leaves no line per request in the parent's log.
+    assert "HTTP Request:" not in parent.log.read_text(errors="replace")
 
 
 @pytest.mark.parametrize("aimed_at", ["its own controller", "a peer's controller"])

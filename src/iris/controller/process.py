@@ -170,6 +170,9 @@ def run_foreground(config: ClusterConfig, on_ready=lambda: None) -> None:
             + "; stop it with `iris cluster stop` first"
         ) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # httpx logs every request it sends at INFO: each call relayed to an endpoint or a peer would
+    # add a line to controller.log, at whatever rate users drive them.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     controller = Controller(config)
     pid_path(config).write_text(f"{os.getpid()}\n")
     try:
