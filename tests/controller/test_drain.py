@@ -3,7 +3,7 @@ job runs once, and no slot holds two attempts at a time."""
 
 from __future__ import annotations
 
-from iris.controller.tick import rest_before_pass
+from iris.controller.tick import BURST_REST_FACTOR, rest_before_pass
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until
 from tests.controller.helpers import client, launch
@@ -11,11 +11,14 @@ from tests.controller.helpers import client, launch
 ONE_SLOT = [{"id": "cpu", "kind": "local", "workers": 1, "capacity": {"cpu": 1, "memory": "1G", "disk": "1G"}}]
 
 
-def test_rest_before_pass_only_while_api_calls_wait_behind_a_backlog():
-    assert rest_before_pass(0, 50, 0.5, 0.0) == 0.0  # an exit's wake-up refills the slot at once
-    assert rest_before_pass(1, 0, 0.5, 0.0) == 0.0  # a submit to an idle cluster starts at once
-    assert rest_before_pass(2, 50, 0.5, 0.1) == 0.4  # under a burst: as long as the last pass took
-    assert rest_before_pass(1, 50, 0.5, 0.7) == 0.0  # already rested long enough
+def test_rest_before_pass_only_while_submits_wait_behind_a_backlog():
+    # (API calls in flight, submits since the last pass began, backlog, last cost, since it ended, cap)
+    assert rest_before_pass(0, 5, 50, 0.5, 0.0, 9.0) == 0.0  # an exit's wake-up refills the slot at once
+    assert rest_before_pass(1, 1, 0, 0.5, 0.0, 9.0) == 0.0  # a submit to an idle cluster starts at once
+    assert rest_before_pass(3, 0, 50, 0.5, 0.0, 9.0) == 0.0  # status calls and reports alone: no rest
+    assert rest_before_pass(2, 7, 50, 0.5, 0.1, 9.0) == BURST_REST_FACTOR * 0.5 - 0.1  # a burst: rest
+    assert rest_before_pass(2, 7, 50, 0.5, 0.1, 0.3) == 0.3 - 0.1  # never past the timed interval
+    assert rest_before_pass(1, 7, 50, 0.5, 9.0, 9.0) == 0.0  # already rested long enough
 
 
 def test_queue_drains_through_one_slot_on_exit_wakeups_alone(controller_factory):

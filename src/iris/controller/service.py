@@ -159,7 +159,7 @@ class ControllerServiceImpl(WorkerCalls):
             # (A job queued for a peer while every peer is at its cap can only move once an answer
             # frees a slot, and the answer wakes the tick: waking it now would be a wasted pass.)
             with spans.span("submit.wake"):
-                self.tick.wake()
+                self.tick.submitted()
         message = disposition.reason if disposition is not None and kind != "local" else ""
         return pb.LaunchJobResponse(job_id=spec.job_id, state=state, disposition=kind, peer_id=peer, message=message)
 

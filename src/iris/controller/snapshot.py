@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from iris.backends.protocol import WorkerSnapshot
-from iris.controller.db.database import Database, sql
+from iris.controller.db.database import Database, run, sql
 from iris.controller.db.literals import LIVE_TASKS, PENDING
 from iris.controller.submit import MAX_BYTES, MAX_CPU, MAX_DEVICES
 from iris.core.bands import Band
@@ -70,6 +70,17 @@ def check_stored_resources(r: Resources) -> None:
 
 def parse_constraints(raw: str) -> tuple[Constraint, ...]:
     return tuple(Constraint(k, Op(op), tuple(vals), bool(pref)) for k, op, vals, pref in json.loads(raw))
+
+
+_PENDING_SQL = (
+    "SELECT t.task_id, t.job_id, t.idx, j.band, j.user, j.depth, j.root_submitted_ms, j.insertion,"
+    " j.replicas, j.scheduling_deadline_ms, p.state, t.failure_count,"
+    " CASE WHEN t.failure_count > 0 THEN"
+    " (SELECT a.finished_ms FROM attempts a WHERE a.attempt_id = t.task_id || ':' || t.attempt) END"
+    " FROM tasks t JOIN jobs j ON j.job_id = t.job_id"
+    " LEFT JOIN jobs p ON p.job_id = j.parent_job_id"
+    f" WHERE t.state = {PENDING} AND t.cluster IS NULL"
+)
 
 
 class SnapshotLoader:
@@ -129,22 +140,14 @@ class SnapshotLoader:
         with self.db.read() as conn:
             running = self._running(conn)
             peer_spend = self._peer_spend(conn)
-            rows = conn.execute(
-                sql(
-                    "SELECT t.task_id, t.job_id, t.idx, j.band, j.user, j.depth, j.root_submitted_ms, j.insertion,"
-                    " j.replicas, j.scheduling_deadline_ms, p.state, t.failure_count,"
-                    " CASE WHEN t.failure_count > 0 THEN"
-                    " (SELECT a.finished_ms FROM attempts a WHERE a.attempt_id = t.task_id || ':' || t.attempt) END"
-                    " FROM tasks t JOIN jobs j ON j.job_id = t.job_id"
-                    " LEFT JOIN jobs p ON p.job_id = j.parent_job_id"
-                    f" WHERE t.state = {PENDING} AND t.cluster IS NULL"
-                )
-            ).all()
+            # On the driver (plain tuples): every pending task's row is read on every pass, and
+            # SQLAlchemy's row objects cost more than the query for a backlog of thousands.
+            rows = run(conn, _PENDING_SQL).fetchall()
             pending = []
             self.backing_off = {}
             known, self._pending_rows = self._pending_rows, {}
             for r in rows:
-                row = tuple(r)
+                row = r
                 cached = known.get(row[0])
                 if cached is not None and cached[0] == row and row[12] is None:
                     pending.append(cached[1])

@@ -57,19 +57,31 @@ LIVE_ATTEMPTS = LIVE_TASKS
 DIE_BEFORE_STOP_ENV = "IRIS_TEST_DIE_BEFORE_STOP"
 
 
-def rest_before_pass(api_calls: int, backlog: int, last_cost_s: float, since_last_s: float) -> float:
+# While a burst of submits waits behind a backlog, the loop rests this many times as long as its
+# last pass took: the tick then takes at most a quarter of the process, the rest is the API's.
+# Measured with 4 SDK clients submitting to 2 busy slots (bench/submit.py row a): at 1 (half the
+# process) the controller spent 1.0-1.1 ms of CPU per submitted job, half of it re-ranking a backlog
+# that had nowhere to go; at 3, 0.75-0.8 ms.
+BURST_REST_FACTOR = 3.0
+
+
+def rest_before_pass(
+    api_calls: int, submits_since: int, backlog: int, last_cost_s: float, since_last_s: float, most_s: float
+) -> float:
     """Seconds the loop waits before its next pass, once woken.
 
     Under a burst of submits to a busy cluster, wake-ups arrive faster than passes are useful, and
-    each pass schedules the whole backlog again. While API calls are in flight and the last pass
-    left tasks it could not place (`backlog`), resting as long as that pass took lets one pass take
-    a whole batch and leaves the API at least half of the process's time however large the queue
-    grows. Otherwise a rest would only delay work that can start now: the refill of a slot an
-    exit freed, or a submit to an idle cluster.
+    each pass schedules the whole backlog again. While API calls are in flight, submits arrived since
+    the last pass began (`submits_since`) and that pass left tasks it could not place (`backlog`),
+    resting `BURST_REST_FACTOR` times as long as that pass took lets one pass take a whole batch and
+    leaves the API most of the process's time however large the queue grows; never longer than
+    `most_s` (the timed interval), so a slot an exit frees meanwhile waits at most that long.
+    Otherwise a rest would only delay work that can start now: the refill of a slot an exit freed,
+    a submit to an idle cluster, or a pass while only status calls and workers' reports come in.
     """
-    if not api_calls or backlog <= 0:
+    if not api_calls or submits_since <= 0 or backlog <= 0:
         return 0.0
-    return max(0.0, last_cost_s - since_last_s)
+    return max(0.0, min(BURST_REST_FACTOR * last_cost_s, most_s) - since_last_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +129,7 @@ class ControlLoop:
         self.last_pass_ok: float | None = None  # time.monotonic() when a pass last completed
         self.plan_error: str | None = None  # why the last federation step failed (the pass went on)
         self.api_calls = 0  # API calls in flight, counted by the server around each one
+        self.submits = 0  # jobs admitted since start, counted by the API (see `rest_before_pass`)
         self._wake = threading.Event()
         self._done = threading.Condition()
         self.passes = PassSignal()  # API calls waiting for a job's state to change look again after each pass
@@ -185,6 +198,11 @@ class ControlLoop:
     def wake(self) -> None:
         self._wake.set()
 
+    def submitted(self) -> None:
+        """Wakes the loop for a job just admitted (a burst of these is what it may rest for)."""
+        self.submits += 1
+        self._wake.set()
+
     def alive(self) -> bool:
         """False once the loop's thread has died (it is started and not stopped)."""
         return self._thread is None or self._thread.is_alive() or self._stop.is_set()
@@ -211,12 +229,15 @@ class ControlLoop:
             return self._done.wait_for(lambda: self.generation >= target, timeout)
 
     def _run(self) -> None:
-        last_end, last_cost = 0.0, 0.0
+        last_end, last_cost, submits_seen = 0.0, 0.0, 0
         while not self._stop.is_set():
             self._wake.wait(self.tick_interval)
             stats = self.last_stats
             backlog = stats.pending - stats.assigned if stats is not None else 0
-            gap = rest_before_pass(self.api_calls, backlog, last_cost, time.monotonic() - last_end)
+            since = time.monotonic() - last_end
+            arrived = self.submits - submits_seen
+            gap = rest_before_pass(self.api_calls, arrived, backlog, last_cost, since, self.tick_interval)
+            submits_seen = self.submits
             if gap > 0:
                 self._stop.wait(gap)
             self._wake.clear()
@@ -369,7 +390,8 @@ class ControlLoop:
     def _schedule_and_start(self) -> tuple[int, int]:
         now = self.now_ms()
         workers = tuple(w for b in self.backends.values() for w in b.workers())
-        snapshot = self.loader.load(now, workers)
+        with spans.span("tick.schedule.load"):
+            snapshot = self.loader.load(now, workers)
         if self._budgeted:  # what queued federated jobs are judged by in this pass's federation step
             self._spend = user_spend(snapshot.running, snapshot.peer_spend)
         backing_off = self.loader.backing_off
@@ -379,10 +401,12 @@ class ControlLoop:
                 with self.db.write() as conn:
                     self._store_reasons(conn, backing_off)
             return 0, 0
-        result = self._schedule_isolated(snapshot, now)
+        with spans.span("tick.schedule.kernel"):
+            result = self._schedule_isolated(snapshot, now)
         launches: list[tuple[Backend, LaunchSpec]] = []
         if result.assignments or result.preemptions or result.unschedulable or result.pending_reasons or backing_off:
-            launches, victims = self._commit_decisions(result, now, backing_off)
+            with spans.span("tick.schedule.commit"):
+                launches, victims = self._commit_decisions(result, now, backing_off)
             self._stop_attempts(victims)
         with spans.span("tick.schedule.start"):
             self._start(launches)
