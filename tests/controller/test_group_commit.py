@@ -99,9 +99,80 @@ def test_group_commit_failed_commit_fails_every_item_and_keeps_nothing(db):
 
 
 def test_group_commit_lone_caller_commits_at_once_in_a_group_of_one(db):
-    commits = GroupCommit(db)
+    commits = GroupCommit(db, max_wait_s=3600)  # nothing announced: an hour's patience is never used
     assert commits.run(_insert("solo")) == "solo"
     assert _stored(db) == {"solo"} and (commits.groups, commits.items) == (1, 1)
+
+
+def test_group_commit_lone_failing_caller_gets_its_error_and_keeps_nothing(db):
+    commits = GroupCommit(db)
+    with pytest.raises(InvalidArgument, match="alone is refused"):
+        commits.run(_insert("alone", fail=True))
+
+    def orphan(conn):  # refused by the commit itself
+        conn.execute(sql("INSERT INTO child (id, pid) VALUES ('c1', 'nobody')"))
+
+    with pytest.raises(IntegrityError):
+        commits.run(orphan)
+    assert _stored(db) == set() and (commits.groups, commits.items) == (2, 2)
+    assert commits.run(_insert("next")) == "next" and _stored(db) == {"next"}
+
+
+def _announced_caller(commits: GroupCommit, go: threading.Event, outcomes: dict, give_up: bool = False):
+    """A caller that announces itself at once and brings its work only once `go` is set."""
+
+    def call() -> None:
+        try:
+            with commits.announced() as note:
+                go.wait(30)
+                if give_up:
+                    raise InvalidArgument("refused before its insert")
+                outcomes["late"] = commits.run(_insert("late"), note)
+        except InvalidArgument as exc:
+            outcomes["late"] = exc
+
+    return threading.Thread(target=call)
+
+
+def _leader(commits: GroupCommit, outcomes: dict) -> threading.Thread:
+    def call() -> None:
+        outcomes["leader"] = commits.run(_insert("leader"))
+
+    return threading.Thread(target=call)
+
+
+def test_group_commit_leader_waits_for_an_announced_caller_and_they_share_one_commit(db):
+    commits = GroupCommit(db, max_wait_s=3600)
+    go, outcomes = threading.Event(), {}
+    late = _announced_caller(commits, go, outcomes)
+    late.start()
+    wait_until(lambda: commits.announced_waiting() == 1, message="the late caller announced")
+    leader = _leader(commits, outcomes)
+    leader.start()
+    wait_until(lambda: commits.waiting() == 1, message="the leader queued its own work and waits")
+    assert commits.groups == 0  # it waits for the announced caller instead of committing alone
+    go.set()
+    for t in (late, leader):
+        t.join(timeout=30)
+    assert outcomes == {"leader": "leader", "late": "late"}
+    assert (commits.groups, commits.items) == (1, 2) and _stored(db) == {"leader", "late"}
+
+
+def test_group_commit_leader_stops_waiting_when_an_announced_caller_gives_up(db):
+    commits = GroupCommit(db, max_wait_s=3600)
+    go, outcomes = threading.Event(), {}
+    late = _announced_caller(commits, go, outcomes, give_up=True)
+    late.start()
+    wait_until(lambda: commits.announced_waiting() == 1, message="the late caller announced")
+    leader = _leader(commits, outcomes)
+    leader.start()
+    wait_until(lambda: commits.waiting() == 1, message="the leader queued its own work and waits")
+    go.set()  # the announced caller's request is refused: it never brings work
+    for t in (late, leader):
+        t.join(timeout=30)
+    assert outcomes["leader"] == "leader" and isinstance(outcomes["late"], InvalidArgument)
+    assert (commits.groups, commits.items) == (1, 1) and commits.announced_waiting() == 0
+    assert _stored(db) == {"leader"}
 
 
 def test_concurrent_submits_of_one_name_create_it_once_and_refuse_the_rest(controller):

@@ -25,6 +25,7 @@ from iris.controller.db import attempts as attempt_db
 from iris.controller.db import federation as fed
 from iris.controller.db import handoff_stops, reads
 from iris.controller.db.database import savepoint, sql
+from iris.controller.db.group_commit import Announcement, current_announcement
 from iris.controller.db.jobs import insert_job, require_job
 from iris.controller.handler import rpc
 from iris.controller.paging import Listing, page_of
@@ -91,6 +92,17 @@ class ControllerServiceImpl(WorkerCalls):
             return self._submit(req, identity)
 
     def _submit(self, req: pb.LaunchJobRequest, identity: Identity) -> pb.LaunchJobResponse:
+        # Announced (by the API front as the request arrived, or here), so that a group being
+        # committed meanwhile may wait for this one to join it.
+        note = current_announcement.get()
+        if note is not None:
+            return self._submit_announced(req, identity, note)
+        with self.commits.announced() as note:
+            return self._submit_announced(req, identity, note)
+
+    def _submit_announced(
+        self, req: pb.LaunchJobRequest, identity: Identity, note: Announcement
+    ) -> pb.LaunchJobResponse:
         started = spans.mark()
         name = resolve_job_id(req)
         check_may_create(identity, str(name), name.user)
@@ -152,7 +164,7 @@ class ControllerServiceImpl(WorkerCalls):
 
             # Shared with the submits that arrive meanwhile: one transaction and one commit for all.
             with spans.span("submit.insert"):
-                spec, state, created, kind, peer, disposition = self.commits.run(write)
+                spec, state, created, kind, peer, disposition = self.commits.run(write, note)
         if not created:
             return pb.LaunchJobResponse(job_id=spec.job_id, state=state, disposition="existing")
         if kind != "queued" or self.federation is None or not self.federation.saturated:

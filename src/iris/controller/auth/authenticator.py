@@ -60,11 +60,17 @@ class Authenticator:
     allowed_submitters: Iterable[str] = ("*",)
     max_lifetime: Callable[[str], float] | None = None
     revoked: Set[str] = field(default_factory=frozenset)  # token ids (jti) refused from now on
+    _trusted_host: Callable[[str | None], bool] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.cluster_name:
             raise InvalidArgument("an Authenticator needs the cluster's name")
-        object.__setattr__(self, "trusted_cidrs", parse_cidrs(self.trusted_cidrs))
+        cidrs = parse_cidrs(self.trusted_cidrs)
+        object.__setattr__(self, "trusted_cidrs", cidrs)
+        # Kept per address: every tokenless API call asks (twice), and parsing the address each
+        # time cost about 25 µs of the event loop per call.
+        trusted = functools.partial(_in_networks, networks=cidrs)
+        object.__setattr__(self, "_trusted_host", functools.lru_cache(maxsize=4096)(trusted))
         peers = dict(self.federation_peers)
         if self.cluster_name in peers:
             raise InvalidArgument(
@@ -159,7 +165,7 @@ class Authenticator:
 
     def is_trusted(self, client_host: str | None) -> bool:
         """Whether a tokenless request from `client_host` is local_admin."""
-        return _in_networks(client_host, tuple(self.trusted_cidrs))
+        return self._trusted_host(client_host)
 
     def peer_token(self, peer_name: str, now: float | None = None) -> str:
         """A token to sign this cluster's next call to `peer_name` with."""
@@ -189,10 +195,8 @@ def parse_cidrs(cidrs: Iterable[str | _Network]) -> tuple[_Network, ...]:
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=4096)
-def _in_networks(host: str | None, networks: tuple[_Network, ...]) -> bool:
-    """Whether `host` lies in one of `networks`. Kept per address: every tokenless API call asks
-    (twice), and parsing the address each time cost about 25 µs of the event loop per call."""
+def _in_networks(host: str | None, networks: Iterable[_Network]) -> bool:
+    """Whether `host` lies in one of `networks`."""
     address = _parse_address(host)
     return address is not None and any(address in net for net in networks)
 

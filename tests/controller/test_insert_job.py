@@ -1,0 +1,44 @@
+"""A job's insertion number: each new job gets the next one, and a replaced job a higher one than it
+had, so the tick's per-job config cache (keyed on it) never serves the old job's config."""
+
+from __future__ import annotations
+
+import pytest
+
+from iris.controller.db.database import Database, sql
+from iris.controller.db.jobs import insert_job
+from iris.controller.tick import ControlLoop
+from iris.core.errors import AlreadyExists
+from iris.core.job import JobSpec
+from iris.core.resources import Resources
+
+
+def _spec(name: str, command: str = "true") -> JobSpec:
+    return JobSpec(job_id=f"/alice/{name}", user="alice", owner="alice", command=(command,), resources=Resources(cpu=1))
+
+
+def _insertions(db: Database) -> dict[str, int]:
+    with db.read() as conn:
+        return {r[0]: r[1] for r in conn.execute(sql("SELECT job_id, insertion FROM jobs"))}
+
+
+def test_insert_job_numbers_new_jobs_in_order_and_a_replacement_after_every_other(tmp_path):
+    db = Database(tmp_path / "controller.db")
+    with db.write() as conn:
+        for name in ("a", "b", "c"):
+            insert_job(conn, _spec(name), 1000)
+    assert _insertions(db) == {"/alice/a": 1, "/alice/b": 2, "/alice/c": 3}
+    with db.write() as conn:
+        conn.execute(sql("UPDATE jobs SET state = 'SUCCEEDED' WHERE job_id = '/alice/c'"))
+        conn.execute(sql("UPDATE tasks SET state = 'SUCCEEDED' WHERE job_id = '/alice/c'"))
+    loop = ControlLoop(db, {}, {})
+    with db.read() as conn:
+        assert loop.loader.config(conn, "/alice/c").command == ("true",)
+    with db.write() as conn:  # the newest job replaced: its new row must not reuse number 3
+        insert_job(conn, _spec("c", command="echo"), 2000, existing_policy="replace")
+        with pytest.raises(AlreadyExists):
+            insert_job(conn, _spec("a"), 2000)
+    assert _insertions(db) == {"/alice/a": 1, "/alice/b": 2, "/alice/c": 4}
+    with db.read() as conn:
+        assert loop.loader.config(conn, "/alice/c").command == ("echo",)
+    db.close()
