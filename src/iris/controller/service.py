@@ -95,10 +95,13 @@ class ControllerServiceImpl(WorkerCalls):
         # Announced (by the API front as the request arrived, or here), so that a group being
         # committed meanwhile may wait for this one to join it.
         note = current_announcement.get()
-        if note is not None:
+        if note is None:
+            with self.commits.announced() as note:
+                return self._submit_announced(req, identity, note)
+        try:
             return self._submit_announced(req, identity, note)
-        with self.commits.announced() as note:
-            return self._submit_announced(req, identity, note)
+        finally:  # refused, or answered without an insert: no group waits for it any longer
+            self.commits.settle(note)
 
     def _submit_announced(
         self, req: pb.LaunchJobRequest, identity: Identity, note: Announcement

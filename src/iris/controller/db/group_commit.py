@@ -89,9 +89,10 @@ class GroupCommit:
         try:
             yield note
         finally:
-            self._settle(note)
+            self.settle(note)
 
-    def _settle(self, note: Announcement) -> None:
+    def settle(self, note: Announcement) -> None:
+        """Withdraws `note` if its work was never queued (its caller answered without an insert)."""
         with self._cond:
             if note.pending:
                 note.pending = False
