@@ -95,7 +95,8 @@ class GangSlots:
     A group's count is the sum of its workers' own counts, so a worker whose free capacity changed
     moves its group's count by the difference between what it holds now and what it held when last
     counted (before the tick, for a worker not counted since): a change costs one worker, not a
-    recount of its group."""
+    recount of its group. A worker that held none is passed over: the changes counted here (those
+    outside a trial, and those of trials kept) only ever shrink free capacity."""
 
     __slots__ = ("need", "limit", "group_of", "counts", "dirty", "log", "read", "base", "held", "_ranked")
 
@@ -126,6 +127,8 @@ class GangSlots:
                 old = held.get(w)
                 if old is None:
                     old = copies(base[w], need, limit)
+                if old == 0:
+                    continue  # it held none, and what is kept outside trials only shrinks
                 new = held[w] = copies(free[w], need, limit)
                 if new != old:
                     g = group_of[w]

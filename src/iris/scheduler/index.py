@@ -448,7 +448,7 @@ class ClusterIndex:
 
     def _register(self, worker_sets: Iterable[tuple[int, ...]]) -> None:
         # Under a lock, and a set's number is published only once its workers list it: `explain`
-        # may fill these caches while the tick reads them, and a pool subscribed to a number that
+        # may fill these caches while the tick reads them, and a change log kept for a number that
         # some of its workers do not list yet would miss their changes.
         with _REGISTERING:
             for members in worker_sets:
