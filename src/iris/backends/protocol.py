@@ -44,6 +44,7 @@ class BackendContext:
     wake: Callable[[], None] = lambda: None  # wakes the control tick (an attempt exited, …)
     output_cap: int = 100 * 1024**2  # bytes of output kept per attempt (controller.log_max_output); 0: all
     worker_grace_period: float = 30.0  # a worker daemon silent longer than this is dead
+    backend_ids: frozenset[str] | None = None  # every backend of the config (None: not known)
 
 
 @dataclass(frozen=True, slots=True)

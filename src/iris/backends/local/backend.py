@@ -8,7 +8,8 @@ keeps writing its output, the new controller resumes reading at the offsets it h
 the exit code survives even though the process is no longer its child. A marker per attempt not
 yet ended and stored (under `.live/<backend>/`, backends sharing the folder) tells a restarted
 controller which processes to look at, without walking every finished attempt's folder: among them
-are attempts whose stop was committed just before a crash, which it then stops. Each attempt is contained
+are attempts whose stop was committed just before a crash, which it then stops, and those of a
+local backend the config no longer has, which it kills. Each attempt is contained
 (see `containment`), so stopping it ends every process it started. Exits are noticed at once,
 from the helper's reports or through pidfds (one watcher thread, no polling); a pump reads the spools (see `iris.backends.spool`) every
 100 ms, or at once when the tick has stored what it handed over, so lines carry timestamps close
@@ -169,9 +170,13 @@ class LocalBackend:
         state_dir: Path,
         wake: Callable[[], None] = lambda: None,
         output_cap: int = DEFAULT_OUTPUT_CAP,
+        configured: frozenset[str] | None = None,
     ):
         self.id = config.id
         self.config = config
+        # Every backend of the config, when known: markers of a local backend no longer among them
+        # are its leftovers, which no backend would ever take back (see `adopt`).
+        self.configured = configured
         self.root = state_dir / "attempts"
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o711)  # tasks reach their own folder by name; none may list the others
@@ -697,16 +702,16 @@ class LocalBackend:
 
     def adopt(self, records: list[AdoptRecord]) -> None:
         """Takes over `records`; a leftover (see `leftovers`) not among them, which the database no
-        longer holds at all, is killed with everything it started, and nothing of it reported."""
-        known = {safe_dirname(rec.attempt_id) for rec in records}
-        for entry in os.scandir(self.marks):
-            if entry.name not in known:
-                try:
-                    attempt_id = Path(entry.path).read_text().strip()
-                except OSError:
-                    attempt_id = ""
-                _kill_folder(self.containment, self.root / entry.name, attempt_id)
-                os.unlink(entry.path)
+        longer holds at all, is killed with everything it started, and nothing of it reported. So
+        is every leftover of a local backend of this state folder that the config no longer has:
+        the database files those attempts as lost, to be run again elsewhere."""
+        self._kill_marked(self.marks, {safe_dirname(rec.attempt_id) for rec in records})
+        if self.configured is not None:
+            for entry in os.scandir(self.marks.parent):
+                if entry.is_dir(follow_symlinks=False) and entry.name not in self.configured | {self.id}:
+                    log.warning("stopping the attempts left running by backend %s, no longer configured", entry.name)
+                    self._kill_marked(Path(entry.path), set())
+                    shutil.rmtree(entry.path, ignore_errors=True)
         for rec in records:
             folder = self.root / safe_dirname(rec.attempt_id)
             pid = rec.pid
@@ -726,6 +731,18 @@ class LocalBackend:
                 with self._lock:
                     self._attempts[rec.attempt_id] = attempt
                 self._finish(attempt)
+
+    def _kill_marked(self, marks: Path, keep: set[str]) -> None:
+        """Kills the attempt of each marker in `marks` whose name is not in `keep`, and drops it."""
+        for entry in os.scandir(marks):
+            if entry.name in keep:
+                continue
+            try:
+                attempt_id = Path(entry.path).read_text().strip()
+            except OSError:
+                attempt_id = ""
+            _kill_folder(self.containment, self.root / entry.name, attempt_id)
+            Path(entry.path).unlink(missing_ok=True)
 
 
 def _kill_folder(containment: Containment, folder: Path, attempt_id: str = "") -> int:
