@@ -90,17 +90,15 @@ def reject_job(conn: Connection, spec: JobSpec, reason: str, now_ms: int, existi
 
 def queued_past_deadline(conn: Connection, now_ms: int) -> list:
     """(job, deadline, submitted, peer) of each queued job whose scheduling timeout has passed."""
-    return list(
-        conn.execute(
-            sql(
-                "SELECT j.job_id, j.scheduling_deadline_ms, j.submitted_ms, f.peer_id FROM federated_jobs f"
-                f" JOIN jobs j ON j.job_id = f.job_id WHERE f.direction = {SENT} AND f.handoff_state = {QUEUED_HANDOFF}"
-                " AND j.scheduling_deadline_ms IS NOT NULL AND j.scheduling_deadline_ms <= :now"
-                f" AND j.state NOT IN {TERMINAL_JOB_SQL}"
-            ),
-            {"now": now_ms},
-        ).all()
-    )
+    # On the driver (`run`), like the other reads every pass of the tick makes.
+    return run(
+        conn,
+        "SELECT j.job_id, j.scheduling_deadline_ms, j.submitted_ms, f.peer_id FROM federated_jobs f"
+        f" JOIN jobs j ON j.job_id = f.job_id WHERE f.direction = {SENT} AND f.handoff_state = {QUEUED_HANDOFF}"
+        " AND j.scheduling_deadline_ms IS NOT NULL AND j.scheduling_deadline_ms <= :now"
+        f" AND j.state NOT IN {TERMINAL_JOB_SQL}",
+        {"now": now_ms},
+    ).fetchall()
 
 
 def expire_queued(conn: Connection, now_ms: int) -> list[str]:
@@ -199,13 +197,12 @@ def promote(conn: Connection, p: Promotion, now_ms: int) -> bool:
 
 def handoffs_in_flight(conn: Connection) -> dict[str, int]:
     """Per peer, how many live jobs are promoted to it and not yet accepted there."""
-    rows = conn.execute(
-        sql(
-            f"SELECT f.peer_id, COUNT(*) FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
-            f" WHERE f.direction = {SENT} AND f.handoff_state = {PENDING_HANDOFF}"
-            f" AND j.state NOT IN {TERMINAL_JOB_SQL} GROUP BY f.peer_id"
-        )
-    ).all()
+    rows = run(
+        conn,
+        f"SELECT f.peer_id, COUNT(*) FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
+        f" WHERE f.direction = {SENT} AND f.handoff_state = {PENDING_HANDOFF}"
+        f" AND j.state NOT IN {TERMINAL_JOB_SQL} GROUP BY f.peer_id",
+    ).fetchall()
     return {r[0]: r[1] for r in rows}
 
 
