@@ -110,6 +110,21 @@ def test_logs_mark_each_new_attempt_and_history_and_wait_summarise(controller):
     assert table[1].split() == ["STATE", "JOBS", "RUN", "TIME", "MEAN"] and table[-1].split()[:2] == ["TOTAL", "2"]
 
 
+def test_wait_follows_a_running_job_to_its_end_and_keeps_its_timeout(controller):
+    """`job wait` lets the controller hold each status call while a job keeps its state: it still
+    sees the end of a job that was running when it began, and gives up at its --timeout."""
+    controller.extra_env["USER"] = "alice"
+    for name, command in (("brief", "sleep 1"), ("endless", "sleep 300")):
+        started = controller.cli("job", "run", "--no-wait", "--job-name", name, "--", command)
+        assert started.returncode == 0, started.stderr
+    waited = controller.cli("job", "wait", "brief")
+    assert (waited.returncode, waited.stdout) == (0, "/alice/brief SUCCEEDED (exit code 0)\n"), waited.stderr
+    gave_up = controller.cli("job", "wait", "--timeout", "1s", "endless", "brief")
+    assert gave_up.returncode == 1
+    assert "still not finished after 1s: /alice/endless" in gave_up.stderr
+    controller.cli("job", "stop", "endless")
+
+
 def _spawn(controller, *args: str) -> subprocess.Popen:
     env = {**os.environ, "IRIS_CONTROLLER": controller.url, "USER": "alice", "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(

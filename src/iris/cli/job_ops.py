@@ -26,6 +26,7 @@ from iris.core.names import in_job_tree
 CONFIRM_ABOVE = 10
 LIVE_STATES = ("PENDING", "RUNNING")
 WATCH_INTERVAL_S = 2.0
+WAIT_ONE_S = 10.0  # how long `job wait` lets the controller hold one call while a single job is left
 
 
 def _matching(obj: CliContext, user: str | None, state: str | None, prefix: str | None) -> list[str]:
@@ -162,11 +163,13 @@ def wait(obj: CliContext, job_ids: tuple[str, ...], timeout: str | None) -> int:
     began = time.monotonic()
     left = list(dict.fromkeys(ids))
     final: dict[str, object] = {}
+    seen: dict[str, str] = {}
     delay = 0.05
     try:
         while left:
             for job_id in list(left):
                 status = client.status(job_id)
+                seen[job_id] = status.state
                 if status.state in STATE_EXIT_CODES:
                     final[job_id] = status
                     left.remove(job_id)
@@ -177,8 +180,16 @@ def wait(obj: CliContext, job_ids: tuple[str, ...], timeout: str | None) -> int:
                 break
             if limit is not None and time.monotonic() - began > limit:
                 return _timed_out(obj, final, left, timeout or "")
-            time.sleep(delay)
-            delay = min(delay * 1.5, 1.0)
+            # The controller holds the call while the first job left keeps its state, so its end is
+            # seen at once (the others within a second); one too old to wait answers at once.
+            wait_s = WAIT_ONE_S if len(left) == 1 else 1.0
+            if limit is not None:
+                wait_s = max(0.0, min(wait_s, limit - (time.monotonic() - began)))
+            asked = time.monotonic()
+            if client.status(left[0], wait_while=seen[left[0]], wait_s=wait_s).state == seen[left[0]]:
+                if time.monotonic() - asked < wait_s / 2:
+                    time.sleep(delay)
+                    delay = min(delay * 1.5, 1.0)
     except KeyboardInterrupt:
         return 130
     codes = [STATE_EXIT_CODES[s.state] for s in final.values()]  # type: ignore[attr-defined]
