@@ -169,6 +169,71 @@ def test_fast_pass_with_carried_index_same_decisions_as_plain_pass(chunk):
         assert fast(carried) == plain(snap), f"seed {seed}"
 
 
+def crowded_snapshot(seed: int) -> SchedulingSnapshot:
+    """A GPU cluster of small pools, mostly full of lower-band work, and a queue of coscheduled jobs
+    from a few requests: most must preempt, across bands, some need more replicas than any pool
+    holds, and the pools fill while the pass runs."""
+    rng = random.Random(seed)
+    workers: list[WorkerSnapshot] = []
+    for pool in range(rng.randint(3, 8)):
+        variant = rng.choice(("h100", "a100"))
+        for i in range(rng.randint(1, 4)):
+            capacity = Resources(cpu=32, memory=256 * G, device=Device("gpu", variant, rng.choice((4, 8))))
+            attrs = {"device-type": "gpu", "device-variant": variant, "pool": f"p{pool}"}
+            workers.append(WorkerSnapshot(f"p{pool}-{i}", f"gpu-{variant}", capacity, attrs))
+    running = []
+    for worker in workers:
+        left = worker.capacity.device.count
+        j = 0
+        while left > 0 and rng.random() < 0.85:
+            gpus = min(left, rng.choice((1, 1, 2, 4)))
+            left -= gpus
+            resources = Resources(cpu=2, memory=8 * G, device=Device("gpu", worker.capacity.device.variant, gpus))
+            band = rng.choice((Band.BATCH, Band.BATCH, Band.INTERACTIVE))
+            job_id = f"/r/{worker.worker_id}-{j}"
+            running.append(
+                RunningTask(f"{job_id}/0", job_id, worker.worker_id, resources, band, rng.randint(0, 900), "bob")
+            )
+            j += 1
+    palette = [
+        Resources(cpu=2, memory=8 * G, device=Device("gpu", rng.choice(("h100", "a100", "")), rng.choice((1, 2, 4, 8))))
+        for _ in range(rng.randint(1, 3))
+    ]
+    pending = []
+    for j in range(rng.randint(4, 20)):
+        resources = rng.choice(palette)
+        replicas = rng.choice((2, 2, 3, 4, 6, 9))
+        band = rng.choice((Band.PRODUCTION, Band.INTERACTIVE, Band.INTERACTIVE, Band.BATCH))
+        pending += [
+            PendingTask(
+                f"/p/c{j}/{i}",
+                f"/p/c{j}",
+                i,
+                resources,
+                (),
+                band,
+                "alice",
+                insertion=j,
+                replicas=replicas,
+                coschedule=True,
+            )
+            for i in range(replicas)
+        ]
+    return SchedulingSnapshot(1_000, tuple(workers), tuple(running), tuple(pending))
+
+
+def test_fast_pass_crowded_coscheduled_preemption_same_as_plain():
+    preempting_jobs = waiting_jobs = 0
+    for seed in range(60):
+        snap = crowded_snapshot(seed)
+        expected = plain(snap)
+        assert fast(snap) == expected, f"seed {seed}"
+        preemptors = {p.by_task_id.rsplit("/", 1)[0] for p in expected.preemptions}
+        preempting_jobs += len(preemptors)
+        waiting_jobs += len(expected.pending_reasons)
+    assert preempting_jobs > 20 and waiting_jobs > 20, (preempting_jobs, waiting_jobs)
+
+
 def test_fast_pass_coscheduled_pinned_to_running_group_same_as_plain():
     gpus = [
         WorkerSnapshot(

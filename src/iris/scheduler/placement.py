@@ -23,6 +23,7 @@ from iris.scheduler.gangs import GangSlots, Group
 from iris.scheduler.ledger import Finder, Ledger
 from iris.scheduler.preemption import (
     LOWEST_BAND,
+    EvictionRun,
     VictimIndex,
     VictimSet,
     apply_victim_set,
@@ -52,7 +53,7 @@ class Memo:
     bounds: dict[tuple, list[tuple]] = field(default_factory=dict)  # (where it evicts, band) -> victim_bounds
     gangs: dict[tuple, GangSlots] = field(default_factory=dict)  # (hard, need, replicas) -> slots per group
     gang_reclaim: dict[tuple, int] = field(default_factory=dict)  # (shape, group, band) -> the same, evicting
-    gang_cost: dict[tuple, tuple] = field(default_factory=dict)  # (shape, n, band, group) -> (state, cost)
+    gang_cost: dict[tuple, tuple] = field(default_factory=dict)  # (evicts_among, band, group) -> (state, run)
 
 
 @dataclass(slots=True)
@@ -251,20 +252,22 @@ def place_coscheduled(
             and (_trial_floor(ledger, members, band, now_ms, n + negative_slots), group) >= cheapest[0]
         ):
             continue
-        # A trial's cost depends on the group's state alone, which its highest stamp identifies:
-        # the same request measured again on an unchanged group is not tried twice in a tick.
-        state = max(ledger.version[w] for level in levels for w in level)
-        key = (shape, n, band, group)
-        known = memo.gang_cost.get(key)
-        if known is not None and known[0] == state:
-            trial_cost = known[1]
-        else:
+        if memo.plain:
             ledger.begin_trial()
             find = ledger.finder(shape, group, memo.plain)
             placed = _fill_group(ledger, find, shape, band, tasks, members, now_ms)
             ledger.rollback_trial()  # only measuring the cost here
             trial_cost = None if placed is None else victim_cost(placed.victims, now_ms)
-            memo.gang_cost[key] = (state, trial_cost)
+        else:
+            # A trial's cost depends on the group's state alone, which its highest stamp
+            # identifies: the evictions measured on an unchanged group serve every request of the
+            # same demand and band, whatever its replica count.
+            state = max(ledger.version[w] for level in levels for w in level)
+            key = (shape.evicts_among, band, group)
+            known = memo.gang_cost.get(key)
+            if known is None or known[0] != state:
+                known = memo.gang_cost[key] = (state, EvictionRun(ledger, members, shape.need, band, now_ms))
+            trial_cost = known[1].cost(n + negative_slots)
         if trial_cost is not None:
             cost = (trial_cost, group)
             if cheapest is None or cost < cheapest[0]:

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from iris.core.bands import Band
-from iris.scheduler.fit import Vector, add, demand, fits, lower, subtract
+from iris.scheduler.fit import ZERO, Vector, add, copies, demand, fits, lower, subtract
 from iris.scheduler.ledger import Ledger
 from iris.scheduler.snapshot import RunningTask
 
@@ -91,10 +91,18 @@ def reclaimable(ledger: Ledger, w: int, band: Band) -> tuple[Vector, tuple[Runni
 
 def victim_set_on(ledger: Ledger, w: int, need: Vector, band: Band, now_ms: int) -> VictimSet | None:
     """The victim set on one worker that makes room for `need` at `band`, with its cost."""
-    have, candidates = reclaimable(ledger, w, band)
-    if not candidates or not fits(have, need):
+    total, candidates = ledger.evictable(w, band)
+    return _victim_set(w, ledger.free[w], total, candidates, need, now_ms)
+
+
+def _victim_set(
+    w: int, free: Vector, total: Vector, candidates: Iterable[RunningTask], need: Vector, now_ms: int
+) -> VictimSet | None:
+    """`victim_set_on` for a worker with `free` capacity and these evictable `candidates`
+    (summing to `total`)."""
+    if not candidates or not fits(add(free, total), need):
         return None
-    victims = victims_on_worker(ledger.free[w], need, sorted(candidates, key=victim_order_key))
+    victims = victims_on_worker(free, need, sorted(candidates, key=victim_order_key))
     if victims is None:
         return None
     return VictimSet(w, victims, (*victim_cost(victims, now_ms), w))
@@ -182,3 +190,69 @@ def apply_victim_set(ledger: Ledger, chosen: VictimSet, need: Vector) -> None:
         freed = add(freed, demand(task.resources))
     old = ledger.free[chosen.worker]
     ledger.set_free(chosen.worker, lower(old, subtract(add(old, freed), need)))
+
+
+class EvictionRun:
+    """What it costs to place 1, 2, 3 … tasks of one demand on a group's workers by preemption,
+    each on the cheapest victim set left after the ones before: the trial of a coscheduled job,
+    measured without touching the ledger.
+
+    A coscheduled job that must preempt fills the group's free slots first, which leaves every
+    worker holding none of its tasks (the same state whatever the job's replica count), and then
+    evicts for one task after another, each time the cheapest set over the group's workers. Only
+    the worker just evicted on changes, so each step recomputes one worker's set, not the group's;
+    and the costs of the first k steps answer every job of that demand and band with k tasks
+    beyond the free slots, however many replicas it has, for as long as the group is unchanged.
+    """
+
+    __slots__ = ("_need", "_now_ms", "_free", "_left", "_heap", "_costs", "_top", "_count", "_work")
+
+    def __init__(self, ledger: Ledger, members: Iterable[int], need: Vector, band: Band, now_ms: int) -> None:
+        self._need, self._now_ms = need, now_ms
+        self._free: dict[int, Vector] = {}
+        self._left: dict[int, tuple[Vector, list[RunningTask]]] = {}  # evictable, not yet chosen
+        self._heap: list[tuple[tuple, VictimSet]] = []
+        for w in members:
+            free = ledger.free[w]
+            filled = copies(free, need, _UNBOUNDED)
+            if filled:
+                free = subtract(free, need, filled)
+            total, candidates = ledger.evictable(w, band)
+            self._free[w] = free
+            self._left[w] = (total, list(candidates))
+            self._offer(w)
+        self._costs: list[tuple] = []  # the cost of the first k + 1 steps together, by k
+        self._top, self._count, self._work = -len(Band), 0, 0
+
+    def _offer(self, w: int) -> None:
+        total, candidates = self._left[w]
+        found = _victim_set(w, self._free[w], total, candidates, self._need, self._now_ms)
+        if found is not None:
+            heapq.heappush(self._heap, (found.cost, found))
+
+    def cost(self, steps: int) -> tuple | None:
+        """The `victim_cost` of the victims of the first `steps` steps, or None when the group's
+        workers cannot hold that many tasks even by evicting everything the band outranks."""
+        costs, heap = self._costs, self._heap
+        while len(costs) < steps:
+            if not heap:
+                return None
+            _, chosen = heapq.heappop(heap)
+            w = chosen.worker
+            total, candidates = self._left[w]
+            freed = ZERO
+            for task in chosen.victims:
+                candidates.remove(task)
+                freed = add(freed, demand(task.resources))
+                self._top = max(self._top, -int(task.band))
+                self._count += 1
+                self._work += max(0, self._now_ms - task.started_ms)
+            self._left[w] = (subtract(total, freed), candidates)
+            old = self._free[w]
+            self._free[w] = lower(old, subtract(add(old, freed), self._need))
+            self._offer(w)
+            costs.append((self._top, self._count, self._work))
+        return costs[steps - 1] if steps > 0 else victim_cost((), self._now_ms)
+
+
+_UNBOUNDED = 1 << 62
