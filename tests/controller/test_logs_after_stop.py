@@ -25,4 +25,5 @@ def test_log_reader_of_a_stopped_job_gets_the_lines_printed_while_it_was_being_k
         return resp.job_finished
 
     wait_until(read_until_finished, timeout=30, message="the log stream to finish")
-    assert seen[0] == "started" and seen[-1] == "stopping", seen  # the shell may report its killed sleep between
+    # The shell may report its killed sleep ("Terminated", on stderr, read apart from stdout) on either side.
+    assert [ln for ln in seen if ln != "Terminated"] == ["started", "stopping"], seen
