@@ -8,6 +8,7 @@ share one). Where Slurm cannot start here, every test is skipped with the reason
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -15,8 +16,14 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from connectrpc.errors import ConnectError
 
+from iris.backends.protocol import LaunchSpec
+from iris.backends.slurm.backend import SlurmBackend
 from iris.controller.auth import load_or_create_signing_key, public_key_pem
+from iris.controller.tick import DIE_BEFORE_STOP_ENV
+from iris.core.config import SlurmBackendConfig
+from iris.core.resources import Resources
 from iris.federation.ids import received_job_id
 from iris.rpc import controller_pb2 as pb
 from iris.testing.slurm import SlurmCluster, SlurmError, unavailable_reason
@@ -183,6 +190,60 @@ def test_sigkilled_controller_readopts_its_slurm_jobs_which_finish_once(ctl, slu
             message="one Slurm job per attempt, none submitted twice",
         )
         wait_until(lambda j=job_id, i=i: logs(c, j) == [f"done {i}"], message="logs after re-adoption")
+
+
+def gone(slurm: SlurmCluster, slurm_id: int) -> bool:
+    return slurm.state(slurm_id) in ("", "CANCELLED") and not slurm.job_pids(slurm_id)
+
+
+def test_stop_committed_before_a_controller_crash_cancels_the_slurm_job_after_the_restart(slurm, controller_factory):
+    ctl = controller_factory("crashy", backends=[slurm_backend(slurm)], start=False)
+    ctl.env = {**os.environ, DIE_BEFORE_STOP_ENV: "1"}
+    ctl.start()
+    c = client(ctl)
+    job_id = c.launch_job(job("doomed", "echo up; sleep 300")).job_id
+    slurm_id = wait_state(c, job_id, states={"RUNNING"}).tasks[0].attempts[0].pid
+    wait_until(lambda: slurm.job_pids(slurm_id) and logs(c, job_id) == ["up"], message="the Slurm job to run")
+    with pytest.raises(ConnectError):  # the controller dies while the call waits for the tick
+        c.terminate_job(pb.TerminateJobRequest(job_id=job_id))
+    assert ctl.proc is not None and ctl.proc.wait(timeout=30) is not None
+    with sqlite3.connect(f"file:{ctl.state_dir / 'controller.db'}?mode=ro", uri=True) as db:
+        (state,) = db.execute("SELECT state FROM attempts WHERE job_id = ?", (job_id,)).fetchone()
+    assert state == "KILLED", "the stop was committed before the crash"
+    assert slurm.state(slurm_id) == "RUNNING", "the crash came before the Slurm job was cancelled"
+
+    ctl.env = None
+    ctl.start()
+    c = client(ctl)
+    wait_until(lambda: gone(slurm, slurm_id), timeout=60, message="the stopped Slurm job to be cancelled")
+    final = status(c, job_id)
+    assert final.job.state == "KILLED" and [a.state for a in final.tasks[0].attempts] == ["KILLED"]
+    # What the job printed up to its end is stored, Slurm's own line about the cancel included.
+    wait_until(
+        lambda: (lines := logs(c, job_id))[0] == "up" and any("CANCELLED" in line for line in lines[1:]),
+        message="the job's last lines",
+    )
+    marks = ctl.state_dir / "slurm" / ".live" / "slurm"
+    wait_until(lambda: not any(marks.iterdir()), message="the attempt's marker to go once its end is stored")
+
+
+def test_slurm_job_of_an_attempt_the_database_no_longer_holds_is_cancelled_on_adopt(slurm, tmp_path):
+    config = SlurmBackendConfig.model_validate(slurm_backend(slurm))
+    first = SlurmBackend(config, "orphans", tmp_path)
+    spec = LaunchSpec("/alice/gone/0:0", "/alice/gone", 0, 0, "slurm", ("sleep", "300"), {}, Resources(cpu=1))
+    slurm_id = first.start(spec).pid
+    wait_until(lambda: slurm.state(slurm_id) == "RUNNING", message="the Slurm job to run")
+    first._closing.set()  # the controller dies: its backend stops polling and cancels nothing
+
+    second = SlurmBackend(config, "orphans", tmp_path)
+    try:
+        assert second.leftovers() == {spec.attempt_id}
+        second.adopt([])  # the database holds nothing of it
+        wait_until(lambda: gone(slurm, slurm_id), message="the leftover Slurm job to be cancelled")
+        assert second.leftovers() == frozenset() and second.running() == frozenset()
+    finally:
+        second.shutdown()
+        slurm.scancel(slurm_id)
 
 
 def test_cpu_parent_hands_a_gpu_job_to_a_peer_whose_backend_is_slurm(slurm, controller_factory):

@@ -20,7 +20,10 @@ exit is reported only once all of its output has been read.
 Restart: a Slurm job is named by its attempt id, and the attempt row is committed before `sbatch`
 runs; the Slurm job id is committed after. A restarted controller adopts attempts by job id, and
 looks the ones without an id up by name, so a crash between `sbatch` and the commit leaves no
-orphan: the job is found and adopted, or it was never submitted and the attempt is retried.
+orphan: the job is found and adopted, or it was never submitted and the attempt is retried. A
+marker per submitted attempt (see `marks`) names the jobs whose end is not yet stored, so one whose
+stop was committed just before a crash is taken back and cancelled, and its end recorded, and one
+the database no longer holds at all is cancelled.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from iris.backends.protocol import (
     WorkerSnapshot,
 )
 from iris.backends.slurm.commands import MB, SlurmCommandError, SlurmCommands, SlurmNode, sbatch_argv
+from iris.backends.slurm.marks import LiveMarks
 from iris.backends.slurm.states import judge
 from iris.backends.spool import OutputSpool
 from iris.backends.staging import publish_folder, safe_dirname
@@ -110,6 +114,9 @@ class SlurmBackend:
         self.script = self.root / "iris-attempt.sh"
         self.script.write_text(WRAPPER)
         self.script.chmod(0o755)
+        # In the state folder, not the staging folder (which nodes read and backends may share).
+        self.marks = LiveMarks(state_dir / "slurm" / ".live" / config.id)
+        self._marked: dict[str, int | None] = {}  # what `leftovers` found, for `adopt`
         self._wake = wake
         self.output_cap = output_cap
         self._attributes = {k: str(v).lower() for k, v in config.attributes.items()}
@@ -228,6 +235,7 @@ class SlurmBackend:
         )
         gpus = (r.device.variant.lower(), r.device.count) if r.device.kind == "gpu" and r.device.count else None
         record = _Attempt(spec.attempt_id, folder, None, OutputSpool(folder, self.output_cap), gpus=gpus)
+        self.marks.put(spec.attempt_id)
         try:
             out = self.slurm.run(argv, env=env)
         except SlurmCommandError as exc:
@@ -235,6 +243,7 @@ class SlurmBackend:
                 # sbatch may have submitted it: adopt by name on the next poll, or report it lost.
                 self._add(record)
                 return Started(spec.attempt_id, 0, running=False)
+            self.marks.drop(spec.attempt_id)
             if exc.transient:
                 raise LaunchError(f"Slurm did not take the job: {exc}", retryable=True) from None
             raise LaunchError(f"Slurm cannot run this job: {exc}", unschedulable=True) from None
@@ -243,6 +252,7 @@ class SlurmBackend:
         except ValueError:
             self._add(record)
             return Started(spec.attempt_id, 0, running=False)
+        self.marks.put(spec.attempt_id, record.slurm_id)
         self._add(record)
         return Started(spec.attempt_id, record.slurm_id, running=False)
 
@@ -316,6 +326,9 @@ class SlurmBackend:
         self._closing.set()
         self._kick.set()
         self._thread.join(timeout=5)
+        for a in live:
+            if a.exited is not None:  # its end is stored by the stopping controller
+                self.marks.drop(a.attempt_id)
         return [a.attempt_id for a in live]
 
     # -- polling ---------------------------------------------------------------------------------
@@ -492,6 +505,7 @@ class SlurmBackend:
             ended = [self._attempts.pop(e.attempt_id, None) for e in events.exits]
         for record in ended:
             if record is not None:
+                self.marks.drop(record.attempt_id)
                 record.spool.remove()
                 shutil.rmtree(record.folder / "work", ignore_errors=True)  # the workspace copy ends with it
         self._kick.set()
@@ -505,11 +519,32 @@ class SlurmBackend:
                 shutil.rmtree(self.root / "attempts" / safe_dirname(attempt_id), ignore_errors=True)
 
     def leftovers(self) -> frozenset[str]:
-        """Not tracked: a restart adopts only the attempts the database holds as live."""
-        return frozenset()
+        """Attempts this backend submitted, in an earlier life too, whose end it has not seen stored."""
+        self._marked = self.marks.read()
+        return frozenset(self._marked)
 
     def adopt(self, records: list[AdoptRecord]) -> None:
+        """Takes over `records` (found by Slurm job id, or by name where none was stored); a leftover
+        not among them, which the database no longer holds at all, is cancelled in Slurm."""
+        kept = set()
         for rec in records:
+            kept.add(rec.attempt_id)
+            slurm_id = rec.pid or self._marked.get(rec.attempt_id)
+            self.marks.put(rec.attempt_id, slurm_id)
             folder = self.root / "attempts" / safe_dirname(rec.attempt_id)
             spool = OutputSpool(folder, self.output_cap, {"stdout": rec.stdout_offset, "stderr": rec.stderr_offset})
-            self._add(_Attempt(rec.attempt_id, folder, rec.pid or None, spool))
+            self._add(_Attempt(rec.attempt_id, folder, slurm_id, spool))
+        strays = {a: i for a, i in self._marked.items() if a not in kept}
+        self._marked = {}
+        if not strays:
+            return
+        log.warning("cancelling %d Slurm jobs left running by attempts the database no longer holds", len(strays))
+        try:
+            self.slurm.scancel(job_ids=[i for i in strays.values() if i], names=[a for a, i in strays.items() if not i])
+        except SlurmCommandError as exc:
+            log.warning("could not cancel the Slurm jobs of attempts no longer held: %s", exc)
+            if exc.transient:
+                return  # their markers stay: the next restart tries again
+            # Otherwise Slurm refused (a job it no longer knows): nothing of them is left to stop.
+        for attempt_id in strays:
+            self.marks.drop(attempt_id)
