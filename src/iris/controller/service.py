@@ -394,12 +394,13 @@ class ControllerServiceImpl(WorkerCalls):
         # A stopped job is over in the database before its killed processes have exited and their
         # last lines are stored; a backend holds an attempt until the tick has stored its exit and
         # output. One held now: lines may still come, and the caller keeps reading. None held: read
-        # again, after the question, so an attempt let go since the first read is in this one.
+        # on, after the question, so the lines of an attempt let go since the first read are in this
+        # answer (only those after the first read's last line are read again).
         if any(b.holds(a) for a, backend_id in attempts if (b := self.backends.get(backend_id)) is not None):
             resp.job_finished = False
             return resp
         with self.db.read() as conn:
-            return reads.fetch_logs(conn, req.job_id, req.task_index, req.after_seq, req.tail, req.limit)
+            return reads.fetch_more_logs(conn, resp, req.job_id, req.task_index, req.tail, req.limit)
 
     @rpc
     def list_backends(self, req: pb.ListBackendsRequest, identity: Identity) -> pb.ListBackendsResponse:

@@ -298,6 +298,28 @@ def fetch_logs(
     return resp
 
 
+def fetch_more_logs(
+    conn: Connection, first: pb.FetchLogsResponse, job_id: str, task_index: int, tail: int, limit: int
+) -> pb.FetchLogsResponse:
+    """`first` (an answer of `fetch_logs` for the same request) with the lines stored since it was
+    read: only those after its last line are read, and the answer keeps the request's bounds (the
+    first `limit` lines from where it started, or the last `tail` of them)."""
+    n = min(limit, MAX_LOG_LINES) if limit > 0 else MAX_LOG_LINES
+    if tail > 0:
+        more = fetch_logs(conn, job_id, task_index, first.next_seq, tail, limit)
+        lines = [*first.lines, *more.lines][-min(tail, n) :]
+    else:
+        more = fetch_logs(conn, job_id, task_index, first.next_seq, 0, n - len(first.lines))
+        lines = [*first.lines, *more.lines]
+    resp = pb.FetchLogsResponse(
+        job_state=more.job_state,
+        job_finished=more.job_finished,
+        next_seq=lines[-1].seq if lines else first.next_seq,
+    )
+    resp.lines.extend(lines)
+    return resp
+
+
 def _relay_pending(conn: Connection, job_id: str) -> bool:
     """Whether the job ran on a peer and its last lines have not all been relayed here yet."""
     row = conn.execute(
