@@ -149,3 +149,32 @@ def test_cluster_add_refuses_a_name_or_url_no_command_could_use_and_keeps_the_li
         assert got.returncode == 3, (args, got.stdout, got.stderr)
         assert "Traceback" not in got.stderr and ("name" in got.stderr or "--url" in got.stderr)
     assert (tmp_path / ".iris" / "clusters.yaml").read_text() == before
+
+
+def _refused_as_running(home: Path, args: list[str], url: str) -> None:
+    """A start of the running cluster, detached and in the foreground: exit 3 naming its URL and the stop."""
+    for extra in (["--detach"], []):
+        again = run_iris(home, "cluster", "start", *args, *extra)
+        assert again.returncode == 3, again.stdout + again.stderr
+        assert f"is already running at {url}" in again.stderr, again.stderr
+        assert f"`iris cluster stop {' '.join(args)}`" in again.stderr and "Traceback" not in again.stderr
+        assert "serving on" not in again.stderr
+
+
+def test_start_of_a_running_cluster_exits_3_naming_its_url_and_stop(controller_factory, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    running = controller_factory("busy")
+    _refused_as_running(home, ["--config", str(running.config_path)], running.url)
+    assert run_iris(home, "--controller", running.url, "cluster", "status").returncode == 0, "it runs on"
+
+    monkeypatch.setenv("IRIS_HOME", str(tmp_path / "local-home"))
+    port = free_port()
+    local = ["--local", "--port", str(port)]
+    started = run_iris(home, "cluster", "start", *local, "--detach")
+    try:
+        assert started.returncode == 0, started.stderr
+        _refused_as_running(home, local, f"http://127.0.0.1:{port}")
+    finally:
+        stopped = run_iris(home, "cluster", "stop", *local)
+    assert stopped.returncode == 0 and "stopped cluster local" in stopped.stdout

@@ -56,12 +56,14 @@ def start(obj: CliContext, config_path: str | None, local: bool, port: int | Non
     from iris.controller import process
 
     if not detach:
+        if process.lock_held(config):  # before saying it serves: the running one does
+            raise process.already_running(config, argv)
         if not obj.json:
             click.echo(
                 f"cluster {config.name}: serving on {config.url}, state in {config.state_path} (Ctrl-C stops it)",
                 err=True,
             )
-        process.run_foreground(config, on_ready=lambda: _remember(config, config_path or obj.config_path))
+        process.run_foreground(config, on_ready=lambda: _remember(config, config_path or obj.config_path), argv=argv)
         return EXIT_OK
     pid = process.start_detached(config, argv, timeout=timeout)
     _remember(config, config_path or obj.config_path)

@@ -2,7 +2,9 @@
 
 A controller holds an exclusive lock on `<state_dir>/controller.lock` for its whole life, so two
 controllers can never write one database; `controller.pid` and `controller.log` beside it let
-`iris cluster stop` and a person find it.
+`iris cluster stop` and a person find it. A start that finds the lock held is told apart from one
+whose port another program holds only by its message: both are the same mistake (the place is
+taken) and exit 3, the running controller's URL and the command that stops it named.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from iris.core.config import ClusterConfig
-from iris.core.errors import FailedPrecondition, InvalidArgument, IrisError, Unavailable
+from iris.core.errors import InvalidArgument, IrisError, Unavailable
 from iris.core.processes import pid_alive
 
 
@@ -97,6 +100,33 @@ def check_state_dir(config: ClusterConfig) -> None:
         ) from None
 
 
+def lock_held(config: ClusterConfig) -> bool:
+    """Whether a controller holds this state directory's lock now (it runs, or is starting)."""
+    try:
+        lock = open(config.state_path / "controller.lock", "a")
+    except OSError:
+        return False
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    return False
+
+
+def already_running(config: ClusterConfig, argv: Sequence[str] = ()) -> Unavailable:
+    """The error for a start of a cluster whose controller already runs: where it is, and how to stop it."""
+    pid = read_pid(config)
+    stop = " ".join(["iris cluster stop", *argv])
+    return Unavailable(
+        f"cluster {config.name} is already running at {config.url}"
+        + (f" (pid {pid})" if pid else "")
+        + f", with its state in {config.state_path}; use it as it is (export IRIS_CONTROLLER={config.url}),"
+        f" or stop it first with `{stop}`"
+    )
+
+
 def _port_error(config: ClusterConfig, answered: dict | None) -> Unavailable:
     if answered and answered.get("name"):
         holder = f"another iris controller (cluster {answered['name']}, pid {answered.get('pid', '?')}) answers there"
@@ -147,8 +177,9 @@ def _http_protocol():
     return Protocol
 
 
-def run_foreground(config: ClusterConfig, on_ready=lambda: None) -> None:
-    """Serves the cluster until SIGINT/SIGTERM, then stops its tick and attempts cleanly."""
+def run_foreground(config: ClusterConfig, on_ready=lambda: None, argv: Sequence[str] = ()) -> None:
+    """Serves the cluster until SIGINT/SIGTERM, then stops its tick and attempts cleanly (`argv`:
+    the options that name the cluster, for the hint when it already runs)."""
     import uvicorn
 
     from iris.controller.app import Controller
@@ -163,12 +194,8 @@ def run_foreground(config: ClusterConfig, on_ready=lambda: None) -> None:
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        pid = read_pid(config)
-        raise FailedPrecondition(
-            f"a controller is already running on {config.state_path}"
-            + (f" (pid {pid})" if pid else "")
-            + "; stop it with `iris cluster stop` first"
-        ) from None
+        lock.close()
+        raise already_running(config, argv) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # httpx logs every request it sends at INFO: each call relayed to an endpoint or a peer would
     # add a line to controller.log, at whatever rate users drive them.
@@ -225,10 +252,9 @@ def _call_when_started(server, on_ready) -> None:
 
 def start_detached(config: ClusterConfig, argv: list[str], timeout: float = 30) -> int:
     """Starts `iris cluster start <argv>` in the background; returns its pid once it answers."""
-    running = read_pid(config)
-    if running and probe(config.url):
-        raise FailedPrecondition(f"cluster {config.name} is already running (pid {running}) at {config.url}")
     check_state_dir(config)
+    if lock_held(config):
+        raise already_running(config, argv)
     log = open(log_path(config), "ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "iris.cli.main", "cluster", "start", *argv],
