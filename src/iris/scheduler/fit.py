@@ -48,16 +48,19 @@ def fits(free: Vector, need: Vector) -> bool:
 
 def copies(free: Vector, need: Vector, limit: int) -> int:
     """How many tasks of `need` fit in `free`, at most `limit`."""
+    # Unrolled: placement and the group counts ask this on every change of free capacity.
+    f0, f1, f2, f3 = free
+    n0, n1, n2, n3 = need
     best = limit
-    for d in DIMENSIONS:
-        want = need[d]
-        if want > 0:
-            n = free[d] // want
-            if n < best:
-                if n <= 0:
-                    return 0
-                best = n
-    return best
+    if n0 > 0 and f0 // n0 < best:
+        best = f0 // n0
+    if n1 > 0 and f1 // n1 < best:
+        best = f1 // n1
+    if n2 > 0 and f2 // n2 < best:
+        best = f2 // n2
+    if n3 > 0 and f3 // n3 < best:
+        best = f3 // n3
+    return best if best > 0 or best == limit else 0
 
 
 def subtract(a: Vector, b: Vector, times: int = 1) -> Vector:

@@ -25,7 +25,7 @@ from functools import partial
 
 from iris.core.bands import Band
 from iris.core.constraints import Constraint
-from iris.scheduler.fit import Shape, Vector, add, demand, fits, subtract
+from iris.scheduler.fit import Shape, Vector, add, demand, fits
 from iris.scheduler.index import ClusterIndex, Keys, Packing, WorkerClass
 from iris.scheduler.snapshot import RunningTask, SchedulingSnapshot
 
@@ -75,15 +75,16 @@ class Pool:
     def refresh(self) -> Keys:
         """The sorted keys, repaired for every worker whose free capacity changed."""
         log = self.log
-        if self.repaired < len(log):
+        done = self.repaired
+        if done < len(log):
             if not self.owned:
                 self.keys, self.owned = list(self.keys), True
-            keys, placed, base, current = self.keys, self.placed, self.base, self.current
-            for w in set(log[self.repaired :]):
+            keys, placed, current = self.keys, self.placed, self.current
+            for w in (log[done],) if len(log) - done == 1 else set(log[done:]):
                 new = current[w]
                 old = placed.get(w)
                 if old is None:
-                    old = base[w]
+                    old = self.base[w]
                 if old != new:
                     del keys[bisect_left(keys, old)]
                     insort(keys, new)
@@ -337,22 +338,27 @@ class Ledger:
         if old == new:
             return
         journal = self._journal
-        _, every, kept = self._sinks_of(w)
-        for log in every:
+        sinks = self._sinks.get(w)
+        if sinks is None or sinks[0] != self._made:
+            sinks = self._sinks_of(w)
+        for log in sinks[1]:
             log.append(w)
         if journal is None:
-            for log in kept:
+            for log in sinks[2]:
                 log.append(w)
+        else:
+            journal.append(("free", w, old, self.version[w]))
         self._changed.add(w)
         self.free[w] = new
         self.key[w] = self._pack(new, w)
-        if journal is not None:
-            journal.append(("free", w, old, self.version[w]))
         self._stamp += 1
         self.version[w] = self._stamp
 
     def take(self, w: int, need: Vector, times: int = 1) -> None:
-        self.set_free(w, subtract(self.free[w], need, times))
+        f = self.free[w]
+        self.set_free(
+            w, (f[0] - need[0] * times, f[1] - need[1] * times, f[2] - need[2] * times, f[3] - need[3] * times)
+        )
 
     def evict(self, w: int, task_id: str) -> None:
         self.evicted.add(task_id)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import repeat
 from operator import attrgetter
 
 from iris.core.bands import Band
@@ -33,7 +32,7 @@ from iris.scheduler.preemption import (
     victim_bounds,
     victim_cost,
 )
-from iris.scheduler.snapshot import Assignment, PendingTask, Preemption, RunningTask
+from iris.scheduler.snapshot import Assignment, PendingTask, Preemption, RunningTask, assignments
 
 
 @dataclass(slots=True)
@@ -71,7 +70,7 @@ _task_id = attrgetter("task_id")
 def _assign(ledger: Ledger, placed: Placed, w: int, tasks: list[PendingTask]) -> None:
     worker = ledger.workers[w]
     worker_id, backend_id = worker.worker_id, worker.backend_id
-    placed.assignments.extend(map(Assignment, map(_task_id, tasks), repeat(worker_id), repeat(backend_id)))
+    placed.assignments.extend(assignments(map(_task_id, tasks), worker_id, backend_id))
 
 
 def _preempt_one(ledger: Ledger, placed: Placed, shape: Shape, task: PendingTask, chosen: VictimSet | None) -> bool:
