@@ -51,8 +51,11 @@ class Memo:
     victims: dict[tuple, VictimIndex] = field(default_factory=dict)
     bounds: dict[tuple, list[tuple]] = field(default_factory=dict)  # (where it evicts, band) -> victim_bounds
     gangs: dict[tuple, GangSlots] = field(default_factory=dict)  # (hard, need, replicas) -> slots per group
-    gang_reclaim: dict[tuple, int] = field(default_factory=dict)  # (shape, group, band) -> the same, evicting
-    gang_cost: dict[tuple, tuple] = field(default_factory=dict)  # (evicts_among, band, group) -> (state, run)
+    # (need, hard, group, band) -> what the group's workers hold after evicting all that band
+    # outranks, counted when that fell short of a job's replicas
+    gang_reclaim: dict[tuple, int] = field(default_factory=dict)
+    gang_cost: dict[tuple, tuple] = field(default_factory=dict)  # (need, band, members) -> (state, run)
+    gang_members: dict[tuple, tuple[int, ...]] = field(default_factory=dict)  # (evicts_among, group) -> members
 
 
 @dataclass(slots=True)
@@ -228,7 +231,7 @@ def place_coscheduled(
         return _fill_in_trial(ledger, find, shape, None, tasks, (), now_ms)
     if not can_preempt_anything(band) or (shape, n, pinned_group, band) in memo.no_gang:
         return None
-    allowed = set(ledger.preemptible_workers(shape))
+    allowed: set[int] | None = None
     cheapest: tuple | None = None
     # Every task that free capacity cannot hold evicts at least one task, and no eviction costs
     # less than one of the lowest band losing no work: a bound that skips the trial of a group
@@ -238,14 +241,23 @@ def place_coscheduled(
         if cheapest is not None and ((-LOWEST_BAND, n + negative_slots, 0), group) >= cheapest[0]:
             break
         levels = groups[group]
-        bound = memo.gang_reclaim.get((shape, group, band))
+        # A count that falls short of the replicas counted no worker at the limit: it is what the
+        # workers hold without one, so it bounds the count for any number of replicas, and what
+        # evictions can free only shrinks within a tick.
+        reclaim_key = (shape.need, shape.hard, group, band)
+        bound = memo.gang_reclaim.get(reclaim_key)
         if bound is not None and bound < n:
             continue
         reclaim = _slots(ledger, levels, shape, n, band)
         if reclaim < n:
-            memo.gang_reclaim[(shape, group, band)] = reclaim  # what evictions can free only shrinks
+            memo.gang_reclaim[reclaim_key] = reclaim
             continue
-        members = tuple(sorted(w for level in levels for w in level if w in allowed))
+        members = memo.gang_members.get((shape.evicts_among, group))
+        if members is None:
+            if allowed is None:
+                allowed = set(ledger.preemptible_workers(shape))
+            members = tuple(sorted(w for level in levels for w in level if w in allowed))
+            memo.gang_members[(shape.evicts_among, group)] = members
         if (
             cheapest is not None
             and (_trial_floor(ledger, members, band, now_ms, n + negative_slots), group) >= cheapest[0]
@@ -258,11 +270,12 @@ def place_coscheduled(
             ledger.rollback_trial()  # only measuring the cost here
             trial_cost = None if placed is None else victim_cost(placed.victims, now_ms)
         else:
-            # A trial's cost depends on the group's state alone, which its highest stamp
-            # identifies: the evictions measured on an unchanged group serve every request of the
-            # same demand and band, whatever its replica count.
-            state = max(ledger.version[w] for level in levels for w in level)
-            key = (shape.evicts_among, band, group)
+            # A trial's cost depends on the state of the workers it may evict on alone, which
+            # their highest stamp identifies: the evictions measured on unchanged workers serve
+            # every request of the same demand and band there, whatever its replica count.
+            version = ledger.version
+            state = max([version[w] for w in members], default=-1)
+            key = (shape.need, band, members)
             known = memo.gang_cost.get(key)
             if known is None or known[0] != state:
                 known = memo.gang_cost[key] = (state, EvictionRun(ledger, members, shape.need, band, now_ms))
