@@ -1,6 +1,6 @@
 """How a worker daemon starts and stops attempts: through the spawner, as the local backend does;
 and an attempt whose stop a crashed controller committed but never sent is stopped once the
-controller is back and the worker registers again."""
+controller is back and the worker registers again, its exit code and last output stored."""
 
 from __future__ import annotations
 
@@ -27,8 +27,10 @@ def test_workers_stop_committed_before_a_crash_reaches_the_worker_after_the_rest
     ctl.start()
     worker = worker_factory(ctl, "a")
     c = client(ctl)
-    job = launch(c, "doomed", ["sleep", "300"])
+    stoppable = "echo up; trap 'echo stopped; exit 7' TERM; while :; do sleep 0.05; done"
+    job = launch(c, "doomed", ["sh", "-c", stoppable])
     pid = wait_until(worker.attempt_pids, message="the attempt to start")[0]
+    wait_until(lambda: logs(c, job) == ["up"], message="the attempt's first line")
     with pytest.raises(ConnectError):  # the controller dies while the call waits for the tick
         c.terminate_job(pb.TerminateJobRequest(job_id=job))
     assert ctl.proc is not None and ctl.proc.wait(timeout=30) is not None
@@ -38,8 +40,14 @@ def test_workers_stop_committed_before_a_crash_reaches_the_worker_after_the_rest
     ctl.start()
     wait_until(lambda: not pid_alive(pid), timeout=60, message="the worker to stop the attempt")
     c = client(ctl)
-    final = status(c, job)
+    # Stopped as any stop is: its exit code (SIGTERM ends its wrapper at once: 143) and the line
+    # its shell prints on the way out are stored.
+    final = wait_until(lambda: (s := status(c, job)).tasks[0].attempts[0].has_exit_code and s, message="the exit")
     assert final.job.state == "KILLED" and [a.state for a in final.tasks[0].attempts] == ["KILLED"]
+    assert final.tasks[0].attempts[0].exit_code == 143, final
+    assert "stopped" in logs(c, job), logs(c, job)
+    marks = ctl.state_dir / "workers" / ".live"
+    wait_until(lambda: not any(p.is_file() for p in marks.rglob("*")), message="the attempt's marker to go")
     assert worker.proc.poll() is None, "the worker serves on"
 
 

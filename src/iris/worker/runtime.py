@@ -12,7 +12,10 @@ Attempts start the way the local backend starts them (`wrapper.start_wrapper`): 
 spawner, so each is born inside its cgroup, else directly. A thread waits on each attempt (a
 worker runs tens of attempts, not thousands) for the exit code the spawner reports, or for its
 process to end when the spawner has gone; a stop escalates from SIGTERM to SIGKILL of the whole
-group after `STOP_GRACE_S`.
+group after `STOP_GRACE_S`. The SIGTERM reaches the wrapper too, which ends at once; what the
+attempt runs may still be printing its last lines (a handler of its own), so, as the local backend
+does, a stopped attempt's exit waits for its processes to end, up to the stop's grace, before
+whatever is left is killed and the exit reported.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +40,7 @@ from iris.core.resources import Device
 from iris.rpc import controller_pb2 as pb
 
 STOP_GRACE_S = 10.0
+LINGER_POLL_S = 0.02
 STREAMS = ("stdout", "stderr")
 
 
@@ -51,6 +56,7 @@ class AttemptRun:
     exit_code: int | None = None
     error: str = ""
     stopping: bool = False
+    stop_deadline: float = 0.0  # monotonic: when a stop's grace ends
     handle: subprocess.Popen | None = None  # what started it, when not the spawner
     serial: int = 0  # the serial the spawner reports its exit under (0: not started by the spawner)
     container: str = ""  # the container's name, when it runs in one
@@ -203,6 +209,12 @@ class ProcessRuntime:
             code = int((run.folder / "exit").read_text().strip())
         except (OSError, ValueError):
             pass
+        while (
+            run.stopping
+            and time.monotonic() < run.stop_deadline
+            and self.containment.members(run.folder.name, -1, run.attempt_id)
+        ):
+            time.sleep(LINGER_POLL_S)  # its processes finish their last lines (see the module's doc)
         self.containment.end(run.folder.name, run.attempt_id)  # what it left behind goes with it
         self._finish(run, code, "")
 
@@ -222,7 +234,7 @@ class ProcessRuntime:
             run = self.attempts.get(attempt_id)
             if run is None or run.exited or run.stopping:
                 return
-            run.stopping = True
+            run.stopping, run.stop_deadline = True, time.monotonic() + STOP_GRACE_S
         self._signal(run, signal.SIGTERM)
 
         def escalate() -> None:

@@ -21,9 +21,9 @@ Restart: a Slurm job is named by its attempt id, and the attempt row is committe
 runs; the Slurm job id is committed after. A restarted controller adopts attempts by job id, and
 looks the ones without an id up by name, so a crash between `sbatch` and the commit leaves no
 orphan: the job is found and adopted, or it was never submitted and the attempt is retried. A
-marker per submitted attempt (see `marks`) names the jobs whose end is not yet stored, so one whose
-stop was committed just before a crash is taken back and cancelled, and its end recorded, and one
-the database no longer holds at all is cancelled.
+marker per submitted attempt (see `iris.backends.marks`) names the jobs whose end is not yet
+stored, so one whose stop was committed just before a crash is taken back and cancelled, and its
+end recorded, and one the database no longer holds at all is cancelled.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from iris.backends.local.backend import shell_argv
+from iris.backends.marks import LiveMarks
 from iris.backends.protocol import (
     AdoptRecord,
     AttemptExit,
@@ -49,7 +50,6 @@ from iris.backends.protocol import (
     WorkerSnapshot,
 )
 from iris.backends.slurm.commands import MB, SlurmCommandError, SlurmCommands, SlurmNode, sbatch_argv
-from iris.backends.slurm.marks import LiveMarks
 from iris.backends.slurm.states import judge
 from iris.backends.spool import OutputSpool
 from iris.backends.staging import publish_folder, safe_dirname

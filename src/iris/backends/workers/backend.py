@@ -27,6 +27,10 @@ Why it is built this way:
 
 The backend keeps its state in memory: after a controller restart the database's live attempts
 are handed to `adopt` and held for one grace period, waiting for their daemons to re-register.
+Only a marker per started attempt outlives it (see `iris.backends.marks`), so an attempt whose
+stop was committed just before a crash is adopted too and stopped as any stop is, its daemon then
+sending its last output and its exit code, rather than being killed unseen as one the controller
+gave up.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from iris.backends.marks import LiveMarks
 from iris.backends.protocol import (
     AdoptRecord,
     AttemptExit,
@@ -128,6 +133,7 @@ class WorkersBackend:
         self._logs: list[LogChunk] = []
         self._lock = threading.Lock()
         self._inherited = dict(os.environ)
+        self.marks = LiveMarks(context.state_dir / "workers" / ".live" / config.id)
 
     # -- what the scheduler sees -----------------------------------------------------------------
 
@@ -196,6 +202,7 @@ class WorkersBackend:
                     retryable=False,
                 )
             layers = frozenset(i for i in (launch.bundle_id, launch.files_id) if i)
+            self.marks.put(spec.attempt_id)
             self._attempts[spec.attempt_id] = _Attempt(spec.attempt_id, worker.name, job_id=spec.job_id, layers=layers)
             self._command(worker, pb.WorkerCommand(start=launch))
         return Started(spec.attempt_id, 0, "")
@@ -228,6 +235,8 @@ class WorkersBackend:
         with self._lock:
             del self._logs[: len(events.logs)]
             del self._exits[: len(events.exits)]
+        for ex in events.exits:
+            self.marks.drop(ex.attempt_id)
 
     def discard(self, attempt_ids: Sequence[str]) -> None:
         """Nothing to delete here: a worker removes an attempt's files once its exit is accepted."""
@@ -252,12 +261,19 @@ class WorkersBackend:
         self._exits.append(AttemptExit(attempt.attempt_id, None, why))
 
     def leftovers(self) -> frozenset[str]:
-        """None kept here: a daemon reports what it runs when it registers again, and is told to
-        kill each attempt this backend did not adopt."""
-        return frozenset()
+        """Attempts this backend started, in an earlier life too, whose end it has not seen stored."""
+        return frozenset(self.marks.read())
 
     def adopt(self, records: list[AdoptRecord]) -> None:
+        """Holds `records` until their daemons register again (the tick stops those it no longer
+        wants, and their daemons are told so then); a leftover the database no longer holds at all
+        is forgotten, and its daemon told to kill it when it registers."""
         deadline = time.monotonic() + self.grace + RECONNECT_ALLOWANCE_S
+        kept = {rec.attempt_id for rec in records}
+        for attempt_id in self.marks.read().keys() - kept:
+            self.marks.drop(attempt_id)
+        for attempt_id in kept:
+            self.marks.put(attempt_id)
         with self._lock:
             for rec in records:
                 self._attempts[rec.attempt_id] = _Attempt(
