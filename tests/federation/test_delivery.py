@@ -440,3 +440,20 @@ def test_plan_writes_a_pending_reason_only_where_it_differs_from_what_the_job_sa
         ]
     finally:
         manager.stop()
+
+
+def test_a_promotion_starts_its_call_in_the_promoting_thread_once_the_loop_runs(held_peer):
+    store = Store([])
+    manager = FederationManager("marin", {"cw": held_peer.url}, store=store, router=None)
+    try:
+        manager.delivery.promoted()  # before the loop starts: nothing is called from here
+        manager.delivery.start()
+        store.pending.append(("/bob/now", "cw"))
+        manager.delivery.promoted()
+        assert manager.delivery.is_open("/bob/now")  # in a call already, not waiting for the loop
+        wait_until(lambda: held_peer.calls == [["/bob/now"]], timeout=10, what="the call to arrive")
+        held_peer.release.set()
+        wait_until(lambda: store.handed_off == ["/bob/now"], timeout=10, what="the acceptance")
+    finally:
+        manager.stop()
+    assert held_peer.calls == [["/bob/now"]]

@@ -113,7 +113,7 @@ class Controller:
             reroute_after=settings.federation_reroute_after,
             token_source=self.auth.peer_token,
             clock=self.clock,
-            wake_tick=self._wake,
+            wake_tick=lambda: self.tick.wake_federation(),
         )
 
     def _wake(self) -> None:

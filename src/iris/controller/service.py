@@ -170,9 +170,12 @@ class ControllerServiceImpl(WorkerCalls):
                 spec, state, created, kind, peer, disposition = self.commits.run(write, note)
         if not created:
             return pb.LaunchJobResponse(job_id=spec.job_id, state=state, disposition="existing")
-        if kind != "queued" or self.federation is None or not self.federation.saturated:
-            # (A job queued for a peer while every peer is at its cap can only move once an answer
-            # frees a slot, and the answer wakes the tick: waking it now would be a wasted pass.)
+        if kind == "queued":
+            # Only the tick's federation step has work for it, and none while every peer is at its
+            # cap: then only an answer can free a slot, and the answer wakes the tick.
+            if self.federation is not None and not self.federation.saturated:
+                self.tick.wake_federation()
+        else:
             with spans.span("submit.wake"):
                 self.tick.submitted()
         message = disposition.reason if disposition is not None and kind != "local" else ""

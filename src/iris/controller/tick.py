@@ -8,6 +8,10 @@ applier's guarded updates) → act (start and stop processes); a decision the ro
 (a placement whose job was cancelled after the snapshot was read) is refused and counted in
 `refused`, never written over the newer state. It runs every `tick_interval` and at
 once when woken (a submit, a cancel, an attempt exit), so a short job does not wait for a timer.
+A wake-up that only the federation step has work for (a job queued for a peer, a peer's answer
+that freed slots) runs that step alone, which a burst of handoffs wakes once per job or answer:
+the rest of a pass would find nothing new, and on the parent of a burst it was half of each pass.
+A whole pass still runs at least every `tick_interval`.
 
 A fault while handling one job (its stored request cannot be parsed, the scheduler raises on it,
 its launch spec cannot be built or its process cannot be started) fails that job with the error
@@ -109,6 +113,9 @@ class ControlLoop:
         self.db = db
         self.changelog_retention_s = changelog_retention_s
         self._budgeted = budgets is not None and (bool(budgets.users) or budgets.default is not None)
+        # A wake-up for federation alone runs its step alone, unless budgets judge queued jobs by
+        # what runs here now, which only a whole pass reads.
+        self._federation_alone = federation is not None and not self._budgeted
         self._spend: dict[str, int] = {}
         self.backends = dict(backends)
         self.tick_interval = tick_interval
@@ -131,6 +138,9 @@ class ControlLoop:
         self.api_calls = 0  # API calls in flight, counted by the server around each one
         self.submits = 0  # jobs admitted since start, counted by the API (see `rest_before_pass`)
         self._wake = threading.Event()
+        # Set by every wake-up but the federation's own: the next pass must be a whole one.
+        self._full = True
+        self._last_full = float("-inf")  # time.monotonic() when the last whole pass began
         self._done = threading.Condition()
         self.passes = PassSignal()  # API calls waiting for a job's state to change look again after each pass
         self._stop = threading.Event()
@@ -196,12 +206,18 @@ class ControlLoop:
             self._thread.join(timeout=30)
 
     def wake(self) -> None:
+        self._full = True  # before the event: the pass it starts reads the flag after clearing it
+        self._wake.set()
+
+    def wake_federation(self) -> None:
+        """Wakes the loop for the federation step alone: a job queued for a peer, or a peer's
+        answer that freed slots, changes nothing a local backend or the scheduler looks at."""
         self._wake.set()
 
     def submitted(self) -> None:
         """Wakes the loop for a job just admitted (a burst of these is what it may rest for)."""
         self.submits += 1
-        self._wake.set()
+        self.wake()
 
     def alive(self) -> bool:
         """False once the loop's thread has died (it is started and not stopped)."""
@@ -225,7 +241,7 @@ class ControlLoop:
         """Wakes the loop and waits until a whole pass has run after this call."""
         with self._done:
             target = self.generation + 2 if self._wake.is_set() else self.generation + 1
-            self._wake.set()
+            self.wake()
             return self._done.wait_for(lambda: self.generation >= target, timeout)
 
     def _run(self) -> None:
@@ -241,9 +257,14 @@ class ControlLoop:
             if gap > 0:
                 self._stop.wait(gap)
             self._wake.clear()
+            full, self._full = self._full, False
             if self._stop.is_set():
                 break
             started = time.monotonic()
+            if not full and self._federation_alone and started - self._last_full < self.tick_interval:
+                self._federation_only()
+                continue
+            self._last_full = started
             try:
                 self.last_stats = self.tick_once()
                 self.last_pass_ok = time.monotonic()
@@ -280,14 +301,28 @@ class ControlLoop:
         with spans.span("tick.schedule"):
             pending, assigned = self._schedule_and_start()
         if self.federation is not None:
-            try:
-                with spans.span("tick.federation"):
-                    self.federation.plan(self._queued_band if self._budgeted else None)
-                self.plan_error = None
-            except Exception as exc:  # handoffs wait for the next pass; local placement (done) goes on
-                log.exception("promoting queued jobs onto peers failed; retrying on the next pass")
-                self.plan_error = f"promoting queued jobs onto peers fails: {type(exc).__name__}: {exc}"
+            self._plan()
         return TickStats((time.perf_counter() - t0) * 1000, pending, assigned, exits)
+
+    def _federation_only(self) -> None:
+        """A pass of the federation step alone, for a wake-up that only it has work for (a whole
+        pass still runs at least every `tick_interval`). Not counted in `generation`, which counts
+        whole passes for `wait_for_tick`, nor in `last_pass_ok`, which says the whole passes run."""
+        with spans.span("tick.federation_only"):
+            self._plan()
+        self.passes.notify()
+
+    def _plan(self) -> None:
+        """The federation step: promotes queued jobs onto peers; a failure is kept in
+        `plan_error` for health and the pass goes on."""
+        assert self.federation is not None
+        try:
+            with spans.span("tick.federation"):
+                self.federation.plan(self._queued_band if self._budgeted else None)
+            self.plan_error = None
+        except Exception as exc:  # handoffs wait for the next pass; local placement (done) goes on
+            log.exception("promoting queued jobs onto peers failed; retrying on the next pass")
+            self.plan_error = f"promoting queued jobs onto peers fails: {type(exc).__name__}: {exc}"
 
     def _queued_band(self, job: QueuedJob) -> Band:
         """The band a job queued for a peer competes in: batch while its owner is over budget."""

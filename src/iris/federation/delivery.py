@@ -126,6 +126,20 @@ class Delivery:
     def wake(self) -> None:
         self._wake.set()
 
+    def promoted(self) -> None:
+        """Jobs were just promoted: once the loop runs, their calls start from the caller's thread
+        (the tick's) rather than after a switch to the loop's, which on a busy controller can wait
+        a whole GIL interval per promotion round. Before the loop starts, only the flag is set."""
+        if self._thread is None or self._stop.is_set():
+            self._wake.set()
+            return
+        try:
+            with spans.span("federation.dispatch"):
+                self.dispatch()
+        except Exception:
+            log.exception("starting deliveries failed; the delivery loop retries")
+            self._wake.set()
+
     @contextmanager
     def accepted_from_now(self, peer_id: str) -> Iterator[set[str]]:
         """A set that collects every job `peer_id` accepts from now until the block ends; a job

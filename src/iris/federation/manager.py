@@ -10,8 +10,9 @@ Two background threads do what needs the network, so a slow peer delays federati
 the control tick; the tick's `plan` step is pure computation plus one transaction of conditional
 updates. One thread heartbeats, relays cancels and withdrawals, and syncs. The other delivers
 promoted jobs (`delivery`: one call per peer carrying every job promoted to it, calls to all peers
-side by side) and wakes the tick when a peer answered, so a burst flows at the pace the peers admit
-it rather than one pass or one sync (with its log relay) after another. A cancel or withdrawal of a
+side by side; the tick's own thread starts the calls for what it just promoted) and wakes the tick's
+federation step when a peer answered, so a burst flows at the pace the peers admit it rather than
+one pass or one sync (with its log relay) after another. A cancel or withdrawal of a
 job waits until a call carrying it has returned, so the peer never sees a stop before the delivery
 it would have to stop. A call this cluster gave up on may still reach the peer later, so a stop
 names the run (its nonce), and a peer that does not hold that run answers NOT_FOUND only after
@@ -281,7 +282,7 @@ class FederationManager:
         self._queue_left = len(confirmed) < len(queued)
         self.saturated = self._queue_left and self._full(in_flight)
         if confirmed:
-            self.delivery.wake()
+            self.delivery.promoted()
         promoted = {p.job_id for p in confirmed}
         self._explain_waits([c for c in candidates if c.job_id not in promoted], downgraded, errors)
         return confirmed

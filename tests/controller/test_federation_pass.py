@@ -1,0 +1,88 @@
+"""The tick's federation-only pass: a wake-up that only the federation step has work for (a job
+queued for a peer, a peer's answer) runs that step alone, a whole pass still runs at least every
+tick interval, and with budgets configured every pass is whole."""
+
+from __future__ import annotations
+
+import threading
+
+from iris.controller.db.database import Database
+from iris.controller.tick import ControlLoop
+from iris.core.config import BudgetsConfig
+from iris.core.polling import wait_until
+
+
+class CountingFederation:
+    """Counts the tick's federation steps (the manager's `plan`)."""
+
+    saturated = False
+
+    def __init__(self) -> None:
+        self.plans = 0
+
+    def plan(self, band_of=None) -> list:
+        self.plans += 1
+        return []
+
+
+def _loop(tmp_path, tick_interval: float, budgets: BudgetsConfig | None = None):
+    federation = CountingFederation()
+    loop = ControlLoop(
+        Database(tmp_path / "controller.db"),
+        {},
+        {},
+        tick_interval=tick_interval,
+        federation=federation,
+        budgets=budgets,
+    )
+    return loop, federation
+
+
+def test_a_federation_wake_runs_the_federation_step_alone_and_a_wake_runs_a_whole_pass(tmp_path):
+    loop, federation = _loop(tmp_path, tick_interval=60)
+    loop.start()
+    loop.wake()  # as the controller does once started
+    try:
+        wait_until(lambda: loop.generation == 1 and federation.plans == 1, timeout=10, what="the first pass")
+        loop.wake_federation()
+        wait_until(lambda: federation.plans == 2, timeout=10, what="a federation step")
+        assert loop.generation == 1  # no whole pass: backends and the scheduler were not touched
+        loop.wake()
+        wait_until(lambda: loop.generation == 2, timeout=10, what="a whole pass")
+        assert federation.plans == 3  # a whole pass ends with the federation step
+    finally:
+        loop.stop()
+
+
+def test_federation_wakes_without_pause_still_let_a_whole_pass_run_each_tick_interval(tmp_path):
+    loop, federation = _loop(tmp_path, tick_interval=0.2)
+    stop = threading.Event()
+
+    def keep_waking() -> None:
+        while not stop.wait(0.002):
+            loop.wake_federation()
+
+    waker = threading.Thread(target=keep_waking)
+    loop.start()
+    waker.start()
+    try:
+        wait_until(lambda: loop.generation >= 4, timeout=30, what="whole passes between federation steps")
+        assert federation.plans > loop.generation
+    finally:
+        stop.set()
+        waker.join()
+        loop.stop()
+
+
+def test_with_budgets_a_federation_wake_runs_a_whole_pass(tmp_path):
+    # Queued jobs are judged by what their owners' work here holds now, which only a whole pass reads.
+    loop, federation = _loop(tmp_path, tick_interval=60, budgets=BudgetsConfig(users={"alice": 5}))
+    loop.start()
+    loop.wake()  # as the controller does once started
+    try:
+        wait_until(lambda: loop.generation == 1, timeout=10, what="the first pass")
+        loop.wake_federation()
+        wait_until(lambda: loop.generation == 2, timeout=10, what="a whole pass")
+        assert federation.plans == 2
+    finally:
+        loop.stop()
