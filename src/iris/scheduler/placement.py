@@ -12,7 +12,7 @@ capacity and the set of evictable tasks only shrink during a tick.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -89,7 +89,7 @@ def _preempt_one(ledger: Ledger, placed: Placed, shape: Shape, task: PendingTask
 
 
 def place_independent(
-    ledger: Ledger, memo: Memo, shape: Shape, band: Band, tasks: list[PendingTask], now_ms: int
+    ledger: Ledger, memo: Memo, shape: Shape, band: Band, tasks: Sequence[PendingTask], now_ms: int
 ) -> Placed:
     """Places as many of `tasks` as fit, in order, each on its best-fit worker, preempting when
     allowed; stops at the first task that cannot be placed."""
@@ -98,11 +98,15 @@ def place_independent(
     need = shape.need
     i, n = 0, len(tasks)
     no_fit = shape in memo.no_fit
+    free, hosts, assigned = ledger.free, ledger.workers, placed.assignments
     while i < n:
-        w = None if no_fit else find(need, ledger.free)
+        w = None if no_fit else find(need, free)
         if w is not None:
-            k = max(1, copies(ledger.free[w], need, n - i))
-            _assign(ledger, placed, w, tasks[i : i + k])
+            # One search, then as many of the run as the worker holds (it stays the best fit).
+            k = copies(free[w], need, n - i) or 1
+            worker = hosts[w]
+            run = tasks if k == n else tasks[i : i + k]
+            assigned.extend(assignments(map(_task_id, run), worker.worker_id, worker.backend_id))
             ledger.take(w, need, k)
             i += k
             continue

@@ -138,12 +138,12 @@ def build_requests(
 
 def _place(tick: Tick, memo: Memo, request: JobRequest, outcome: JobOutcome) -> None:
     ledger, now_ms = tick.ledger, tick.snapshot.now_ms
-    tasks = list(request.tasks)
     placed: Placed | None
     if request.coscheduled:
+        tasks = list(request.tasks)
         placed = place_coscheduled(ledger, memo, request.shape, request.band, tasks, request.pinned_group, now_ms)
     else:
-        placed = place_independent(ledger, memo, request.shape, request.band, tasks, now_ms)
+        placed = place_independent(ledger, memo, request.shape, request.band, request.tasks, now_ms)
     if placed is None:
         return
     tick.assignments.extend(placed.assignments)
@@ -168,14 +168,16 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
         outcome = tick.outcomes[request.job_id] = JobOutcome(request)
         replicas = request.replicas if request.coscheduled else 1
         mine = (request.shape, replicas)
-        if mine not in verdicts:
+        try:
+            verdict = verdicts[mine]
+        except KeyError:
             key = (request.shape.need, request.shape.hard, replicas)
             if key not in never:
                 never[key] = never_fits(ledger, request.shape, replicas)
-            verdicts[mine] = never[key]
-        outcome.unschedulable = verdicts[mine]
-        if outcome.unschedulable is not None:
-            tick.unschedulable.extend(Unschedulable(t.task_id, outcome.unschedulable) for t in request.tasks)
+            verdict = verdicts[mine] = never[key]
+        outcome.unschedulable = verdict
+        if verdict is not None:
+            tick.unschedulable.extend(Unschedulable(t.task_id, verdict) for t in request.tasks)
         elif request.tasks:
             _place(tick, memo, request, outcome)
     _explain_waits(tick, memo)
