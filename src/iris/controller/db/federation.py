@@ -62,14 +62,12 @@ def queue_job(
     state, created = insert_job(conn, spec, now_ms, existing_policy, cluster=peer_id or "", with_tasks=False)
     if not created:
         return False
-    conn.execute(
-        sql("UPDATE jobs SET pending_reason = :r WHERE job_id = :j"), {"r": queued_reason(peer_id), "j": spec.job_id}
-    )
-    conn.execute(
-        sql(
-            "INSERT INTO federated_jobs (job_id, direction, peer_id, owner_principal, submitting_user, handoff_state,"
-            f" nonce, updated_ms) VALUES (:j, {SENT}, :p, :o, :u, {QUEUED_HANDOFF}, :n, :now)"
-        ),
+    # On the driver (`run`), as the rest of the submit path's statements are: a burst queues many.
+    run(conn, "UPDATE jobs SET pending_reason = :r WHERE job_id = :j", {"r": queued_reason(peer_id), "j": spec.job_id})
+    run(
+        conn,
+        "INSERT INTO federated_jobs (job_id, direction, peer_id, owner_principal, submitting_user, handoff_state,"
+        f" nonce, updated_ms) VALUES (:j, {SENT}, :p, :o, :u, {QUEUED_HANDOFF}, :n, :now)",
         {"j": spec.job_id, "p": peer_id or "", "o": owner, "u": spec.user, "n": new_nonce(), "now": now_ms},
     )
     return True
@@ -417,12 +415,12 @@ def start_delivery(conn: Connection, job_id: str) -> bool:
     """Records that a delivery of `job_id` is about to start; False when it must not (cancelled,
     or no longer awaiting delivery). A cancel and this are serialised by the database, so a cancel
     either stops the job before any delivery or knows it must be confirmed by the peer."""
-    result = conn.execute(
-        sql(
-            f"UPDATE federated_jobs SET delivery_started = 1 WHERE job_id = :j AND direction = {SENT}"
-            f" AND handoff_state = {PENDING_HANDOFF}"
-            f" AND EXISTS (SELECT 1 FROM jobs WHERE job_id = :j AND cancel_requested = 0 AND state NOT IN {TERMINAL_JOB_SQL})"
-        ),
+    # On the driver (`run`): every job of a burst passes here once.
+    result = run(
+        conn,
+        f"UPDATE federated_jobs SET delivery_started = 1 WHERE job_id = :j AND direction = {SENT}"
+        f" AND handoff_state = {PENDING_HANDOFF}"
+        f" AND EXISTS (SELECT 1 FROM jobs WHERE job_id = :j AND cancel_requested = 0 AND state NOT IN {TERMINAL_JOB_SQL})",
         {"j": job_id},
     )
     return result.rowcount == 1
