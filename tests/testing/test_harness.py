@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from iris.client import IrisClient
 from iris.testing import ClusterSet, leftovers, pid_alive, process_group, processes_under, wait_until
 
@@ -47,3 +49,14 @@ def test_rewrite_changes_the_config_a_restart_runs(tmp_path):
         text = ctl.config_path.read_text()
         assert "GREETING: hi" in text and "tick_interval: 0.5s" in text
         assert ctl.start().pid > 0
+
+
+def test_start_is_not_fooled_by_another_controller_answering_on_its_port(tmp_path):
+    with ClusterSet(tmp_path) as clusters:
+        other = clusters.make("other").start()
+        # As if a test beside this one had drawn this controller's port while it was stopped.
+        late = clusters.make("late", port=other.port)
+        with pytest.raises(RuntimeError, match=f"another server \\(pid {other.pid}\\) answers there"):
+            late.start()
+        assert late.proc is not None and late.proc.poll() is not None, "its own process could not serve"
+        assert other.proc is not None and other.proc.poll() is None

@@ -10,17 +10,20 @@ remembers every cluster it made and stops them all at teardown, even when a test
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
@@ -31,6 +34,10 @@ from iris.testing.processes import pid_alive
 
 START_TIMEOUT_S = 60.0
 PORT_FLOOR = 20000
+PORT_CLAIMS = Path(tempfile.gettempdir()) / "iris-test-ports"
+CLAIMS_HELD = 256
+_claims: dict[int, IO[str]] = {}
+_CLAIMS_LOCK = threading.Lock()
 _RANDOM = random.SystemRandom()
 STOP_TIMEOUT_S = 20.0
 
@@ -40,7 +47,9 @@ def free_port() -> int:
 
     It is drawn below the kernel's ephemeral range: a port the kernel hands to `bind(0)` (a test's
     in-process server, an outgoing connection) can then never be the one a controller is about to
-    take, which would leave a test talking to some other server on "its" controller's port.
+    take, which would leave a test talking to some other server on "its" controller's port. And it
+    is claimed among every process on this host that draws ports here (see `_claim`): a controller
+    stopped for a restart leaves its port free, and a test running beside it must not draw it.
     """
     low = _ephemeral_low()
     for _ in range(100):
@@ -50,8 +59,30 @@ def free_port() -> int:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return s.getsockname()[1]
+            port = s.getsockname()[1]
+        if port and _claim(port):
+            return port
     raise RuntimeError("no free loopback port found below the ephemeral range")
+
+
+def _claim(port: int) -> bool:
+    """Takes a lock on `port` under `PORT_CLAIMS`, held while this process lives (its last
+    `CLAIMS_HELD` claims, so the open files stay bounded); False when another process holds it."""
+    try:
+        PORT_CLAIMS.mkdir(mode=0o777, exist_ok=True)
+        claim = open(PORT_CLAIMS / str(port), "a")
+    except OSError:
+        return True  # no shared folder: the bind check alone decides
+    try:
+        fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        claim.close()
+        return False
+    with _CLAIMS_LOCK:
+        _claims[port] = claim
+        while len(_claims) > CLAIMS_HELD:
+            _claims.pop(next(iter(_claims))).close()
+    return True
 
 
 def _ephemeral_low() -> int:
@@ -154,16 +185,17 @@ class ClusterProcess:
                 start_new_session=True,
                 env=dict(self.env) if self.env is not None else None,
             )
+        # Ready once *this* process answers: while it starts, another server (a controller of a
+        # test running beside this one, on a port it drew while this one was stopped) may answer
+        # on the port, and a test must never be handed that one.
         deadline = time.monotonic() + timeout
-        while not probe(self.url, timeout=0.5):
+        while (answer := probe(self.url, timeout=0.5)) is None or answer.get("pid") != self.proc.pid:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 tail = self.log_path.read_text(errors="replace")[-3000:]
                 self.stop()
-                raise RuntimeError(f"controller {self.name} did not start at {self.url}:\n{tail}")
+                other = f"; another server (pid {answer.get('pid', '?')}) answers there" if answer else ""
+                raise RuntimeError(f"controller {self.name} did not start at {self.url}{other}:\n{tail}")
             time.sleep(0.05)
-        if self.proc.poll() is not None:
-            tail = self.log_path.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"controller {self.name} exited, yet something else answers at {self.url}:\n{tail}")
         return self
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
