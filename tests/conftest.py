@@ -10,6 +10,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +22,27 @@ from iris.testing import ClusterProcess, ClusterSet, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
-__all__ = ["ROOT", "ControllerFactory", "RunningController", "free_port", "wait_until"]
+__all__ = ["ROOT", "ControllerFactory", "RunningController", "free_port", "start_together", "wait_until"]
+
+# Where the long tests live, longest first. The suite runs with `--dist loadfile`: each file goes
+# whole to one worker (its module-scoped fixtures are built once), and a worker takes the next file
+# in this order as it frees up; a long file started near the end would be the run's whole tail,
+# started first the short ones fill in behind it. Paths not listed keep their place after these.
+SLOW_FIRST = (
+    "tests/integration/test_federation_chaos.py",
+    "tests/integration/test_federation_faults.py",
+    "tests/integration/test_federation_honest.py",
+    "tests/integration/test_federation.py",
+    "tests/controller/test_soak.py",
+    "tests/integration/",
+    "tests/workers/",
+    "tests/dashboard/",
+    "tests/controller/",
+    "tests/cli/",
+    "tests/client/",
+    "tests/testing/",
+    "tests/backends/",
+)
 
 
 def pytest_configure(config):
@@ -41,6 +63,16 @@ def pytest_unconfigure(config):
     else:
         os.environ["HOME"] = previous
     shutil.rmtree(home, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Orders the files of long tests first (a stable sort: a file's own order is kept)."""
+
+    def rank(item) -> int:
+        path = item.nodeid.split("::")[0]
+        return next((i for i, prefix in enumerate(SLOW_FIRST) if path.startswith(prefix)), len(SLOW_FIRST))
+
+    items.sort(key=rank)
 
 
 def wait_until(predicate, timeout: float = 20.0, interval: float = 0.02, message: str = "condition"):
@@ -93,6 +125,14 @@ class RunningController(ClusterProcess):
         )
 
 
+def start_together(*controllers: RunningController) -> list[RunningController]:
+    """Starts controllers at once (each start is mostly its imports) and returns once all answer.
+
+    Their ports are fixed when they are made, so a parent's `peers:` may name peers not yet up."""
+    with ThreadPoolExecutor(len(controllers)) as pool:
+        return list(pool.map(lambda ctl: ctl.start(), controllers))
+
+
 class ControllerFactory(ClusterSet):
     """`controller_factory(name, backends=…, start=True, **top-level config keys)`."""
 
@@ -123,3 +163,14 @@ def controller_factory(tmp_path):
 @pytest.fixture
 def controller(controller_factory) -> RunningController:
     return controller_factory()
+
+
+@pytest.fixture(scope="module")
+def module_controller(tmp_path_factory) -> Iterator[RunningController]:
+    """A default controller shared by a module's tests that each leave it as they found it (the
+    cases of a parametrized refusal check, say): one start instead of one per test."""
+    factory = ControllerFactory(tmp_path_factory.mktemp("module-controller"))
+    try:
+        yield factory()
+    finally:
+        factory.cleanup()

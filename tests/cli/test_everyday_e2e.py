@@ -33,11 +33,11 @@ def _jobs(controller) -> list[dict]:
 
 
 @pytest.mark.parametrize(("args", "fix"), BAD_INPUTS, ids=[" ".join(a[1:4]) for a, _ in BAD_INPUTS])
-def test_bad_input_exits_3_with_the_fix_and_writes_nothing(controller, args, fix):
-    result = controller.cli(*args)
+def test_bad_input_exits_3_with_the_fix_and_writes_nothing(module_controller, args, fix):
+    result = module_controller.cli(*args)
     assert result.returncode == 3, result.stdout + result.stderr
     assert fix in result.stderr and "Traceback" not in result.stderr
-    assert _jobs(controller) == []
+    assert _jobs(module_controller) == []
 
 
 def test_env_spellings_and_env_file_all_reach_the_job(controller, tmp_path):

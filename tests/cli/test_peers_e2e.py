@@ -7,7 +7,7 @@ import json
 import time
 
 from iris.controller.auth import load_or_create_signing_key, public_key_pem
-from tests.conftest import free_port, wait_until
+from tests.conftest import free_port, start_together, wait_until
 from tests.controller.helpers import user_token
 
 FAST = {"tick_interval": "1s", "federation_heartbeat_interval": "0.5s", "federation_sync_interval": "0.5s"}
@@ -102,9 +102,8 @@ def test_explain_marks_capacity_of_a_silent_peer_as_stale(controller_factory):
     peer.rewrite(
         auth={"federation_peers": {"marin": public_key_pem(load_or_create_signing_key(None, marin.state_dir))}}
     )
-    peer.start()
     marin.rewrite(peers={"cw-h100": {"address": peer.url}})
-    marin.start()
+    start_together(peer, marin)
     marin.extra_env["IRIS_TOKEN"] = user_token(marin, "alice")
     wait_until(
         lambda: json.loads(marin.cli("-o", "json", "cluster", "peers").stdout)["peers"][0]["status"] == "up",

@@ -16,7 +16,7 @@ from websockets.sync.client import connect
 from iris.controller.auth import load_or_create_signing_key, mint_token, public_key_pem
 from iris.federation.ids import received_job_id
 from iris.rpc import controller_pb2 as pb
-from tests.conftest import wait_until
+from tests.conftest import start_together, wait_until
 from tests.controller.helpers import client, error_code, status, user_token, wait_state
 
 FAST = {"tick_interval": "1s", "federation_heartbeat_interval": "0.5s", "federation_sync_interval": "0.5s"}
@@ -36,6 +36,7 @@ def clusters(controller_factory):
     marin_key = public_key_pem(load_or_create_signing_key(None, marin.state_dir))
     h100 = controller_factory(
         "cw-h100",
+        start=False,
         controller=FAST,
         auth={"federation_peers": {"marin": marin_key}},
         federation_public_parent=marin.url,
@@ -51,7 +52,7 @@ def clusters(controller_factory):
         ],
     )
     marin.rewrite(peers={"cw-h100": {"address": h100.url}})
-    marin.start()
+    start_together(h100, marin)
     c = client(marin)
     wait_until(lambda: all(p.reachable for p in c.list_peers(pb.ListPeersRequest()).peers), message="peer reachable")
     return marin, h100

@@ -1,4 +1,9 @@
-"""Federation end to end: three real controllers on loopback (a CPU parent, two GPU peers)."""
+"""Federation end to end: three real controllers on loopback (a CPU parent, two GPU peers).
+
+Tests that leave the federation as they found it (every job they start has ended when they return)
+share one, built once per module: starting three controllers costs more than most of these tests. A
+test that needs other settings, or breaks what it runs on, starts its own with `start_federation`.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,8 @@ import pytest
 from iris.controller.auth import load_or_create_signing_key, public_key_pem
 from iris.federation.ids import received_job_id
 from iris.rpc import controller_pb2 as pb
-from tests.conftest import free_port, wait_until
-from tests.controller.helpers import client, error_code, logs, pid_alive, status, user_token, wait_state
+from tests.conftest import ControllerFactory, free_port, start_together, wait_until
+from tests.controller.helpers import TERMINAL, client, error_code, logs, pid_alive, status, user_token, wait_state
 
 FAST = {"tick_interval": "1s", "federation_heartbeat_interval": "0.5s", "federation_sync_interval": "0.5s"}
 
@@ -55,8 +60,10 @@ def start_federation(
     marin_key = public_key_pem(load_or_create_signing_key(None, marin.state_dir))
     auth = {"federation_peers": {"marin": marin_key}, **(peer_auth or {})}
     defaults = {"task_env": {"SHARED": "peer-default", "PEER_ONLY": "peer-set"}}
-    h100 = controller_factory("cw-h100", backends=gpu_backend("h100"), controller=FAST, auth=auth, defaults=defaults)
-    gb200 = controller_factory("cw-gb200", backends=gpu_backend("gb200"), controller=FAST, auth=auth)
+    h100 = controller_factory(
+        "cw-h100", start=False, backends=gpu_backend("h100"), controller=FAST, auth=auth, defaults=defaults
+    )
+    gb200 = controller_factory("cw-gb200", start=False, backends=gpu_backend("gb200"), controller=FAST, auth=auth)
     marin.rewrite(
         peers={
             "cw-h100": {"address": h100.url},
@@ -64,7 +71,7 @@ def start_federation(
             "cw-gone": {"address": f"http://127.0.0.1:{free_port()}"},
         }
     )
-    marin.start()
+    start_together(h100, gb200, marin)
     c = client(marin)
     wait_until(
         lambda: sum(p.reachable for p in c.list_peers(pb.ListPeersRequest()).peers) == 2, message="peers reachable"
@@ -72,9 +79,63 @@ def start_federation(
     return Federation(marin, h100, gb200, user_token(marin, "alice"))
 
 
+class SharedFederation:
+    """One federation lent to test after test; replaced when a test left a job unfinished or a
+    controller gone, so what one test breaks never reaches the next."""
+
+    def __init__(self, base):
+        self.base = base
+        self.built = 0
+        self.factory: ControllerFactory | None = None
+        self.current: Federation | None = None
+
+    def lend(self) -> Federation:
+        if self.current is None:
+            self.built += 1
+            self.factory = ControllerFactory(self.base / f"federation-{self.built}")
+            self.current = start_federation(self.factory)
+        return self.current
+
+    def check_returned(self) -> None:
+        """Discards the federation unless all three controllers run and every job on each has ended."""
+        fed = self.current
+        if fed is None:
+            return
+
+        def settled() -> bool:
+            for ctl in fed:
+                if ctl.proc is None or ctl.proc.poll() is not None:
+                    return False
+                jobs = client(ctl).list_jobs(pb.ListJobsRequest(limit=100000)).jobs
+                if any(job.state not in TERMINAL for job in jobs):
+                    return False
+            return True
+
+        try:
+            wait_until(settled, timeout=10, interval=0.1, message="the shared federation's jobs to end")
+        except Exception:
+            self.close()
+
+    def close(self) -> None:
+        factory, self.factory, self.current = self.factory, None, None
+        if factory is not None:
+            factory.cleanup()
+
+
+@pytest.fixture(scope="module")
+def shared_federation(tmp_path_factory):
+    shared = SharedFederation(tmp_path_factory.mktemp("federation"))
+    try:
+        yield shared
+    finally:
+        shared.close()
+
+
 @pytest.fixture
-def federation(controller_factory) -> Federation:
-    return start_federation(controller_factory)
+def federation(shared_federation) -> Federation:
+    fed = shared_federation.lend()
+    yield fed
+    shared_federation.check_returned()
 
 
 def on_peer(job_id: str, requester: str = "marin") -> str:
@@ -126,7 +187,10 @@ def test_cpu_job_runs_locally_and_gpu_job_runs_on_the_peer_with_state_and_logs_m
     )
     assert wait_state(c, local.job_id).job.cluster == "marin"
     rows = c.execute_raw_query(
-        pb.ExecuteRawQueryRequest(sql="SELECT job_id, peer_id, owner_principal, handoff_state FROM federated_jobs")
+        pb.ExecuteRawQueryRequest(
+            sql="SELECT job_id, peer_id, owner_principal, handoff_state FROM federated_jobs"
+            f" WHERE job_id IN ('{local.job_id}', '{sent.job_id}')"
+        )
     ).rows
     assert [[v.string_value for v in r.values] for r in rows] == [[sent.job_id, "cw-h100", "alice", "HANDED_OFF"]]
 

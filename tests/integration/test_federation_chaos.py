@@ -21,7 +21,7 @@ from connectrpc.errors import ConnectError
 from iris.controller.auth import load_or_create_signing_key, public_key_pem
 from iris.rpc import controller_pb2 as pb
 from iris.testing.processes import leftovers
-from tests.conftest import wait_until
+from tests.conftest import start_together, wait_until
 from tests.controller.helpers import TERMINAL, client, user_token
 from tests.integration.test_federation import FAST, gpu_backend
 
@@ -87,11 +87,11 @@ def test_federation_survives_random_kills_with_each_job_run_once_and_every_line_
     )
     trust = {"federation_peers": {"marin": public_key_pem(load_or_create_signing_key(None, marin.state_dir))}}
     peers = {
-        n: controller_factory(n, backends=gpu_backend("h100", workers=2), controller=FAST, auth=trust)
+        n: controller_factory(n, start=False, backends=gpu_backend("h100", workers=2), controller=FAST, auth=trust)
         for n in ("cw-a", "cw-b")
     }
     marin.rewrite(peers={n: {"address": p.url} for n, p in peers.items()})
-    marin.start()
+    start_together(*peers.values(), marin)
     clusters = {"marin": marin, **peers}
     token = user_token(marin, "alice")
     c = client(marin, token)

@@ -18,7 +18,7 @@ from iris.core.resources import Resources
 from iris.federation.manager import FederationManager
 from iris.federation.model import Promotion
 from iris.rpc import controller_pb2 as pb
-from tests.conftest import wait_until
+from tests.conftest import start_together, wait_until
 from tests.controller.helpers import client, status, user_token, wait_state
 from tests.integration.test_federation import FAST, gpu_backend, gpu_job, on_peer
 
@@ -26,10 +26,10 @@ ADMISSION_DELAY_S = 8  # well past the parent's 3 s call timeout, so the stop la
 
 
 def _slow_peer(controller_factory, name: str, trust: dict, backends: list[dict]):
-    """A peer that holds every handoff call `ADMISSION_DELAY_S` before admitting anything."""
+    """A peer that holds every handoff call `ADMISSION_DELAY_S` before admitting anything (not started)."""
     peer = controller_factory(name, backends=backends, controller=FAST, auth=trust, start=False)
     peer.env = {**os.environ, HANDOFF_DELAY_ENV: str(ADMISSION_DELAY_S)}
-    return peer.start()
+    return peer
 
 
 def _refused_late(peer, job_id: str) -> bool:
@@ -58,7 +58,7 @@ def test_cancel_relayed_before_the_peer_admits_the_handoff_never_runs_there(cont
     trust = {"federation_peers": {"marin": public_key_pem(load_or_create_signing_key(None, marin.state_dir))}}
     h100 = _slow_peer(controller_factory, "cw-h100", trust, gpu_backend("h100"))
     marin.rewrite(peers={"cw-h100": {"address": h100.url}})
-    marin.start()
+    start_together(h100, marin)
     c = client(marin, user_token(marin, "alice"))
     wait_until(lambda: any(p.reachable for p in c.list_peers(pb.ListPeersRequest()).peers), message="peer reachable")
     runs = tmp_path / "late.runs"
@@ -89,7 +89,8 @@ def test_withdrawal_confirmed_before_the_late_handoff_runs_the_job_on_one_peer_o
     trust = {"federation_peers": {"marin": public_key_pem(key)}}
     cpu = {"kind": "local", "workers": 1, "capacity": {"cpu": 2, "memory": "2G"}}
     cw_a = _slow_peer(controller_factory, "cw-a", trust, [{"id": "a-cpu", **cpu}])
-    cw_b = controller_factory("cw-b", backends=[{"id": "b-cpu", **cpu}], controller=FAST, auth=trust)
+    cw_b = controller_factory("cw-b", start=False, backends=[{"id": "b-cpu", **cpu}], controller=FAST, auth=trust)
+    start_together(cw_a, cw_b)
     db = Database(tmp_path / "marin" / "controller.db")
     store = ControllerFederationStore(db, "marin", lambda: int(time.time() * 1000))
     manager = FederationManager(

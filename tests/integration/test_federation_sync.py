@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from iris.controller.auth import load_or_create_signing_key, public_key_pem
 from iris.rpc import controller_pb2 as pb
-from tests.conftest import wait_until
+from tests.conftest import start_together, wait_until
 from tests.controller.helpers import client, status, user_token, wait_state
 from tests.integration.test_federation import FAST, gpu_backend, gpu_job, on_peer
 
@@ -23,12 +23,13 @@ def start_pair(controller_factory, peer_controller: dict | None = None, peer_wor
     auth = {"federation_peers": {"marin": public_key_pem(load_or_create_signing_key(None, marin.state_dir))}}
     h100 = controller_factory(
         "cw-h100",
+        start=False,
         backends=gpu_backend("h100", workers=peer_workers),
         controller={**FAST, **(peer_controller or {})},
         auth=auth,
     )
     marin.rewrite(peers={"cw-h100": {"address": h100.url}})
-    marin.start()
+    start_together(h100, marin)
     c = client(marin)
     wait_until(lambda: all(p.reachable for p in c.list_peers(pb.ListPeersRequest()).peers), message="peer reachable")
     return marin, h100, user_token(marin, "alice")

@@ -5,7 +5,7 @@ out as `<base>/<name>/{cluster.yaml, state/, controller.log}`. Its fields are th
 changes them and the file together, so a restart always runs what the fields say. `stop` is a
 SIGTERM (the controller ends its attempts), then SIGKILL if it lingers, then the attempts a killed
 controller left behind (by the pids in their folders, checked to be attempts first). `ClusterSet`
-remembers every cluster it made and stops them all at teardown, even when a test fails.
+remembers every cluster it made and stops them all together at teardown, even when a test fails.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -236,7 +237,7 @@ class ClusterProcess:
 
 
 class ClusterSet:
-    """Clusters made under one folder; `close` stops every one of them, in reverse order."""
+    """Clusters made under one folder; `close` stops every one of them, together."""
 
     def __init__(self, base: Path):
         self.base = base
@@ -255,12 +256,17 @@ class ClusterSet:
         return cluster
 
     def close(self) -> None:
-        errors = []
-        for cluster in reversed(self.clusters):
+        """Stops every cluster at once: each stop is mostly a wait for that controller to wind down."""
+
+        def stop(cluster: ClusterProcess) -> str | None:
             try:
                 cluster.stop()
             except Exception as exc:  # keep stopping the others; report after
-                errors.append(f"{cluster.name}: {exc}")
+                return f"{cluster.name}: {exc}"
+            return None
+
+        with ThreadPoolExecutor(max(1, len(self.clusters))) as pool:
+            errors = [e for e in pool.map(stop, reversed(self.clusters)) if e]
         if errors:
             raise RuntimeError("could not stop every cluster: " + "; ".join(errors))
 
