@@ -18,7 +18,7 @@ sorted when asked.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from iris.scheduler.fit import Vector, copies
@@ -35,6 +35,19 @@ Counts = tuple[dict[Group, int], list[tuple[int, Group]]]
 def count(free: list[Vector], members: Iterable[int], need: Vector, limit: int) -> int:
     """How many tasks of `need` the workers hold, each worker counted up to `limit`."""
     return sum(copies(free[w], need, limit) for w in members)
+
+
+def counter(need: Vector, limit: int) -> Callable[[Vector], int]:
+    """`copies` of `need` up to `limit` as a function of free capacity alone, reading only the
+    dimensions `need` asks for (a group count asks it of every worker that changes)."""
+    dims = [(d, want) for d, want in enumerate(need) if want > 0]
+    if len(dims) == 3:
+        (a, x), (b, y), (c, z) = dims
+        return lambda f: max(0, min(limit, f[a] // x, f[b] // y, f[c] // z))
+    if len(dims) == 2:
+        (a, x), (b, y) = dims
+        return lambda f: max(0, min(limit, f[a] // x, f[b] // y))
+    return lambda f: copies(f, need, limit)
 
 
 def count_all(free: list[Vector], groups: Mapping[Group, tuple[int, ...]], need: Vector, limit: int) -> Counts:
@@ -98,11 +111,12 @@ class GangSlots:
     recount of its group. A worker that held none is passed over: the changes counted here (those
     outside a trial, and those of trials kept) only ever shrink free capacity."""
 
-    __slots__ = ("need", "limit", "group_of", "counts", "dirty", "log", "read", "base", "held", "_ranked")
+    __slots__ = ("need", "limit", "holds", "group_of", "counts", "dirty", "log", "read", "base", "held", "_ranked")
 
     def __init__(self, ledger: Ledger, hard: tuple, need: Vector, limit: int) -> None:
         ix = ledger.ix
         self.need, self.limit = need, limit
+        self.holds = counter(need, limit)
         _, self.group_of, number = ix.gang_groups(hard)
         slots, ready = ix.gang_counts(hard, need, limit)
         self.counts: Counts = (dict(slots), list(ready))  # the index's are shared with later ticks
@@ -121,15 +135,15 @@ class GangSlots:
             self.read = len(log)
         if dirty:
             slots = self.counts[0]
-            need, limit, held, base, group_of = self.need, self.limit, self.held, self.base, self.group_of
+            held, base, group_of, holds = self.held, self.base, self.group_of, self.holds
             moved = set()
             for w in dirty:
                 old = held.get(w)
                 if old is None:
-                    old = copies(base[w], need, limit)
+                    old = held[w] = holds(base[w])
                 if old == 0:
                     continue  # it held none, and what is kept outside trials only shrinks
-                new = held[w] = copies(free[w], need, limit)
+                new = held[w] = holds(free[w])
                 if new != old:
                     g = group_of[w]
                     slots[g] += new - old
@@ -137,7 +151,7 @@ class GangSlots:
             dirty.clear()
             if moved:
                 self._ranked = None
-                _push_ready(self.counts, moved, limit)
+                _push_ready(self.counts, moved, self.limit)
         return self.counts[0]
 
     def roomiest(self) -> list[tuple[int, Group]]:

@@ -48,12 +48,15 @@ class Memo:
     no_fit: set[Shape] = field(default_factory=set)
     no_preempt: set[tuple[Shape, Band]] = field(default_factory=set)
     no_gang: set[tuple] = field(default_factory=set)
+    no_room: set[tuple] = field(default_factory=set)  # ((hard, need, replicas), group or None): no free room
     victims: dict[tuple, VictimIndex] = field(default_factory=dict)
     bounds: dict[tuple, list[tuple]] = field(default_factory=dict)  # (where it evicts, band) -> victim_bounds
     gangs: dict[tuple, GangSlots] = field(default_factory=dict)  # (hard, need, replicas) -> slots per group
-    # (need, hard, group, band) -> what the group's workers hold after evicting all that band
-    # outranks, counted when that fell short of a job's replicas
-    gang_reclaim: dict[tuple, int] = field(default_factory=dict)
+    # (need, band, workers) -> (state, per worker, in all): what a group's workers hold after
+    # evicting all that band outranks (see `_reclaim`)
+    gang_reclaim: dict[tuple, tuple] = field(default_factory=dict)
+    gang_reclaim_bounds: dict[tuple, dict[Group, int]] = field(default_factory=dict)  # (need, hard, band) -> the same
+    gang_workers: dict[tuple, tuple[int, ...]] = field(default_factory=dict)  # (hard, group) -> its workers
     gang_cost: dict[tuple, tuple] = field(default_factory=dict)  # (need, band, members) -> (state, run)
     gang_members: dict[tuple, tuple[int, ...]] = field(default_factory=dict)  # (evicts_among, group) -> members
 
@@ -175,6 +178,32 @@ def _slots(ledger: Ledger, levels: list[tuple[int, ...]], shape: Shape, limit: i
     return total
 
 
+def _reclaim(ledger: Ledger, memo: Memo, shape: Shape, group: Group, band: Band, n: int) -> tuple[int, int]:
+    """`_slots` evicting at `band`, and the same without a limit per worker: from what each worker
+    held when last counted while no worker of the group has changed since (their highest stamp
+    says so). What evictions can free only shrinks within a tick, so a group whose workers held
+    fewer than `n` in all stays short of `n` without looking again."""
+    workers = memo.gang_workers.get((shape.hard, group))
+    if workers is None:
+        workers = memo.gang_workers[(shape.hard, group)] = tuple(
+            sorted(w for level in ledger.group_levels(shape)[group] for w in level)
+        )
+    key = (shape.need, band, workers)
+    known = memo.gang_reclaim.get(key)
+    if known is not None and known[2] < n:
+        return known[2], known[2]
+    version = ledger.version
+    state = max([version[w] for w in workers], default=-1)
+    if known is None or known[0] != state:
+        need = shape.need
+        held = tuple(copies(reclaimable(ledger, w, band)[0], need, _UNBOUNDED) for w in workers)
+        known = memo.gang_reclaim[key] = (state, held, sum(held))
+    return sum(c if c < n else n for c in known[1]), known[2]
+
+
+_UNBOUNDED = 1 << 62
+
+
 def _group_slots(
     ledger: Ledger, memo: Memo, shape: Shape, groups: dict[Group, list[tuple[int, ...]]], n: int
 ) -> tuple[dict[Group, int], Group | None, Callable[[], list[tuple[int, Group]]]]:
@@ -223,19 +252,33 @@ def place_coscheduled(
     job's running replicas already are.
     """
     n = len(tasks)
+    # Free slots only shrink within a tick: where no group (or not the pinned one) held a request
+    # earlier, none does now, and a job that may not preempt needs no counting to wait.
+    room = (shape.hard, shape.need, n)
+    if (
+        (not can_preempt_anything(band) or (shape, n, pinned_group, band) in memo.no_gang)
+        and not memo.plain
+        and ((room, None) in memo.no_room or (room, pinned_group) in memo.no_room)
+    ):
+        return None
     groups = ledger.group_levels(shape)
     free_slots, tightest, ranked = _group_slots(ledger, memo, shape, groups, n)
+    if tightest is None:
+        memo.no_room.add((room, None))
     if pinned_group is not None:
         pinned = free_slots.get(pinned_group)
         only: list[tuple[int, Group]] = [] if pinned is None else [(-pinned, pinned_group)]
         ranked = lambda: only  # noqa: E731
         tightest = pinned_group if pinned is not None and pinned >= n else None
+        if tightest is None:
+            memo.no_room.add((room, pinned_group))
     if tightest is not None:
         find = ledger.finder(shape, tightest, memo.plain)
         return _fill_in_trial(ledger, find, shape, None, tasks, (), now_ms)
     if not can_preempt_anything(band) or (shape, n, pinned_group, band) in memo.no_gang:
         return None
     allowed: set[int] | None = None
+    reclaim_bounds = memo.gang_reclaim_bounds.setdefault((shape.need, shape.hard, band), {})
     cheapest: tuple | None = None
     # Every task that free capacity cannot hold evicts at least one task, and no eviction costs
     # less than one of the lowest band losing no work: a bound that skips the trial of a group
@@ -245,16 +288,16 @@ def place_coscheduled(
         if cheapest is not None and ((-LOWEST_BAND, n + negative_slots, 0), group) >= cheapest[0]:
             break
         levels = groups[group]
-        # A count that falls short of the replicas counted no worker at the limit: it is what the
-        # workers hold without one, so it bounds the count for any number of replicas, and what
-        # evictions can free only shrinks within a tick.
-        reclaim_key = (shape.need, shape.hard, group, band)
-        bound = memo.gang_reclaim.get(reclaim_key)
-        if bound is not None and bound < n:
-            continue
-        reclaim = _slots(ledger, levels, shape, n, band)
+        if memo.plain:
+            reclaim = _slots(ledger, levels, shape, n, band)
+        else:
+            # What a group's workers hold, evicting, only shrinks within a tick: each count is an
+            # upper bound for the rest of it.
+            most = reclaim_bounds.get(group)
+            if most is not None and most < n:
+                continue
+            reclaim, reclaim_bounds[group] = _reclaim(ledger, memo, shape, group, band, n)
         if reclaim < n:
-            memo.gang_reclaim[reclaim_key] = reclaim
             continue
         members = memo.gang_members.get((shape.evicts_among, group))
         if members is None:
