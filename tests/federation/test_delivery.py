@@ -251,20 +251,24 @@ class SyncStore(Store):
 def test_dispatch_batches_what_was_promoted_keeps_calls_bounded_and_each_job_in_one_call(held_peer):
     store = Store([(f"/bob/a{i}", "cw") for i in range(5)])
     manager = FederationManager("marin", {"cw": held_peer.url}, store=store, router=None)
+    open_calls = []
+    expected = [[f"/bob/a{i}" for i in range(5)]]
     try:
-        first = manager.dispatch()
+        open_calls.append(manager.dispatch())
         wait_until(lambda: len(held_peer.calls) == 1, timeout=10, what="the first call to arrive")
-        store.pending += [("/bob/b0", "cw"), ("/bob/b1", "cw")]  # promoted while the first call is out
-        second = manager.dispatch()
-        wait_until(lambda: len(held_peer.calls) == 2, timeout=10, what="the second call to arrive")
+        for k in range(1, CALLS_PER_PEER):  # promoted while the earlier calls are out: one call each time
+            store.pending += [(f"/bob/b{k}.0", "cw"), (f"/bob/b{k}.1", "cw")]
+            expected.append([f"/bob/b{k}.0", f"/bob/b{k}.1"])
+            open_calls.append(manager.dispatch())
+            wait_until(lambda k=k: len(held_peer.calls) == k + 1, timeout=10, what=f"call {k + 1} to arrive")
         store.pending += [("/bob/c0", "cw")]
         assert manager.dispatch() == {}  # CALLS_PER_PEER calls open: nothing more, nothing twice
         held_peer.release.set()
-        wait({*first.values(), *second.values()})
+        wait({f for started in open_calls for f in started.values()})
         manager.deliver()  # the rest
     finally:
         manager.stop()
-    assert held_peer.calls == [[f"/bob/a{i}" for i in range(5)], ["/bob/b0", "/bob/b1"], ["/bob/c0"]]
+    assert held_peer.calls == [*expected, ["/bob/c0"]]
     assert sorted(store.handed_off) == sorted(job for job, _ in store.pending)
     assert held_peer.most_open == CALLS_PER_PEER
 
