@@ -3,6 +3,7 @@ committed, one item's failure undoes its own writes alone, and a failed commit k
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import pytest
@@ -207,3 +208,99 @@ def test_concurrent_submits_of_one_name_create_it_once_and_refuse_the_rest(contr
         )
     ).rows[0]
     assert rows.values[0].number_value == rows.values[1].number_value == len(names)
+
+
+# -- callers on an event loop (`run_async`) ---------------------------------------------------------
+
+
+def _gather_async(commits: GroupCommit, works: list, while_queued=None) -> tuple[list, int]:
+    """Runs each work through `run_async` on one event loop; `while_queued` runs (on a thread) once
+    every one is queued. Returns each outcome (value or exception) and how often the loop ran a
+    timer meanwhile (it is never blocked by the write)."""
+
+    async def main() -> tuple[list, int]:
+        beats = 0
+
+        async def heartbeat() -> None:
+            nonlocal beats
+            while True:
+                beats += 1
+                await asyncio.sleep(0)
+
+        beat = asyncio.create_task(heartbeat())
+        calls = [asyncio.create_task(commits.run_async(w)) for w in works]
+        if while_queued is not None:
+            await asyncio.to_thread(while_queued)
+        outcomes = await asyncio.gather(*calls, return_exceptions=True)
+        beat.cancel()
+        return list(outcomes), beats
+
+    return asyncio.run(main())
+
+
+def test_group_commit_async_callers_share_one_transaction_written_off_the_loop(db):
+    commits = GroupCommit(db)
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_write_lock() -> None:  # the writer waits for it; every async caller queues meanwhile
+        with db.write():
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold_the_write_lock)
+    holder.start()
+    held.wait(30)
+
+    def release_once_queued() -> None:
+        wait_until(lambda: commits.waiting() == 4, message="every async caller queued")
+        release.set()
+
+    outcomes, beats = _gather_async(
+        commits, [_insert("a"), _insert("bad", fail=True), _insert("c"), _insert("d")], release_once_queued
+    )
+    holder.join(timeout=30)
+    assert outcomes[0] == "a" and outcomes[2:] == ["c", "d"]
+    assert isinstance(outcomes[1], InvalidArgument) and "bad is refused" in str(outcomes[1])
+    assert _stored(db) == {"a", "c", "d"} and (commits.groups, commits.items) == (1, 4)
+    assert beats > 0  # the loop kept running while the write waited for its lock
+    commits.close()
+
+
+def test_group_commit_async_failed_commit_fails_every_item_and_the_next_commits(db):
+    commits = GroupCommit(db)
+
+    def orphan(conn):  # a deferred foreign key: refused only by the commit itself
+        conn.execute(sql("INSERT INTO child (id, pid) VALUES ('c1', 'nobody')"))
+
+    outcomes, _ = _gather_async(commits, [orphan])
+    assert isinstance(outcomes[0], IntegrityError) and _stored(db) == set()
+    assert _gather_async(commits, [_insert("after")])[0] == ["after"] and _stored(db) == {"after"}
+    commits.close()
+
+
+def test_group_commit_async_item_queued_behind_a_thread_leader_is_still_written(db):
+    commits = GroupCommit(db)
+    inside, resume = threading.Event(), threading.Event()
+
+    def slow(conn):  # the thread leader's own item holds its group open until told
+        conn.execute(sql("INSERT INTO parent (id) VALUES ('leader')"))
+        inside.set()
+        resume.wait(30)
+        return "leader"
+
+    outcomes: dict = {}
+    leader = threading.Thread(target=lambda: outcomes.setdefault("leader", commits.run(slow)))
+    leader.start()
+    inside.wait(30)
+
+    def release_once_queued() -> None:
+        wait_until(lambda: commits.waiting() == 1, message="the async caller queued behind the leader's group")
+        resume.set()
+
+    # The leader stops once its own item is written; the async item queued after its group was
+    # taken has no thread of its own to lead, so the writer thread takes it over.
+    assert _gather_async(commits, [_insert("late")], release_once_queued)[0] == ["late"]
+    leader.join(timeout=30)
+    assert outcomes == {"leader": "leader"} and _stored(db) == {"leader", "late"}
+    assert (commits.groups, commits.items) == (2, 2)
+    commits.close()

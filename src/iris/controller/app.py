@@ -168,6 +168,7 @@ class Controller:
             self.federation.stop()
         self.retention.stop()
         self.tick.stop()
+        self.commits.close()  # the submits already queued are written before the database closes
         now = self.now_ms()
         with self.db.write() as conn:
             live = conn.execute(

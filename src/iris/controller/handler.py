@@ -43,6 +43,7 @@ def rpc(fn):
     """Wraps `fn(self, request, identity)` as the Connect handler of the method named after it
     (`launch_job` → LaunchJob); `self.identities` resolves the caller."""
     method = "".join(part.title() for part in fn.__name__.split("_"))
+    is_coroutine = inspect.iscoroutinefunction(fn)
 
     @functools.wraps(fn)
     async def handler(self, request, ctx):
@@ -54,7 +55,7 @@ def rpc(fn):
                 )
                 authorize(identity, method)
                 check_message(request)
-            if inspect.iscoroutinefunction(fn):
+            if is_coroutine:
                 return await fn(self, request, identity)
             return await asyncio.to_thread(fn, self, request, identity)
         except IrisError as exc:

@@ -20,25 +20,21 @@ from iris import REVISION_DATE, __version__
 from iris.controller import endpoints, waiting, workspace
 from iris.controller.applier import stop_job
 from iris.controller.auth import Identity, Role, check_may_stop, check_sync_requester
-from iris.controller.auth.policy import check_may_create, check_may_read
+from iris.controller.auth.policy import check_may_read
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db import federation as fed
 from iris.controller.db import handoff_stops, reads
 from iris.controller.db.database import savepoint, sql
-from iris.controller.db.group_commit import Announcement, current_announcement
-from iris.controller.db.jobs import insert_job, require_job
+from iris.controller.db.jobs import require_job
 from iris.controller.handler import rpc
 from iris.controller.paging import Listing, page_of
-from iris.controller.submit import build_spec, check_client_freshness, parent_context, resolve_job_id
+from iris.controller.submit import build_spec, resolve_job_id
+from iris.controller.submits import MISSING, Submits
 from iris.controller.worker_api import WorkerCalls
-from iris.core import spans
-from iris.core.constraints import Constraint
 from iris.core.errors import FailedPrecondition, InvalidArgument, IrisError, NotFound, Unavailable
-from iris.core.job import JobSpec
 from iris.core.names import JobName, in_job_tree
 from iris.core.states import JobState
-from iris.federation.ids import received_job_id, reserved_for
-from iris.federation.model import Disposition, DispositionKind, SubmittedJob
+from iris.federation.ids import received_job_id
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import fill_availability, resources_to_proto
 
@@ -48,7 +44,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _JOB_STATES = tuple(s.value for s in JobState)
-_MISSING = object()  # the request names a bundle this cluster does not hold
 MAX_HANDOFFS_PER_CALL = 256  # jobs one HandOffJobs call may carry (the parent sends far fewer)
 # Test-only: seconds each handoff call waits before it admits anything (a peer slower than its
 # parent's call timeout). Read from the environment tests start a controller with; unset in use.
@@ -83,103 +78,13 @@ class ControllerServiceImpl(WorkerCalls):
         self.spend = controller.spend
         self.layer_pins = controller.layer_pins
         self.handoff_delay_s = float(os.environ.get(HANDOFF_DELAY_ENV) or 0)
+        self.submits = Submits(controller)
 
     @rpc
-    def launch_job(self, req: pb.LaunchJobRequest, identity: Identity) -> pb.LaunchJobResponse:
+    async def launch_job(self, req: pb.LaunchJobRequest, identity: Identity) -> pb.LaunchJobResponse:
         if req.HasField("handoff"):
-            return self._admit_handoff(req, identity)
-        with spans.span("submit"):
-            return self._submit(req, identity)
-
-    def _submit(self, req: pb.LaunchJobRequest, identity: Identity) -> pb.LaunchJobResponse:
-        # Announced (by the API front as the request arrived, or here), so that a group being
-        # committed meanwhile may wait for this one to join it.
-        note = current_announcement.get()
-        if note is None:
-            with self.commits.announced() as note:
-                return self._submit_announced(req, identity, note)
-        try:
-            return self._submit_announced(req, identity, note)
-        finally:  # refused, or answered without an insert: no group waits for it any longer
-            self.commits.settle(note)
-
-    def _submit_announced(
-        self, req: pb.LaunchJobRequest, identity: Identity, note: Announcement
-    ) -> pb.LaunchJobResponse:
-        started = spans.mark()
-        name = resolve_job_id(req)
-        check_may_create(identity, str(name), name.user)
-        if name.is_root:
-            # An admin may (to replace a received job with one of this cluster's own); no one else.
-            requester = reserved_for(name.parts[0], self.config.auth.federation_peers)
-            if requester and identity.role is not Role.ADMIN:
-                raise InvalidArgument(
-                    f"job name {name.parts[0]!r} is kept for jobs cluster {requester!r} hands to this cluster"
-                    f" (it files them as <cluster>.<name>); choose a name that does not start with '{requester}.'"
-                )
-            check_client_freshness(req.client_revision_date, self.config.controller.client_max_age_days)
-        now = self.now_ms()
-        policy = req.existing_job_policy or "error"
-        submitter = self.identities.submitter(req, identity)
-        if req.image and not any(getattr(b, "runs_images", False) for b in self.backends.values()):
-            raise InvalidArgument(
-                f"the job names image {req.image!r}, but no backend of cluster {self.config.name} runs images: "
-                "add a workers backend with workers started with --runtime docker, or drop --image"
-            )
-        files = dict(req.workdir_files)
-        info, bundle_id = self._check_workspace(req, files)
-        with self.layer_pins.hold(bundle_id, workspace.files_id(files) if files else ""):
-            received = self._receive_workspace(req, files, info)
-            if received is _MISSING:
-                return pb.LaunchJobResponse(job_id=str(name), bundle_missing=True)
-            bundle, files_id = received
-            spans.add_since("submit.validate", started)
-
-            def write(conn) -> tuple[JobSpec, str, bool, str, str, Disposition | None]:
-                parent: dict | None = None
-                parent_constraints: tuple[Constraint, ...] = ()
-                parent_env: dict[str, str] = {}
-                if name.parent is not None:
-                    parent, parent_constraints, parent_env = parent_context(conn, str(name.parent))
-                spec = build_spec(req, parent, parent_constraints, parent_env, owner=submitter.principal)
-                spec = replace(spec, files_id=files_id)
-                if parent is not None and not spec.bundle_id:
-                    spec = replace(spec, bundle_id=workspace.job_bundle_id(conn, str(name.parent)))
-                disposition = None
-                if self.federation is not None:
-                    disposition = self.federation.classify(
-                        SubmittedJob(spec.job_id, spec.resources, spec.constraints, spec.replicas), submitter
-                    )
-                if disposition is None or disposition.kind is DispositionKind.LOCAL:
-                    state, created = insert_job(conn, spec, now, policy)
-                    kind, peer = "local", ""
-                elif disposition.kind is DispositionKind.QUEUE:
-                    created = fed.queue_job(conn, spec, disposition.peer_id, submitter.principal, now, policy)
-                    state, kind, peer = "PENDING", "queued", disposition.peer_id or ""
-                else:
-                    created = fed.reject_job(conn, spec, disposition.reason, now, policy)
-                    state, kind, peer = "UNSCHEDULABLE", "rejected", ""
-                if created and kind != "rejected":
-                    if bundle is not None:
-                        workspace.store_bundle(conn, bundle, req.workspace_bundle, now)
-                    workspace.store_files(conn, spec.job_id, files)
-                return spec, state, created, kind, peer, disposition
-
-            # Shared with the submits that arrive meanwhile: one transaction and one commit for all.
-            with spans.span("submit.insert"):
-                spec, state, created, kind, peer, disposition = self.commits.run(write, note)
-        if not created:
-            return pb.LaunchJobResponse(job_id=spec.job_id, state=state, disposition="existing")
-        if kind == "queued":
-            # Only the tick's federation step has work for it, and none while every peer is at its
-            # cap: then only an answer can free a slot, and the answer wakes the tick.
-            if self.federation is not None and not self.federation.saturated:
-                self.tick.wake_federation()
-        else:
-            with spans.span("submit.wake"):
-                self.tick.submitted()
-        message = disposition.reason if disposition is not None and kind != "local" else ""
-        return pb.LaunchJobResponse(job_id=spec.job_id, state=state, disposition=kind, peer_id=peer, message=message)
+            return await asyncio.to_thread(self._admit_handoff, req, identity)
+        return await self.submits.launch(req, identity)
 
     def _admit_handoff(self, req: pb.LaunchJobRequest, identity: Identity) -> pb.LaunchJobResponse:
         """A peer hands this cluster a root job under its own id (DESIGN §6, peer admission)."""
@@ -242,10 +147,10 @@ class ControllerServiceImpl(WorkerCalls):
         # Filed under the requester's namespace, so two parents' /u1/train never collide here.
         req.name, req.user = received_job_id(handoff.requester_cluster, str(resolve_job_id(req))), ""
         files = dict(req.workdir_files)
-        info, bundle_id = self._check_workspace(req, files)
+        info, bundle_id = self.submits.check_workspace(req, files)
         pins.enter_context(self.layer_pins.hold(bundle_id, workspace.files_id(files) if files else ""))
-        received = self._receive_workspace(req, files, info)
-        if received is _MISSING:
+        received = self.submits.receive_workspace(req, files, info)
+        if received is MISSING:
             raise InvalidArgument(f"the handoff names bundle {req.bundle_id} but does not carry its bytes")
         bundle, files_id = received
         spec = replace(
@@ -265,35 +170,6 @@ class ControllerServiceImpl(WorkerCalls):
         if outcome == "created" and bundle is not None:
             workspace.store_bundle(conn, bundle, req.workspace_bundle, now)
         return outcome
-
-    def _check_workspace(self, req: pb.LaunchJobRequest, files: dict[str, bytes]):
-        """Checks the request's workspace before anything is unpacked or written. Returns the
-        BundleInfo of the bytes it carries (None when it carries none) and the id of the bundle the
-        job names ("" for none)."""
-        workspace.validate_files(req.workspace_bundle, files)
-        if req.workspace_bundle:
-            info = workspace.inspect_bundle(req.workspace_bundle, req.bundle_id)
-            return info, info.content_id
-        return None, req.bundle_id
-
-    def _receive_workspace(self, req: pb.LaunchJobRequest, files: dict[str, bytes], info):
-        """Unpacks the checked workspace before anything is written (on this handler's thread,
-        never the tick's), while the caller holds its layers against retention. Returns (the
-        BundleInfo of bytes to store or None, the files' id), or _MISSING when the request names a
-        bundle this cluster does not hold. Sets the request's bundle_id, which build_spec copies
-        into the job.
-        """
-        state = self.config.state_path
-        if info is not None:
-            workspace.unpack_bundle(state, info.content_id, req.workspace_bundle)
-            req.bundle_id = info.content_id
-        elif req.bundle_id:
-            with self.db.read() as conn:
-                data = workspace.load_bundle(conn, req.bundle_id)
-            if data is None:
-                return _MISSING
-            workspace.unpack_bundle(state, req.bundle_id, data)
-        return info, workspace.write_files(state, files)
 
     @rpc
     async def get_job_status(self, req: pb.GetJobStatusRequest, identity: Identity) -> pb.GetJobStatusResponse:

@@ -23,13 +23,26 @@ a LaunchJob as soon as its request arrives, before it is read and validated). A 
 groups otherwise stayed at about 1.3 submits, because each next request was still being read and
 validated while the last group committed, and a commit of one job's pages cost about 60 % of its
 insert. Nothing announced, nothing waited for: a lone submit still commits at once.
+
+A caller on the event loop (`run_async`) has no thread to lead from and must not block the loop:
+its item is queued, and if no group is being written a drain is handed to the one writer thread
+this object owns, which writes groups until the queue is empty; the caller awaits a future that
+the writer settles once the item's group has committed, for all of a group's async items with one
+wake-up of the loop. So the API answers a plain submit without a worker thread of its own: on this
+2-core host the hop to a thread and back (an executor hand-off, then a threadsafe call back into
+the loop, each a system call made holding the GIL) cost more of the API's time per submit than
+validating the request, and with several clients it is paid once per group instead of once per job.
+A thread caller that leads (`run`) stops once its own item is written; any async items still
+queued then are handed to the writer thread, so no item waits without a leader.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -42,13 +55,14 @@ from iris.core import spans
 
 
 class _Item:
-    __slots__ = ("work", "done", "value", "error")
+    __slots__ = ("work", "done", "value", "error", "future")
 
-    def __init__(self, work: Callable[[Connection], Any]):
+    def __init__(self, work: Callable[[Connection], Any], future: asyncio.Future | None = None):
         self.work = work
         self.done = False
         self.value: Any = None
         self.error: BaseException | None = None
+        self.future = future  # an async caller's, settled on its loop once the item is done
 
 
 class Announcement:
@@ -76,6 +90,7 @@ class GroupCommit:
         self._queue: list[_Item] = []
         self._cond = threading.Condition()
         self._leading = False
+        self._writer: ThreadPoolExecutor | None = None  # drains the queue for async callers
         self.groups = 0  # committed (or failed) groups, for tests and figures
         self.items = 0  # items in them
 
@@ -121,8 +136,56 @@ class GroupCommit:
         finally:
             with self._cond:
                 self._leading = False
+                self._lead_for_async()
                 self._cond.notify_all()
         return _outcome(item)
+
+    async def run_async(self, work: Callable[[Connection], Any], note: Announcement | None = None) -> Any:
+        """`run` for a caller on an event loop: the work is written on the writer thread (maybe in
+        a group with others) and this returns its value, or raises its error, once that group's
+        transaction has committed. The loop is never blocked: not by the write lock, not by the
+        commit. A caller cancelled meanwhile leaves its work to be written all the same."""
+        item = _Item(work, asyncio.get_running_loop().create_future())
+        with self._cond:
+            self._queue.append(item)
+            if note is not None and note.pending:
+                note.pending = False
+                self._expected -= 1
+            self._cond.notify_all()  # a leader waiting for company looks again
+            self._lead_for_async()
+        assert item.future is not None
+        return await item.future
+
+    def close(self) -> None:
+        """Stops the writer thread once the groups queued to it are written."""
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
+
+    def _lead_for_async(self) -> None:
+        """(Holding `_cond`.) Hands the queue to the writer thread when it holds async items and no
+        group is being written: their callers cannot lead."""
+        if self._leading or not any(item.future is not None for item in self._queue):
+            return
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="iris-submit-writer")
+        self._writer.submit(self._drain)  # raises once closed: nothing is accepted after a stop
+        self._leading = True
+
+    def _drain(self) -> None:
+        """(The writer thread.) Writes groups until the queue is empty, each after waiting for the
+        announced callers that may still join it."""
+        try:
+            while True:
+                with self._cond:
+                    if not self._queue:
+                        return
+                    self._await_announced()
+                self._write_group()
+        finally:
+            with self._cond:
+                self._leading = False
+                self._lead_for_async()  # an item queued after the last look, before the flag fell
+                self._cond.notify_all()
 
     def _await_announced(self) -> None:
         """Waits (holding `_cond`) while announced callers may still join this group, at most
@@ -149,43 +212,76 @@ class GroupCommit:
     def _write_groups_until(self, mine: _Item) -> None:
         """Writes groups from the queue until `mine` is done (a full queue may take several)."""
         while not mine.done:
-            group: list[_Item] = []
-            try:
-                with spans.span("submit.insert.group"), self.db.write() as conn:
-                    # Taken under the write lock: whatever queued while the lock was awaited
-                    # (the tick may hold it for a pass) joins this group.
-                    with self._cond:
-                        group, self._queue = self._queue[: self.max_group], self._queue[self.max_group :]
-                    if len(group) == 1:
-                        # Alone, an item needs no savepoint: if it raises, the whole transaction
-                        # is rolled back (below), which undoes its writes and raises its error to
-                        # its caller alone all the same, two statements cheaper.
-                        group[0].value = group[0].work(conn)
-                    else:
-                        for item in group:
-                            try:
-                                with savepoint(conn):
-                                    item.value = item.work(conn)
-                            except Exception as error:  # this item's writes are undone; its group goes on
-                                item.error = self.db.disk_full() if _disk_full(error) else error
-            except BaseException as failure:  # the commit (or the begin) failed: nothing was kept
-                failed = self.db.disk_full() if _disk_full(failure) else failure
+            self._write_group(mine)
+
+    def _write_group(self, mine: _Item | None = None) -> None:
+        """Writes one group: what is queued once the write lock is held, at most `max_group`."""
+        group: list[_Item] = []
+        try:
+            with spans.span("submit.insert.group"), self.db.write() as conn:
+                # Taken under the write lock: whatever queued while the lock was awaited
+                # (the tick may hold it for a pass) joins this group.
+                with self._cond:
+                    group, self._queue = self._queue[: self.max_group], self._queue[self.max_group :]
+                if len(group) == 1:
+                    # Alone, an item needs no savepoint: if it raises, the whole transaction
+                    # is rolled back (below), which undoes its writes and raises its error to
+                    # its caller alone all the same, two statements cheaper.
+                    group[0].value = group[0].work(conn)
+                else:
+                    for item in group:
+                        try:
+                            with savepoint(conn):
+                                item.value = item.work(conn)
+                        except Exception as error:  # this item's writes are undone; its group goes on
+                            item.error = self.db.disk_full() if _disk_full(error) else error
+        except BaseException as failure:  # the commit (or the begin) failed: nothing was kept
+            failed = self.db.disk_full() if _disk_full(failure) else failure
+            for item in group:
+                if item.error is None:
+                    item.value, item.error = None, failed
+            if not group:
+                # Even the begin failed: fail the caller's own item (or, for the writer thread,
+                # everything queued) rather than spin on it.
+                with self._cond:
+                    if mine is None:
+                        group, self._queue = self._queue, []
+                    elif mine in self._queue:
+                        self._queue.remove(mine)
+                        group = [mine]
                 for item in group:
-                    if item.error is None:
-                        item.value, item.error = None, failed
-                if not group:
-                    # Even the begin failed: fail the leader's own item rather than spin on it.
-                    with self._cond:
-                        if mine in self._queue:
-                            self._queue.remove(mine)
-                    group = [mine]
-                    mine.error = failed
-            with self._cond:
-                for item in group:
-                    item.done = True
-                self.groups += 1
-                self.items += len(group)
-                self._cond.notify_all()
+                    item.error = failed
+        with self._cond:
+            for item in group:
+                item.done = True
+            self.groups += 1
+            self.items += len(group)
+            self._cond.notify_all()
+        _settle_futures([item for item in group if item.future is not None])
+
+
+def _settle_futures(items: list[_Item]) -> None:
+    """Settles async callers' futures, one wake-up of each loop for all of its items."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Item]] = {}
+    for item in items:
+        assert item.future is not None
+        by_loop.setdefault(item.future.get_loop(), []).append(item)
+    for loop, mine in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_settle_on_loop, mine)
+        except RuntimeError:  # the loop has closed: nobody awaits these any longer
+            pass
+
+
+def _settle_on_loop(items: list[_Item]) -> None:
+    for item in items:
+        future = item.future
+        if future is None or future.done():
+            continue
+        if item.error is not None:
+            future.set_exception(item.error)
+        else:
+            future.set_result(item.value)
 
 
 def _disk_full(exc: BaseException) -> bool:
