@@ -69,3 +69,15 @@ def test_a_task_submits_child_jobs_as_its_owner_with_the_token_in_its_env(contro
     assert wait_state(alice, parent).job.state == "SUCCEEDED", logs(alice, parent)
     assert logs(alice, parent) == ["has token True", "/alice/driver/kid"]
     assert status(alice, "/alice/driver/kid").job.owner == "alice"
+
+
+def test_a_forwarded_for_header_never_changes_who_a_call_comes_from(controller):
+    # The caller's address is its socket's: a header naming another one is not believed, whether
+    # it would take trust away (here) or lend it to a caller outside auth.trusted_cidrs.
+    import httpx
+
+    url = f"{controller.url}/iris.v1.ControllerService/ListJobs"
+    for header in ("X-Forwarded-For", "Forwarded"):
+        value = "203.0.113.9" if header == "X-Forwarded-For" else "for=203.0.113.9"
+        answer = httpx.post(url, json={}, headers={header: value, "X-Forwarded-Proto": "https"}, timeout=10)
+        assert answer.status_code == 200, (header, answer.text)  # loopback: local_admin, as without it

@@ -217,6 +217,10 @@ def run_foreground(config: ClusterConfig, on_ready=lambda: None, argv: Sequence[
                 # third of its CPU per submitted job.
                 http=_http_protocol(),
                 loop="uvloop",
+                # Who a call comes from is its socket's address (auth.trusted_cidrs decides what that
+                # address may do); uvicorn's default would take it from an X-Forwarded-For header
+                # sent from loopback, which any local process, a task among them, can write.
+                proxy_headers=False,
                 # No request may hold a stop for long: running raw queries are aborted on the
                 # signal, and anything else still open after this is cut off.
                 timeout_graceful_shutdown=5,
