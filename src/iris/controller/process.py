@@ -167,10 +167,12 @@ def _http_protocol():
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     from iris.controller.identity import Peer
+    from iris.controller.server import JoinedWrites
 
     class Protocol(HttpToolsProtocol):
         def connection_made(self, transport) -> None:
-            super().connection_made(transport)
+            # An answer's head and body leave in one write (see iris.controller.server).
+            super().connection_made(JoinedWrites(transport, self.loop))  # type: ignore[arg-type]
             if self.client is not None:
                 self.client = Peer(self.client)
 

@@ -3,6 +3,14 @@
 One ASGI callable dispatches on the path prefix, so the Connect application sees its own paths
 unchanged and later surfaces (dashboard, /proxy) mount beside it without touching the API.
 `/proxy/t/…` (capability URLs to serving endpoints) is `iris.controller.proxy`.
+
+An API answer leaves in one write to the socket, head and body together, framed by its length:
+the Connect handler sends its head and its body as two ASGI messages and uvicorn writes each as
+it comes, chunked, so every answer cost two sends on the event loop (a loopback send runs the
+receiver's side of TCP too, holding the GIL) and the client two reads and a chunked parse. The
+API's `send` (`_whole_answer`) gives a one-part body its Content-Length, and the connection's
+transport (`JoinedWrites`) holds a response head until the body's first write in the same turn of
+the loop, so both go out as one.
 """
 
 from __future__ import annotations
@@ -57,6 +65,67 @@ def _declared_size(scope) -> int:
     return 0
 
 
+class JoinedWrites:
+    """A connection's transport that holds a response head (a write starting `HTTP/1.1 2…`-`5…`)
+    until the next write, then sends both in one; a head nothing follows within the same turn of
+    the event loop (a stream's first part is slow to come) goes out alone at the end of that turn.
+    Writes keep their order whatever they hold."""
+
+    __slots__ = ("_transport", "_loop", "_held")
+
+    def __init__(self, transport, loop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._held is not None:
+            data, self._held = self._held + data, None
+        elif data.startswith(b"HTTP/1.1 ") and data[9:10] in b"2345":  # not an interim 100 Continue
+            self._held = data
+            self._loop.call_soon(self.flush)
+            return
+        self._transport.write(data)
+
+    def writelines(self, lines) -> None:
+        self.write(b"".join(lines))
+
+    def flush(self) -> None:
+        if self._held is not None:
+            data, self._held = self._held, None
+            self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+
+def _whole_answer(send):
+    """The API's `send`: an answer whose body comes in one message gets a Content-Length, so it is
+    not chunked; its head is held until then (see the module docstring)."""
+    held = None
+
+    async def whole(message) -> None:
+        nonlocal held
+        if message["type"] == "http.response.start":
+            held = message
+            return
+        if held is not None:
+            start, held = held, None
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                headers = list(start.get("headers", ()))
+                if not any(k.lower() in (b"content-length", b"transfer-encoding") for k, _ in headers):
+                    headers.append((b"content-length", str(len(message.get("body", b""))).encode()))
+                    start = {**start, "headers": headers}
+            await send(start)
+        await send(message)
+
+    return whole
+
+
 async def _serve(api, scope, receive, send) -> None:
     if spans.enabled():
         started = spans.mark()
@@ -89,6 +158,7 @@ def build_app(controller: Controller):
             controller.tick.api_calls += 1
             peer = scope.get("client")
             calling_peer.set(peer if isinstance(peer, Peer) else None)  # this request's own task
+            send = _whole_answer(send)
             try:
                 if scope["path"] == LAUNCH_PATH:
                     # Announced before its body is read: a submit group committing meanwhile waits
