@@ -10,7 +10,8 @@ of 1 cpu each; jobs ask for 1 cpu), which is what the Slurm it is compared with 
      (each submits `true` jobs with explicit names back to back); total jobs / wall time from the
      first submit to the last answer. A fresh controller per client count; the jobs queue and run
      on the 2 slots while the submits go on, as they would on a real cluster. The controller's CPU
-     (psutil) over the run is printed per submitted job.
+     (psutil) over the run is printed per submitted job, and so is the client processes' own CPU
+     over their submit loops (user + system: building, encoding and sending each request).
   b. `iris job run --no-wait -- true` (IRIS_CONTROLLER set) as a fresh process per call: wall time
      per call, after one untimed warm-up call, and its ratio to a bare `python -c pass` timed just
      before each call (p50 over p50).
@@ -106,6 +107,7 @@ def _submit_worker(url: str, prefix: str, count: int, time_limit: float, barrier
     client.cluster_info()  # the connection is set up before the clock starts
     barrier.wait(timeout=120)
     start = time.monotonic()
+    cpu0 = os.times()
     deadline = start + time_limit
     latencies: list[float] = []
     ends: list[float] = []
@@ -123,10 +125,12 @@ def _submit_worker(url: str, prefix: str, count: int, time_limit: float, barrier
         latencies.append(time.perf_counter() - t)
         ends.append(time.monotonic())
     end = time.monotonic()
+    cpu1 = os.times()
     results.put(
         {
             "start": start,
             "end": end,
+            "cpu_s": (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system),
             "submitted": len(latencies),
             "errors": errors,
             "first_error": first_error,
@@ -170,6 +174,7 @@ def submit_throughput(url: str, clients: int, per_client: int, time_limit: float
         "clients": clients,
         "submitted": submitted,
         "errors": sum(o["errors"] for o in outs),
+        "client_cpu_s": sum(o["cpu_s"] for o in outs),
         "first_quarter_jobs_per_s": first_q,
         "last_quarter_jobs_per_s": last_q,
         "first_error": next((o["first_error"] for o in outs if o["first_error"]), ""),
@@ -636,12 +641,13 @@ def print_startup_note(iris: dict) -> None:
     )
 
 
-def cpu_ms_per_job(run: dict | None) -> float | None:
+def cpu_ms_per_job(run: dict | None, key: str = "controller_cpu_s") -> float | None:
     """Row a's controller CPU (psutil, over the whole run: the submits and the jobs that ran
-    meanwhile) per submitted job, in ms."""
-    if not run or not run.get("submitted") or run.get("controller_cpu_s") is None:
+    meanwhile) per submitted job, in ms; with key="client_cpu_s", the client processes' own CPU
+    (user + system, over their submit loops: encoding, HTTP, decoding)."""
+    if not run or not run.get("submitted") or run.get(key) is None:
         return None
-    return run["controller_cpu_s"] * 1000 / run["submitted"]
+    return run[key] * 1000 / run["submitted"]
 
 
 def table_rows(iris: dict, slurm: dict) -> list[dict]:
@@ -684,6 +690,22 @@ def table_rows(iris: dict, slurm: dict) -> list[dict]:
             "a",
             "submit, 4 clients, controller CPU ms per job",
             cpu_ms_per_job(g(iris, "submit_4_client")),
+            "—",
+            None,
+            False,
+        ),
+        (
+            "a",
+            "submit, 1 client, client CPU ms per job",
+            cpu_ms_per_job(g(iris, "submit_1_client"), "client_cpu_s"),
+            "—",
+            None,
+            False,
+        ),
+        (
+            "a",
+            "submit, 4 clients, client CPU ms per job (all 4)",
+            cpu_ms_per_job(g(iris, "submit_4_client"), "client_cpu_s"),
             "—",
             None,
             False,
