@@ -108,6 +108,26 @@ def test_http1_a_header_with_a_line_break_is_refused_before_sending():
     assert conn.sock is None  # nothing was opened
 
 
+def test_http1_requests_on_one_connection_carry_each_its_own_length_and_headers(server):
+    reply = pb.GetClusterInfoResponse(name="c")
+    s = server(ok_response(reply), ok_response(reply), ok_response(reply))
+    host, port = s.url.removeprefix("http://").split(":")
+    conn = http1.Connection(host, int(port), timeout=5)
+    try:
+        for body, token in ((b"one", "a"), (b"three", "a"), (b"x", "b")):
+            answer = conn.request("POST", "/m", body, {"Authorization": f"Bearer {token}"})
+            answer.body(1 << 20, time.monotonic() + 5)
+        with pytest.raises(ValueError, match="line break"):  # a head built before is no pass for a bad one
+            conn.request("POST", "/m", b"", {"Authorization": "Bearer a\r\nX-Evil: 1"})
+    finally:
+        conn.close()
+    heads = [r.partition(b"\r\n\r\n") for r in s.requests]
+    assert [body for _, _, body in heads] == [b"one", b"three", b"x"]
+    assert [b"Content-Length: %d" % len(body) in head.split(b"\r\n") for head, _, body in heads] == [True] * 3
+    assert [b"Authorization: Bearer a" in head for head, _, _ in heads] == [True, True, False]
+    assert b"Authorization: Bearer b" in heads[2][0]
+
+
 def _self_signed(tmp_path) -> tuple[str, str]:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization

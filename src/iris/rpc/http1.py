@@ -25,6 +25,7 @@ MAX_HEAD_BYTES = 64 * 1024
 _RECV = 256 * 1024
 _JOIN_BELOW = 64 * 1024
 _NO_BODY = (204, 304)
+_HEADS_KEPT = 32  # request heads a connection remembers (one per method and token in practice)
 
 
 class Closed(ConnectionResetError):
@@ -94,6 +95,7 @@ class Connection:
         self.tls = tls
         self.sock: _socket.socket | None = None
         self._buffer = bytearray()
+        self._heads: dict[tuple, bytes] = {}  # (method, path, headers) -> the head without its length
         self._timeout_text = f"no whole answer within {timeout:g} s"
         shown = f"[{host}]" if ":" in host else host
         self._host_header = shown if port == (443 if tls else 80) else f"{shown}:{port}"
@@ -126,12 +128,7 @@ class Connection:
 
     def request(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> Answer:
         """Sends the request and waits for the answer's head (each send and read: the socket timeout)."""
-        lines = [f"{method} {path} HTTP/1.1", f"Host: {self._host_header}", f"Content-Length: {len(body)}"]
-        for name, value in headers.items():
-            if any(c in value for c in "\r\n\0") or any(c in name for c in "\r\n\0: "):
-                raise BadHeader(f"the {name!r} header holds a line break or NUL byte; it cannot be sent")
-            lines.append(f"{name}: {value}")
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        head = self._head(method, path, headers) + b"Content-Length: %d\r\n\r\n" % len(body)
         if self.sock is None:
             self.connect()
         assert self.sock is not None
@@ -144,6 +141,24 @@ class Connection:
             answer = self._read_head()
             if not 100 <= answer.status < 200:  # an interim answer (100 Continue) precedes the real one
                 return answer
+
+    def _head(self, method: str, path: str, headers: dict[str, str]) -> bytes:
+        """The request's head up to its Content-Length, built and checked once per method, path and
+        headers: a submit loop sends the same head again and again, and building it cost about as
+        much of the client's CPU as encoding the request."""
+        key = (method, path, tuple(headers.items()))
+        head = self._heads.get(key)
+        if head is None:
+            lines = [f"{method} {path} HTTP/1.1", f"Host: {self._host_header}"]
+            for name, value in headers.items():
+                if any(c in value for c in "\r\n\0") or any(c in name for c in "\r\n\0: "):
+                    raise BadHeader(f"the {name!r} header holds a line break or NUL byte; it cannot be sent")
+                lines.append(f"{name}: {value}")
+            head = ("\r\n".join(lines) + "\r\n").encode("latin-1")
+            if len(self._heads) >= _HEADS_KEPT:
+                self._heads.clear()
+            self._heads[key] = head
+        return head
 
     def _read_head(self) -> Answer:
         buffer = self._buffer
