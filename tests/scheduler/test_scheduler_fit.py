@@ -221,3 +221,21 @@ def test_schedule_disk_counts_as_capacity():
 def test_schedule_fractional_cpu_packs_exactly():
     result = schedule(snapshot([cpu_worker("w0", cpu=1)], [job("/a/j", cpu_request(cpu=0.1, memory=0), replicas=11)]))
     assert len(result.assignments) == 10
+
+
+def test_schedule_run_of_one_job_held_by_one_worker_goes_there_whole():
+    workers = [cpu_worker("roomy", cpu=16), cpu_worker("tight", cpu=8)]
+    result = schedule(snapshot(workers, [job("/a/j", cpu_request(cpu=2), replicas=4)]))
+    assert placements(result) == {f"/a/j/{i}": "tight" for i in range(4)}
+    assert [a.backend_id for a in result.assignments] == ["cpu"] * 4
+
+
+def test_schedule_run_split_across_workers_fills_tightest_first_then_waits():
+    workers = [cpu_worker("roomy", cpu=8), cpu_worker("tight", cpu=8)]
+    busy = [running("/b/x/0", "tight", cpu_request(cpu=4))]
+    # A batch job: it may not evict the running task to take the last one.
+    result = schedule(snapshot(workers, [job("/a/j", cpu_request(cpu=2), replicas=7, band=Band.BATCH)], busy))
+    expected = {f"/a/j/{i}": "tight" for i in range(2)} | {f"/a/j/{i}": "roomy" for i in range(2, 6)}
+    assert placements(result) == expected
+    assert [a.task_id for a in result.assignments] == [f"/a/j/{i}" for i in range(6)]
+    assert result.pending_reasons["/a/j"].startswith("Waiting for 2 cpu on one worker")
