@@ -114,23 +114,25 @@ def build_requests(
         if placed:
             running_groups[job_id] = ledger.group(min(placed)[1])
     requests = []
-    now_ms = snapshot.now_ms
+    now_ms, budgets, default = snapshot.now_ms, snapshot.user_budgets, snapshot.default_budget
     for job_id, tasks in by_job.items():
         first = tasks[0]
+        band, user = first.band, first.user
         coscheduled = is_coscheduled(first)
         live, expired = _split_expired(tasks, now_ms)
+        # Positional, in the order of JobRequest's fields: a tick builds one per pending job.
         requests.append(
             JobRequest(
-                job_id=job_id,
-                tasks=live,
-                expired=expired,
-                shape=shapes[job_id],
-                band=effective_band(first.band, first.user, spend, snapshot.user_budgets, snapshot.default_budget),
-                requested_band=first.band,
-                user=first.user,
-                replicas=max(first.replicas, len(tasks)),
-                coscheduled=coscheduled,
-                pinned_group=running_groups.get(job_id) if coscheduled else None,
+                job_id,
+                live,
+                expired,
+                shapes[job_id],
+                effective_band(band, user, spend, budgets, default),
+                band,
+                user,
+                max(first.replicas, len(tasks)),
+                coscheduled,
+                running_groups.get(job_id) if coscheduled else None,
             )
         )
     return order_requests(requests)
