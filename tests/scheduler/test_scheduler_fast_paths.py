@@ -234,6 +234,52 @@ def test_fast_pass_crowded_coscheduled_preemption_same_as_plain():
     assert preempting_jobs > 20 and waiting_jobs > 20, (preempting_jobs, waiting_jobs)
 
 
+def full_cpu_snapshot(seed: int) -> SchedulingSnapshot:
+    """CPU workers full of lower-band tasks of mixed sizes, and independent jobs that must preempt:
+    some fit by evicting one task, some only by evicting several, some not at all."""
+    rng = random.Random(seed)
+    workers = [
+        WorkerSnapshot(f"c{i}", "cpu", Resources(cpu=8, memory=32 * G), {"device-type": "cpu"})
+        for i in range(rng.randint(4, 24))
+    ]
+    running = []
+    for worker in workers:
+        cpu = 8.0
+        j = 0
+        while cpu > 0 and rng.random() < 0.9:
+            size = min(cpu, rng.choice((0.5, 1, 2, 4)))
+            cpu -= size
+            band = rng.choice((Band.BATCH, Band.BATCH, Band.INTERACTIVE))
+            job_id = f"/r/{worker.worker_id}-{j}"
+            resources = Resources(cpu=size, memory=int(size * 4) * G)
+            running.append(
+                RunningTask(f"{job_id}/0", job_id, worker.worker_id, resources, band, rng.randint(0, 900), "bob")
+            )
+            j += 1
+    pending = []
+    for j in range(rng.randint(4, 30)):
+        resources = Resources(cpu=rng.choice((1, 2, 3, 6)), memory=rng.choice((2, 8, 20)) * G)
+        band = rng.choice((Band.PRODUCTION, Band.INTERACTIVE, Band.INTERACTIVE))
+        pending += [
+            PendingTask(f"/p/i{j}/{i}", f"/p/i{j}", i, resources, (), band, "alice", insertion=j, replicas=3)
+            for i in range(rng.choice((1, 3)))
+        ]
+    return SchedulingSnapshot(1_000, tuple(workers), tuple(running), tuple(pending))
+
+
+def test_fast_pass_preempting_on_full_workers_same_as_plain():
+    several = 0
+    for seed in range(80):
+        snap = full_cpu_snapshot(seed)
+        expected = plain(snap)
+        assert fast(snap) == expected, f"seed {seed}"
+        per_preemptor: dict[str, int] = {}
+        for p in expected.preemptions:
+            per_preemptor[p.by_task_id] = per_preemptor.get(p.by_task_id, 0) + 1
+        several += sum(1 for count in per_preemptor.values() if count > 1)
+    assert several > 10, several  # tasks that evict more than one task each
+
+
 def test_fast_pass_coscheduled_pinned_to_running_group_same_as_plain():
     gpus = [
         WorkerSnapshot(

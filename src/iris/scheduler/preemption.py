@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from iris.core.bands import Band
-from iris.scheduler.fit import ZERO, Vector, add, copies, demand, fits, lower, subtract
+from iris.scheduler.fit import DIMENSIONS, ZERO, Vector, add, copies, demand, fits, lower, subtract
 from iris.scheduler.ledger import Ledger
 from iris.scheduler.snapshot import RunningTask
 
@@ -145,41 +145,88 @@ class VictimIndex:
 
     For a request that fits on none of the workers (the placement pass asks only then). Workers are
     visited in the order of `victim_bounds`, a lower bound of their cost shared by every request
-    of the same band over the same workers, and the exact victim set is computed only for workers
-    whose bound is below the cheapest set found so far: usually a handful, not the whole cluster.
-    Exact sets wait in a heap stamped with the worker's version; a stale entry that reaches the
-    top is recomputed and pushed back. A worker's cost only grows during a tick (its free capacity
-    and its evictable tasks only shrink), so a recorded cost or an early bound stays a lower bound
-    and the fresh top below every unvisited bound is the cheapest.
+    of the same band over the same workers. A visited worker first gets a bound of its own for
+    this request (`_floor`: how many victims its shortfall needs at least, at no less than the
+    cheapest work of its lowest band), which costs a pass over its tasks, and only a worker whose
+    bound reaches the top of the heap gets its exact victim set: usually a handful, not the whole
+    cluster. Exact sets are stamped with the worker's version; a stale one that reaches the top is
+    recomputed. A worker's cost only grows during a tick (its free capacity and its evictable tasks
+    only shrink), so a recorded cost or an early bound stays a lower bound and the fresh exact top
+    below every unvisited bound is the cheapest.
     """
 
     def __init__(self, ledger: Ledger, bounds: list[tuple], need: Vector, band: Band, now_ms: int) -> None:
         self._ledger, self._need, self._band, self._now_ms = ledger, need, band, now_ms
         self._bounds = bounds
         self._next = 0  # the first worker of `bounds` not yet visited
-        self._heap: list[tuple[tuple, int, VictimSet]] = []
+        # (cost or bound, stamp, worker, the exact set or None for a bound): one entry per worker
+        self._heap: list[tuple[tuple, int, int, VictimSet | None]] = []
 
-    def _push(self, w: int) -> None:
+    def _exact(self, w: int) -> None:
         found = victim_set_on(self._ledger, w, self._need, self._band, self._now_ms)
         if found is not None:
-            heapq.heappush(self._heap, (found.cost, self._ledger.version[w], found))
+            heapq.heappush(self._heap, (found.cost, self._ledger.version[w], w, found))
+
+    def _visit(self, w: int) -> None:
+        floor = _floor(self._ledger, w, self._need, self._band, self._now_ms)
+        if floor is None:
+            self._exact(w)  # it needs no victim, or bounds nothing better than the exact set
+        elif floor:
+            heapq.heappush(self._heap, (floor, -1, w, None))
 
     def cheapest(self) -> VictimSet | None:
         heap, version, bounds = self._heap, self._ledger.version, self._bounds
         while True:
             bound = bounds[self._next] if self._next < len(bounds) else None
             if heap:
-                cost, stamp, found = heap[0]
-                if stamp != version[found.worker]:
-                    heapq.heappop(heap)
-                    self._push(found.worker)
-                    continue
+                cost, stamp, w, found = heap[0]
                 if bound is None or cost < bound:
-                    return found
+                    if found is not None and stamp == version[w]:
+                        return found
+                    heapq.heappop(heap)
+                    self._exact(w)
+                    continue
             elif bound is None:
                 return None
             self._next += 1
-            self._push(bound[3])
+            self._visit(bound[3])
+
+
+def _floor(ledger: Ledger, w: int, need: Vector, band: Band, now_ms: int) -> tuple | None:
+    """A lower bound of what the victim set on worker `w` costs a request of `need` at `band`;
+    () when there is none, None when only the exact set will do (`need` fits already).
+
+    Every victim frees at most the most any one candidate holds in each dimension, so the
+    shortfall needs at least so many victims. If one victim is enough, it holds the whole
+    shortfall itself; the cheapest such task of the lowest band bounds its work, and when there
+    is none, a set evicts two tasks or reaches a higher band. Any set reaching a higher band than
+    the lowest one held costs more than every bound of that band.
+    """
+    total, candidates = ledger.evictable(w, band)
+    free = ledger.free[w]
+    if not candidates or not fits(add(free, total), need):
+        return ()
+    short = subtract(need, free)
+    if short[0] <= 0 and short[1] <= 0 and short[2] <= 0 and short[3] <= 0:
+        return None
+    low = max(int(t.band) for t in candidates)
+    most = [0, 0, 0, 0]
+    work = covering = -1
+    for task in candidates:
+        held = demand(task.resources)
+        for d in DIMENSIONS:
+            if held[d] > most[d]:
+                most[d] = held[d]
+        if int(task.band) == low:
+            lost = max(0, now_ms - task.started_ms)
+            if work < 0 or lost < work:
+                work = lost
+            if (covering < 0 or lost < covering) and all(held[d] >= short[d] for d in DIMENSIONS):
+                covering = lost
+    victims = max(-(-short[d] // most[d]) for d in DIMENSIONS if short[d] > 0)
+    if victims <= 1:
+        return (-low, 1, covering, w) if covering >= 0 else (-low, 2, work, w)
+    return (-low, victims, work, w)
 
 
 def apply_victim_set(ledger: Ledger, chosen: VictimSet, need: Vector) -> None:
