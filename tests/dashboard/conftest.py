@@ -46,7 +46,9 @@ def artifacts() -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
+# Module-scoped, not session: Playwright's sync API keeps an event loop running on the main thread
+# while it is started, which would break every later test of the worker that calls asyncio.run().
+@pytest.fixture(scope="module")
 def browser():
     try:
         from playwright.sync_api import sync_playwright
