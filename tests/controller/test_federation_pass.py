@@ -86,3 +86,38 @@ def test_with_budgets_a_federation_wake_runs_a_whole_pass(tmp_path):
         assert federation.plans == 2
     finally:
         loop.stop()
+
+
+class RacingLoop(ControlLoop):
+    """A loop on which a whole-pass wake-up lands at the worst moment once: on the loop's thread,
+    just after the loop read whether the next pass must be whole and before it took the flag."""
+
+    race = False
+
+    @property  # type: ignore[override]
+    def _full(self) -> bool:
+        value = self.__dict__.get("_full_flag", True)
+        if self.race and threading.current_thread() is self._thread:
+            self.race = False
+            self.wake()  # as a cancel or an attempt exit does from another thread
+        return value
+
+    @_full.setter
+    def _full(self, value: bool) -> None:
+        self.__dict__["_full_flag"] = value
+
+
+def test_a_wake_landing_while_the_loop_takes_the_flag_still_gets_a_whole_pass(tmp_path):
+    federation = CountingFederation()
+    loop = RacingLoop(Database(tmp_path / "controller.db"), {}, {}, tick_interval=60, federation=federation)
+    loop.start()
+    loop.wake()
+    try:
+        wait_until(lambda: loop.generation == 1, timeout=10, what="the first pass")
+        loop.race = True
+        loop.wake_federation()
+        wait_until(lambda: not loop.race and federation.plans >= 2, timeout=10, what="the federation step")
+        # The wake-up came after the flag was read: the pass it asked for must still be whole.
+        wait_until(lambda: loop.generation == 2, timeout=10, what="the whole pass the wake-up asked for")
+    finally:
+        loop.stop()

@@ -257,7 +257,10 @@ class ControlLoop:
             if gap > 0:
                 self._stop.wait(gap)
             self._wake.clear()
-            full, self._full = self._full, False
+            # Taken only when set: a wake-up setting it between this read and a reset would be lost.
+            full = self._full
+            if full:
+                self._full = False
             if self._stop.is_set():
                 break
             started = time.monotonic()
