@@ -92,6 +92,25 @@ def test_spawned_process_is_born_in_the_cgroup_it_names(spawner, tmp_path):
         containment.close()
 
 
+def test_a_cgroup_left_by_an_earlier_controller_is_replaced_not_reused(spawner, tmp_path):
+    # An earlier controller of this state folder killed an attempt through its cgroup, then the
+    # folder was emptied (a user starting afresh, a test's reused folder) while the cgroup stayed.
+    # A process born into a cgroup once killed is killed at birth by some kernels.
+    containment = Containment(tmp_path)
+    if containment.kind != "cgroup":
+        pytest.skip("no writable cgroup v2 on this host")
+    stale = Path(containment.prepare("a"))
+    (stale / "cgroup.kill").write_text("1")
+    containment._claimed.clear()  # as a new controller of the same folder finds it
+    cgroup = containment.prepare("a")
+    try:
+        started = spawner.spawn(["/bin/sh", "-c", "exit 4"], {}, str(tmp_path), os.devnull, os.devnull, cgroup=cgroup)
+        assert _exit_of(spawner, started) == 4, "the attempt was killed at birth"
+    finally:
+        containment.end("a", "")
+        containment.close()
+
+
 def test_spawn_after_the_helper_died_raises_spawner_gone(spawner, tmp_path):
     os.kill(spawner.pid, signal.SIGKILL)
     wait_until(lambda: spawner.read_exits() is None, message="the helper's end seen")

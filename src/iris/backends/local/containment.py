@@ -24,6 +24,7 @@ import hashlib
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -96,7 +97,10 @@ class Containment:
         # claimed under the lock a sweep removes under, so no sweep can take it in between.
         with self._claims_lock:
             try:
-                path.mkdir(exist_ok=True)
+                path.mkdir()
+            except FileExistsError:
+                if not _renew(path):
+                    return ""
             except OSError:
                 return ""
             self._claimed.add(name)
@@ -192,6 +196,31 @@ class Containment:
             self.base.rmdir()
         except OSError:
             pass  # an attempt outlived the stop (it is re-adopted by the next controller)
+
+
+def _renew(path: Path) -> bool:
+    """Replaces a cgroup an earlier controller of this state folder left under an attempt's name
+    (its state folder since emptied, or a start that never completed) with a new one. Never reused:
+    a process born into a cgroup once ended through `cgroup.kill` may be killed at birth by this
+    kernel, and whatever still runs in it belongs to no attempt this controller holds."""
+    for _ in range(100):
+        try:
+            path.rmdir()
+        except FileNotFoundError:
+            pass
+        except OSError:  # still populated: end what is left, then try again
+            try:
+                (path / "cgroup.kill").write_text("1")
+            except OSError:
+                pass
+            time.sleep(0.01)
+            continue
+        try:
+            path.mkdir()
+            return True
+        except OSError:
+            return False
+    return False
 
 
 def _marked(attempt_id: str) -> set[int]:
