@@ -121,3 +121,44 @@ def test_a_wake_landing_while_the_loop_takes_the_flag_still_gets_a_whole_pass(tm
         wait_until(lambda: loop.generation == 2, timeout=10, what="the whole pass the wake-up asked for")
     finally:
         loop.stop()
+
+
+class HeldFederation(CountingFederation):
+    """A federation step that waits to be let through, so a test knows a pass is under way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Semaphore(0)
+        self.proceed = threading.Semaphore(0)
+
+    def plan(self, band_of=None) -> list:
+        self.entered.release()
+        self.proceed.acquire()
+        return super().plan(band_of)
+
+
+def test_wait_for_tick_called_during_a_pass_waits_for_a_pass_begun_after_it(tmp_path):
+    # A stop is committed, then the tick is waited for: the pass already under way read the
+    # database before the stop, so only the next one stops the processes.
+    federation = HeldFederation()
+    loop = ControlLoop(Database(tmp_path / "controller.db"), {}, {}, tick_interval=60, federation=federation)
+    loop.start()
+    loop.wake()
+    returned: list[bool] = []
+    waiter = threading.Thread(target=lambda: returned.append(loop.wait_for_tick(timeout=30)))
+    try:
+        federation.entered.acquire()  # the first pass is under way
+        waiter.start()
+        wait_until(loop._wake.is_set, timeout=10, what="the waiter's wake-up")
+        federation.proceed.release()  # the first pass ends; the second begins and is held
+        federation.entered.acquire()
+        waiter.join(0.5)
+        assert waiter.is_alive() and not returned  # the pass it waits for is still held
+        federation.proceed.release()
+        waiter.join(10)
+        assert returned == [True] and loop.generation == 2
+    finally:
+        for _ in range(4):
+            federation.proceed.release()
+        loop.stop()
+        waiter.join(10)

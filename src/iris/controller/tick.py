@@ -141,6 +141,7 @@ class ControlLoop:
         # Set by every wake-up but the federation's own: the next pass must be a whole one.
         self._full = True
         self._last_full = float("-inf")  # time.monotonic() when the last whole pass began
+        self._in_pass = False  # a whole pass is under way (set by the loop, read by `wait_for_tick`)
         self._done = threading.Condition()
         self.passes = PassSignal()  # API calls waiting for a job's state to change look again after each pass
         self._stop = threading.Event()
@@ -240,7 +241,9 @@ class ControlLoop:
     def wait_for_tick(self, timeout: float = 5.0) -> bool:
         """Wakes the loop and waits until a whole pass has run after this call."""
         with self._done:
-            target = self.generation + 2 if self._wake.is_set() else self.generation + 1
+            # A whole pass under way read the database before this call: the one after it counts.
+            pending = self._wake.is_set() or self._in_pass
+            target = self.generation + 2 if pending else self.generation + 1
             self.wake()
             return self._done.wait_for(lambda: self.generation >= target, timeout)
 
@@ -268,6 +271,7 @@ class ControlLoop:
                 self._federation_only()
                 continue
             self._last_full = started
+            self._in_pass = True  # before the pass reads anything (see `wait_for_tick`)
             try:
                 self.last_stats = self.tick_once()
                 self.last_pass_ok = time.monotonic()
@@ -285,6 +289,7 @@ class ControlLoop:
             last_cost = last_end - started
             with self._done:
                 self.generation += 1
+                self._in_pass = False
                 self._done.notify_all()
             self.passes.notify()
 
