@@ -167,17 +167,21 @@ class GroupCommit:
                 self._expected -= 1
                 self._cond.notify_all()
 
+    def _enqueue(self, item: _Item, note: Announcement | None) -> None:
+        """Queues `item` in place of its caller's announcement (the caller holds the condition)."""
+        self._queue.append(item)
+        if note is not None and note.pending:
+            note.pending = False
+            self._expected -= 1
+        self._cond.notify_all()  # a leader waiting for company looks again
+
     def run(self, work: Callable[[Connection], Any], note: Announcement | None = None) -> Any:
         """Runs `work(conn)` inside a write transaction, maybe shared with other callers' work;
         returns its value once that transaction has committed, or raises its error (its writes
         undone) or the commit's. `note`: this caller's announcement, if it made one."""
         item = _Item(work)
         with self._cond:
-            self._queue.append(item)
-            if note is not None and note.pending:
-                note.pending = False
-                self._expected -= 1
-            self._cond.notify_all()  # a leader waiting for company looks again
+            self._enqueue(item, note)
             while not item.done and self._leading:
                 self._cond.wait()
             if item.done:
@@ -204,11 +208,7 @@ class GroupCommit:
             waker = self._wakers[loop] = _LoopWaker(loop)
         item = _Item(work, loop.create_future(), waker)
         with self._cond:
-            self._queue.append(item)
-            if note is not None and note.pending:
-                note.pending = False
-                self._expected -= 1
-            self._cond.notify_all()  # a leader waiting for company looks again
+            self._enqueue(item, note)
             self._lead_for_async()
         assert item.future is not None
         return await item.future
