@@ -41,6 +41,7 @@ import iris
 from iris.backends.local.containment import Containment
 from iris.backends.local.spawner import Spawned, Spawner
 from iris.backends.local.wrapper import start_spawner, start_wrapper
+from iris.backends.marks import LiveMarks
 from iris.backends.protocol import (
     AdoptRecord,
     AttemptExit,
@@ -182,9 +183,8 @@ class LocalBackend:
         os.chmod(self.root, 0o711)  # tasks reach their own folder by name; none may list the others
         # One marker per attempt started and not yet ended and stored, named by its folder and
         # holding its id; one folder of markers per backend, as backends share `root`.
-        self.marks = self.root / MARKS / config.id
-        self.marks.parent.mkdir(mode=0o700, exist_ok=True)  # no task may list which attempts run
-        self.marks.mkdir(mode=0o700, exist_ok=True)
+        (self.root / MARKS).mkdir(mode=0o700, exist_ok=True)  # no task may list which attempts run
+        self.marks = LiveMarks(self.root / MARKS / config.id)
         self.output_cap = output_cap
         self.containment = Containment(self.root)
         self._wake = wake
@@ -311,16 +311,15 @@ class LocalBackend:
             env["PYTHONPATH"] = sdk_pythonpath(env.get("PYTHONPATH", ""))
         cgroup = self.containment.prepare(folder.name)
         argv = [str(len(layers)), *layers, *command]
-        mark = self.marks / folder.name
         try:
             # Marked before the process exists: a controller that dies at any later point finds it.
-            mark.write_text(spec.attempt_id)
+            self.marks.put(spec.attempt_id)
             pid, spawned = start_wrapper(
                 self._spawner, self.containment, folder, cgroup, argv, workdir, env,
                 umask=0o077 if as_task else -1, gone=self._spawner_gone,
             )  # fmt: skip
         except OSError as exc:
-            mark.unlink(missing_ok=True)
+            self.marks.drop(spec.attempt_id)
             self.containment.end(folder.name, spec.attempt_id)
             with self._lock:
                 self._free_devices[spec.worker_id].update(devices)
@@ -673,7 +672,7 @@ class LocalBackend:
         # removed by a cleanup of the old one that runs late.
         for record in ended:
             record.spool.remove()
-            (self.marks / record.name).unlink(missing_ok=True)
+            self.marks.drop(record.attempt_id)
         # Waking the reader costs a thread switch per pass; it is worth it only when the bounds
         # held it back.
         if held_back:
@@ -690,27 +689,19 @@ class LocalBackend:
     def leftovers(self) -> frozenset[str]:
         """Attempts this backend started, in an earlier life too, whose end it has not seen stored:
         one marker each, so the cost follows the attempts that ran at the restart, not all there were."""
-        found = set()
-        for entry in os.scandir(self.marks):
-            try:
-                with open(entry.path) as f:
-                    found.add(f.read().strip())
-            except OSError:
-                continue
-        found.discard("")
-        return frozenset(found)
+        return frozenset(self.marks.read())
 
     def adopt(self, records: list[AdoptRecord]) -> None:
         """Takes over `records`; a leftover (see `leftovers`) not among them, which the database no
         longer holds at all, is killed with everything it started, and nothing of it reported. So
         is every leftover of a local backend of this state folder that the config no longer has:
         the database files those attempts as lost, to be run again elsewhere."""
-        self._kill_marked(self.marks, {safe_dirname(rec.attempt_id) for rec in records})
+        self._kill_marked(self.marks, {rec.attempt_id for rec in records})
         if self.configured is not None:
-            for entry in os.scandir(self.marks.parent):
+            for entry in os.scandir(self.marks.folder.parent):
                 if entry.is_dir(follow_symlinks=False) and entry.name not in self.configured | {self.id}:
                     log.warning("stopping the attempts left running by backend %s, no longer configured", entry.name)
-                    self._kill_marked(Path(entry.path), set())
+                    self._kill_marked(LiveMarks(Path(entry.path)), set())
                     shutil.rmtree(entry.path, ignore_errors=True)
         for rec in records:
             folder = self.root / safe_dirname(rec.attempt_id)
@@ -732,17 +723,11 @@ class LocalBackend:
                     self._attempts[rec.attempt_id] = attempt
                 self._finish(attempt)
 
-    def _kill_marked(self, marks: Path, keep: set[str]) -> None:
-        """Kills the attempt of each marker in `marks` whose name is not in `keep`, and drops it."""
-        for entry in os.scandir(marks):
-            if entry.name in keep:
-                continue
-            try:
-                attempt_id = Path(entry.path).read_text().strip()
-            except OSError:
-                attempt_id = ""
-            _kill_folder(self.containment, self.root / entry.name, attempt_id)
-            Path(entry.path).unlink(missing_ok=True)
+    def _kill_marked(self, marks: LiveMarks, keep: set[str]) -> None:
+        """Kills the attempt of each marker in `marks` not in `keep`, and drops its marker."""
+        for attempt_id in marks.read().keys() - keep:
+            _kill_folder(self.containment, self.root / safe_dirname(attempt_id), attempt_id)
+            marks.drop(attempt_id)
 
 
 def _kill_folder(containment: Containment, folder: Path, attempt_id: str = "") -> int:
