@@ -62,14 +62,9 @@ class Submits:
         if req.workspace_bundle or req.bundle_id or req.workdir_files:
             # A workspace to check, unpack or look up: disk and database work, on a thread.
             return await asyncio.to_thread(self._on_thread, req, identity)
-        note = current_announcement.get()
-        if note is None:
-            with self.commits.announced() as note:
-                return await self._plain(req, identity, note)
-        try:
+        # Settled once answered (refused, or without an insert): no group waits for it any longer.
+        with self.commits.announced(current_announcement.get()) as note:
             return await self._plain(req, identity, note)
-        finally:  # refused, or answered without an insert: no group waits for it any longer
-            self.commits.settle(note)
 
     async def _plain(self, req: pb.LaunchJobRequest, identity: Identity, note: Announcement) -> pb.LaunchJobResponse:
         if spans.enabled():
@@ -114,14 +109,8 @@ class Submits:
     def _submit(self, req: pb.LaunchJobRequest, identity: Identity) -> pb.LaunchJobResponse:
         # Announced (by the API front as the request arrived, or here), so that a group being
         # committed meanwhile may wait for this one to join it.
-        note = current_announcement.get()
-        if note is None:
-            with self.commits.announced() as note:
-                return self._submit_announced(req, identity, note)
-        try:
+        with self.commits.announced(current_announcement.get()) as note:
             return self._submit_announced(req, identity, note)
-        finally:  # refused, or answered without an insert: no group waits for it any longer
-            self.commits.settle(note)
 
     def _submit_announced(
         self, req: pb.LaunchJobRequest, identity: Identity, note: Announcement

@@ -148,12 +148,14 @@ class GroupCommit:
         self.items = 0  # items in them
 
     @contextmanager
-    def announced(self) -> Iterator[Announcement]:
+    def announced(self, note: Announcement | None = None) -> Iterator[Announcement]:
         """Tells leaders that this caller's work is coming, until it is queued (pass the
-        announcement to `run`) or the block ends without it (a refused request)."""
-        note = Announcement()
-        with self._cond:
-            self._expected += 1
+        announcement to `run`) or the block ends without it (a refused request). `note`: one the
+        caller made already (the API front's, as the request arrived), settled the same way."""
+        if note is None:
+            note = Announcement()
+            with self._cond:
+                self._expected += 1
         try:
             yield note
         finally:
