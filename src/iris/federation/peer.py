@@ -38,6 +38,11 @@ _M = TypeVar("_M", bound="Message")
 # in flight.
 TOKEN_REUSE_S = 30.0
 READABLE_AVAILABILITY_VERSIONS = (1, 2)  # ours (lowercase band labels) and the upstream one
+# The most pages and backends one peer's heartbeat reads (a page holds up to 1,000): a peer, buggy
+# or hostile, that kept sending pages would otherwise hold the heartbeat of every peer, and the
+# federation loop behind it, forever, its memory growing.
+MAX_PEER_PAGES = 10
+MAX_PEER_BACKENDS = 10_000
 _UPSTREAM_BAND_PREFIX = "PRIORITY_BAND_"
 
 
@@ -146,7 +151,15 @@ class PeerClient:
         """The peer's name and every backend it reports (following its pages; an older peer sends one)."""
         resp = self._call("ListBackends", pb.ListBackendsRequest(), pb.ListBackendsResponse)
         backends = [backend_from_proto(b) for b in resp.backends]
+        tokens = {""}
         while resp.next_page_token and resp.backends:
+            if len(tokens) >= MAX_PEER_PAGES or len(backends) > MAX_PEER_BACKENDS or resp.next_page_token in tokens:
+                raise UnreadableAvailability(
+                    f"peer {self.peer_id} sends its backends without end (past {MAX_PEER_PAGES} pages or"
+                    f" {MAX_PEER_BACKENDS} backends, or a page token again); no work goes to it until it"
+                    " answers with a finite list"
+                )
+            tokens.add(resp.next_page_token)
             request = pb.ListBackendsRequest(page_token=resp.next_page_token)
             resp = self._call("ListBackends", request, pb.ListBackendsResponse)
             backends.extend(backend_from_proto(b) for b in resp.backends)
