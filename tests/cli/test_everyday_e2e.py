@@ -25,6 +25,13 @@ BAD_INPUTS = [
     (["job", "run", "-e", "1X=2", "--", "true"], "not an environment variable name"),
     (["job", "run", "--target-cluster", "cw", "--", "true"], "has no federation peers"),
     (["job", "list", "--state", "RUNING"], "did you mean RUNNING?"),
+    (["job", "run", "--cpu", "0", "--", "true"], "asks for no cores"),
+    (["job", "run", "--cpu", "1e9", "--", "true"], "at most 100000"),
+    (["job", "run", "--memory", "99999999T", "--", "true"], "at most 1024T"),
+    (["job", "run", "--disk", "2000T", "--", "true"], "at most 1024T"),
+    (["job", "run", "--region", "", "--", "true"], "--region is empty"),
+    (["job", "run", "--zone", " ", "--", "true"], "--zone is empty"),
+    (["worker", "start", "--backend", "pool", "--memory", "12"], "write 12M or 12G"),
 ]
 
 

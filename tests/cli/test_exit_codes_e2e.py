@@ -99,6 +99,16 @@ def test_cli_existing_job_is_found_by_its_short_name_on_every_command(cluster):
     assert stop.returncode == 0 and "already finished" in stop.stdout + stop.stderr
 
 
+def test_cli_logs_of_a_task_the_job_does_not_have_exits_3_naming_its_tasks(cluster):
+    run = cluster.cli("job", "run", "--job-name", "two", "--replicas", "2", "--", "echo out")
+    assert run.returncode == 0, run.stderr
+    assert cluster.cli("job", "logs", "two", "--task", "1").stdout == "out\n"
+    for argv in (["job", "logs", "two", "--task", "2"], ["job", "logs", "-f", "two", "--task", "7"]):
+        got = cluster.cli(*argv)
+        assert got.returncode == 3, got.stderr
+        assert "it has 2 task(s), numbered 0 to 1" in got.stderr and got.stdout == ""
+
+
 @pytest.mark.parametrize("argv", [[], ["job"], ["cluster"], ["token"]], ids=lambda a: " ".join(["iris", *a]))
 def test_cli_group_without_a_command_prints_its_help_and_exits_3(argv, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("IRIS_CONTROLLER", "IRIS_TOKEN")}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from iris.core.bands import Band
@@ -88,6 +90,18 @@ def test_gpu_and_tpu_requests_parse_every_documented_form():
         build_resources(gpu="H100x8", tpu="v5p-8")
     with pytest.raises(InvalidArgument):
         parse_gpu("H100x0")
+
+
+def test_build_resources_refuses_no_cores_and_more_than_a_task_may_ask_for():
+    assert build_resources(cpu=0.1).cpu == 0.1 and build_resources(memory="1024T").memory == 2**50
+    for kwargs, says in (
+        ({"cpu": 0}, "asks for no cores"),
+        ({"cpu": 1e6}, "at most 100000 cores"),
+        ({"memory": "1025T"}, "memory 1025T is more than a task may ask for (at most 1024T)"),
+        ({"disk": 2**51}, "disk 2048T"),
+    ):
+        with pytest.raises(InvalidArgument, match=re.escape(says)):
+            build_resources(**kwargs)
 
 
 def test_constraints_validate_keys_ops_and_compare_lowercased():

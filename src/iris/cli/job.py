@@ -12,6 +12,7 @@ from iris.cli.main import EXIT_OK, CliContext, output_option
 from iris.cli.pages import MAX_PAGE
 from iris.cli.submit import launch_and_report
 from iris.cli.values import resolve_job
+from iris.core.errors import InvalidArgument
 
 
 def _core(name: str):
@@ -299,7 +300,12 @@ def logs(obj: CliContext, job_id: str, follow: bool, tail: int, task: int | None
 
     job_id = resolve_job(obj, job_id)
     client = obj.client()
-    show_task = task is None and client.status(job_id).replicas > 1
+    replicas = client.status(job_id).replicas
+    if task is not None and task >= replicas:
+        raise InvalidArgument(
+            f"--task {task} names no task of {job_id}: it has {replicas} task(s), numbered 0 to {replicas - 1}"
+        )
+    show_task = task is None and replicas > 1
     if obj.json:
         # One document: with -f it is printed once the job has ended.
         lines = (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from iris.cli.checks import size_with_unit
 from iris.cli.main import EXIT_OK, CliContext, output_option
 
 
@@ -24,8 +25,15 @@ def worker() -> None:
 @click.option(
     "--cpu", type=click.FloatRange(min=0, min_open=True), help="Cores to offer (default: all of this host's)."
 )
-@click.option("--memory", metavar="SIZE", help="Memory to offer, e.g. 64G (default: this host's total).")
-@click.option("--disk", metavar="SIZE", help="Disk to offer, e.g. 500G (default: free space of --work-dir).")
+@click.option(
+    "--memory", metavar="SIZE", callback=size_with_unit, help="Memory to offer, e.g. 64G (default: this host's total)."
+)
+@click.option(
+    "--disk",
+    metavar="SIZE",
+    callback=size_with_unit,
+    help="Disk to offer, e.g. 500G (default: free space of --work-dir).",
+)
 @click.option("--devices", metavar="KIND:VARIANT:COUNT", help="Accelerators to offer, e.g. gpu:h100:8.")
 @click.option(
     "--attr",

@@ -108,6 +108,9 @@ def build_launch_request(
     Raises InvalidArgument naming what to fix.
     """
     argv = normalize_command(command)
+    for flag, value in (("region", region), ("zone", zone), ("target-cluster", target_cluster)):
+        if value is not None and not value.strip():
+            raise InvalidArgument(f"--{flag} is empty; name one (e.g. --{flag} NAME) or leave the option out")
     resources = build_resources(cpu=cpu, memory=memory, disk=disk, gpu=gpu, tpu=tpu)
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise InvalidArgument(f"replicas {replicas!r} must be a whole number of at least 1")

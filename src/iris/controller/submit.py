@@ -20,6 +20,7 @@ from iris.core.constraints import ANY_REGION, Constraint, Op, inherit_constraint
 from iris.core.errors import FailedPrecondition, InvalidArgument
 from iris.core.job import DEFAULT_MAX_RETRIES_PREEMPTION, EXISTING_JOB_POLICIES, JobSpec
 from iris.core.names import JobName, validate_component
+from iris.core.resources import MAX_TASK_BYTES, MAX_TASK_CPU
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.bounds import check_number, check_text
 from iris.rpc.codec import constraints_from_proto, resources_from_proto
@@ -27,8 +28,8 @@ from iris.rpc.codec import constraints_from_proto, resources_from_proto
 # What one job may ask for. Each bound is far above any real job and far below what would make a
 # sum, a product or a timestamp overflow in the scheduler or in SQLite's 64-bit integers.
 MAX_REPLICAS = 100_000
-MAX_CPU = 100_000.0
-MAX_BYTES = 2**50  # 1 PiB of memory or disk per task
+MAX_CPU = MAX_TASK_CPU
+MAX_BYTES = MAX_TASK_BYTES
 MAX_DEVICES = 65_536
 MAX_TIMEOUT_S = 10 * 365 * 86400.0
 MAX_RETRIES = 1000

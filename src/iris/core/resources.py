@@ -15,6 +15,9 @@ from iris.core.errors import InvalidArgument
 from iris.core.units import format_size, parse_size
 
 DEVICE_KINDS = ("cpu", "gpu", "tpu")
+# The most one task may ask for: the SDK refuses more before sending, the controller after receiving.
+MAX_TASK_CPU = 100_000.0
+MAX_TASK_BYTES = 2**50  # 1 PiB of memory or disk
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,11 +124,23 @@ def build_resources(
     if gpu and tpu:
         raise InvalidArgument("ask for --gpu or --tpu, not both")
     device = parse_gpu(gpu) if gpu else parse_tpu(tpu) if tpu else Device()
-    if cpu is not None and not math.isfinite(float(cpu)):
-        raise InvalidArgument(f"cpu {cpu} is not a finite number; ask for cores like 2 or 0.5")
-    return Resources(
+    if cpu is not None:
+        cores = float(cpu)
+        if not math.isfinite(cores):
+            raise InvalidArgument(f"cpu {cpu} is not a finite number; ask for cores like 2 or 0.5")
+        if cores == 0:
+            raise InvalidArgument("cpu 0 asks for no cores; ask for a fraction instead, e.g. 0.1 (the default is 1)")
+        if cores > MAX_TASK_CPU:
+            raise InvalidArgument(f"cpu {cores:g} is more than a task may ask for (at most {MAX_TASK_CPU:g} cores)")
+    resources = Resources(
         cpu=1.0 if cpu is None else float(cpu),
         memory=1024**3 if memory is None else parse_size(memory),
         disk=0 if disk is None else parse_size(disk),
         device=device,
     )
+    for what, amount in (("memory", resources.memory), ("disk", resources.disk)):
+        if amount > MAX_TASK_BYTES:
+            raise InvalidArgument(
+                f"{what} {format_size(amount)} is more than a task may ask for (at most {format_size(MAX_TASK_BYTES)})"
+            )
+    return resources
