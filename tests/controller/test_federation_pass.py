@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 from iris.controller.db.database import Database
-from iris.controller.tick import ControlLoop
+from iris.controller.tick import FEDERATION_PASS_SPACING_S, ControlLoop
 from iris.core.config import BudgetsConfig
 from iris.core.polling import wait_until
 
@@ -19,9 +19,13 @@ class CountingFederation:
 
     def __init__(self) -> None:
         self.plans = 0
+        self.loop: ControlLoop | None = None
+        self.starts: list[tuple[float, bool]] = []  # (when the step began, within a whole pass)
 
     def plan(self, band_of=None) -> list:
         self.plans += 1
+        if self.loop is not None:
+            self.starts.append((self.loop._last_federation, self.loop._in_pass))
         return []
 
 
@@ -72,6 +76,32 @@ def test_federation_wakes_without_pause_still_let_a_whole_pass_run_each_tick_int
         stop.set()
         waker.join()
         loop.stop()
+
+
+def test_a_burst_of_federation_wakes_runs_the_step_alone_at_most_once_per_spacing(tmp_path):
+    # A burst of submits queued for peers wakes the step per submit group: each step alone begins at
+    # least FEDERATION_PASS_SPACING_S after the last began, so it takes what queued meanwhile.
+    loop, federation = _loop(tmp_path, tick_interval=60)
+    federation.loop = loop
+    stop = threading.Event()
+
+    def keep_waking() -> None:
+        while not stop.wait(0.001):
+            loop.wake_federation()
+
+    waker = threading.Thread(target=keep_waking)
+    loop.start()
+    loop.wake()
+    waker.start()
+    try:
+        wait_until(lambda: federation.plans >= 8, timeout=30, what="federation steps under a burst of wake-ups")
+    finally:
+        stop.set()
+        waker.join()
+        loop.stop()
+    alone = [(prev[0], start) for prev, (start, whole) in zip(federation.starts, federation.starts[1:]) if not whole]
+    assert len(alone) >= 6
+    assert all(start - before >= FEDERATION_PASS_SPACING_S for before, start in alone)
 
 
 def test_with_budgets_a_federation_wake_runs_a_whole_pass(tmp_path):

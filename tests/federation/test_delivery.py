@@ -37,11 +37,8 @@ class Store:
         done = set(self.handed_off) | set(self.rejected)
         return [PendingDelivery(job, peer, False) for job, peer in self.pending if job not in done]
 
-    def start_deliveries(self, job_ids):
-        return list(job_ids)  # nothing here is cancelled
-
-    def delivery_requests(self, job_ids):
-        return {j: pb.LaunchJobRequest(name=j) for j in job_ids}
+    def begin_deliveries(self, job_ids):
+        return {j: pb.LaunchJobRequest(name=j) for j in job_ids}  # nothing here is cancelled
 
     def mark_handed_off(self, job_ids) -> None:
         with self._lock:

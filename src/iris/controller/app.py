@@ -105,7 +105,7 @@ class Controller:
         return FederationManager(
             self.config.name,
             {pid: peer.address for pid, peer in self.config.peers.items()},
-            ControllerFederationStore(self.db, self.config.name, self.now_ms),
+            ControllerFederationStore(self.db, self.config.name, self.now_ms, self.commits),
             PeerRouter(shapes),
             heartbeat_interval=settings.federation_heartbeat_interval,
             sync_interval=settings.federation_sync_interval,

@@ -1,5 +1,10 @@
 """The controller's implementation of the federation store: each method one short transaction.
 
+The writes every handed-off job of a burst passes through (its promotion, the start of its
+delivery, its acceptance) are items of the submit group's transactions (`GroupCommit`) when the
+controller has one: on the parent of a burst they otherwise took the write lock between the groups
+of the submits still arriving, each a transaction of its own that the next group waited behind.
+
 `apply_sync` folds a peer's report into mirrored rows (job, tasks, attempts stamped with the
 peer's name) and advances the cursor in the same transaction, so a crash between the two can only
 make the next sync repeat work, never skip it. A job this cluster cancelled never moves back to a
@@ -12,11 +17,15 @@ read.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
+from typing import TypeVar
+
+from sqlalchemy.engine import Connection
 
 from iris.controller.db import federation as fed
 from iris.controller.db import withdrawal
 from iris.controller.db.database import Database, run, run_many, sql
+from iris.controller.db.group_commit import GroupCommit
 from iris.controller.db.jobs import TERMINAL_JOB_SQL
 from iris.controller.db.literals import FAILED, HANDED_OFF, JOB_PENDING, PENDING_HANDOFF, SENT
 from iris.core.states import JobState, TaskState
@@ -35,13 +44,24 @@ log = logging.getLogger(__name__)
 _JOB_STATES = frozenset(s.value for s in JobState)
 _TASK_STATES = frozenset(s.value for s in TaskState)
 _ENDED = frozenset(s.value for s in JobState if s.is_terminal)
+T = TypeVar("T")
 
 
 class ControllerFederationStore:
-    def __init__(self, db: Database, cluster_name: str, now_ms):
+    def __init__(self, db: Database, cluster_name: str, now_ms, commits: GroupCommit | None = None):
         self.db = db
         self.cluster_name = cluster_name
         self.now_ms = now_ms
+        self.commits = commits
+
+    def _burst_write(self, work: Callable[[Connection], T]) -> T:
+        """Runs one of a burst's handoff writes (promotion, delivery start, acceptance) in a
+        transaction of the submit group when the controller has one: it joins the submits being
+        committed instead of taking the write lock between their groups."""
+        if self.commits is not None:
+            return self.commits.run(work)
+        with self.db.write() as conn:
+            return work(conn)
 
     def queued_jobs(self) -> list[QueuedJob]:
         with self.db.read() as conn:
@@ -56,15 +76,13 @@ class ControllerFederationStore:
             return fed.expire_queued(conn, now)
 
     def set_queued_reasons(self, reasons: dict[str, str]) -> None:
-        with self.db.write() as conn:
-            fed.set_queued_reasons(conn, reasons)
+        self._burst_write(lambda conn: fed.set_queued_reasons(conn, reasons))
 
     def promote_all(self, promotions: Sequence[Promotion]) -> list[Promotion]:
         """Applies a pass's promotions in one transaction; returns those whose conditional update
         held (a cancel or a promotion that raced the pass beats it)."""
-        with self.db.write() as conn:
-            now = self.now_ms()
-            return [p for p in promotions if fed.promote(conn, p, now)]
+        now = self.now_ms()
+        return self._burst_write(lambda conn: [p for p in promotions if fed.promote(conn, p, now)])
 
     def handoffs_in_flight(self) -> dict[str, int]:
         with self.db.read() as conn:
@@ -88,8 +106,8 @@ class ControllerFederationStore:
 
     def mark_handed_off(self, job_ids: Sequence[str]) -> None:
         """The peer admitted these jobs: each is HANDED_OFF, all in one transaction."""
-        with self.db.write() as conn:
-            fed.mark_handed_off(conn, job_ids, self.now_ms())
+        now = self.now_ms()
+        self._burst_write(lambda conn: fed.mark_handed_off(conn, job_ids, now))
 
     def mark_rejected(self, job_id: str, message: str) -> None:
         with self.db.write() as conn:
@@ -206,8 +224,18 @@ class ControllerFederationStore:
     def start_deliveries(self, job_ids: Sequence[str]) -> list[str]:
         """Records that a delivery of each job is about to start, in one transaction; returns those
         that may go (a job cancelled or no longer awaiting delivery since it was read may not)."""
-        with self.db.write() as conn:
-            return [j for j in job_ids if fed.start_delivery(conn, j)]
+        return self._burst_write(lambda conn: [j for j in job_ids if fed.start_delivery(conn, j)])
+
+    def begin_deliveries(self, job_ids: Sequence[str]) -> dict[str, pb.LaunchJobRequest]:
+        """Records the start of each job's delivery and reads the requests of those that may go,
+        in one transaction (a job cancelled, or no longer awaiting delivery, since it was read may
+        not): the rows a request is built from are those its start was recorded against."""
+
+        def begin(conn: Connection) -> dict[str, pb.LaunchJobRequest]:
+            startable = [j for j in job_ids if fed.start_delivery(conn, j)]
+            return fed.delivery_requests(conn, startable, self.cluster_name)
+
+        return self._burst_write(begin)
 
     # -- withdrawal of jobs a peer cannot place (see db/withdrawal.py) ----------------------------
 

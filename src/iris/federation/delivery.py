@@ -63,8 +63,9 @@ class DeliveryStore(Protocol):
     """What delivery needs of the controller's database."""
 
     def pending_deliveries(self) -> list[PendingDelivery]: ...
-    def start_deliveries(self, job_ids: Sequence[str]) -> list[str]: ...  # those not cancelled meanwhile
-    def delivery_requests(self, job_ids: Sequence[str]) -> dict[str, pb.LaunchJobRequest]: ...
+    # The request of each job whose delivery may start (not cancelled since it was read), its start
+    # recorded in the same transaction.
+    def begin_deliveries(self, job_ids: Sequence[str]) -> dict[str, pb.LaunchJobRequest]: ...
     def mark_handed_off(self, job_ids: Sequence[str]) -> None: ...
     def mark_rejected(self, job_id: str, message: str) -> None: ...
     def note_pending_reason(self, job_id: str, reason: str) -> None: ...
@@ -131,16 +132,17 @@ class Delivery:
     def wake(self) -> None:
         self._wake.set()
 
-    def promoted(self) -> None:
-        """Jobs were just promoted: once the loop runs, their calls start from the caller's thread
-        (the tick's) rather than after a switch to the loop's, which on a busy controller can wait
-        a whole GIL interval per promotion round. Before the loop starts, only the flag is set."""
+    def promoted(self, jobs: Sequence[PendingDelivery] | None = None) -> None:
+        """Jobs were just promoted (`jobs`, when the caller knows them: then the promoted jobs are
+        not read back): once the loop runs, their calls start from the caller's thread (the
+        tick's) rather than after a switch to the loop's, which on a busy controller can wait a
+        whole GIL interval per promotion round. Before the loop starts, only the flag is set."""
         if self._thread is None or self._stop.is_set():
             self._wake.set()
             return
         try:
             with spans.span("federation.dispatch"):
-                self.dispatch()
+                self.dispatch(promoted=jobs)
         except Exception:
             log.exception("starting deliveries failed; the delivery loop retries")
             self._wake.set()
@@ -184,14 +186,17 @@ class Delivery:
             tried.update(started)
             wait(set(started.values()))
 
-    def dispatch(self, skip: set[str] | frozenset[str] = frozenset()) -> dict[str, Future]:
+    def dispatch(
+        self, skip: set[str] | frozenset[str] = frozenset(), promoted: Sequence[PendingDelivery] | None = None
+    ) -> dict[str, Future]:
         """Starts calls for the promoted jobs that are not in one already (nor in `skip`, nor
         waiting out a back-off): per peer, one call carrying all of them while fewer than
         `CALLS_PER_PEER` are open (one call per job, up to that many, for a peer that takes no
-        batches). Returns the call each started job is in."""
+        batches). `promoted`: only these jobs (just promoted); else every job awaiting delivery.
+        Returns the call each started job is in."""
         now = time.monotonic()
         ready: dict[str, list[str]] = {}
-        for delivery in self.store.pending_deliveries():
+        for delivery in self.store.pending_deliveries() if promoted is None else promoted:
             if delivery.cancelled or delivery.job_id in skip:
                 continue  # cancelled before handoff: never delivered
             if delivery.peer_id not in self.clients:
@@ -246,13 +251,11 @@ class Delivery:
         """Delivers `job_ids` to `peer_id` and records each answer; False when it made no call (all
         were cancelled, or delivered, since they were read)."""
         with spans.span("federation.deliver.start"):
-            startable = self.store.start_deliveries(job_ids)  # a cancel since the read wins
-        if not startable:
+            requests = self.store.begin_deliveries(job_ids)  # a cancel since the read wins
+        if not requests:
             return False
-        with spans.span("federation.deliver.request"):
-            requests = self.store.delivery_requests(startable)
         client = self.clients[peer_id]
-        for call in batches([(j, requests[j]) for j in startable if j in requests]):
+        for call in batches([(j, requests[j]) for j in job_ids if j in requests]):
             answers: dict[str, Exception | None]
             with spans.span("federation.deliver.call"):
                 answers = self._call(peer_id, client, call)

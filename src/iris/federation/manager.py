@@ -54,6 +54,7 @@ from iris.federation.model import (
     PeerBackend,
     PeerSnapshot,
     PendingCancel,
+    PendingDelivery,
     Promotion,
     QueuedJob,
     SubmittedJob,
@@ -282,7 +283,7 @@ class FederationManager:
         self._queue_left = len(confirmed) < len(queued)
         self.saturated = self._queue_left and self._full(in_flight)
         if confirmed:
-            self.delivery.promoted()
+            self.delivery.promoted([PendingDelivery(p.job_id, p.peer_id, False) for p in confirmed])
         promoted = {p.job_id for p in confirmed}
         self._explain_waits([c for c in candidates if c.job_id not in promoted], downgraded, errors)
         return confirmed
