@@ -93,3 +93,38 @@ def test_fast_pass_same_as_plain_for_crowded_coscheduled_jobs_across_bands():
         preemptions += len(expected.preemptions)
         reasons += len(expected.pending_reasons)
     assert preemptions > 20 and reasons > 20, (preemptions, reasons)
+
+
+def spilling_snapshot(seed: int) -> SchedulingSnapshot:
+    """Small workers and long runs of independent replicas from a few requests: a job's run spills
+    over several workers in turn, later jobs resume searches the earlier ones left, and runs that
+    find no room end in preemption or a wait."""
+    rng = random.Random(seed)
+    workers = random_workers(rng, rng.randint(10, 40))
+    running = random_running(rng, workers)
+    palette = [random_request(rng) for _ in range(rng.randint(1, 3))]
+    pending = []
+    for j in range(rng.randint(5, 30)):
+        resources, constraints, _ = rng.choice(palette)
+        replicas = rng.choice((1, 3, 7, 16))
+        band = rng.choice(list(Band))
+        pending += [
+            PendingTask(
+                f"/p/s{j}/{i}", f"/p/s{j}", i, resources, constraints, band, "alice", insertion=j, replicas=replicas
+            )
+            for i in range(replicas)
+        ]
+    return SchedulingSnapshot(1_000, tuple(workers), tuple(running), tuple(pending))
+
+
+def test_fast_pass_same_as_plain_for_runs_spilling_over_many_workers():
+    spilled = 0
+    for seed in range(40):
+        snap = spilling_snapshot(seed)
+        expected = plain(snap)
+        assert fast(snap) == expected, f"seed {seed}"
+        per_job: dict[str, set[str]] = {}
+        for a in expected.assignments:
+            per_job.setdefault(a.task_id.rsplit("/", 1)[0], set()).add(a.worker_id)
+        spilled += sum(1 for used in per_job.values() if len(used) >= 3)
+    assert spilled > 20, spilled  # jobs whose run took three workers or more

@@ -43,10 +43,34 @@ def counter(need: Vector, limit: int) -> Callable[[Vector], int]:
     dims = [(d, want) for d, want in enumerate(need) if want > 0]
     if len(dims) == 3:
         (a, x), (b, y), (c, z) = dims
-        return lambda f: max(0, min(limit, f[a] // x, f[b] // y, f[c] // z))
+
+        def three(f: Vector) -> int:
+            # Compared one by one: `min` and `max` parse their arguments by keyword, a cost per call.
+            n = f[a] // x
+            if n > limit:
+                n = limit
+            k = f[b] // y
+            if k < n:
+                n = k
+            k = f[c] // z
+            if k < n:
+                n = k
+            return n if n > 0 else 0
+
+        return three
     if len(dims) == 2:
         (a, x), (b, y) = dims
-        return lambda f: max(0, min(limit, f[a] // x, f[b] // y))
+
+        def two(f: Vector) -> int:
+            n = f[a] // x
+            if n > limit:
+                n = limit
+            k = f[b] // y
+            if k < n:
+                n = k
+            return n if n > 0 else 0
+
+        return two
     return lambda f: copies(f, need, limit)
 
 
@@ -123,7 +147,7 @@ class GangSlots:
         self.base = ix.free  # the free capacity the index's counts reflect
         self.held: dict[int, int] = {}  # per worker changed this tick, what it holds as counted
         self.dirty = ledger.changed_among(self.group_of)  # changed before now, not yet counted
-        self.log = ledger.log(number, inside_trials=False)  # changed from now on
+        self.log = ledger.log(number, self.group_of, inside_trials=False)  # changed from now on
         self.read = len(self.log)
         self._ranked: list[tuple[int, Group]] | None = None
 

@@ -20,16 +20,19 @@ This object is mutable, but it never outlives the pure `schedule` call that crea
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 
 from iris.core.bands import Band
 from iris.core.constraints import Constraint
-from iris.scheduler.fit import Shape, Vector, add, demand, fits
+from iris.scheduler.fit import Shape, Vector, add, copies, demand, fits
 from iris.scheduler.index import ClusterIndex, Keys, Packing, WorkerClass
 from iris.scheduler.snapshot import RunningTask, SchedulingSnapshot
 
 __all__ = ["Ledger", "Pool", "WorkerClass", "best_fit"]
+
+# Takes `times` tasks of a demand from a worker's free capacity (`Ledger.take`).
+Taker = Callable[[int, Vector, int], None]
 
 
 class Pool:
@@ -94,6 +97,19 @@ class Pool:
 
     def best_fit(self, need: Vector, free: list[Vector]) -> int | None:
         """The member with the least free capacity that still fits `need` (see the class)."""
+        found = self.fill(need, free, 0, None)
+        return found[0][0] if found else None
+
+    def fill(self, need: Vector, free: list[Vector], want: int, take: Taker | None) -> list[tuple[int, int]]:
+        """Places up to `want` tasks of `need` through `take`, each on the best fit as it stands
+        then, as many on one worker as it holds: [(worker, tasks)]. Without `take`, only finds
+        the best fit: [(worker, 0)], or [] when no member holds `need`.
+
+        The search after a worker is filled goes on where the last one stopped: the filled worker
+        holds no more of `need`, nothing else changed, and the sorted keys are repaired for it at
+        the next `refresh`, where the log names it. So the searches are those one `best_fit` per
+        worker would make, from the same state, with the same answers.
+        """
         keys = self.refresh()
         log = self.log
         n0, c, m, d = need
@@ -102,7 +118,7 @@ class Pool:
             # Entries before the demand's own key are short in their first differing dimension.
             probe = self.packing.probe(need)
             if probe is None:
-                return None  # more than any worker has
+                return []  # more than any worker has
             start, seen, held = probe, 0, None
         else:
             start, seen, held, probe = known
@@ -113,11 +129,11 @@ class Pool:
             else:
                 held = held.union(log[seen:]) if held else set(log[seen:])
         best = None
-        kept = None
+        kept: set[int] = _NONE
+        current = self.current
         if held:
             # Workers that changed (or held the demand before start when last asked): those that
             # still hold it and sort before start are candidates the scan below would not reach.
-            current = self.current
             kept = set()
             for w in held:
                 f = free[w]
@@ -127,25 +143,54 @@ class Pool:
                         kept.add(w)
                         if best is None or key < best:
                             best = key
-        # Entries at or after `start` have enough devices; one by one (measured on the scheduler
-        # benchmark, stepping beats jumping ahead by bisection). The scan stops at the first that
-        # fits, or where a candidate sorts first.
-        mask = self.packing.mask
+        mask, end = self.packing.mask, self.packing.end
         i, n = bisect_left(keys, start), len(keys)
-        while i < n:
-            key = keys[i]
-            if best is not None and key >= best:
-                break
-            f = free[key & mask]
-            if f[1] >= c and f[2] >= m and f[3] >= d:
-                best = key
-                break
-            i += 1
-        # Every entry the scan passed is short of the demand: the next search starts after them.
-        self.starts[need] = (keys[i] if i < n else self.packing.end, len(log), kept or None, probe)
-        return None if best is None else best & mask
+        found: list[tuple[int, int]] = []
+        while True:
+            # Entries at or after `start` have enough devices; one by one (measured on the
+            # scheduler benchmark, stepping beats jumping ahead by bisection). The scan stops at
+            # the first that fits, or where a candidate sorts first.
+            if best is None:
+                while i < n:
+                    f = free[keys[i] & mask]
+                    if f[1] >= c and f[2] >= m and f[3] >= d:
+                        best = keys[i]
+                        break
+                    i += 1
+            else:
+                while i < n:
+                    key = keys[i]
+                    if key >= best:
+                        break
+                    f = free[key & mask]
+                    if f[1] >= c and f[2] >= m and f[3] >= d:
+                        best = key
+                        break
+                    i += 1
+            # Every entry the scan passed is short of the demand: the next search starts after them.
+            self.starts[need] = (keys[i] if i < n else end, len(log), kept or None, probe)
+            if best is None:
+                return found
+            w = best & mask
+            if take is None:
+                found.append((w, 0))
+                return found
+            k = 1 if want == 1 else copies(free[w], need, want) or 1
+            take(w, need, k)
+            found.append((w, k))
+            want -= k
+            if want <= 0:
+                return found
+            # `w` is full for `need` now: the next search looks at the other candidates and at
+            # the entries after the one it stopped on (`w`'s, when the scan found it).
+            if w in kept:
+                kept.discard(w)
+            else:
+                i += 1
+            best = min([current[x] for x in kept]) if kept else None
 
 
+_NONE: set[int] = set()  # no candidates (never added to)
 _FEW = 16  # changes since a search below which they are looked at one by one
 
 
@@ -170,6 +215,9 @@ def scanned_best_fit(levels: list[tuple[int, ...]], need: Vector, free: list[Vec
 
 # Finds the best fit for a demand given the free capacity: `best_fit` over a plan, or the scan.
 Finder = Callable[[Vector, list[Vector]], int | None]
+
+
+_NO_SINKS: tuple[list[list[int]], list[list[int]]] = ([], [])
 
 
 class Ledger:
@@ -205,11 +253,10 @@ class Ledger:
         # leaves the state as it was, so only changes outside a trial and those of trials kept).
         # One list per set and kind, however many readers share it; None until one asks for it.
         self._logs: dict[int, list[list[int] | None]] = {}
-        self._made = 0  # how many logs have been made
-        # Per worker, the logs a change of it goes to ([every change], [changes kept]), as they
-        # stood when `_made` was the number given: the sets a worker belongs to are many, the sets
-        # with a log few, and they are looked up once until a log is made.
-        self._sinks: dict[int, tuple[int, list[list[int]], list[list[int]]]] = {}
+        # Per worker, the logs a change of it goes to: ([every change], [changes kept]). A log is
+        # listed with each of its workers when it is made: a worker belongs to many sets, few of
+        # which have a log in one tick, and a change must not look through them all.
+        self._sinks: dict[int, tuple[list[list[int]], list[list[int]]]] = {}
         self._plans: dict[tuple, list[Pool]] = {}
         self._group_levels: dict[tuple, dict[tuple[str, str], list[tuple[int, ...]]]] = {}
         self._group_plans: dict[tuple, list[Pool]] = {}
@@ -219,10 +266,10 @@ class Ledger:
         self._evictable: dict[tuple[int, Band], tuple[Vector, tuple[RunningTask, ...]]] = {}
         self._journal: list[tuple] | None = None
 
-    def log(self, number: int, inside_trials: bool = True) -> list[int]:
-        """The log of the workers of set `number` whose free capacity changes from now on, in order,
-        repeats kept (without `inside_trials`: changes outside a trial, and those of trials kept).
-        Shared by every reader of the set: each keeps how far it has read."""
+    def log(self, number: int, members: Iterable[int], inside_trials: bool = True) -> list[int]:
+        """The log of the workers of set `number` (`members`) whose free capacity changes from now
+        on, in order, repeats kept (without `inside_trials`: changes outside a trial, and those of
+        trials kept). Shared by every reader of the set: each keeps how far it has read."""
         entry = self._logs.get(number)
         if entry is None:
             entry = self._logs[number] = [None, None]
@@ -230,24 +277,13 @@ class Ledger:
         log = entry[kind]
         if log is None:
             log = entry[kind] = []
-            self._made += 1
+            sinks = self._sinks
+            for w in members:
+                found = sinks.get(w)
+                if found is None:
+                    found = sinks[w] = ([], [])
+                found[kind].append(log)
         return log
-
-    def _sinks_of(self, w: int) -> tuple[int, list[list[int]], list[list[int]]]:
-        """The logs a change of worker `w` goes to: ([every change], [changes kept])."""
-        found = self._sinks.get(w)
-        if found is None or found[0] != self._made:
-            every, kept = [], []
-            logs = self._logs
-            for number in self.ix.member_of.get(w, ()):
-                entry = logs.get(number)
-                if entry is not None:
-                    if entry[0] is not None:
-                        every.append(entry[0])
-                    if entry[1] is not None:
-                        kept.append(entry[1])
-            found = self._sinks[w] = (self._made, every, kept)
-        return found
 
     def changed_among(self, workers: Mapping[int, object]) -> set[int]:
         """The workers among `workers` whose free capacity changed this tick."""
@@ -272,7 +308,7 @@ class Ledger:
         pool = self._pools.get(members)
         if pool is None:
             ix = self.ix
-            log = self.log(ix.set_ids[members])  # a set has one pool: the pool's own log
+            log = self.log(ix.set_ids[members], members)  # a set has one pool: the pool's own log
             pool = self._pools[members] = Pool(members, ix.sorted_keys(members), ix.key, self.key, ix.packing, log)
             changed = self._changed
             if len(members) < len(changed):
@@ -289,6 +325,11 @@ class Ledger:
         if plan is None:
             plan = self._plans[key] = [self.pool(m) for m in self.ix.search_sets(shape)]
         return plan
+
+    def only_pool(self, shape: Shape) -> Pool | None:
+        """The one pool a shape searches, or None when it has preference levels to go through."""
+        plan = self.plan(shape)
+        return plan[0] if len(plan) == 1 else None
 
     def group_levels(self, shape: Shape) -> dict[tuple[str, str], list[tuple[int, ...]]]:
         """Per coscheduling group (shared `tpu-name`, `pool`, or backend), the workers a shape may
@@ -338,13 +379,11 @@ class Ledger:
         if old == new:
             return
         journal = self._journal
-        sinks = self._sinks.get(w)
-        if sinks is None or sinks[0] != self._made:
-            sinks = self._sinks_of(w)
-        for log in sinks[1]:
+        sinks = self._sinks.get(w, _NO_SINKS)
+        for log in sinks[0]:
             log.append(w)
         if journal is None:
-            for log in sinks[2]:
+            for log in sinks[1]:
                 log.append(w)
         else:
             journal.append(("free", w, old, self.version[w]))
@@ -377,7 +416,8 @@ class Ledger:
         their summed demand; cached until the next eviction there."""
         found = self._evictable.get((w, band))
         if found is None:
-            tasks = tuple(t for t in self.running_on[w] if t.task_id not in self.evicted and band.outranks(t.band))
+            # `band < t.band` is `band.outranks(t.band)` (lower ranks outrank), compared in C.
+            tasks = tuple(t for t in self.running_on[w] if t.task_id not in self.evicted and band < t.band)
             total = (0, 0, 0, 0)
             for task in tasks:
                 total = add(total, demand(task.resources))
@@ -396,7 +436,7 @@ class Ledger:
     def commit_trial(self) -> None:
         journal, self._journal = self._journal or [], None
         for w in {entry[1] for entry in journal if entry[0] == "free"}:
-            for log in self._sinks_of(w)[2]:
+            for log in self._sinks.get(w, _NO_SINKS)[1]:
                 log.append(w)
 
     def rollback_trial(self) -> None:

@@ -8,8 +8,9 @@ than tasks) and takes each job's tasks by replica index.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import partial
 from operator import attrgetter
+from typing import NamedTuple
 
 from iris.core.bands import Band
 from iris.scheduler.fit import Shape
@@ -27,10 +28,14 @@ def job_order_key(first: PendingTask, band: Band) -> tuple:
 task_order_key = attrgetter("index", "task_id")
 
 
-@dataclass(frozen=True, slots=True)
-class JobRequest:
+class JobRequest(NamedTuple):
     """A pending job as the placement pass sees it: its tasks in replica order, its shape, and the
-    band it competes in after gating."""
+    band it competes in after gating.
+
+    A named tuple rather than a frozen dataclass: a tick builds one per pending job, and
+    `new_request` builds it in C, where a frozen dataclass's `__init__` sets each field through
+    `object.__setattr__`.
+    """
 
     job_id: str
     tasks: tuple[PendingTask, ...]  # still eligible this tick, in task order
@@ -46,6 +51,10 @@ class JobRequest:
     @property
     def downgraded(self) -> bool:
         return self.band is not self.requested_band
+
+
+# Builds a `JobRequest` from a tuple of its fields, in order.
+new_request = partial(tuple.__new__, JobRequest)
 
 
 def is_coscheduled(task: PendingTask) -> bool:

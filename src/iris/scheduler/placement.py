@@ -102,6 +102,16 @@ def place_independent(
     i, n = 0, len(tasks)
     no_fit = shape in memo.no_fit
     free, hosts, assigned = ledger.free, ledger.workers, placed.assignments
+    pool = None if no_fit or memo.plain else ledger.only_pool(shape)
+    if pool is not None:
+        # One call places the run over as many workers as it takes, each the best fit in turn.
+        for filled, k in pool.fill(need, free, n, ledger.take):
+            worker = hosts[filled]
+            assigned.extend(
+                assignments(map(_task_id, tasks if k == n else tasks[i : i + k]), worker.worker_id, worker.backend_id)
+            )
+            i += k
+        no_fit = i < n
     while i < n:
         w = None if no_fit else find(need, free)
         if w is not None:

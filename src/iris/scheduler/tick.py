@@ -22,7 +22,7 @@ from iris.scheduler.fit import Shape, ShapeCache
 from iris.scheduler.gating import deadline_passed, effective_band, with_peer_spend
 from iris.scheduler.index import ClusterIndex
 from iris.scheduler.ledger import Ledger
-from iris.scheduler.ordering import JobRequest, is_coscheduled, order_requests, task_order_key
+from iris.scheduler.ordering import JobRequest, is_coscheduled, new_request, order_requests, task_order_key
 from iris.scheduler.placement import Memo, Placed, place_coscheduled, place_independent
 from iris.scheduler.reasons import PoolStats, never_fits, waiting_reason
 from iris.scheduler.snapshot import (
@@ -120,19 +120,21 @@ def build_requests(
         band, user = first.band, first.user
         coscheduled = is_coscheduled(first)
         live, expired = _split_expired(tasks, now_ms)
-        # Positional, in the order of JobRequest's fields: a tick builds one per pending job.
+        # In the order of JobRequest's fields: a tick builds one per pending job.
         requests.append(
-            JobRequest(
-                job_id,
-                live,
-                expired,
-                shapes[job_id],
-                effective_band(band, user, spend, budgets, default),
-                band,
-                user,
-                max(first.replicas, len(tasks)),
-                coscheduled,
-                running_groups.get(job_id) if coscheduled else None,
+            new_request(
+                (
+                    job_id,
+                    live,
+                    expired,
+                    shapes[job_id],
+                    effective_band(band, user, spend, budgets, default),
+                    band,
+                    user,
+                    max(first.replicas, len(tasks)),
+                    coscheduled,
+                    running_groups.get(job_id) if coscheduled else None,
+                )
             )
         )
     return order_requests(requests)
