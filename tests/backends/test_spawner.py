@@ -74,6 +74,18 @@ def test_spawner_refuses_a_missing_folder_with_its_errno_and_goes_on_serving(spa
     assert _exit_of(spawner, started) == 0
 
 
+def test_early_answered_spawn_reports_a_failed_set_up_with_its_exit_and_goes_on_serving(spawner, tmp_path):
+    failed = spawner.spawn(["/bin/true"], {}, str(tmp_path / "missing"), os.devnull, os.devnull, early=True)
+    assert _exit_of(spawner, failed) == 127
+    assert spawner.start_error(failed.serial) == "No such file or directory"
+    assert spawner.start_error(failed.serial) is None, "told once"
+    out = tmp_path / "out"
+    started = spawner.spawn(["/bin/sh", "-c", "echo ran; exit 5"], {}, str(tmp_path), str(out), os.devnull, early=True)
+    assert _exit_of(spawner, started) == 5
+    assert spawner.start_error(started.serial) is None
+    assert out.read_text() == "ran\n"
+
+
 def test_spawned_process_is_born_in_the_cgroup_it_names(spawner, tmp_path):
     containment = Containment(tmp_path)
     if containment.kind != "cgroup":

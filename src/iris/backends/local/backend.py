@@ -22,6 +22,7 @@ them: a failed commit (a full disk) loses nothing, and the pump stops reading wh
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import os
@@ -59,6 +60,7 @@ from iris.core import spans
 from iris.core.config import LocalBackendConfig
 from iris.core.processes import is_attempt
 from iris.core.resources import Device, Resources
+from iris.core.states import TaskState
 
 log = logging.getLogger("iris.backends.local")
 
@@ -150,6 +152,8 @@ class _Attempt:
     popen: subprocess.Popen | None = None
     spawned: int = 0  # the serial the spawner reports its exit under (0: not started by the spawner)
     code: int | None = None  # that code, once reported
+    start_error: str | None = None  # why the wrapper never ran (set up after the spawner answered)
+    workdir: str = ""
     pidfd: int | None = None
     ended: AttemptExit | None = None  # the process is gone; reported once its output is drained
     reported: bool = False
@@ -212,7 +216,8 @@ class LocalBackend:
         self._beats: dict[str, float] = {}  # thread name → when it last began a loop iteration
         self._spawner = start_spawner(f"backend {self.id}")
         self._by_serial: dict[int, _Attempt] = {}  # attempts the spawner started, by its serial
-        self._early_codes: dict[int, int] = {}  # codes reported before their attempt was registered, by serial
+        # (code, why it never ran) reported before their attempt was registered, by serial
+        self._early_codes: dict[int, tuple[int, str | None]] = {}
         if self._spawner is not None:
             self._selector.register(self._spawner.exits_fd(), selectors.EVENT_READ, _SPAWNER)
         self._threads = [
@@ -312,11 +317,15 @@ class LocalBackend:
         cgroup = self.containment.prepare(folder.name)
         argv = [str(len(layers)), *layers, *command]
         try:
+            # Checked here: the spawner answers before the wrapper has entered its folder (the
+            # tick goes on meanwhile), and a job's own workdir that is missing is its own fault.
+            if not os.path.isdir(workdir):
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), workdir)
             # Marked before the process exists: a controller that dies at any later point finds it.
             self.marks.put(spec.attempt_id)
             pid, spawned = start_wrapper(
                 self._spawner, self.containment, folder, cgroup, argv, workdir, env,
-                umask=0o077 if as_task else -1, gone=self._spawner_gone,
+                umask=0o077 if as_task else -1, gone=self._spawner_gone, early=True,
             )  # fmt: skip
         except OSError as exc:
             self.marks.drop(spec.attempt_id)
@@ -334,6 +343,7 @@ class LocalBackend:
             spool,
             popen=spawned if isinstance(spawned, subprocess.Popen) else None,
             spawned=spawned.serial if isinstance(spawned, Spawned) else 0,
+            workdir=workdir,
         )
         self._register(record)
         return Started(spec.attempt_id, pid, ",".join(map(str, devices)))
@@ -412,7 +422,7 @@ class LocalBackend:
             # The spawner reports the exit (maybe already has); no pidfd needed.
             with self._lock:
                 self._attempts[record.attempt_id] = record
-                record.code = self._early_codes.pop(record.spawned, None)
+                record.code, record.start_error = self._early_codes.pop(record.spawned, (None, None))
                 gone = self._spawner is None  # it went between the start and now
                 if record.code is None and not gone:
                     self._by_serial[record.spawned] = record
@@ -470,11 +480,12 @@ class LocalBackend:
         done = []
         with self._lock:
             for serial, code in reports:
+                error = spawner.start_error(serial)
                 record = self._by_serial.pop(serial, None)
                 if record is None:
-                    self._early_codes[serial] = code  # its start has not registered it yet
+                    self._early_codes[serial] = (code, error)  # its start has not registered it yet
                 else:
-                    record.code = code
+                    record.code, record.start_error = code, error
                     done.append(record)
         for record in done:
             self._finish(record)
@@ -544,7 +555,11 @@ class LocalBackend:
         if record.pidfd is not None:
             os.close(record.pidfd)
             record.pidfd = None
-        record.ended = AttemptExit(record.attempt_id, code, error)
+        if record.start_error is not None:  # what `start` raised before its spawner answered early
+            error = f"cannot start the attempt in {record.workdir}: {record.start_error}"
+            record.ended = AttemptExit(record.attempt_id, None, error, outcome=TaskState.FAILED)
+        else:
+            record.ended = AttemptExit(record.attempt_id, code, error)
         # Nothing the attempt started outlives it. A stopped attempt's processes keep their grace
         # period to end on their own (the wrapper dies at the first SIGTERM; they may not).
         if record.stop_deadline is None or not self.containment.members(record.name, -1, record.attempt_id):

@@ -29,6 +29,7 @@ import ctypes
 import errno
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -112,6 +113,7 @@ class Spawner:
         self._exits, exits_child = socket.socketpair()
         self._lock = threading.Lock()
         self._buffer = b""
+        self._failures: dict[int, str] = {}  # why each early-answered start failed, by serial
         with requests_child, exits_child:
             self._proc = subprocess.Popen(
                 [
@@ -147,11 +149,17 @@ class Spawner:
         cgroup: str = "",
         umask: int = -1,
         subreaper: bool = False,
+        early: bool = False,
     ) -> Spawned:
         """A new process running `argv`, in a session of its own with stdin from /dev/null
         and stdout/stderr appended to the named files; in `cgroup` (a folder) from birth, or a child
         subreaper. OSError when the process cannot be set up (say, `cwd` is missing); SpawnerGone
-        when the helper has exited."""
+        when the helper has exited.
+
+        With `early`, the answer comes as soon as the process exists, before it has set itself up
+        and exec'd: the caller goes on while the new process runs its first instructions (on a busy
+        host, most of a start's wall time), and a set-up that fails is reported with the exit, as
+        code 127 and the reason `start_error` gives for its serial."""
         request = {
             "argv": argv,
             "env": env,
@@ -161,6 +169,7 @@ class Spawner:
             "cgroup": cgroup,
             "umask": umask,
             "subreaper": subreaper,
+            "early": early,
         }
         with self._lock:
             try:
@@ -194,8 +203,16 @@ class Spawner:
                 break
             message = json.loads(self._buffer[_HEADER.size : _HEADER.size + size])
             self._buffer = self._buffer[_HEADER.size + size :]
-            out.append((int(message["serial"]), int(message["code"])))
+            serial = int(message["serial"])
+            if message.get("error") is not None:
+                self._failures[serial] = message["error"]
+            out.append((serial, int(message["code"])))
         return out
+
+    def start_error(self, serial: int) -> str | None:
+        """Why the process of an early-answered start (see `spawn`) never ran its command, once its exit
+        has been read; None when it did. Forgotten once asked."""
+        return self._failures.pop(serial, None)
 
     def close(self) -> None:
         """Ends the helper (it exits when its request socket closes); the processes it started go on."""
@@ -223,6 +240,9 @@ class _Helper:
         self.clone3 = True  # until the kernel refuses it
         self.serial = 0
         self.children: dict[int, int] = {}  # pid -> serial of each child not yet reaped
+        # pid -> the read end of its set-up report pipe, for each child answered before it exec'd:
+        # read when it is reaped (its write end closed by then: at the exec, or at its exit)
+        self.setups: dict[int, int] = {}
 
     def serve(self) -> None:
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -252,8 +272,14 @@ class _Helper:
             if pid == 0:
                 return
             serial = self.children.pop(pid, 0)
+            report: dict = {"serial": serial, "code": os.waitstatus_to_exitcode(status)}
+            setup = self.setups.pop(pid, None)
+            if setup is not None:
+                failure = _read_all(setup)
+                if failure:
+                    report["error"] = failure.decode(errors="replace").partition(":")[2]
             try:
-                _send(self.exits, {"serial": serial, "code": os.waitstatus_to_exitcode(status)})
+                _send(self.exits, report)
             except OSError:
                 pass  # the controller has gone; a new one reads the exit file instead
 
@@ -274,10 +300,12 @@ class _Helper:
             if cgroup_fd >= 0:
                 os.close(cgroup_fd)
         os.close(err_w)
-        failure = b""
-        while chunk := os.read(err_r, 4096):
-            failure += chunk
-        os.close(err_r)
+        if request.get("early"):
+            self.serial += 1
+            self.children[pid] = self.serial
+            self.setups[pid] = err_r
+            return {"pid": pid, "serial": self.serial}
+        failure = _read_all(err_r)
         if not failure:  # the exec happened (the pipe closed on it)
             self.serial += 1
             self.children[pid] = self.serial
@@ -299,6 +327,17 @@ class _Helper:
             self.clone3 = False  # refused outright: the children join their cgroups themselves
             return os.fork()
         raise OSError(code, os.strerror(code))
+
+
+def _read_all(fd: int) -> bytes:
+    """Everything left in the pipe `fd` (its write ends all closed), which it then closes."""
+    data = b""
+    try:
+        while chunk := os.read(fd, 4096):
+            data += chunk
+    finally:
+        os.close(fd)
+    return data
 
 
 def _child(request: dict, err_w: int, joined: bool, libc) -> None:
@@ -343,6 +382,13 @@ def _child(request: dict, err_w: int, joined: bool, libc) -> None:
 
 def main(argv: list[str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C in the controller's terminal is the controller's
+    # One set-up pipe held per running child answered early: as many as the hard limit allows.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass
     requests = socket.socket(fileno=int(argv[1]))
     exits = socket.socket(fileno=int(argv[2]))
     for sock in (requests, exits):

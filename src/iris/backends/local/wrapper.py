@@ -54,10 +54,12 @@ def start_wrapper(
     env: Mapping[str, str],
     umask: int = -1,
     gone: Callable[[Spawner], None] = lambda spawner: None,
+    early: bool = False,
 ) -> tuple[int, Spawned | subprocess.Popen]:
     """Starts the wrapper of the attempt in `folder` on `argv` (the layer count, the layers, the
     command): through `spawner`, born in `cgroup`, or without one (or once it has gone, which
-    `gone` is told) directly. Returns its pid and what started it; OSError when it cannot start."""
+    `gone` is told) directly. Returns its pid and what started it; OSError when it cannot start.
+    With `early`, a spawner answers before the wrapper has exec'd (see `Spawner.spawn`)."""
     if spawner is not None:
         try:
             spawned = spawner.spawn(
@@ -69,6 +71,7 @@ def start_wrapper(
                 cgroup=cgroup,
                 umask=umask,
                 subreaper=containment.kind == "subreaper",
+                early=early,
             )
             return spawned.pid, spawned
         except SpawnerGone:
