@@ -828,6 +828,7 @@ def main(argv: list[str] | None = None) -> int:
     slurm_note = ""
     t_start = time.perf_counter()
     load = os.getloadavg()
+    floor_ms = percentile(bare_python_s(), 50) * 1000  # how busy the machine is, beside the load average
     errors: list[str] = []
 
     def attempt(what: str, fn, *fn_args) -> None:
@@ -892,12 +893,14 @@ def main(argv: list[str] | None = None) -> int:
                 "revision": revision(),
                 "loadavg_start": load[0],
                 "loadavg_end": os.getloadavg()[0],
+                "python_pass_ms": floor_ms,
             }
         )
         return 1 if errors else 0
     print(
         f"\nIris ({revision()}) end to end on one machine ({os.cpu_count()} cores, load average {load[0]:.1f} at "
-        f"the start, {os.getloadavg()[0]:.1f} at the end); Iris cluster: 2 slots unless noted\n"
+        f"the start, {os.getloadavg()[0]:.1f} at the end; a bare `python -c pass` {floor_ms:.0f} ms);"
+        " Iris cluster: 2 slots unless noted\n"
     )
     print_table(
         ["", "figure", "Iris", "target", "Slurm", "Iris/Slurm"],

@@ -553,8 +553,9 @@ class ControlLoop:
                     log.exception("cannot prepare %s for launch", a.task_id)
                     broken[job_id] = f"the controller cannot run this job: it could not be prepared ({exc})"
                     continue
+                # Not rolled up here: a placed task counts as pending, as it was, so its job's
+                # state is unchanged until the start below (which rolls it up) or a failure.
                 launches.append((self.backends[a.backend_id], spec))
-                report.jobs.append(job_id)
             if broken:
                 launches = [(b, spec) for b, spec in launches if spec.job_id not in broken]
                 report.merge(applier.fail_jobs(conn, broken, now))

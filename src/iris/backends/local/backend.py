@@ -543,14 +543,15 @@ class LocalBackend:
             code = record.popen.wait()
         elif record.spawned:
             code = record.code
+        # A wrapper that exited by itself exited with its command's code, which it also wrote to
+        # its exit file: read only when the wrapper was killed, or its code is unknown (adopted).
+        if code is None or code < 0:
+            try:
+                code = int((record.folder / "exit").read_text().strip())
+            except (OSError, ValueError):
+                pass
         if code is not None and code < 0:
             code = 128 - code  # killed by a signal: report it the way a shell does
-        exit_file = record.folder / "exit"
-        if exit_file.exists():
-            try:
-                code = int(exit_file.read_text().strip())
-            except ValueError:
-                pass
         error = "" if code is not None else "the attempt's process vanished while the controller was down"
         if record.pidfd is not None:
             os.close(record.pidfd)
@@ -565,7 +566,7 @@ class LocalBackend:
         if record.stop_deadline is None or not self.containment.members(record.name, -1, record.attempt_id):
             self._empty(record, wake=False)  # reported just below
         self._release_devices(record)
-        shutil.rmtree(record.folder / "work", ignore_errors=True)  # the workspace copy ends with the attempt
+        _remove_tree(record.folder / "work")  # the workspace copy ends with the attempt
 
     # -- output ----------------------------------------------------------------------------------
 
@@ -743,6 +744,16 @@ class LocalBackend:
         for attempt_id in marks.read().keys() - keep:
             _kill_folder(self.containment, self.root / safe_dirname(attempt_id), attempt_id)
             marks.drop(attempt_id)
+
+
+def _remove_tree(folder: Path) -> None:
+    """Removes `folder` and what it holds, if anything: most attempts leave their folder empty."""
+    try:
+        folder.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _kill_folder(containment: Containment, folder: Path, attempt_id: str = "") -> int:

@@ -155,6 +155,20 @@ class Containment:
 
     def end(self, name: str, attempt_id: str) -> None:
         """Kills whatever the attempt left behind after its wrapper exited, and removes its cgroup."""
+        if self.base is not None:
+            # Most attempts leave nothing behind: their cgroup is then removed at once, and
+            # nothing is signalled. Only a populated cgroup refuses, and it is killed below.
+            with self._claims_lock:
+                try:
+                    (self.base / name).rmdir()
+                except FileNotFoundError:  # never made: no member can be found through it
+                    self._claimed.discard(name)
+                    return
+                except OSError:
+                    pass
+                else:
+                    self._claimed.discard(name)
+                    return
         self.signal(name, -1, attempt_id, signal.SIGKILL)
         with self._claims_lock:
             self._claimed.discard(name)
