@@ -14,7 +14,8 @@ import pytest
 
 from iris.core.errors import Unauthenticated
 from iris.core.polling import wait_until
-from iris.federation.delivery import CALLS_PER_PEER, MAX_BYTES_PER_CALL, MAX_JOBS_PER_CALL, batches
+from iris.federation import delivery as delivery_module
+from iris.federation.delivery import CALLS_PER_PEER, MAX_BYTES_PER_CALL, MAX_JOBS_PER_CALL, Delivery, batches
 from iris.federation.manager import FederationManager
 from iris.federation.model import PendingDelivery
 from iris.federation.peer import PeerClient
@@ -268,6 +269,57 @@ def test_dispatch_batches_what_was_promoted_keeps_calls_bounded_and_each_job_in_
     assert held_peer.calls == [*expected, ["/bob/c0"]]
     assert sorted(store.handed_off) == sorted(job for job, _ in store.pending)
     assert held_peer.most_open == CALLS_PER_PEER
+
+
+class CountingStore(Store):
+    """Counts how often the delivery loop reads the promoted jobs."""
+
+    reads = 0
+
+    def pending_deliveries(self):
+        self.reads += 1
+        return super().pending_deliveries()
+
+
+def _running_delivery(monkeypatch, peer: Peer, store: Store) -> Delivery:
+    # The loop's timer never fires during a test: only a wake-up makes it read the promoted jobs.
+    monkeypatch.setattr(delivery_module, "MIN_DELIVERY_BACKOFF_S", 600.0)
+    delivery = Delivery({"cw": PeerClient("cw", peer.url, lambda: None, requester="marin")}, store, 600.0)
+    delivery.start()
+    wait_until(lambda: store.reads == 1, timeout=10, what="the loop's first read")
+    return delivery
+
+
+def test_jobs_promoted_while_every_call_is_out_go_once_a_call_returns(monkeypatch, held_peer):
+    store = CountingStore([])
+    delivery = _running_delivery(monkeypatch, held_peer, store)
+    try:
+        for k in range(CALLS_PER_PEER + 1):
+            store.pending.append((f"/bob/j{k}", "cw"))
+            delivery.promoted([PendingDelivery(f"/bob/j{k}", "cw", False)])
+            if k < CALLS_PER_PEER:
+                wait_until(lambda k=k: len(held_peer.calls) == k + 1, timeout=10, what=f"call {k + 1} to arrive")
+        assert len(held_peer.calls) == CALLS_PER_PEER  # the last job waits for a call to return
+        held_peer.release.set()
+        wait_until(lambda: len(store.handed_off) == CALLS_PER_PEER + 1, timeout=10, what="every job handed off")
+    finally:
+        delivery.stop()
+    assert held_peer.calls[-1] == [f"/bob/j{CALLS_PER_PEER}"]
+
+
+def test_a_returning_call_with_nothing_waiting_does_not_make_the_loop_read_again(monkeypatch, held_peer):
+    held_peer.release.set()
+    store = CountingStore([("/bob/j0", "cw")])
+    delivery = _running_delivery(monkeypatch, held_peer, store)  # its first read started the call
+    try:
+        wait_until(lambda: store.handed_off == ["/bob/j0"], timeout=10, what="the first job handed off")
+        store.pending.append(("/bob/j1", "cw"))
+        started = delivery.dispatch(promoted=[PendingDelivery("/bob/j1", "cw", False)])
+        wait(set(started.values()))
+    finally:
+        delivery.stop()
+    assert store.handed_off == ["/bob/j0", "/bob/j1"]
+    assert store.reads == 1  # each job was in a call as soon as it was promoted: nothing to look for
 
 
 def test_a_batch_refusal_fails_only_that_job_and_the_others_are_handed_off(held_peer):

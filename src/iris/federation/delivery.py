@@ -114,6 +114,9 @@ class Delivery:
         # Deliveries to try again later: job -> (next try, monotonic s; last delay).
         self._backoff: dict[str, tuple[float, float]] = {}
         self._one_by_one: set[str] = set()  # peers that do not serve HandOffJobs
+        # Set when a dispatch left promoted jobs without a call (their peer's calls were all open):
+        # only then does a returning call wake the loop to start them.
+        self._crowded = False
         self._watchers: dict[str, list[set[str]]] = {}  # peer -> sets collecting its acceptances (under _lock)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -168,6 +171,8 @@ class Delivery:
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()
+            # Cleared before the read: jobs left waiting for a call after it was read set it again.
+            self._crowded = False
             try:
                 with spans.span("federation.dispatch"):
                     self.dispatch()
@@ -220,6 +225,8 @@ class Delivery:
                     jobs = jobs[take:]
                     self._calls[peer_id] += 1
                     self._delivering.update((j, peer_id) for j in calls[-1])
+                if jobs:
+                    self._crowded = True  # a returning call frees a slot for them: it wakes the loop
             for call in calls:
                 try:
                     future = self._pool.submit(self._deliver_call, peer_id, call)
@@ -243,8 +250,10 @@ class Delivery:
                 self._calls[peer_id] -= 1
                 for j in job_ids:
                     self._delivering.pop(j, None)
+                again = self._crowded or any(j in self._backoff for j in job_ids)
         if called:
-            self._wake.set()
+            if again:  # otherwise the loop would read the promoted jobs only to find each in a call
+                self._wake.set()
             self.on_answer()
 
     def _deliver(self, peer_id: str, job_ids: list[str]) -> bool:
