@@ -24,10 +24,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 __all__ = ["ROOT", "ControllerFactory", "RunningController", "free_port", "start_together", "wait_until"]
 
-# Where the long tests live, longest first. The suite runs with `--dist loadfile`: each file goes
-# whole to one worker (its module-scoped fixtures are built once), and a worker takes the next file
-# in this order as it frees up; a long file started near the end would be the run's whole tail,
-# started first the short ones fill in behind it. Paths not listed keep their place after these.
+# Where the long tests live, longest first. With workers the suite runs `--dist loadfile` (see
+# `pytest_cmdline_main`): each file goes whole to one worker (its module-scoped fixtures are built
+# once), and a worker takes the next file in this order as it frees up; a long file started near the
+# end would be the run's whole tail, started first the short ones fill in behind it. Paths not
+# listed keep their place after these.
 SLOW_FIRST = (
     "tests/integration/test_federation_chaos.py",
     "tests/integration/test_federation_faults.py",
@@ -43,6 +44,19 @@ SLOW_FIRST = (
     "tests/testing/",
     "tests/backends/",
 )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """With xdist's workers (`-n N`) and no `--dist` given, sends each file whole to one worker, in
+    the order `pytest_collection_modifyitems` leaves. Chosen here rather than in pyproject's addopts,
+    where xdist's options would break `pytest -p no:xdist`. Runs before xdist's own hook, which
+    would otherwise pick `load`."""
+    if not config.pluginmanager.hasplugin("xdist") or not config.getoption("numprocesses", None):
+        return
+    if config.option.dist == "no" and not config.option.distload:
+        config.option.dist = "loadfile"
+        config.option.loadscopereorder = False  # keep SLOW_FIRST's order, not xdist's by file size
 
 
 def pytest_configure(config):
