@@ -11,7 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import free_port
+from iris.controller.process import probe
+from tests.conftest import free_port, wait_until
 
 
 def run_iris(home: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -178,3 +179,69 @@ def test_start_of_a_running_cluster_exits_3_naming_its_url_and_stop(controller_f
     finally:
         stopped = run_iris(home, "cluster", "stop", *local)
     assert stopped.returncode == 0 and "stopped cluster local" in stopped.stdout
+
+
+# Asks whether the cluster of the config in argv[1] runs, counting the file locks the answer took.
+PROBE = """
+import sys
+taken = []
+sys.addaudithook(lambda event, args: taken.append(args) if event == "fcntl.flock" else None)
+from iris.controller.process import lock_held
+from iris.core.config import load_config
+print(lock_held(load_config(sys.argv[1])), len(taken))
+"""
+
+
+def test_asking_whether_a_cluster_runs_never_takes_its_lock(controller_factory):
+    """A start that found the lock taken by someone merely asking would exit 3 with nothing running."""
+    running = controller_factory("probed")
+
+    def ask() -> list[str]:
+        got = subprocess.run(
+            [sys.executable, "-c", PROBE, str(running.config_path)], capture_output=True, text=True, timeout=60
+        )
+        assert got.returncode == 0, got.stderr
+        return got.stdout.split()
+
+    assert ask() == ["True", "0"]
+    running.stop()
+    assert ask() == ["False", "0"]
+
+
+def test_two_starts_at_once_leave_one_running_and_the_other_exits_3(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    port = free_port()
+    cfg = _config(tmp_path, "twice", port, tmp_path / "twice-state")
+    env = {k: v for k, v in os.environ.items() if k not in ("IRIS_CONTROLLER", "IRIS_TOKEN")}
+    env["HOME"] = str(home)
+    logs = [tmp_path / f"start-{i}.log" for i in range(2)]
+    starts = []
+    for log in logs:
+        with open(log, "w") as out:
+            starts.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "iris.cli.main", "cluster", "start", "--config", str(cfg)],
+                    env=env,
+                    cwd=home,
+                    stdout=out,
+                    stderr=out,
+                )
+            )
+    try:
+        wait_until(lambda: any(p.poll() is not None for p in starts), timeout=60, message="one start to give up")
+        (loser,) = [p for p in starts if p.poll() is not None]
+        (winner,) = [p for p in starts if p is not loser]
+        said = logs[starts.index(loser)].read_text()
+        assert loser.returncode == 3 and "is already running at" in said, said
+        answer = wait_until(lambda: probe(f"http://127.0.0.1:{port}"), timeout=60, message="the other to serve")
+        assert answer["pid"] == winner.pid and winner.poll() is None
+    finally:
+        for p in starts:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()

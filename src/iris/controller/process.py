@@ -2,7 +2,9 @@
 
 A controller holds an exclusive lock on `<state_dir>/controller.lock` for its whole life, so two
 controllers can never write one database; `controller.pid` and `controller.log` beside it let
-`iris cluster stop` and a person find it. A start that finds the lock held is told apart from one
+`iris cluster stop` and a person find it. The lock file also names its holder (pid and start time),
+so asking whether a controller runs reads that and looks the process up: a question that took the
+lock, however briefly, would make a controller starting at that instant find it taken and exit. A start that finds the lock held is told apart from one
 whose port another program holds only by its message: both are the same mistake (the place is
 taken) and exit 3, the running controller's URL and the command that stops it named.
 """
@@ -100,24 +102,66 @@ def check_state_dir(config: ClusterConfig) -> None:
         ) from None
 
 
+def lock_path(config: ClusterConfig) -> Path:
+    return config.state_path / "controller.lock"
+
+
+def _started_at(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch), None when it is gone or a zombie."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc.create_time()
+    except psutil.Error:
+        return None
+
+
+def lock_holder(config: ClusterConfig) -> int | None:
+    """The pid of the controller holding this state directory's lock now, None when none does;
+    answered from what the holder wrote in the lock file, without ever taking the lock."""
+    try:
+        pid_text, _, started = lock_path(config).read_text().partition(" ")
+        pid, started_at = int(pid_text), float(started)
+    except (OSError, ValueError):
+        return None
+    now = _started_at(pid)
+    # A pid reused by a later process is not the holder: its start time tells them apart.
+    return pid if now is not None and abs(now - started_at) < 1.0 else None
+
+
 def lock_held(config: ClusterConfig) -> bool:
     """Whether a controller holds this state directory's lock now (it runs, or is starting)."""
+    return lock_holder(config) is not None
+
+
+def _take_lock(config: ClusterConfig, argv: Sequence[str]) -> int:
+    """Takes the state directory's lock for this process's life and names this process in it;
+    returns the lock file's descriptor. Raises `already_running` when a controller holds it."""
+    fd = os.open(lock_path(config), os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        lock = open(config.state_path / "controller.lock", "a")
-    except OSError:
-        return False
-    with lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(lock, fcntl.LOCK_UN)
-    return False
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise already_running(config, argv) from None
+    record = f"{os.getpid()} {_started_at(os.getpid())}\n".encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, record, 0)
+    return fd
+
+
+def _release_lock(fd: int) -> None:
+    """Forgets the holder, then lets the lock go (closing the file releases it)."""
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+    os.close(fd)
 
 
 def already_running(config: ClusterConfig, argv: Sequence[str] = ()) -> Unavailable:
     """The error for a start of a cluster whose controller already runs: where it is, and how to stop it."""
-    pid = read_pid(config)
+    pid = read_pid(config) or lock_holder(config)
     stop = " ".join(["iris cluster stop", *argv])
     return Unavailable(
         f"cluster {config.name} is already running at {config.url}"
@@ -192,12 +236,7 @@ def run_foreground(config: ClusterConfig, on_ready=lambda: None, argv: Sequence[
     # Everything the controller writes (database, WAL, keys, logs) is its own alone.
     os.umask(0o077)
     check_state_dir(config)
-    lock = open(config.state_path / "controller.lock", "w")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        raise already_running(config, argv) from None
+    lock = _take_lock(config, argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # httpx logs every request it sends at INFO: each call relayed to an endpoint or a peer would
     # add a line to controller.log, at whatever rate users drive them.
@@ -239,7 +278,7 @@ def run_foreground(config: ClusterConfig, on_ready=lambda: None, argv: Sequence[
     finally:
         controller.shutdown()
         pid_path(config).unlink(missing_ok=True)
-        lock.close()
+        _release_lock(lock)
 
 
 def _call_when_started(server, on_ready) -> None:
@@ -277,6 +316,8 @@ def start_detached(config: ClusterConfig, argv: list[str], timeout: float = 30) 
     answered = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            if lock_held(config):  # another start took the lock after this one looked
+                raise already_running(config, argv)
             if not _can_bind(config):
                 raise _port_error(config, answered or probe(config.url, timeout=0.5))
             tail = log_path(config).read_text(errors="replace").strip().splitlines()[-5:]
