@@ -9,6 +9,7 @@ import sqlite3
 import pytest
 from connectrpc.errors import ConnectError
 
+from iris.backends.marks import LiveMarks
 from iris.controller.tick import DIE_BEFORE_STOP_ENV
 from iris.rpc import controller_pb2 as pb
 from iris.testing import local_backend
@@ -94,3 +95,22 @@ def test_preemption_committed_before_a_crash_stops_the_victim_and_runs_the_preem
     attempts = status(c, batch).tasks[0].attempts
     assert attempts[0].state == "PREEMPTED" and "stopped" in logs(c, batch)
     c.terminate_job(pb.TerminateJobRequest(job_id=batch))
+
+
+def test_an_attempt_whose_end_was_stored_before_a_crash_is_not_taken_back_to_stop(controller_factory):
+    ctl = controller_factory("settled", backends=[local_backend("a")])
+    c = client(ctl)
+    job = launch(c, "done", ["sh", "-c", "echo hi"])
+    assert wait_state(c, job).job.state == "SUCCEEDED"
+    (attempt,) = status(c, job).tasks[0].attempts
+    ctl.stop()
+    # What a crash between storing the attempt's end and dropping its marker leaves behind.
+    marks = LiveMarks(ctl.state_dir / "attempts" / ".live" / "a")
+    marks.put(attempt.attempt_id)
+    ctl.start()
+    assert marks.read() == {}, "its marker is dropped while the controller starts"
+    assert "taking back" not in ctl.log.read_text(), "nothing is taken back to be stopped"
+    again = status(client(ctl), job)
+    assert again.job.state == "SUCCEEDED" and [(a.attempt_id, a.state) for a in again.tasks[0].attempts] == [
+        (attempt.attempt_id, "SUCCEEDED")
+    ]

@@ -157,11 +157,12 @@ class Backend(Protocol):
         """Attempts started before a restart whose end this backend has not seen stored, so their
         processes may still run (asked once, before `adopt`; empty where another party reconciles)."""
 
-    def adopt(self, records: list[AdoptRecord]) -> None:
+    def adopt(self, records: list[AdoptRecord], settled: frozenset[str] = frozenset()) -> None:
         """Takes over attempts that were live before a restart, and the leftovers the database holds
         in any state (the tick stops those it no longer wants, and their ends are recorded as usual);
         those already gone are reported by the next `poll` as exits (with their exit code when it
-        was recorded). A leftover not among `records` is killed and nothing of it is reported."""
+        was recorded). A leftover in `settled` already has its end stored: it is forgotten, nothing
+        stopped. Any other leftover not among `records` is killed and nothing of it is reported."""
 
     def shutdown(self) -> list[str]:
         """Stops every attempt (the controller is stopping); returns their ids."""

@@ -58,6 +58,10 @@ from iris.scheduler.gating import effective_band, user_spend
 log = logging.getLogger("iris.tick")
 MAINTENANCE_INTERVAL_S = 60.0
 LIVE_ATTEMPTS = LIVE_TASKS
+# An ended attempt whose end came from its backend and was stored: its exit code, or its loss (only a
+# backend's report or a dead worker makes an attempt WORKER_FAILED). A stop the controller committed
+# stores neither until the backend reports the exit, so such an attempt may still run.
+ENDED_AND_STORED = f"(exit_code IS NOT NULL OR state = '{TaskState.WORKER_FAILED.value}')"
 DIE_BEFORE_STOP_ENV = "IRIS_TEST_DIE_BEFORE_STOP"
 
 
@@ -175,11 +179,18 @@ class ControlLoop:
             live = {r[0] for r in rows}
             strays = sorted({a for ids in leftovers.values() for a in ids} - live)
             held: dict[str, Any] = {}  # as many as ran when the controller went: each looked up alone
+            settled: set[str] = set()
             for attempt_id in strays:
                 found = run(
-                    conn, f"SELECT {columns} FROM attempts WHERE attempt_id = ? AND cluster IS NULL", (attempt_id,)
+                    conn,
+                    f"SELECT {columns}, {ENDED_AND_STORED} FROM attempts WHERE attempt_id = ? AND cluster IS NULL",
+                    (attempt_id,),
                 )
-                held.update((r[0], r) for r in found.fetchall())
+                for r in found.fetchall():
+                    if r[-1]:  # a crash came between storing its end and dropping its marker
+                        settled.add(r[0])
+                    else:
+                        held[r[0]] = r
         by_backend: dict[str, list[AdoptRecord]] = {bid: [] for bid in self.backends}
         orphans = []
         for r in rows:
@@ -196,7 +207,7 @@ class ControlLoop:
                 "taking back %d attempts no longer live in the database, to stop them and record their ends", len(held)
             )
         for backend_id, records in by_backend.items():
-            self.backends[backend_id].adopt(records)
+            self.backends[backend_id].adopt(records, frozenset(leftovers[backend_id] & settled))
         if orphans:
             now = self.now_ms()
             with self.db.write() as conn:

@@ -34,7 +34,7 @@ import site
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -707,17 +707,19 @@ class LocalBackend:
         one marker each, so the cost follows the attempts that ran at the restart, not all there were."""
         return frozenset(self.marks.read())
 
-    def adopt(self, records: list[AdoptRecord]) -> None:
-        """Takes over `records`; a leftover (see `leftovers`) not among them, which the database no
-        longer holds at all, is killed with everything it started, and nothing of it reported. So
-        is every leftover of a local backend of this state folder that the config no longer has:
-        the database files those attempts as lost, to be run again elsewhere."""
-        self._kill_marked(self.marks, {rec.attempt_id for rec in records})
+    def adopt(self, records: list[AdoptRecord], settled: frozenset[str] = frozenset()) -> None:
+        """Takes over `records`; a leftover (see `leftovers`) whose end is stored (`settled`) is
+        forgotten, and one the database no longer holds at all is killed with everything it started,
+        and nothing of it reported. So is every leftover of a local backend of this state folder that
+        the config no longer has: the database files those attempts as lost, to be run again elsewhere."""
+        kept = {rec.attempt_id for rec in records}
+        self._kill_marked(self.marks, self.marks.forget(self.marks.read(), kept, settled))
         if self.configured is not None:
             for entry in os.scandir(self.marks.folder.parent):
                 if entry.is_dir(follow_symlinks=False) and entry.name not in self.configured | {self.id}:
                     log.warning("stopping the attempts left running by backend %s, no longer configured", entry.name)
-                    self._kill_marked(LiveMarks(Path(entry.path)), set())
+                    gone = LiveMarks(Path(entry.path))
+                    self._kill_marked(gone, gone.read())
                     shutil.rmtree(entry.path, ignore_errors=True)
         for rec in records:
             folder = self.root / safe_dirname(rec.attempt_id)
@@ -739,9 +741,9 @@ class LocalBackend:
                     self._attempts[rec.attempt_id] = attempt
                 self._finish(attempt)
 
-    def _kill_marked(self, marks: LiveMarks, keep: set[str]) -> None:
-        """Kills the attempt of each marker in `marks` not in `keep`, and drops its marker."""
-        for attempt_id in marks.read().keys() - keep:
+    def _kill_marked(self, marks: LiveMarks, strays: Iterable[str]) -> None:
+        """Kills the attempt of each of the `strays` marked in `marks`, and drops its marker."""
+        for attempt_id in strays:
             _kill_folder(self.containment, self.root / safe_dirname(attempt_id), attempt_id)
             marks.drop(attempt_id)
 

@@ -523,9 +523,10 @@ class SlurmBackend:
         self._marked = self.marks.read()
         return frozenset(self._marked)
 
-    def adopt(self, records: list[AdoptRecord]) -> None:
+    def adopt(self, records: list[AdoptRecord], settled: frozenset[str] = frozenset()) -> None:
         """Takes over `records` (found by Slurm job id, or by name where none was stored); a leftover
-        not among them, which the database no longer holds at all, is cancelled in Slurm."""
+        whose end is stored (`settled`) is forgotten, and one the database no longer holds at all is
+        cancelled in Slurm."""
         kept = set()
         for rec in records:
             kept.add(rec.attempt_id)
@@ -534,7 +535,7 @@ class SlurmBackend:
             folder = self.root / "attempts" / safe_dirname(rec.attempt_id)
             spool = OutputSpool(folder, self.output_cap, {"stdout": rec.stdout_offset, "stderr": rec.stderr_offset})
             self._add(_Attempt(rec.attempt_id, folder, slurm_id, spool))
-        strays = {a: i for a, i in self._marked.items() if a not in kept}
+        strays = self.marks.forget(self._marked, kept, settled)
         self._marked = {}
         if not strays:
             return

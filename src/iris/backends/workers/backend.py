@@ -134,6 +134,7 @@ class WorkersBackend:
         self._lock = threading.Lock()
         self._inherited = dict(os.environ)
         self.marks = LiveMarks(context.state_dir / "workers" / ".live" / config.id)
+        self._marked: dict[str, int | None] = {}  # what `leftovers` found, for `adopt`
 
     # -- what the scheduler sees -----------------------------------------------------------------
 
@@ -261,16 +262,20 @@ class WorkersBackend:
         self._exits.append(AttemptExit(attempt.attempt_id, None, why))
 
     def leftovers(self) -> frozenset[str]:
-        """Attempts this backend started, in an earlier life too, whose end it has not seen stored."""
-        return frozenset(self.marks.read())
+        """Attempts this backend started, in an earlier life too, whose end it has not seen stored
+        (read here once; `adopt` sorts out the same markers)."""
+        self._marked = self.marks.read()
+        return frozenset(self._marked)
 
-    def adopt(self, records: list[AdoptRecord]) -> None:
+    def adopt(self, records: list[AdoptRecord], settled: frozenset[str] = frozenset()) -> None:
         """Holds `records` until their daemons register again (the tick stops those it no longer
-        wants, and their daemons are told so then); a leftover the database no longer holds at all
-        is forgotten, and its daemon told to kill it when it registers."""
+        wants, and their daemons are told so then); a leftover the database no longer holds at all,
+        or holds as ended and stored, is forgotten, and its daemon told to kill it when it registers
+        (an attempt that ended is no longer among what a daemon reports)."""
         deadline = time.monotonic() + self.grace + RECONNECT_ALLOWANCE_S
         kept = {rec.attempt_id for rec in records}
-        for attempt_id in self.marks.read().keys() - kept:
+        marked, self._marked = self._marked, {}
+        for attempt_id in self.marks.forget(marked, kept, settled):
             self.marks.drop(attempt_id)
         for attempt_id in kept:
             self.marks.put(attempt_id)
