@@ -201,6 +201,19 @@ def test_only_the_owner_is_offered_stop_and_a_dashboard_token_is_refused(site, n
     shot(owner, artifacts, "job-stopped")
 
 
+def test_signing_in_refreshes_the_view_shown_in_place(site, new_page):
+    """The jobs view drawn before a sign-in is refreshed as the new caller, not built anew: built anew,
+    its rows would be drawn a second time, a moment later."""
+    page = new_page()
+    page.goto(site.marin.url + "/")
+    wait_until(lambda: int(page.get_attribute("#jobs-table", "data-refreshes") or 0) >= 1, message="the first draw")
+    page.evaluate("document.getElementById('jobs-table').dataset.drawnBefore = 'yes'")
+    sign_in(page, site.tokens["ops"])
+    expect(page.locator("#who")).to_have_text("ops (dashboard)", timeout=WAIT_MS)
+    refreshed = wait_until(lambda: int(page.get_attribute("#jobs-table", "data-refreshes")) >= 2 and page)
+    expect(refreshed.locator("#jobs-table")).to_have_attribute("data-drawn-before", "yes")
+
+
 def test_a_cluster_with_auth_asks_for_a_token_once_per_browser_session(site, new_page, artifacts):
     page = new_page()
     page.goto(site.locked.url + "/")

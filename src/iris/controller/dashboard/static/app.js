@@ -3,6 +3,8 @@
 // The address holds the page and its filters (#/jobs?state=PENDING), so a reload or a shared link
 // shows the same view; it never holds the token. Each page builds its skeleton once and then only
 // refreshes its data every few seconds, so typed filters, open dialogs and the scroll position stay.
+// A sign-in refreshes the page shown in place, as the new caller (pages read the session on every
+// refresh): built anew, its rows would be drawn twice, the second time a moment later.
 
 import { ApiError, call, sessionToken, setSessionToken } from "./api.js";
 import { backendsPage } from "./backends.js";
@@ -39,27 +41,52 @@ async function show() {
   const page = PAGES[route.name](root, route);
   current = { page, timer: null };
   await refresh(page);
-  if (current.page === page) current.timer = setInterval(() => refresh(page), REFRESH_MS);
+  if (current.page === page && !page.waiting) current.timer = setInterval(() => refresh(page), REFRESH_MS);
 }
 
 // One refresh at a time per page, and none while the tab is hidden: a slow controller or a
-// forgotten tab never piles requests onto the cluster.
-async function refresh(page) {
-  if (page.busy || (document.hidden && page.refreshed)) return;
-  page.busy = true;
+// forgotten tab never piles requests onto the cluster. None either while the cluster waits for a
+// sign-in: the sign-in resumes them.
+function refresh(page) {
+  if (page.busy) return page.busy;
+  if (document.hidden && page.refreshed) return Promise.resolve();
+  page.busy = load(page).finally(() => {
+    page.busy = null;
+  });
+  return page.busy;
+}
+
+async function load(page) {
   try {
     await page.refresh();
     page.refreshed = true;
     banner("");
   } catch (err) {
     if (err instanceof ApiError && err.code === "unauthenticated") {
+      pause(page);
       openSignIn(err.message);
     } else {
       banner(err.message || String(err));
     }
-  } finally {
-    page.busy = false;
   }
+}
+
+function pause(page) {
+  page.waiting = true;
+  if (current?.page !== page) return;
+  clearInterval(current.timer);
+  current.timer = null;
+}
+
+// Refreshes the page shown now in place (after a sign-in), then keeps refreshing it.
+async function resume() {
+  if (!current) return show();
+  const page = current.page;
+  pause(page);
+  await page.busy; // a refresh begun as the previous caller lands first, then this one replaces it
+  page.waiting = false;
+  await refresh(page);
+  if (current.page === page && !current.timer && !page.waiting) current.timer = setInterval(() => refresh(page), REFRESH_MS);
 }
 
 function banner(text) {
@@ -110,7 +137,7 @@ async function submitSignIn(event) {
   document.getElementById("token-input").value = "";
   document.getElementById("sign-in-dialog").close();
   await loadSession();
-  await show();
+  await resume();
 }
 
 function start() {
