@@ -111,9 +111,29 @@ def is_local_key(key: str) -> bool:
     return key not in FEDERATION_ONLY_KEYS and not key.startswith(AVAILABLE_PREFIX)
 
 
-def _canonical(constraints: Iterable[Constraint]) -> tuple[Constraint, ...]:
+class Constraints(tuple):
+    """A shape's constraints in canonical order: a tuple that hashes in one step.
+
+    Per-tick and per-index caches are keyed by a shape's constraints, looked up for every job;
+    a plain tuple hashes each constraint again on every lookup (a Python-level `__hash__` per
+    constraint), so the hash is computed once, when the shape is compiled. Equal to, and hashing
+    as, the plain tuple of the same constraints.
+    """
+
+    _hash: int
+
+    def __new__(cls, constraints: Iterable[Constraint]) -> Constraints:
+        made = super().__new__(cls, constraints)
+        made._hash = tuple.__hash__(made)
+        return made
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
+def _canonical(constraints: Iterable[Constraint]) -> Constraints:
     unique = {c for c in constraints}
-    return tuple(sorted(unique, key=lambda c: (c.key, c.op.value, c.values)))
+    return Constraints(sorted(unique, key=lambda c: (c.key, c.op.value, c.values)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,23 +146,19 @@ class Shape:
     kind: str  # device kind: cpu, gpu or tpu
     token: str  # device variant ('' = any, or no accelerator)
     _hash: int = field(init=False, repr=False, compare=False)
+    # The part of the shape that decides where it may preempt.
+    evicts_among: tuple = field(init=False, repr=False, compare=False)
+    # The part of the shape that decides which workers it may use.
+    where: tuple[tuple[Constraint, ...], tuple[Constraint, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Shapes key every per-tick memo; hashing the constraint tuples on each lookup is the cost.
         object.__setattr__(self, "_hash", hash((self.need, self.hard, self.preferred, self.kind, self.token)))
+        object.__setattr__(self, "evicts_among", (self.need, self.hard, self.kind, self.token))
+        object.__setattr__(self, "where", (self.hard, self.preferred))
 
     def __hash__(self) -> int:
         return self._hash
-
-    @property
-    def evicts_among(self) -> tuple:
-        """The part of the shape that decides where it may preempt."""
-        return (self.need, self.hard, self.kind, self.token)
-
-    @property
-    def where(self) -> tuple[tuple[Constraint, ...], tuple[Constraint, ...]]:
-        """The part of the shape that decides which workers it may use."""
-        return (self.hard, self.preferred)
 
     @property
     def accelerator(self) -> bool:
@@ -157,16 +173,24 @@ class Shape:
         return describe(self.need, self.device_word)
 
 
-def compile_shape(resources: Resources, constraints: Iterable[Constraint]) -> Shape:
-    """Builds a task's shape: its demand, and its hard constraints including the device-derived ones."""
+def compile_shape(
+    resources: Resources, constraints: Iterable[Constraint], interned: dict[Constraints, Constraints] | None = None
+) -> Shape:
+    """Builds a task's shape: its demand, and its hard constraints including the device-derived
+    ones. With `interned`, equal constraint tuples of different shapes are one object (a cache
+    keyed by them then finds its entry by identity, without comparing constraints)."""
     local = [normalize(c) for c in constraints]
     local = [c for c in local if is_local_key(c.key)]
-    hard = [c for c in local if not c.preferred] + [normalize(c) for c in device_constraints(resources)]
+    hard = _canonical([c for c in local if not c.preferred] + [normalize(c) for c in device_constraints(resources)])
+    preferred = _canonical(c for c in local if c.preferred)
+    if interned is not None:
+        hard = interned.setdefault(hard, hard)
+        preferred = interned.setdefault(preferred, preferred)
     device = resources.device
     return Shape(
         need=demand(resources),
-        hard=_canonical(hard),
-        preferred=_canonical(c for c in local if c.preferred),
+        hard=hard,
+        preferred=preferred,
         kind=device.kind if device.is_accelerator else "cpu",
         token=device.token if device.is_accelerator else "",
     )
@@ -187,6 +211,7 @@ class ShapeCache:
     def __init__(self) -> None:
         self._shapes: dict[tuple, Shape] = {}
         self._by_identity: dict[tuple[int, int], tuple[Resources, tuple[Constraint, ...], Shape]] = {}
+        self._constraints: dict[Constraints, Constraints] = {}  # see `compile_shape`
 
     def __len__(self) -> int:
         return len(self._shapes)
@@ -199,7 +224,7 @@ class ShapeCache:
         key = (resources, constraints)
         shape = self._shapes.get(key)
         if shape is None:
-            shape = self._shapes[key] = compile_shape(resources, constraints)
+            shape = self._shapes[key] = compile_shape(resources, constraints, self._constraints)
         if len(self._by_identity) >= _MAX_IDENTITIES:
             self._by_identity.clear()  # objects of requests long gone: start afresh
         self._by_identity[(id(resources), id(constraints))] = (resources, constraints, shape)

@@ -522,7 +522,7 @@ class ClusterIndex:
             carried = self._carried.get(members)
             if carried is not None:
                 inside = self.member_set(members)
-                touched = [w for w in self._moved if w in inside]
+                touched = inside.intersection(self._moved)
                 found = carried
                 if touched:
                     found = list(carried)

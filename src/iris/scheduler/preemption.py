@@ -35,7 +35,7 @@ class VictimSet:
 
 def may_preempt(preemptor: Band, victim: Band) -> bool:
     """Only a strictly higher band evicts: never an equal or higher one."""
-    return preemptor.outranks(victim)
+    return preemptor < victim  # `preemptor.outranks(victim)`, compared in C
 
 
 LOWEST_BAND = int(max(Band))
