@@ -20,8 +20,9 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="tasks get uids of the
 
 @pytest.fixture
 def controller(controller_factory):
-    """A controller whose tasks run under uids of their users' own (the default for a root one)."""
-    return controller_factory(auth={"task_uids": {"enabled": True, "range": "200000-299999"}})
+    """A controller whose tasks run under uids of their users' own (the default for a root one), each
+    user's tasks holding at most 64 processes at once."""
+    return controller_factory(auth={"task_uids": {"enabled": True, "range": "200000-299999", "max_processes": 64}})
 
 
 # Runs as alice's task: tries the key, the database, the state directory, every other process's
@@ -131,3 +132,18 @@ def test_task_under_its_own_uid_can_import_the_sdk_with_the_python3_on_its_path(
     uid_line, last = logs(alice, job)[0], logs(alice, job)[-1]
     assert int(uid_line) not in (0, os.getuid())
     assert last == "sdk ok"
+
+
+def test_task_forking_without_end_stops_at_its_users_process_limit_and_others_run(controller):
+    alice = client(controller, user_token(controller, "alice"))
+    bob = client(controller, user_token(controller, "bob"))
+    # dash ends at the first fork the kernel refuses; without a limit all 200 sleeps start.
+    forker = launch(
+        alice, "forker", ["sh", "-c", "i=0; while [ $i -lt 200 ]; do sleep 60 & i=$((i+1)); done; echo all"]
+    )
+    ended = wait_state(alice, forker, timeout=60)
+    said = logs(alice, forker)
+    assert ended.job.state == "FAILED" and "all" not in said, said
+    assert any("fork" in line.lower() for line in said), said
+    other = launch(bob, "other", ["sh", "-c", "sleep 0.1 & wait; echo fine"], user="bob")
+    assert wait_state(bob, other).job.state == "SUCCEEDED" and logs(bob, other) == ["fine"]

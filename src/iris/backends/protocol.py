@@ -65,6 +65,7 @@ class LaunchSpec:
     # The uid and gid the attempt runs as; None: the controller's own (it is not root).
     uid: int | None = None
     gid: int | None = None
+    max_processes: int = 0  # processes and threads the uid may hold at once (RLIMIT_NPROC); 0: no limit
     timeout_s: float = 0.0  # the job's run-time limit (0: none); the tick enforces it, a backend may too
     # The same layers by content id, for a backend whose hosts fetch them (a worker daemon).
     bundle_id: str = ""

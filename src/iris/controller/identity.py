@@ -63,7 +63,7 @@ class Identities:
         self.db = db
         self.clock = clock
         uids = config.auth.task_uids
-        self.tasks = TaskIdentities.from_config(uids.range, config.auth.task_accounts, uids.enabled)
+        self.tasks = TaskIdentities.from_config(uids.range, config.auth.task_accounts, uids.enabled, uids.max_processes)
         with db.read() as conn:
             self.revoked = {r[0] for r in conn.execute(sql("SELECT jti FROM revoked_tokens"))}
         self.auth = Authenticator.from_config(config, revoked=self.revoked)  # shares the live deny list

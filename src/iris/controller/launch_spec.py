@@ -92,6 +92,7 @@ class LaunchSpecs:
             layers,
             uid=account.uid if account else None,
             gid=account.gid if account else None,
+            max_processes=account.max_processes if account else 0,
             timeout_s=cfg.timeout_s,
             bundle_id=cfg.bundle_id,
             files_id=cfg.files_id,

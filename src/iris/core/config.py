@@ -148,6 +148,9 @@ class TaskUidsConfig(_Model):
     # false: tasks run as the controller's uid even when it is root, so nothing isolates them from
     # it or from each other (for hosts where tasks must use files private to the controller's uid)
     enabled: bool = True
+    # Processes and threads one user's tasks may hold at once on a host (RLIMIT_NPROC of their uid),
+    # so a task forking without end cannot fill the host's process table; 0: a quarter of it.
+    max_processes: int = Field(default=0, ge=0)
 
 
 TOKEN_ROLES = ("admin", "user", "dashboard", "worker", "federation-peer", "task")

@@ -68,6 +68,7 @@ _SPAWNER = object()  # the selector's key for the spawner's exit reports
 MARKS = ".live"  # under the attempts root: each backend's markers of the attempts it has not seen end
 _SHELL_CHARS = re.compile(r"[\s;&|<>$`'\"*?(){}]")
 SETPRIV = "/usr/bin/setpriv"  # util-linux: runs a command under another uid, gid and no extra groups
+PRLIMIT = "/usr/bin/prlimit"  # util-linux: runs a command with other resource limits
 STOP_GRACE_S = 10.0
 PUMP_INTERVAL_S = 0.1
 THREAD_STALL_S = 60.0  # a loop iteration of a backend thread longer than this is a stall
@@ -287,6 +288,11 @@ class LocalBackend:
             home.mkdir(mode=0o700, exist_ok=True)
             os.chown(home, spec.uid, gid)
             command = [SETPRIV, f"--reuid={spec.uid}", f"--regid={gid}", "--clear-groups", "--", *command]
+            if spec.max_processes:
+                # Counted over all of the uid's processes: one user's tasks forking without end
+                # stop at it, and the host keeps room for the controller and everyone else.
+                nproc = spec.max_processes
+                command = [PRLIMIT, f"--nproc={nproc}:{nproc}", "--", *command]
         devices = self._take_devices(
             spec.worker_id, spec.resources.device.count if spec.resources.device.kind == "gpu" else 0
         )

@@ -31,7 +31,7 @@ import ipaddress
 import os
 import pwd
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
@@ -54,6 +54,7 @@ class TaskAccount:
     uid: int
     gid: int
     home: str = ""
+    max_processes: int = 0  # processes and threads the uid may hold at once (0: no limit)
 
 
 def parse_uid_range(text: str) -> tuple[int, int]:
@@ -77,12 +78,16 @@ class TaskIdentities:
     uid_range: tuple[int, int] = DEFAULT_TASK_UID_RANGE
     accounts: Mapping[str, TaskAccount] = field(default_factory=dict)
     enabled: bool = field(default_factory=lambda: os.geteuid() == 0)
+    max_processes: int = 0  # per task uid; 0: a quarter of the host's process table
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "accounts", MappingProxyType(dict(self.accounts)))
+        object.__setattr__(self, "max_processes", self.max_processes or host_process_share())
 
     @classmethod
-    def from_config(cls, range_text: str, accounts: Mapping[str, str], enabled: bool = True) -> TaskIdentities:
+    def from_config(
+        cls, range_text: str, accounts: Mapping[str, str], enabled: bool = True, max_processes: int = 0
+    ) -> TaskIdentities:
         """Resolves `auth.task_accounts` to uids now, so a missing account fails at start.
 
         `enabled` false (`auth.task_uids.enabled`) keeps tasks on the controller's uid even as root.
@@ -101,7 +106,9 @@ class TaskIdentities:
                     f"auth.task_accounts.{user}: tasks never run as root; map {user} to another account"
                 )
             resolved[user] = TaskAccount(entry.pw_uid, entry.pw_gid, entry.pw_dir)
-        return cls(parse_uid_range(range_text), resolved, enabled=enabled and os.geteuid() == 0)
+        return cls(
+            parse_uid_range(range_text), resolved, enabled=enabled and os.geteuid() == 0, max_processes=max_processes
+        )
 
     def is_task_uid(self, uid: int) -> bool:
         """Whether `uid` is one that tasks run as (so a process owned by it is a task)."""
@@ -114,10 +121,10 @@ class TaskIdentities:
             return None
         mapped = self.accounts.get(user)
         if mapped is not None:
-            return mapped
+            return replace(mapped, max_processes=self.max_processes)
         row = conn.execute(sql("SELECT uid FROM task_uids WHERE user = :u"), {"u": user}).first()
         if row is not None:
-            return TaskAccount(row[0], row[0])
+            return TaskAccount(row[0], row[0], max_processes=self.max_processes)
         low, high = self.uid_range
         size = high - low + 1
         taken = {r[0] for r in conn.execute(sql("SELECT uid FROM task_uids"))}
@@ -132,7 +139,20 @@ class TaskIdentities:
             if uid not in taken and uid not in reserved:
                 break
         conn.execute(sql("INSERT INTO task_uids (user, uid) VALUES (:u, :uid)"), {"u": user, "uid": uid})
-        return TaskAccount(uid, uid)
+        return TaskAccount(uid, uid, max_processes=self.max_processes)
+
+
+def host_process_share() -> int:
+    """A quarter of the processes (and threads) this host can hold at once: what one task uid may
+    hold by default, so tasks forking without end leave the controller room to work."""
+    table = []
+    for name in ("/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max"):
+        try:
+            with open(name) as f:
+                table.append(int(f.read()))
+        except (OSError, ValueError):
+            pass
+    return max(64, min(table or [32768]) // 4)
 
 
 def secure_state_dir(state_dir: Path, tasks_have_own_uids: bool) -> None:
