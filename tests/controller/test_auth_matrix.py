@@ -7,7 +7,9 @@ cluster `marin` by key and admits handoffs only for owners matching `*@example.o
 
 from __future__ import annotations
 
+import io
 import time
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -255,3 +257,28 @@ def test_a_revoked_token_is_refused_at_once_and_after_a_restart(controller):
     bob = mint_token(load_or_create_signing_key(None, controller.state_dir), controller.name, "bob", "user", 600)
     denied = controller.cli("--token", bob, "token", "revoke", alice)
     assert denied.returncode != 0 and "RevokeToken" in denied.stderr
+
+
+def test_raw_queries_read_no_workspace_contents(cluster):
+    """A job's workspace (its bundle and workdir files) is its owner's code and files, often with
+    credentials among them: another user's raw query reads their bytes as NULL."""
+    packed = io.BytesIO()
+    with zipfile.ZipFile(packed, "w") as zf:
+        zf.writestr(".env", "U2_BUNDLED_SECRET=hunter3")
+    u2 = client(cluster.ctl, cluster.u2)
+    job = launch(
+        u2,
+        "shipped",
+        ["cat", "creds.txt"],
+        user="u2",
+        workspace_bundle=packed.getvalue(),
+        workdir_files={"creds.txt": b"hunter4"},
+    )
+    assert wait_state(u2, job).job.state == "SUCCEEDED" and logs(u2, job) == ["hunter4"]
+    u1 = client(cluster.ctl, cluster.u1)
+    for table in ("bundles", "job_files"):
+        for query in (f"SELECT * FROM {table}", f"SELECT hex(data), length(data), data IS NULL FROM {table}"):
+            result = u1.execute_raw_query(pb.ExecuteRawQueryRequest(sql=query))
+            assert result.rows, f"{table} holds the job's {table}"
+            seen = str(result)
+            assert "hunter" not in seen and b"hunter".hex().upper() not in seen, seen

@@ -10,7 +10,7 @@ A raw query is arbitrary SQL from a person, so every resource it could take is b
   (`zeroblob(1e9)`, `printf('%.*c', …)`) and no result can take the controller's memory;
 - an authorizer that admits only reading statements and the functions listed in
   `ALLOWED_FUNCTIONS` (no zeroblob, randomblob, load_extension or file access), and reads a job's
-  env (`REDACTED_COLUMNS`) as NULL, for everyone.
+  env and its workspace's contents (`REDACTED_COLUMNS`) as NULL, for everyone.
 """
 
 from __future__ import annotations
@@ -46,8 +46,9 @@ _READ_ONLY = "iris query is read-only: only SELECT (and WITH … SELECT) stateme
 
 
 # Columns a raw query reads as NULL: a job's env is where its secrets live, and it is shown only to
-# the job's owner and admins, never through SQL that any user may run.
-REDACTED_COLUMNS = frozenset({("job_config", "env")})
+# the job's owner and admins, never through SQL that any user may run; a job's workspace (its
+# bundle and workdir files) is its owner's code and files, credentials often among them.
+REDACTED_COLUMNS = frozenset({("job_config", "env"), ("bundles", "data"), ("job_files", "data")})
 
 
 def _authorize(action, arg1, arg2, _db, _source):
