@@ -73,7 +73,7 @@ def test_joined_writes_never_hold_an_interim_answer():
 def _raw_call(port: int, method: str, doc: dict) -> bytes:
     body = json.dumps(doc).encode()
     head = (
-        f"POST /iris.v1.ControllerService/{method} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"POST /iris.v1.ControllerService/{method} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode()
     with socket.create_connection(("127.0.0.1", port), timeout=20) as s:

@@ -51,7 +51,11 @@ def rpc(fn):
             with spans.span(f"api.{method}.auth"):
                 headers = ctx.request_headers
                 identity = self.identities.identify(
-                    headers.get("authorization"), ctx.client_address, RELAYED_HEADER in headers
+                    headers.get("authorization"),
+                    ctx.client_address,
+                    RELAYED_HEADER in headers,
+                    headers.get("host"),
+                    headers.get("origin"),
                 )
                 authorize(identity, method)
                 check_message(request)

@@ -30,6 +30,7 @@ from cachetools import TLRUCache
 
 from iris.controller.auth import Authenticator, Identity, Role, mint_token
 from iris.controller.auth.isolation import TaskIdentities, loopback_socket_uid
+from iris.controller.auth.sites import OwnSites
 from iris.controller.auth.tokens import token_expiry
 from iris.controller.db.database import Database, sql
 from iris.controller.launch_spec import TaskIdentity
@@ -67,21 +68,37 @@ class Identities:
         with db.read() as conn:
             self.revoked = {r[0] for r in conn.execute(sql("SELECT jti FROM revoked_tokens"))}
         self.auth = Authenticator.from_config(config, revoked=self.revoked)  # shares the live deny list
+        self.sites = OwnSites.of(config.listen, config.public_url)
         # key: the Authorization header; value: (its identity, when its token expires, epoch seconds)
         self._verified: TLRUCache[str, tuple[Identity, float]] = TLRUCache(
             MAX_REMEMBERED_TOKENS, ttu=_remember_until, timer=clock
         )
         self._lock = threading.Lock()  # handlers run on many threads; the cache is not thread-safe
 
-    def identify(self, authorization: str | None, client_address: str | None, relayed: bool = False) -> Identity:
+    def identify(
+        self,
+        authorization: str | None,
+        client_address: str | None,
+        relayed: bool = False,
+        site: str | None = None,
+        origin: str | None = None,
+    ) -> Identity:
         """The caller of one request: its token's identity, or local_admin from a trusted address
-        (never for a request relayed through a capability URL: see `RELAYED_HEADER`)."""
+        (never for a request relayed through a capability URL: see `RELAYED_HEADER`, nor for one
+        naming another site in its Host or Origin header: see `iris.controller.auth.sites`)."""
         host, _, port = client_address.rpartition(":") if client_address else (None, "", "")
         if not authorization and relayed:
             raise Unauthenticated(
                 "this request was relayed through a capability URL (/proxy/t/) and carries no token; a relayed "
                 "request never acts as local_admin. Call the controller's API at its own address, with a token"
             )
+        if not authorization and (site or origin):
+            foreign = self.sites.refusal(site, origin)
+            if foreign is not None:
+                raise Unauthenticated(
+                    f"this request carries no token and {foreign}: a web page of another site never acts as"
+                    f" local_admin. Call the controller by its address ({self.config.url}) or send a token"
+                )
         if not authorization:
             return self.auth.identify(None, host, caller_is_task=self._from_task(host, port))
         with self._lock:
