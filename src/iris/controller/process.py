@@ -205,11 +205,13 @@ def _server_class():
     return Server
 
 
-def _http_protocol():
+def _http_protocol(settings):
     """uvicorn's httptools protocol, giving each connection one `Peer` for every request's scope,
-    so what the controller learns about a connection's client is kept for the connection's life."""
+    so what the controller learns about a connection's client is kept for the connection's life,
+    and holding connections to `iris.controller.connections`' limits."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+    from iris.controller.connections import guarded
     from iris.controller.identity import Peer
     from iris.controller.server import JoinedWrites
 
@@ -220,7 +222,7 @@ def _http_protocol():
             if self.client is not None:
                 self.client = Peer(self.client)
 
-    return Protocol
+    return guarded(Protocol, settings.request_read_timeout, settings.max_connections)
 
 
 def run_foreground(config: ClusterConfig, on_ready=lambda: None, argv: Sequence[str] = ()) -> None:
@@ -256,7 +258,7 @@ def run_foreground(config: ClusterConfig, on_ready=lambda: None, argv: Sequence[
                 # The C HTTP parser and event loop: with uvicorn's pure-Python defaults (h11,
                 # asyncio's loop) parsing and answering a small call cost the controller about a
                 # third of its CPU per submitted job.
-                http=_http_protocol(),
+                http=_http_protocol(config.controller),
                 loop="uvloop",
                 # Who a call comes from is its socket's address (auth.trusted_cidrs decides what that
                 # address may do); uvicorn's default would take it from an X-Forwarded-For header

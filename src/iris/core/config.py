@@ -222,6 +222,12 @@ class ControllerSettings(_Model):
     query_timeout: float = 10.0  # the most one raw query (`iris query`) may run
     tick_stall_timeout: float = 60.0  # no completed pass of the tick for this long: unhealthy
     watchdog_exit_after: float = 30.0  # unhealthy this long: the controller exits (0: never)
+    # A connection's request head must be whole, and its body may pause, at most this long; idle
+    # or trickling connections are closed (see iris.controller.connections).
+    request_read_timeout: float = 20.0
+    # Connections open at once; one more is answered 503 and closed. 0: half the process's
+    # descriptor limit, so connections never take the descriptors the controller's own work needs.
+    max_connections: int = Field(default=0, ge=0)
 
     _durations = field_validator(
         "tick_interval",
@@ -234,11 +240,12 @@ class ControllerSettings(_Model):
         "query_timeout",
         "tick_stall_timeout",
         "watchdog_exit_after",
+        "request_read_timeout",
         mode="before",
     )(lambda cls, v: _duration(v))
     _sizes = field_validator("log_max_output", mode="before")(lambda cls, v: _size(v))
 
-    @field_validator("tick_interval", "query_timeout", "tick_stall_timeout")
+    @field_validator("tick_interval", "query_timeout", "tick_stall_timeout", "request_read_timeout")
     @classmethod
     def _positive(cls, v: float) -> float:
         if v <= 0:
