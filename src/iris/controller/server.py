@@ -30,6 +30,7 @@ from iris.controller.workspace import MAX_WORKSPACE_BYTES
 from iris.core import spans
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.controller_connect import ControllerServiceASGIApplication
+from iris.rpc.request_codecs import BoundedJSONCodec, BoundedProtoCodec
 
 API_PREFIX = "/iris.v1."
 LAUNCH_PATH = f"{API_PREFIX}ControllerService/LaunchJob"
@@ -137,7 +138,12 @@ async def _serve(api, scope, receive, send) -> None:
 
 
 def build_app(controller: Controller):
-    api = ControllerServiceASGIApplication(ControllerServiceImpl(controller), read_max_bytes=MAX_REQUEST_BYTES)
+    api = ControllerServiceASGIApplication(
+        ControllerServiceImpl(controller),
+        read_max_bytes=MAX_REQUEST_BYTES,
+        # A body is bounded in values before a message is decoded from it.
+        codecs=[BoundedProtoCodec(), BoundedJSONCodec()],
+    )
 
     async def health(_request):
         # 503 when unhealthy, so a load balancer or supervisor acts on the status code alone.

@@ -1,0 +1,116 @@
+"""A request body is bounded in values before a message is decoded from it: a small gzip body that
+expands into millions of values, as JSON or as binary protobuf, is refused before it is decoded,
+and nothing is written."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+from connectrpc.errors import ConnectError
+from google.protobuf import json_format
+
+from iris.rpc import controller_pb2 as pb
+from iris.rpc.request_codecs import MAX_DEPTH, MAX_VALUES, BoundedJSONCodec, BoundedProtoCodec
+from tests.controller.helpers import client, job_count, wait_state
+
+CODEC = BoundedJSONCodec()  # JSON unless named otherwise
+
+
+def _post(url: str, body: bytes, compress: bool, kind: str = "json") -> tuple[int, dict]:
+    headers = {"content-type": f"application/{kind}"}
+    if compress:
+        body, headers["content-encoding"] = gzip.compress(body), "gzip"
+    request = urllib.request.Request(f"{url}/iris.v1.ControllerService/LaunchJob", body, headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_json_bodies_with_millions_of_values_are_refused_before_parsing(module_controller):
+    c = client(module_controller)
+    before = job_count(c)
+    flood = json.dumps({"name": "flood", "user": "mallory", "command": ["a"] * 2_000_000}).encode()
+    status, answer = _post(module_controller.url, flood, compress=True)
+    assert status == 400 and answer["code"] == "invalid_argument", answer
+    assert "commas" in answer["message"], answer
+    # Many arrays, each within the per-list bound: refused by the total.
+    wide = json.dumps(
+        {"name": "wide", "user": "mallory", "constraints": [{"key": "zone", "values": ["z"] * 5000}] * 40}
+    ).encode()
+    status, answer = _post(module_controller.url, wide, compress=True)
+    assert status == 400 and f"more than {MAX_VALUES} values" in answer["message"], answer
+    binary = pb.LaunchJobRequest(name="flood", user="mallory", command=["a"] * 3_000_000).SerializeToString()
+    status, answer = _post(module_controller.url, binary, compress=True, kind="proto")
+    assert status == 400 and f"more than {MAX_VALUES} values" in answer["message"], answer
+    assert job_count(c) == before
+    fine = json.dumps({"name": "fine", "user": "mallory", "command": ["true"], "env": {"A": "1"}}).encode()
+    status, answer = _post(module_controller.url, fine, compress=True)
+    assert status == 200, answer
+    assert wait_state(c, answer["jobId"]).job.state == "SUCCEEDED"
+
+
+def test_codec_reads_a_request_as_protobufs_parser_does():
+    doc = {
+        "name": "j",
+        "user": "u",
+        "command": ["sh", "-c", "echo a,b"],
+        "env": {"K": "v"},
+        "resources": {"cpu": 2.5, "memoryBytes": "1073741824", "device": {"kind": "gpu", "count": 8}},
+        "constraints": [{"key": "zone", "op": "IN", "values": ["a", "b"]}],
+        "workdirFiles": {"f.txt": "aGk="},
+        "unknownField": 1,
+    }
+    raw = json.dumps(doc).encode()
+    expected = json_format.Parse(raw, pb.LaunchJobRequest(), ignore_unknown_fields=True)
+    assert CODEC.decode(raw, pb.LaunchJobRequest) == expected
+    assert CODEC.decode(CODEC.encode(expected), pb.LaunchJobRequest) == expected
+
+
+def _nested(levels: int) -> dict:
+    return {"device": _nested(levels - 1)} if levels else {}
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"command": ["a"] * 10_001}, "an array with 10001 entries"),
+        ({"env": {f"K{i}": "" for i in range(10_001)}}, "an object with 10001 entries"),
+        ({"command": ["a"] * 9_000, "constraints": [{"values": ["b"] * 9_000}] * 11}, "more than"),
+        ({"name": "[" * 10, "command": ["x"], "resources": _nested(MAX_DEPTH)}, "nests deeper"),
+    ],
+)
+def test_codec_refuses_documents_past_its_bounds(body, says):
+    with pytest.raises(ConnectError) as refused:
+        CODEC.decode(json.dumps(body).encode(), pb.LaunchJobRequest)
+    assert says in refused.value.message
+
+
+def test_binary_codec_decodes_large_bodies_within_bounds_and_refuses_others():
+    proto = BoundedProtoCodec()
+    big = pb.LaunchJobRequest(
+        name="j",
+        command=["x"] * 4096,
+        env={f"K{i}": "v" * 300 for i in range(1000)},
+        constraints=[pb.Constraint(key="zone", op="IN", values=["z"] * 256)] * 64,
+        workspace_bundle=b"\0" * 300_000,
+    )
+    assert proto.decode(proto.encode(big), pb.LaunchJobRequest) == big
+    nested = pb.HandOffJobsRequest(jobs=[pb.LaunchJobRequest(command=["a"] * 9000)] * 20)
+    with pytest.raises(ConnectError) as refused:
+        proto.decode(nested.SerializeToString(), pb.HandOffJobsRequest)
+    assert f"more than {MAX_VALUES} values" in refused.value.message
+    with pytest.raises(ConnectError) as refused:
+        proto.decode(b"\xff" * 300_000, pb.LaunchJobRequest)
+    assert "unmarshal message" in refused.value.message
+
+
+def test_codec_refuses_a_body_that_is_not_json_clearly():
+    with pytest.raises(ConnectError) as refused:
+        CODEC.decode(b'{"name": ' + b"[" * 100_000, pb.LaunchJobRequest)
+    assert "not JSON" in refused.value.message
