@@ -176,6 +176,11 @@ def test_start_of_a_running_cluster_exits_3_naming_its_url_and_stop(controller_f
     try:
         assert started.returncode == 0, started.stderr
         _refused_as_running(home, local, f"http://127.0.0.1:{port}")
+        # Asked for on another port, the answer still names the port the running one serves on.
+        elsewhere = run_iris(home, "cluster", "start", "--local", "--port", str(free_port()), "--detach")
+        assert elsewhere.returncode == 3, elsewhere.stdout + elsewhere.stderr
+        assert f"is already running at http://127.0.0.1:{port} " in elsewhere.stderr, elsewhere.stderr
+        assert "`iris cluster stop --local`" in elsewhere.stderr
     finally:
         stopped = run_iris(home, "cluster", "stop", *local)
     assert stopped.returncode == 0 and "stopped cluster local" in stopped.stdout

@@ -179,6 +179,30 @@ def test_ctrl_c_detaches_by_default_and_stops_with_cancel_on_interrupt(controlle
     controller.cli("job", "stop", "/alice/stays")
 
 
+def test_ctrl_c_with_json_output_still_prints_one_document(controller):
+    commands = (
+        ["-o", "json", "job", "run", "--no-workspace", "--job-name", "talks", "--", "echo hi; exec sleep 300"],
+        ["-o", "json", "job", "logs", "-f", "talks"],
+    )
+    for argv in commands:
+        proc = _spawn(controller, *argv)
+        try:
+            wait_until(
+                lambda: any(j["job_id"] == "/alice/talks" and j["state"] == "RUNNING" for j in _jobs(controller)),
+                message="talks to run",
+            )
+            wait_until(lambda: controller.cli("job", "logs", "/alice/talks").stdout == "hi\n", message="its first line")
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 130, err
+        doc = json.loads(out)
+        assert doc["job_id"] == "/alice/talks" and doc["interrupted"] in ("detached", True), doc
+    controller.cli("job", "stop", "/alice/talks")
+
+
 def test_job_run_says_why_it_waits_and_list_watch_redraws(controller):
     blocker = controller.cli(
         "job", "run", "--no-wait", "--user", "alice", "--cpu", "4", "--replicas", "2", "--", "sleep 300"

@@ -307,10 +307,15 @@ def logs(obj: CliContext, job_id: str, follow: bool, tail: int, task: int | None
         )
     show_task = task is None and replicas > 1
     if obj.json:
-        # One document: with -f it is printed once the job has ended.
-        lines = (
-            list(client.follow(job_id, task=task, tail=tail)) if follow else client.logs(job_id, task=task, tail=tail)
-        )
+        # One document: with -f it is printed once the job has ended, or with what came when Ctrl-C stops it.
+        lines: list = []
+        try:
+            lines.extend(
+                client.follow(job_id, task=task, tail=tail) if follow else client.logs(job_id, task=task, tail=tail)
+            )
+        except KeyboardInterrupt:
+            obj.emit({"job_id": job_id, "lines": [message_to_dict(line) for line in lines], "interrupted": True})
+            return 130
         obj.emit({"job_id": job_id, "lines": [message_to_dict(line) for line in lines]})
         return EXIT_OK
     try:

@@ -111,6 +111,14 @@ def _follow_to_end(
             echo(f"\nstopped {job_id}", err=True)
         else:
             echo(f"\ndetached from {job_id}; it keeps running (stop it with `iris job stop {job_id}`)", err=True)
+        if obj.json:  # still one document: what was launched, the lines seen, and how the command ended
+            obj.emit(
+                {
+                    **launched,
+                    "interrupted": "stopped" if cancel_on_interrupt else "detached",
+                    "logs": [message_to_dict(line) for line in lines],
+                }
+            )
         return 130
     finally:
         if watcher is not None:

@@ -160,15 +160,34 @@ def _release_lock(fd: int) -> None:
 
 
 def already_running(config: ClusterConfig, argv: Sequence[str] = ()) -> Unavailable:
-    """The error for a start of a cluster whose controller already runs: where it is, and how to stop it."""
+    """The error for a start of a cluster whose controller already runs: where it is, and how to stop it.
+
+    Where it is comes from the running process's own listening socket: `--local --port N` names a
+    port, but the controller holding the state directory may have been started on another one."""
     pid = read_pid(config) or lock_holder(config)
+    url = config.url
+    port = listening_port(pid) if pid else None
+    if port is not None and port != config.port and not config.public_url:
+        url = f"http://{config.listen.rpartition(':')[0]}:{port}"
+        argv = [a for i, a in enumerate(argv) if a != "--port" and (i == 0 or argv[i - 1] != "--port")]
     stop = " ".join(["iris cluster stop", *argv])
     return Unavailable(
-        f"cluster {config.name} is already running at {config.url}"
+        f"cluster {config.name} is already running at {url}"
         + (f" (pid {pid})" if pid else "")
-        + f", with its state in {config.state_path}; use it as it is (export IRIS_CONTROLLER={config.url}),"
+        + f", with its state in {config.state_path}; use it as it is (export IRIS_CONTROLLER={url}),"
         f" or stop it first with `{stop}`"
     )
+
+
+def listening_port(pid: int) -> int | None:
+    """The TCP port process `pid` listens on (None when none, or it cannot be told)."""
+    import psutil
+
+    try:
+        conns = psutil.Process(pid).net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return None
+    return next((c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN), None)
 
 
 def _port_error(config: ClusterConfig, answered: dict | None) -> Unavailable:
