@@ -32,6 +32,8 @@ BAD_INPUTS = [
     (["job", "run", "--region", "", "--", "true"], "--region is empty"),
     (["job", "run", "--zone", " ", "--", "true"], "--zone is empty"),
     (["worker", "start", "--backend", "pool", "--memory", "12"], "write 12M or 12G"),
+    (["job", "run", "--job-name", "", "--", "true"], "'--job-name': the value is empty"),
+    (["job", "run", "--image", " ", "--", "true"], "'--image': the value is empty"),
 ]
 
 

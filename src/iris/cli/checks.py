@@ -34,6 +34,13 @@ def checked(parse):
     return callback
 
 
+def not_blank(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An option given an empty value: refused, as leaving it out is how one asks for the default."""
+    if value is not None and not value.strip():
+        raise click.BadParameter("the value is empty; give one, or leave the option out for its default", param=param)
+    return value
+
+
 def size_with_unit(_ctx: click.Context, param: click.Parameter, value: str | None):
     """--memory/--disk: a positive size with a unit (a bare `512` would mean 512 bytes)."""
     if value is None:

@@ -7,7 +7,7 @@ import time
 
 import click
 
-from iris.cli.checks import EnvPairsCommand, checked, env_pairs, job_state, size_with_unit
+from iris.cli.checks import EnvPairsCommand, checked, env_pairs, job_state, not_blank, size_with_unit
 from iris.cli.main import EXIT_OK, CliContext, output_option
 from iris.cli.pages import MAX_PAGE
 from iris.cli.submit import launch_and_report
@@ -66,7 +66,10 @@ def job() -> None:
 @click.option("--target-cluster", metavar="PEER", help="Hand the job to this federation peer.")
 @click.option("--coschedule", is_flag=True, help="Start all replicas together or not at all.")
 @click.option(
-    "--image", metavar="IMAGE", help="Run each task in this container image (workers started with --runtime docker)."
+    "--image",
+    metavar="IMAGE",
+    callback=not_blank,
+    help="Run each task in this container image (workers started with --runtime docker).",
 )
 @click.option(
     "-e",
@@ -77,7 +80,12 @@ def job() -> None:
     help="Set an env variable: -e KEY=VALUE or -e KEY VALUE. Repeatable.",
 )
 @click.option("--env-file", metavar="FILE", help="Env variables from a file of KEY=VALUE lines (# comments).")
-@click.option("--job-name", metavar="NAME", help="Short name (/<user>/<NAME>) or full id; generated when omitted.")
+@click.option(
+    "--job-name",
+    metavar="NAME",
+    callback=not_blank,
+    help="Short name (/<user>/<NAME>) or full id; generated when omitted.",
+)
 @click.option("--user", help="The submitting user (default: the token's user, else $USER).")
 @click.option(
     "--max-retries",

@@ -249,6 +249,8 @@ def _job_options(run: dict) -> dict:
 
     if run.get("existing", "error") not in _EXISTING or run.get("priority", "production") not in _PRIORITIES:
         raise _StepAside()
+    if any(key in run and not run[key].strip() for key in ("job_name", "image")):
+        raise _StepAside()  # the click command refuses an empty value
     sizes = {key: size_text(run[key]) if key in run else None for key in ("memory", "disk")}
     if "gpu" in run:
         from iris.core.resources import parse_gpu
