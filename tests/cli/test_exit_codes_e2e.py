@@ -99,6 +99,23 @@ def test_cli_existing_job_is_found_by_its_short_name_on_every_command(cluster):
     assert stop.returncode == 0 and "already finished" in stop.stdout + stop.stderr
 
 
+def test_cli_job_list_takes_several_states_joined_by_commas(cluster):
+    run = cluster.cli("job", "run", "--job-name", "listed", "--", "true")
+    assert run.returncode == 0, run.stderr
+
+    def listed(states: str) -> bool:
+        got = cluster.cli("-o", "json", "job", "list", "--state", states)
+        assert got.returncode == 0, got.stderr
+        return "/alice/listed" in {j["job_id"] for j in json.loads(got.stdout)["jobs"]}
+
+    assert listed("failed,Succeeded") and listed("SUCCEEDED") and not listed("pending,running")
+    for command in (["job", "list"], ["job", "stop"]):
+        typo = cluster.cli(*command, "--state", "pending,RUNING")
+        assert typo.returncode == 3 and "'RUNING' is not a job state; did you mean RUNNING?" in typo.stderr
+    ended = cluster.cli("job", "stop", "--state", "running,failed")
+    assert ended.returncode == 3 and "FAILED jobs have ended already" in ended.stderr
+
+
 def test_cli_logs_of_a_task_the_job_does_not_have_exits_3_naming_its_tasks(cluster):
     run = cluster.cli("job", "run", "--job-name", "two", "--replicas", "2", "--", "echo out")
     assert run.returncode == 0, run.stderr

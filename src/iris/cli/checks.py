@@ -9,12 +9,9 @@ a size without a unit, `-e KEY=VALUE` beside `-e KEY VALUE`, a misspelt state, a
 
 from __future__ import annotations
 
-import difflib
-
 import click
 
 from iris.cli import values
-from iris.cli.values import JOB_STATES
 from iris.core.errors import IrisError
 
 
@@ -72,15 +69,14 @@ class EnvPairsCommand(click.Command):
 
 
 def job_state(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """A job state in any case; a near miss is answered with the state that was probably meant."""
+    """A job state, or several joined by commas, in any case; a near miss is answered with the state
+    that was probably meant."""
     if value is None:
         return None
-    upper = value.strip().upper()
-    if upper in JOB_STATES:
-        return upper
-    close = difflib.get_close_matches(upper, JOB_STATES, n=1, cutoff=0.6)
-    hint = f"did you mean {close[0]}? " if close else ""
-    raise click.BadParameter(f"{value!r} is not a job state; {hint}states: {', '.join(JOB_STATES)}", param=param)
+    try:
+        return values.job_states_text(value)
+    except values.BadValue as exc:
+        raise click.BadParameter(exc.message, param=param) from None
 
 
 def job_states(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:

@@ -193,7 +193,7 @@ def _check_peer(client, peer: str) -> None:
 @click.option(
     "--state",
     callback=job_state,
-    help="Only jobs in this state (PENDING, RUNNING, SUCCEEDED, FAILED, KILLED, UNSCHEDULABLE).",
+    help="Only jobs in these states: PENDING, RUNNING, SUCCEEDED, FAILED, KILLED or UNSCHEDULABLE, or several joined by commas (PENDING,RUNNING).",
 )
 @click.option("--prefix", help="Only jobs whose id starts with this, e.g. /alice/.")
 @click.option("--user", help="Only this user's jobs.")

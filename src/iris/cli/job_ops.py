@@ -31,7 +31,7 @@ WAIT_ONE_S = 10.0  # how long `job wait` lets the controller hold one call while
 
 def _matching(obj: CliContext, user: str | None, state: str | None, prefix: str | None) -> list[str]:
     """Ids of the live jobs the filters match, without those under another matched job (it stops them)."""
-    states = [state] if state else list(LIVE_STATES)
+    states = state.split(",") if state else list(LIVE_STATES)
     ids = sorted({j.job_id for s in states for j in obj.client().iter_jobs(state=s, prefix=prefix, user=user)})
     roots: list[str] = []
     for job_id in ids:
@@ -43,7 +43,7 @@ def _matching(obj: CliContext, user: str | None, state: str | None, prefix: str 
 @job.command("stop")
 @click.argument("job_ids", metavar="[JOB]...", nargs=-1)
 @click.option("--user", help="Stop this user's live jobs.")
-@click.option("--state", callback=job_state, help="Only jobs in this state (PENDING or RUNNING).")
+@click.option("--state", callback=job_state, help="Only jobs in this state: PENDING, RUNNING or PENDING,RUNNING.")
 @click.option("--prefix", help="Only jobs whose id starts with this, e.g. /alice/sweep-.")
 @click.option("-y", "--yes", is_flag=True, help=f"Stop more than {CONFIRM_ABOVE} jobs without asking.")
 @click.option("--reason", default="", help="Recorded as the reason the job was stopped.")
@@ -75,8 +75,11 @@ def stop(
         raise click.UsageError("give job ids or filters (--user, --state, --prefix), not both")
     if not job_ids and not filtered:
         raise click.UsageError("say which jobs: JOB... or filters such as --user U --state PENDING --prefix P")
-    if state and state not in LIVE_STATES:
-        raise click.BadParameter(f"{state} jobs have ended already; stop PENDING or RUNNING ones", param_hint="--state")
+    ended = [s for s in (state or "").split(",") if s and s not in LIVE_STATES]
+    if ended:
+        raise click.BadParameter(
+            f"{ended[0]} jobs have ended already; stop PENDING or RUNNING ones", param_hint="--state"
+        )
     targets = [resolve_job(obj, j) for j in job_ids] if job_ids else _matching(obj, user, state, prefix)
     if filtered:
         if not targets:

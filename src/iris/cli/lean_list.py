@@ -34,15 +34,13 @@ def job_list(obj: CliContext, opts: dict) -> int | None:
     """`iris job list` with the options `iris.cli.lean` read, or None when click must run it."""
     from iris.cli.main import echo
     from iris.cli.pages import MAX_PAGE, collect, hint
-    from iris.cli.values import JOB_STATES
+    from iris.cli.values import job_states_text
     from iris.rpc.wire import LIST_JOBS_REQUEST, encode
 
     try:
         state = opts.get("state")
         if state is not None:
-            state = state.strip().upper()
-            if state not in JOB_STATES:
-                return None
+            state = job_states_text(state)  # what it refuses, click reports
         limit, page_size = int(opts.get("limit", "0")), int(opts.get("page_size", "0"))
         if limit < 0 or not 0 <= page_size <= MAX_PAGE or (limit and opts.get("everything")):
             return None

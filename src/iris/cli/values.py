@@ -26,6 +26,25 @@ class BadValue(Exception):
         self.flag = flag
 
 
+def job_states_text(value: str) -> str:
+    """--state: one job state, or several joined by commas (`pending,running`), in any case."""
+    states: list[str] = []
+    for part in value.split(","):
+        state = part.strip().upper()
+        if state not in JOB_STATES:
+            import difflib
+
+            close = difflib.get_close_matches(state, JOB_STATES, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise BadValue(
+                f"{part.strip()!r} is not a job state; {hint}states: {', '.join(JOB_STATES)}"
+                " (several may be joined with commas, e.g. PENDING,RUNNING)"
+            )
+        if state not in states:
+            states.append(state)
+    return ",".join(states)
+
+
 def size_text(value: str) -> str:
     """--memory/--disk: a positive size with a unit (a bare `512` would mean 512 bytes)."""
     from iris.core.units import parse_size
