@@ -33,6 +33,10 @@ BAD_INPUTS = [
     (["job", "run", "--zone", " ", "--", "true"], "--zone is empty"),
     (["worker", "start", "--backend", "pool", "--memory", "12"], "write 12M or 12G"),
     (["job", "run", "--job-name", "", "--", "true"], "'--job-name': the value is empty"),
+    (["job", "run", "--gpu", "H100x70000", "--", "true"], "at most 65536"),
+    (["job", "run", "--replicas", "100001", "--", "true"], "replicas 100001 is more than a job may have"),
+    (["job", "run", "--max-retries", "5000", "--", "true"], "max retries 5000 is more than a job may have"),
+    (["job", "run", "--scheduling-timeout", "3651d", "--", "true"], "at most 10 years"),
     (["job", "run", "--image", " ", "--", "true"], "'--image': the value is empty"),
 ]
 

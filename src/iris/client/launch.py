@@ -22,6 +22,7 @@ import re
 import iris
 from iris.core.bands import Band
 from iris.core.errors import InvalidArgument
+from iris.core.limits import MAX_REPLICAS, MAX_RETRIES, MAX_TIMEOUT_S
 from iris.core.names import JobName, validate_component
 from iris.core.resources import build_resources
 from iris.core.units import parse_duration
@@ -76,6 +77,16 @@ def parse_constraints(
     return parsed
 
 
+def _seconds(what: str, value: float | str | None) -> float:
+    """A job's timeout in seconds (0: none), at most MAX_TIMEOUT_S."""
+    seconds = 0.0 if value in (None, "") else parse_duration(value)
+    if seconds > MAX_TIMEOUT_S:
+        raise InvalidArgument(
+            f"{what} {value} is longer than a job may wait (at most {MAX_TIMEOUT_S / 86400 / 365:g} years)"
+        )
+    return seconds
+
+
 def build_launch_request(
     command: str | Sequence[str],
     *,
@@ -120,10 +131,15 @@ def build_launch_request(
         raise InvalidArgument(
             f"existing-job policy {existing_job_policy!r} is not one of {', '.join(EXISTING_JOB_POLICIES)}"
         )
-    if max_retries < 0:
-        raise InvalidArgument(f"max retries {max_retries} must not be negative")
-    if max_retries_preemption is not None and max_retries_preemption < 0:
-        raise InvalidArgument(f"max preemption retries {max_retries_preemption} must not be negative")
+    if replicas > MAX_REPLICAS:
+        raise InvalidArgument(f"replicas {replicas} is more than a job may have (at most {MAX_REPLICAS})")
+    for what, retries in (("max retries", max_retries), ("max preemption retries", max_retries_preemption)):
+        if retries is not None and retries < 0:
+            raise InvalidArgument(f"{what} {retries} must not be negative")
+        if retries is not None and retries > MAX_RETRIES:
+            raise InvalidArgument(f"{what} {retries} is more than a job may have (at most {MAX_RETRIES})")
+    timeout_s = _seconds("timeout", timeout)
+    scheduling_timeout_s = _seconds("scheduling timeout", scheduling_timeout)
 
     parsed = parse_constraints(constraints, region, zone, target_cluster)
     env = dict(env or {})
@@ -168,8 +184,8 @@ def build_launch_request(
         ],
         "env": env,
         "max_retries_failure": max_retries,
-        "timeout_s": 0.0 if timeout in (None, "") else parse_duration(timeout),
-        "scheduling_timeout_s": 0.0 if scheduling_timeout in (None, "") else parse_duration(scheduling_timeout),
+        "timeout_s": timeout_s,
+        "scheduling_timeout_s": scheduling_timeout_s,
         "coschedule": coschedule,
         "existing_job_policy": policy,
         "parent_job_id": parent,

@@ -19,20 +19,16 @@ from iris.core.bands import Band
 from iris.core.constraints import ANY_REGION, Constraint, Op, inherit_constraints, make_constraint
 from iris.core.errors import FailedPrecondition, InvalidArgument
 from iris.core.job import DEFAULT_MAX_RETRIES_PREEMPTION, EXISTING_JOB_POLICIES, JobSpec
+from iris.core.limits import MAX_REPLICAS, MAX_RETRIES, MAX_TASK_BYTES, MAX_TASK_CPU, MAX_TASK_DEVICES, MAX_TIMEOUT_S
 from iris.core.names import JobName, validate_component
-from iris.core.resources import MAX_TASK_BYTES, MAX_TASK_CPU
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.bounds import check_number, check_text
 from iris.rpc.codec import constraints_from_proto, resources_from_proto
 
-# What one job may ask for. Each bound is far above any real job and far below what would make a
-# sum, a product or a timestamp overflow in the scheduler or in SQLite's 64-bit integers.
-MAX_REPLICAS = 100_000
+# What one job may ask for (iris.core.limits), and what else a request may carry.
 MAX_CPU = MAX_TASK_CPU
 MAX_BYTES = MAX_TASK_BYTES
-MAX_DEVICES = 65_536
-MAX_TIMEOUT_S = 10 * 365 * 86400.0
-MAX_RETRIES = 1000
+MAX_DEVICES = MAX_TASK_DEVICES
 MAX_COMMAND_ARGS = 4096
 MAX_COMMAND_CHARS = 256 * 1024
 MAX_ENV_VARS = 1000

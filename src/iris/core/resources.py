@@ -12,12 +12,10 @@ import re
 from dataclasses import dataclass, field
 
 from iris.core.errors import InvalidArgument
+from iris.core.limits import MAX_TASK_BYTES, MAX_TASK_CPU, MAX_TASK_DEVICES
 from iris.core.units import format_size, parse_size
 
 DEVICE_KINDS = ("cpu", "gpu", "tpu")
-# The most one task may ask for: the SDK refuses more before sending, the controller after receiving.
-MAX_TASK_CPU = 100_000.0
-MAX_TASK_BYTES = 2**50  # 1 PiB of memory or disk
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +136,10 @@ def build_resources(
         disk=0 if disk is None else parse_size(disk),
         device=device,
     )
+    if device.count > MAX_TASK_DEVICES:
+        raise InvalidArgument(
+            f"{device.count} {device.kind.upper()}s is more than a task may ask for (at most {MAX_TASK_DEVICES})"
+        )
     for what, amount in (("memory", resources.memory), ("disk", resources.disk)):
         if amount > MAX_TASK_BYTES:
             raise InvalidArgument(
