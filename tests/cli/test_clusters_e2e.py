@@ -92,10 +92,12 @@ def test_detached_start_on_a_held_port_exits_3_naming_the_holder(controller_fact
     try:
         assert holder.stdout.readline().strip() == "ready"
         cfg = _config(tmp_path, "clash", port, tmp_path / "clash-state")
-        started = run_iris(home, "cluster", "start", "--config", str(cfg), "--detach", "--timeout", "20")
-        assert started.returncode == 3, started.stdout + started.stderr
-        assert f"pid {holder.pid}" in started.stderr and f"port {port}" in started.stderr
-        assert "Traceback" not in started.stderr
+        for foreground in (False, True):  # the foreground start says so too, never "serving on"
+            extra = [] if foreground else ["--detach", "--timeout", "20"]
+            started = run_iris(home, "cluster", "start", "--config", str(cfg), *extra)
+            assert started.returncode == 3, started.stdout + started.stderr
+            assert f"pid {holder.pid}" in started.stderr and f"port {port}" in started.stderr
+            assert "Traceback" not in started.stderr and "serving on" not in started.stderr
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from iris.core.bands import Band
-from iris.core.config import parse_config
+from iris.core.config import load_config, parse_config
 from iris.core.constraints import (
     Op,
     inherit_constraints,
@@ -150,6 +150,19 @@ def test_bands_order_and_parse():
     assert Band.parse(None) is Band.INTERACTIVE
     with pytest.raises(InvalidArgument, match="urgent"):
         Band.parse("urgent")
+
+
+def test_config_file_naming_a_key_twice_is_refused_naming_the_key_and_its_line(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("name: a\nbackends:\n  - {id: cpu, workers: 1}\nname: b\n")
+    with pytest.raises(InvalidArgument, match="line 4: 'name' is given twice in the same block; keep one"):
+        load_config(path)
+    path.write_text("backends:\n  - {id: cpu, workers: 1, workers: 2}\nname: a\n")
+    with pytest.raises(InvalidArgument, match="line 2: 'workers' is given twice"):
+        load_config(path)
+    # A merge key and an override of what it brought in are not a repeat.
+    path.write_text("name: a\nbackends:\n  - &cpu {id: cpu, workers: 1}\n  - {<<: *cpu, id: cpu2}\n")
+    assert [b.id for b in load_config(path).backends] == ["cpu", "cpu2"]
 
 
 def test_config_errors_name_the_bad_key():

@@ -58,6 +58,9 @@ def start(obj: CliContext, config_path: str | None, local: bool, port: int | Non
     if not detach:
         if process.lock_held(config):  # before saying it serves: the running one does
             raise process.already_running(config, argv)
+        taken = process.port_taken(config)
+        if taken is not None:  # never "serving on" a port that another process holds
+            raise taken
         if not obj.json:
             click.echo(
                 f"cluster {config.name}: serving on {config.url}, state in {config.state_path} (Ctrl-C stops it)",

@@ -354,6 +354,13 @@ def start_detached(config: ClusterConfig, argv: list[str], timeout: float = 30) 
     raise Unavailable(f"the controller did not answer at {config.url} within {timeout:g}s; see {log_path(config)}")
 
 
+def port_taken(config: ClusterConfig) -> Unavailable | None:
+    """The error for a cluster whose port another process holds, naming the holder; None when free."""
+    if _can_bind(config):
+        return None
+    return _port_error(config, probe(config.url, timeout=0.5))
+
+
 def _can_bind(config: ClusterConfig) -> bool:
     import socket
 

@@ -417,10 +417,45 @@ def load_config(path: str | os.PathLike) -> ClusterConfig:
     except OSError as exc:
         raise InvalidArgument(f"cannot read config {p}: {exc.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_unique_key_loader())
+    except _RepeatedKey as exc:
+        raise InvalidArgument(f"{p}: {exc}") from None
     except yaml.YAMLError as exc:
         raise InvalidArgument(f"{p}: not valid YAML: {exc}") from None
     return parse_config(data, base_dir=p.parent.resolve(), source=str(p))
+
+
+class _RepeatedKey(Exception):
+    """A mapping in the config names one key twice."""
+
+
+def _unique_key_loader() -> type:
+    """YAML's safe loader, except that a key given twice in one mapping is an error.
+
+    Plain YAML keeps the last of two `name:` lines without a word, so a pasted or mistyped block
+    would silently replace what was written above it; a config is short enough to say so instead.
+    """
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen: set = set()
+            for key_node, _value in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<: *defaults` then overriding a key is what merges are for
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    repeated = key in seen
+                    seen.add(key)
+                except TypeError:
+                    continue  # an unhashable key: the loader itself refuses it
+                if repeated:
+                    raise _RepeatedKey(
+                        f"line {key_node.start_mark.line + 1}: {key!r} is given twice in the same block;"
+                        " keep one (YAML would silently use the last)"
+                    )
+            return super().construct_mapping(node, deep)
+
+    return Loader
 
 
 def iris_home() -> Path:
