@@ -120,6 +120,10 @@ def test_cli_logs_of_a_task_the_job_does_not_have_exits_3_naming_its_tasks(clust
     run = cluster.cli("job", "run", "--job-name", "two", "--replicas", "2", "--", "echo out")
     assert run.returncode == 0, run.stderr
     assert cluster.cli("job", "logs", "two", "--task", "1").stdout == "out\n"
+    assert cluster.cli("job", "logs", "two", "--tail", "1").stdout.endswith("out\n")
+    for tail_none in (["job", "logs", "two", "--tail", "0"], ["job", "logs", "-f", "two", "--tail", "0"]):
+        got = cluster.cli(*tail_none)  # as `tail -n 0`: no stored line (with -f, only lines still to come)
+        assert got.returncode == 0 and got.stdout == "", (tail_none, got.stdout, got.stderr)
     for argv in (["job", "logs", "two", "--task", "2"], ["job", "logs", "-f", "two", "--task", "7"]):
         got = cluster.cli(*argv)
         assert got.returncode == 3, got.stderr

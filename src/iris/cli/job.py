@@ -294,12 +294,16 @@ def describe(obj: CliContext, job_id: str, all_tasks: bool) -> None:
 @job.command("logs")
 @click.argument("job_id", metavar="JOB")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the job ends.")
-@click.option("--tail", type=click.IntRange(min=0), default=0, help="Only the last N lines (then follow, with -f).")
+@click.option(
+    "--tail",
+    type=click.IntRange(min=0),
+    help="Only the last N lines (then follow, with -f); 0: none, so -f --tail 0 prints only new lines.",
+)
 @click.option("--task", type=click.IntRange(min=0), help="Only this task's lines.")
 @click.option("-t", "--timestamps", is_flag=True, help="Prefix each line with its time.")
 @output_option
 @click.pass_obj
-def logs(obj: CliContext, job_id: str, follow: bool, tail: int, task: int | None, timestamps: bool) -> int:
+def logs(obj: CliContext, job_id: str, follow: bool, tail: int | None, task: int | None, timestamps: bool) -> int:
     """Prints a job's logs (stdout to stdout, stderr to stderr); -f follows until the job ends.
 
     When a task ran more than once, a line marks where each attempt begins.
@@ -314,20 +318,18 @@ def logs(obj: CliContext, job_id: str, follow: bool, tail: int, task: int | None
             f"--task {task} names no task of {job_id}: it has {replicas} task(s), numbered 0 to {replicas - 1}"
         )
     show_task = task is None and replicas > 1
+    source = _log_source(client, job_id, follow, tail, task)
     if obj.json:
         # One document: with -f it is printed once the job has ended, or with what came when Ctrl-C stops it.
         lines: list = []
         try:
-            lines.extend(
-                client.follow(job_id, task=task, tail=tail) if follow else client.logs(job_id, task=task, tail=tail)
-            )
+            lines.extend(source)
         except KeyboardInterrupt:
             obj.emit({"job_id": job_id, "lines": [message_to_dict(line) for line in lines], "interrupted": True})
             return 130
         obj.emit({"job_id": job_id, "lines": [message_to_dict(line) for line in lines]})
         return EXIT_OK
     try:
-        source = client.follow(job_id, task=task, tail=tail) if follow else client.logs(job_id, task=task, tail=tail)
         seen: dict[int, int] = {}  # task index -> the attempt its last line came from
         for line in source:
             previous = seen.get(line.task_index)
@@ -342,6 +344,15 @@ def logs(obj: CliContext, job_id: str, follow: bool, tail: int, task: int | None
         if final.state != "SUCCEEDED" and final.error:
             click.echo(f"{job_id} ended {final.state}: {final.error}", err=True)  # why the lines stop here
     return EXIT_OK
+
+
+def _log_source(client, job_id: str, follow: bool, tail: int | None, task: int | None):
+    """The lines `job logs` prints: all of them, the last `tail` (none for 0), then new ones with -f."""
+    if tail == 0:
+        return client.follow(job_id, task=task, after_seq=client.last_seq(job_id, task=task)) if follow else []
+    if follow:
+        return client.follow(job_id, task=task, tail=tail or 0)
+    return client.logs(job_id, task=task, tail=tail or 0)
 
 
 @job.command("explain")

@@ -412,6 +412,10 @@ class IrisClient:
         )
         return self._transport.call("FetchLogs", request, pb.FetchLogsResponse)
 
+    def last_seq(self, job: str, *, task: int | None = None) -> int:
+        """The seq of the newest line stored for the job (or one task), 0 when there is none."""
+        return max((line.seq for line in self.fetch_logs(job, task=task, tail=1).lines), default=0)
+
     def logs(self, job: str, *, task: int | None = None, tail: int = 0) -> builtins.list[pb.LogLine]:
         """Every stored line of the job (or of one task), or only the last `tail` lines."""
         if tail > 0:
@@ -425,12 +429,13 @@ class IrisClient:
             lines.extend(batch)
             after = max(after, max(line.seq for line in batch))
 
-    def follow(self, job: str, *, task: int | None = None, tail: int = 0) -> Iterator[pb.LogLine]:
+    def follow(self, job: str, *, task: int | None = None, tail: int = 0, after_seq: int = 0) -> Iterator[pb.LogLine]:
         """Yields the job's lines as they are written, until the job is terminal and all are read.
 
-        With `tail`, starts from the last `tail` lines instead of the first line.
+        With `tail`, starts from the last `tail` lines instead of the first line; with `after_seq`,
+        from the first line after that one (`last_seq` names the newest stored line).
         """
-        after = 0
+        after = after_seq
         delay = POLL_FIRST_S
         first = True
         while True:
