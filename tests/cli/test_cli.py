@@ -228,6 +228,9 @@ def test_rpc_controller_calls_a_method_with_a_json_body(iris, tmp_path):
     assert iris("rpc", "controller", "get-cluster-info").json()["name"] == "fake"
     bad = iris("rpc", "controller", "get-job-status", "--json", "{nope")
     assert bad.code == 3 and "not a valid GetJobStatusRequest" in bad.err
+    for body in ("[]", "5", '"x"', "null"):  # JSON, but no request: refused, never sent as an empty one
+        wrong = iris("rpc", "controller", "list-jobs", "--json", body)
+        assert wrong.code == 3 and "the body must be a JSON object" in wrong.err, (body, wrong.err)
     assert iris("rpc", "controller", "get-job-statuses").code == 3
 
 

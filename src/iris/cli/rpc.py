@@ -47,6 +47,8 @@ def read_body(body: str | None) -> str:
 
 
 def call_method(obj: CliContext, method_name: str, body: str | None) -> None:
+    import json
+
     from google.protobuf import json_format
 
     from iris.cli.output import dump_json, message_to_dict
@@ -55,7 +57,19 @@ def call_method(obj: CliContext, method_name: str, body: str | None) -> None:
     method = service_methods()[method_name]
     request = getattr(pb, method.input_type.name)()
     try:
-        json_format.Parse(read_body(body), request)
+        doc = json.loads(read_body(body))
+    except ValueError as exc:
+        raise click.BadParameter(
+            f"not a valid {method.input_type.name}: not JSON ({exc})", param_hint="--json"
+        ) from None
+    if not isinstance(doc, dict):
+        raise click.BadParameter(
+            f"not a valid {method.input_type.name}: the body must be a JSON object ({{...}}), not {type(doc).__name__}:"
+            " e.g. --json '{\"limit\": 20}', or leave --json out for an empty request",
+            param_hint="--json",
+        )
+    try:
+        json_format.ParseDict(doc, request)
     except json_format.ParseError as exc:
         raise click.BadParameter(f"not a valid {method.input_type.name}: {exc}", param_hint="--json") from None
     response = obj.client().call(method.name, request)
