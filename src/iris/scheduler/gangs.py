@@ -147,7 +147,7 @@ class GangSlots:
         self.base = ix.free  # the free capacity the index's counts reflect
         self.held: dict[int, int] = {}  # per worker changed this tick, what it holds as counted
         self.dirty = ledger.changed_among(self.group_of)  # changed before now, not yet counted
-        self.log = ledger.log(number, self.group_of, inside_trials=False)  # changed from now on
+        self.log = ledger.log(number, self.group_of.keys(), inside_trials=False)  # changed from now on
         self.read = len(self.log)
         self._ranked: list[tuple[int, Group]] | None = None
 

@@ -20,7 +20,7 @@ This object is mutable, but it never outlives the pure `schedule` call that crea
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, KeysView, Mapping, Set
 from functools import partial
 
 from iris.core.bands import Band
@@ -217,9 +217,6 @@ def scanned_best_fit(levels: list[tuple[int, ...]], need: Vector, free: list[Vec
 Finder = Callable[[Vector, list[Vector]], int | None]
 
 
-_NO_SINKS: tuple[list[list[int]], list[list[int]]] = ([], [])
-
-
 class Ledger:
     """Free capacity, running work and the indexes of one tick."""
 
@@ -253,9 +250,10 @@ class Ledger:
         # leaves the state as it was, so only changes outside a trial and those of trials kept).
         # One list per set and kind, however many readers share it; None until one asks for it.
         self._logs: dict[int, list[list[int] | None]] = {}
-        # Per worker, the logs a change of it goes to: ([every change], [changes kept]). A log is
-        # listed with each of its workers when it is made: a worker belongs to many sets, few of
-        # which have a log in one tick, and a change must not look through them all.
+        # Per worker changed this tick, the logs a change of it goes to: ([every change],
+        # [changes kept]). Looked up in the worker's sets on its first change; a log made later is
+        # added to the entries of its workers that have one. A worker belongs to many sets, few of
+        # which have a log in one tick, and most workers do not change in a tick.
         self._sinks: dict[int, tuple[list[list[int]], list[list[int]]]] = {}
         self._plans: dict[tuple, list[Pool]] = {}
         self._group_levels: dict[tuple, dict[tuple[str, str], list[tuple[int, ...]]]] = {}
@@ -266,7 +264,7 @@ class Ledger:
         self._evictable: dict[tuple[int, Band], tuple[Vector, tuple[RunningTask, ...]]] = {}
         self._journal: list[tuple] | None = None
 
-    def log(self, number: int, members: Iterable[int], inside_trials: bool = True) -> list[int]:
+    def log(self, number: int, members: Set[int] | KeysView[int], inside_trials: bool = True) -> list[int]:
         """The log of the workers of set `number` (`members`) whose free capacity changes from now
         on, in order, repeats kept (without `inside_trials`: changes outside a trial, and those of
         trials kept). Shared by every reader of the set: each keeps how far it has read."""
@@ -278,12 +276,25 @@ class Ledger:
         if log is None:
             log = entry[kind] = []
             sinks = self._sinks
-            for w in members:
-                found = sinks.get(w)
-                if found is None:
-                    found = sinks[w] = ([], [])
-                found[kind].append(log)
+            for w in sinks.keys() & members:
+                sinks[w][kind].append(log)
         return log
+
+    def _sinks_of(self, w: int) -> tuple[list[list[int]], list[list[int]]]:
+        """The logs a change of worker `w` goes to: ([every change], [changes kept])."""
+        found = self._sinks.get(w)
+        if found is None:
+            every, kept = [], []
+            logs = self._logs
+            for number in self.ix.member_of.get(w, ()):
+                entry = logs.get(number)
+                if entry is not None:
+                    if entry[0] is not None:
+                        every.append(entry[0])
+                    if entry[1] is not None:
+                        kept.append(entry[1])
+            found = self._sinks[w] = (every, kept)
+        return found
 
     def changed_among(self, workers: Mapping[int, object]) -> set[int]:
         """The workers among `workers` whose free capacity changed this tick."""
@@ -308,7 +319,7 @@ class Ledger:
         pool = self._pools.get(members)
         if pool is None:
             ix = self.ix
-            log = self.log(ix.set_ids[members], members)  # a set has one pool: the pool's own log
+            log = self.log(ix.set_ids[members], ix.member_set(members))  # a set has one pool: its own log
             pool = self._pools[members] = Pool(members, ix.sorted_keys(members), ix.key, self.key, ix.packing, log)
             changed = self._changed
             if len(members) < len(changed):
@@ -379,7 +390,9 @@ class Ledger:
         if old == new:
             return
         journal = self._journal
-        sinks = self._sinks.get(w, _NO_SINKS)
+        sinks = self._sinks.get(w)
+        if sinks is None:
+            sinks = self._sinks_of(w)
         for log in sinks[0]:
             log.append(w)
         if journal is None:
@@ -436,7 +449,7 @@ class Ledger:
     def commit_trial(self) -> None:
         journal, self._journal = self._journal or [], None
         for w in {entry[1] for entry in journal if entry[0] == "free"}:
-            for log in self._sinks.get(w, _NO_SINKS)[1]:
+            for log in self._sinks_of(w)[1]:
                 log.append(w)
 
     def rollback_trial(self) -> None:
