@@ -195,7 +195,10 @@ def test_e2e_cluster_start_local_uses_iris_home(tmp_path):
 
 def test_e2e_cluster_start_needs_a_config_and_reports_a_bad_one(tmp_path):
     missing = iris("cluster", "start")
-    assert missing.returncode == 3 and "--config cluster.yaml, or --local" in missing.stderr
+    assert (
+        missing.returncode == 3
+        and "--config cluster.yaml, --local for the embedded one, or --cluster NAME" in missing.stderr
+    )
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nbackends: [{id: cpu, capacity: {memory: 8X}}]\n")
     result = iris("cluster", "start", "--config", str(bad))

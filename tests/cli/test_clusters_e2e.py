@@ -131,6 +131,11 @@ def test_detached_start_records_the_cluster_and_stop_by_name(tmp_path):
         assert started.returncode == 0, started.stderr
         listed = json.loads(run_iris(home, "-o", "json", "cluster", "list").stdout)["clusters"]
         assert [(c["name"], c["up"], c["config"]) for c in listed] == [("solo", True, str(cfg))]
+        # The default named cluster serves the commands that need a cluster's config, too.
+        assert run_iris(home, "cluster", "use", "solo").returncode == 0
+        for argv in (["cluster", "public-key"], ["token", "create", "--user", "bob"]):
+            got = run_iris(home, *argv)
+            assert got.returncode == 0 and got.stdout.strip(), (argv, got.stderr)
     finally:
         stopped = run_iris(home, "--cluster", "solo", "cluster", "stop")
     assert stopped.returncode == 0 and "stopped cluster solo" in stopped.stdout
@@ -178,6 +183,8 @@ def test_start_of_a_running_cluster_exits_3_naming_its_url_and_stop(controller_f
     try:
         assert started.returncode == 0, started.stderr
         _refused_as_running(home, local, f"http://127.0.0.1:{port}")
+        by_name = run_iris(home, "--cluster", "local", "cluster", "public-key")  # recorded without a config
+        assert by_name.returncode == 0 and "PUBLIC KEY" in by_name.stdout, by_name.stderr
         # Asked for on another port, the answer still names the port the running one serves on.
         elsewhere = run_iris(home, "cluster", "start", "--local", "--port", str(free_port()), "--detach")
         assert elsewhere.returncode == 3, elsewhere.stdout + elsewhere.stderr

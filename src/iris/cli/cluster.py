@@ -26,6 +26,12 @@ def resolve_config(obj: CliContext, config_path: str | None, local: bool, port: 
     from iris.core.config import load_config, local_config
 
     config_path = config_path or obj.config_path
+    if not (config_path or local):
+        named = _named_cluster(obj)
+        if named is not None and named.config:
+            config_path = named.config
+        elif named is not None and named.name == "local":  # recorded by `cluster start --local`
+            local, port = True, port or int(named.url.rpartition(":")[2])
     if config_path and local:
         raise click.UsageError("give --config FILE or --local, not both")
     if local:
@@ -36,7 +42,24 @@ def resolve_config(obj: CliContext, config_path: str | None, local: bool, port: 
             raise click.UsageError("--port goes with --local; set `listen:` in the config instead")
         path = os.path.abspath(config_path)
         return load_config(path), ["--config", path]
-    raise click.UsageError("say which cluster: --config cluster.yaml, or --local for the embedded one")
+    raise click.UsageError(
+        "say which cluster: --config cluster.yaml, --local for the embedded one, or --cluster NAME"
+        " (`iris cluster list`; `iris cluster use NAME` sets a default)"
+    )
+
+
+def _named_cluster(obj: CliContext):  # -> NamedCluster | None
+    """The named cluster a command means when it names none itself: --cluster NAME, else the
+    default one (`iris cluster use`) unless --controller or $IRIS_CONTROLLER point elsewhere."""
+    from iris.client.clusters import default_cluster, load
+
+    if obj.cluster:
+        return load().get(obj.cluster)
+    named = default_cluster()
+    elsewhere = obj.controller or os.environ.get("IRIS_CONTROLLER")
+    if named is None or (elsewhere and elsewhere.rstrip("/") != named.url.rstrip("/")):
+        return None
+    return named
 
 
 @click.group()

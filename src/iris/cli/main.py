@@ -51,6 +51,7 @@ class CliContext:
             named = load().get(cluster)
             controller = controller or named.url
             config_path = config_path or named.config or None
+        self.cluster = cluster
         self.controller = controller
         self.config_path = config_path
         self.output = output
