@@ -109,7 +109,9 @@ def test_parse_url_accepts_http_urls_and_bare_host_port(url, expected):
     assert parse_url(url) == expected
 
 
-@pytest.mark.parametrize("url", ["ftp://x", "http://:5", "http://h:port", "http://user@h:5"])
+@pytest.mark.parametrize(
+    "url", ["ftp://x", "http://:5", "http://h:port", "http://user@h:5", "http://[::1", "http://h:99999", "http://h:0"]
+)
 def test_parse_url_rejects_what_is_not_a_controller_url(url):
     with pytest.raises(errors.InvalidArgument, match="not understood"):
         parse_url(url)

@@ -256,13 +256,18 @@ def parse_url(url: str) -> tuple[str, str, int, str]:
     netloc, slash, path = rest.partition("/")
     host, port_text = netloc, ""
     if netloc.startswith("["):  # [::1]:10000
-        host, _, tail = netloc[1:].partition("]")
+        host, closed, tail = netloc[1:].partition("]")
         port_text = tail[1:] if tail.startswith(":") else ""
+        host = host if closed and (not tail or tail.startswith(":")) else ""
     elif netloc.count(":") == 1:
         host, _, port_text = netloc.partition(":")
     if scheme not in ("http", "https") or not host or (port_text and not port_text.isdigit()) or "@" in netloc:
         raise errors.InvalidArgument(f"controller URL {url!r} is not understood; use http://HOST:PORT")
     port = int(port_text) if port_text else (443 if scheme == "https" else 80)
+    if not 0 < port < 65536:
+        raise errors.InvalidArgument(
+            f"controller URL {url!r} is not understood: a port is 1 to 65535; use http://HOST:PORT"
+        )
     return scheme, host, port, ("/" + path).rstrip("/") if slash else ""
 
 
