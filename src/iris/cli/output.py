@@ -7,6 +7,7 @@ so `jq .exit_code` works on a job that exited 0.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 
@@ -114,9 +115,24 @@ def _write_json(value: Any, newline: str, out: list[str], quote: Any) -> None:
 _INF = float("inf")
 
 
+def visible(text: str, keep: str = "") -> str:
+    """`text` with its control characters (but those in `keep`) written as escapes (`\\n`, `\\x1b`).
+
+    What one user typed (a region, a constraint value) reaches other users' tables through the
+    reasons the controller writes; a newline there would forge rows, and an escape sequence would
+    drive their terminal."""
+    if _CONTROL.search(text) is None:
+        return text
+    return _CONTROL.sub(lambda m: m.group() if m.group() in keep else repr(m.group())[1:-1], text)
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
 def render_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    """Left-aligned columns separated by two spaces; the last column is not padded."""
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
+    """Left-aligned columns separated by two spaces; the last column is not padded. Control
+    characters in a cell are shown as escapes, so no value can break a row or reach the terminal."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else visible(str(c)) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = []
     for row in cells:
@@ -255,7 +271,7 @@ def describe_job(resp: Any, now_ms: int | None = None) -> str:
     if job.stale:
         fields.append(("Note", "state mirrored from a peer that has not reported recently"))
     width = max(len(k) for k, _ in fields) + 1
-    out = [f"{(k + ':').ljust(width)}  {v}" for k, v in fields]
+    out = [f"{(k + ':').ljust(width)}  {visible(v, keep=chr(10))}" for k, v in fields]
     if resp.tasks:
         out += ["", "Tasks:"]
         rows = [
@@ -336,12 +352,12 @@ def write_log_line(line: Any, *, show_task: bool, timestamps: bool) -> None:
 
 
 def explain_text(resp: Any) -> str:
-    out = [f"{resp.job_id}: {resp.summary}" if resp.summary else resp.job_id]
+    out = [f"{resp.job_id}: {visible(resp.summary)}" if resp.summary else resp.job_id]
     if resp.groups:
         rows = [(g.backend_id, g.group, g.workers, g.verdict, "; ".join(g.reasons) or "-") for g in resp.groups]
         out += ["", render_table(("BACKEND", "WORKERS GROUP", "WORKERS", "VERDICT", "REASONS"), rows)]
     if resp.lines:
-        out += [""] + list(resp.lines)
+        out += [""] + [visible(line) for line in resp.lines]
     return "\n".join(out)
 
 
