@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from sqlalchemy.engine import Connection
 
@@ -22,6 +23,10 @@ from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import constraint_to_proto, resources_to_proto
 
 MAX_LOG_LINES = 5000
+# The most text (in characters) one log answer carries: lines are stored up to 64 KiB long, so
+# 5,000 of them could make one answer of 320 MB, built and encoded in memory (as JSON, on the API's
+# event loop) for each caller asking; a reader pages on through `next_seq` as past MAX_LOG_LINES.
+MAX_LOG_ANSWER_CHARS = 4 * 1024**2
 ATTEMPTS_SHOWN = 20  # a task's latest attempts in a listing; TaskStatus.attempt counts them all
 _JOB_STATES = tuple(s.value for s in JobState)
 
@@ -277,7 +282,7 @@ def fetch_logs(
     else:
         statement = f"SELECT * FROM logs WHERE {where} ORDER BY seq LIMIT :n"
         params["n"] = limit
-    lines = conn.execute(sql(statement), params).mappings().all()
+    lines, cut = _within_answer_size(conn.execute(sql(statement), params).mappings().all(), tail > 0)
     resp = pb.FetchLogsResponse(
         job_state=row["state"], job_finished=row["state"] in ("SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE")
     )
@@ -291,7 +296,7 @@ def fetch_logs(
             text=ln["text"],
         )
     resp.next_seq = lines[-1]["seq"] if lines else after_seq
-    if resp.job_finished and len(lines) == params["n"] and tail <= 0:
+    if resp.job_finished and (cut or len(lines) == params["n"]) and tail <= 0:
         resp.job_finished = False  # more lines remain: the caller should keep reading
     if resp.job_finished and _relay_pending(conn, job_id):
         resp.job_finished = False  # over on its peer, but lines are still on their way here
@@ -307,17 +312,30 @@ def fetch_more_logs(
     n = min(limit, MAX_LOG_LINES) if limit > 0 else MAX_LOG_LINES
     if tail > 0:
         more = fetch_logs(conn, job_id, task_index, first.next_seq, tail, limit)
-        lines = [*first.lines, *more.lines][-min(tail, n) :]
+        lines, cut = _within_answer_size([*first.lines, *more.lines][-min(tail, n) :], from_end=True)
     else:
         more = fetch_logs(conn, job_id, task_index, first.next_seq, 0, n - len(first.lines))
-        lines = [*first.lines, *more.lines]
+        lines, cut = _within_answer_size([*first.lines, *more.lines], from_end=False)
     resp = pb.FetchLogsResponse(
         job_state=more.job_state,
-        job_finished=more.job_finished,
+        job_finished=more.job_finished and not (cut and tail <= 0),
         next_seq=lines[-1].seq if lines else first.next_seq,
     )
     resp.lines.extend(lines)
     return resp
+
+
+def _within_answer_size(lines: Sequence[Any], from_end: bool) -> tuple[Sequence[Any], bool]:
+    """The first lines (the last, `from_end`) whose text fits `MAX_LOG_ANSWER_CHARS`, at least one;
+    and whether any were left out."""
+    total = 0
+    ordered = range(len(lines) - 1, -1, -1) if from_end else range(len(lines))
+    for kept, i in enumerate(ordered):
+        line = lines[i]
+        total += len(line.text if isinstance(line, pb.LogLine) else line["text"])
+        if total > MAX_LOG_ANSWER_CHARS and kept > 0:
+            return (lines[i + 1 :] if from_end else lines[:i]), True
+    return lines, False
 
 
 def _relay_pending(conn: Connection, job_id: str) -> bool:

@@ -1,0 +1,34 @@
+"""One log answer carries at most MAX_LOG_ANSWER_CHARS of text, whatever the lines' length: a job
+printing long lines cannot make each reader's answer hundreds of megabytes, and a reader paging on
+through next_seq (as `iris job logs` does) still gets every character, first or last."""
+
+from __future__ import annotations
+
+from iris.controller.db.reads import MAX_LOG_ANSWER_CHARS
+from iris.rpc import controller_pb2 as pb
+from tests.controller.helpers import client, launch, wait_state
+
+PRINTED = 3 * MAX_LOG_ANSWER_CHARS + 12_345  # one line without a newline, stored in 64 KiB pieces
+
+
+def test_log_answers_are_bounded_in_size_and_page_on_to_the_end(module_controller):
+    c = client(module_controller)
+    job = launch(c, "wide", ["sh", "-c", f"head -c {PRINTED} /dev/zero | tr '\\0' a"])
+    assert wait_state(c, job, timeout=60).job.state == "SUCCEEDED"
+    first = c.fetch_logs(pb.FetchLogsRequest(job_id=job, task_index=-1))
+    assert sum(len(ln.text) for ln in first.lines) <= MAX_LOG_ANSWER_CHARS
+    assert not first.job_finished, "more lines remain, so the reader keeps reading"
+    seen, after, answer = 0, 0, first
+    while True:
+        seen += sum(len(ln.text) for ln in answer.lines)
+        after = answer.next_seq
+        if answer.job_finished:
+            break
+        answer = c.fetch_logs(pb.FetchLogsRequest(job_id=job, task_index=-1, after_seq=after))
+        assert answer.lines or answer.job_finished
+    assert seen == PRINTED
+    tail = c.fetch_logs(pb.FetchLogsRequest(job_id=job, task_index=-1, tail=1000))
+    assert sum(len(ln.text) for ln in tail.lines) <= MAX_LOG_ANSWER_CHARS
+    assert tail.lines[-1].seq == after, "a tail keeps the last lines"
+    printed = module_controller.cli("job", "logs", job)
+    assert printed.returncode == 0 and printed.stdout.count("a") == PRINTED, printed.stderr
