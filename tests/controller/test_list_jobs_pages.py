@@ -27,7 +27,7 @@ def test_list_jobs_pages_newest_first_with_a_total_and_no_overlap(controller):
 
 def test_list_jobs_filters_by_cluster_and_parent(controller):
     c = client(controller)
-    parent = launch(c, "parent", ["true"])
+    parent = launch(c, "parent", ["sleep", "60"])  # still running when its child is launched
     child = c.launch_job(pb.LaunchJobRequest(name="child", parent_job_id=parent, command=["true"])).job_id
     wait_state(c, child)
     here = c.list_jobs(pb.ListJobsRequest(cluster=controller.name))

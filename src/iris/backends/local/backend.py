@@ -58,7 +58,7 @@ from iris.backends.spool import OutputSpool
 from iris.backends.staging import safe_dirname
 from iris.core import spans
 from iris.core.config import LocalBackendConfig
-from iris.core.processes import is_attempt
+from iris.core.processes import is_attempt, pid_alive
 from iris.core.resources import Device, Resources
 from iris.core.states import TaskState
 
@@ -451,9 +451,13 @@ class LocalBackend:
             os.write(self._wake_w, b"x")
 
     def _watch_orphan(self, record: _Attempt) -> None:
-        """Watches an attempt whose spawner has gone as a re-adopted one: by pidfd, code from its exit file."""
+        """Watches an attempt whose spawner has gone as a re-adopted one: by pidfd, code from its exit file.
+
+        Its pid came from that spawner in this process's life, so any live process with it is the
+        attempt's, even one that does not name its attempt yet: answered early, it may still be
+        setting itself up when the spawner goes (it names its attempt from its exec on)."""
         record.spawned = 0
-        if _process_alive(record.pid, record.attempt_id):
+        if pid_alive(record.pid):
             self._register(record)
         else:
             self._finish(record)
