@@ -11,6 +11,7 @@ from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from connectrpc.errors import ConnectError
 
 from iris.core.errors import Unauthenticated
 from iris.core.polling import wait_until
@@ -21,6 +22,7 @@ from iris.federation.model import PendingDelivery
 from iris.federation.peer import PeerClient
 from iris.federation.reasons import queued_reason
 from iris.rpc import controller_pb2 as pb
+from iris.rpc.request_codecs import BoundedProtoCodec
 
 PEERS = ("cw-0", "cw-1", "cw-2")
 
@@ -510,3 +512,18 @@ def test_a_promotion_starts_its_call_in_the_promoting_thread_once_the_loop_runs(
     finally:
         manager.stop()
     assert held_peer.calls == [["/bob/now"]]
+
+
+def test_batches_stay_within_the_values_a_peer_decodes_however_large_the_jobs_envs():
+    # 64 jobs of 1,000 env entries: one call would hold ~190,000 values, and the peer would refuse
+    # the whole body, failing every job in it.
+    env = {f"VAR_{i}": "x" for i in range(1000)}
+    jobs = [(f"/bob/e{i}", pb.LaunchJobRequest(name=f"/bob/e{i}", command=["true"], env=env)) for i in range(64)]
+    calls = batches(jobs)
+    assert len(calls) > 1 and [job for call in calls for job, _ in call] == [job for job, _ in jobs]
+    codec = BoundedProtoCodec()
+    for call in calls:
+        body = pb.HandOffJobsRequest(jobs=[req for _, req in call]).SerializeToString()
+        assert len(codec.decode(body, pb.HandOffJobsRequest).jobs) == len(call)
+    with pytest.raises(ConnectError, match="values"):  # what one call of them all would meet
+        codec.decode(pb.HandOffJobsRequest(jobs=[req for _, req in jobs]).SerializeToString(), pb.HandOffJobsRequest)

@@ -4,7 +4,9 @@ does to a job.
 A burst of handoffs costs both sides per call (a connection's round trip, the peer's token check,
 one write transaction and one wake-up of its tick), so the promoted jobs of a peer travel together:
 one `HandOffJobs` call carries every job of that peer not yet in a call (up to
-`MAX_JOBS_PER_CALL`, and at most `MAX_BYTES_PER_CALL` of requests unless one job alone is larger),
+`MAX_JOBS_PER_CALL`, at most `MAX_BYTES_PER_CALL` of requests and `VALUES_PER_CALL` values unless
+one job alone is larger: a peer refuses a whole body of more than `MAX_VALUES` values, and every job
+in it would fail with that refusal),
 and the peer admits or refuses each on its own. Calls to different peers run side by side, at most
 `CALLS_PER_PEER` open per peer, so jobs promoted while a call is out go in the next one instead of
 waiting for it. A peer that does not serve `HandOffJobs` (an older version) gets one `LaunchJob`
@@ -35,11 +37,15 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Protocol
 
+from connectrpc.errors import ConnectError
+from google.protobuf.message import DecodeError
+
 from iris.core import spans
 from iris.core.errors import AlreadyExists, InvalidArgument, IrisError, PermissionDenied, Unauthenticated
 from iris.federation.model import PendingDelivery
 from iris.federation.peer import NotServed, PeerClient
 from iris.federation.reasons import credentials_refused_reason
+from iris.rpc.request_codecs import MAX_VALUES, count_fields
 
 if TYPE_CHECKING:
     from iris.rpc import controller_pb2 as pb
@@ -56,6 +62,7 @@ MAX_DELIVERY_BACKOFF_S = 60.0
 CALLS_PER_PEER = 4
 MAX_JOBS_PER_CALL = 64
 MAX_BYTES_PER_CALL = 8 * 1024**2  # requests carry workspaces inline; a larger single job goes alone
+VALUES_PER_CALL = MAX_VALUES // 2  # fields of the requests of one call, counted as the peer counts them
 _FINAL = (AlreadyExists, PermissionDenied, InvalidArgument)
 
 
@@ -72,18 +79,38 @@ class DeliveryStore(Protocol):
 
 
 def batches(requests: Sequence[tuple[str, pb.LaunchJobRequest]]) -> list[list[tuple[str, pb.LaunchJobRequest]]]:
-    """Splits one peer's requests into calls of at most `MAX_JOBS_PER_CALL` jobs and
-    `MAX_BYTES_PER_CALL` bytes (a job larger than that alone makes a call of its own), in order."""
+    """Splits one peer's requests into calls of at most `MAX_JOBS_PER_CALL` jobs,
+    `MAX_BYTES_PER_CALL` bytes and `VALUES_PER_CALL` values (a job larger than that alone makes a
+    call of its own), in order."""
     out: list[list[tuple[str, pb.LaunchJobRequest]]] = []
-    size = 0
+    size = values = 0
     for item in requests:
         n = item[1].ByteSize()
-        if not out or len(out[-1]) >= MAX_JOBS_PER_CALL or (out[-1] and size + n > MAX_BYTES_PER_CALL):
+        v = _values(item[1], n)
+        if (
+            not out
+            or len(out[-1]) >= MAX_JOBS_PER_CALL
+            or (out[-1] and (size + n > MAX_BYTES_PER_CALL or values + v > VALUES_PER_CALL))
+        ):
             out.append([])
-            size = 0
+            size = values = 0
         out[-1].append(item)
         size += n
+        values += v
     return out
+
+
+def _values(request: pb.LaunchJobRequest, size: int) -> int:
+    """How many values a peer counts in `request` within a call (its own field included): at most
+    one per two bytes, so a small one is not looked into; a larger one (many env entries, say) is
+    counted as the peer counts it."""
+    if size < 2048:
+        return size // 2 + 1
+    data = request.SerializeToString()
+    try:
+        return MAX_VALUES - count_fields(data, 0, len(data), request.DESCRIPTOR, MAX_VALUES) + 1
+    except (ConnectError, DecodeError):  # more than any call may hold: it goes alone, and the peer's answer says why
+        return VALUES_PER_CALL
 
 
 class Delivery:
