@@ -82,9 +82,10 @@ def test_jobs_page_shows_states_reasons_and_filters(site, new_page, artifacts):
     expect(rows(page).first).to_have_attribute("data-job", site.jobs["away"])
 
     page.click("text=Clear")
+    expect(page.locator("#filter-cluster")).to_have_value("", timeout=WAIT_MS)
     page.fill("#filter-prefix", "/alice/gpu-")
     page.press("#filter-prefix", "Enter")
-    expect(rows(page)).to_have_count(2)
+    expect(rows(page)).to_have_count(2, timeout=WAIT_MS)
     shot(page, artifacts, "jobs-filtered")
     assert page.js_errors == []
 
