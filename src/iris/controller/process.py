@@ -24,7 +24,7 @@ from pathlib import Path
 
 from iris.core.config import ClusterConfig
 from iris.core.errors import InvalidArgument, IrisError, Unavailable
-from iris.core.processes import pid_alive
+from iris.core.processes import listening_port, pid_alive, started_at
 
 
 def pid_path(config: ClusterConfig) -> Path:
@@ -106,30 +106,17 @@ def lock_path(config: ClusterConfig) -> Path:
     return config.state_path / "controller.lock"
 
 
-def _started_at(pid: int) -> float | None:
-    """When process `pid` started (seconds since the epoch), None when it is gone or a zombie."""
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return proc.create_time()
-    except psutil.Error:
-        return None
-
-
 def lock_holder(config: ClusterConfig) -> int | None:
     """The pid of the controller holding this state directory's lock now, None when none does;
     answered from what the holder wrote in the lock file, without ever taking the lock."""
     try:
         pid_text, _, started = lock_path(config).read_text().partition(" ")
-        pid, started_at = int(pid_text), float(started)
+        pid, recorded = int(pid_text), float(started)
     except (OSError, ValueError):
         return None
-    now = _started_at(pid)
+    now = started_at(pid)
     # A pid reused by a later process is not the holder: its start time tells them apart.
-    return pid if now is not None and abs(now - started_at) < 1.0 else None
+    return pid if now is not None and abs(now - recorded) < 1.0 else None
 
 
 def lock_held(config: ClusterConfig) -> bool:
@@ -146,7 +133,7 @@ def _take_lock(config: ClusterConfig, argv: Sequence[str]) -> int:
     except BlockingIOError:
         os.close(fd)
         raise already_running(config, argv) from None
-    record = f"{os.getpid()} {_started_at(os.getpid())}\n".encode()
+    record = f"{os.getpid()} {started_at(os.getpid())}\n".encode()
     os.ftruncate(fd, 0)
     os.pwrite(fd, record, 0)
     return fd
@@ -177,17 +164,6 @@ def already_running(config: ClusterConfig, argv: Sequence[str] = ()) -> Unavaila
         + f", with its state in {config.state_path}; use it as it is (export IRIS_CONTROLLER={url}),"
         f" or stop it first with `{stop}`"
     )
-
-
-def listening_port(pid: int) -> int | None:
-    """The TCP port process `pid` listens on (None when none, or it cannot be told)."""
-    import psutil
-
-    try:
-        conns = psutil.Process(pid).net_connections(kind="tcp")
-    except (psutil.Error, OSError):
-        return None
-    return next((c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN), None)
 
 
 def _port_error(config: ClusterConfig, answered: dict | None) -> Unavailable:

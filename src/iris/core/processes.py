@@ -1,5 +1,5 @@
-"""Whether a process is alive, and whether it was started for a given attempt: the one place Iris
-asks the operating system about a pid.
+"""Whether a process is alive, when it started, which port it listens on, and whether it was started
+for a given attempt: the one place Iris asks the operating system about a pid.
 
 Built on psutil rather than on parsing /proc by hand in every module that needs it: a zombie
 counts as gone (its process has ended, only its exit status is left for a parent that may never
@@ -38,3 +38,23 @@ def is_attempt(pid: int, attempt_id: str | None = None) -> bool:
     """Whether `pid` is a live attempt process (of `attempt_id`, when given)."""
     found = attempt_of(pid)
     return found is not None and (attempt_id is None or found == attempt_id)
+
+
+def started_at(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch), None when it is gone or a zombie."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() in _ENDED:
+            return None
+        return proc.create_time()
+    except (psutil.Error, ValueError):
+        return None
+
+
+def listening_port(pid: int) -> int | None:
+    """The TCP port process `pid` listens on (None when none, or it cannot be told)."""
+    try:
+        conns = psutil.Process(pid).net_connections(kind="tcp")
+    except (psutil.Error, OSError, ValueError):
+        return None
+    return next((c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN), None)
