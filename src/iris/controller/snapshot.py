@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from iris.backends.protocol import WorkerSnapshot
 from iris.controller.db.database import Database, run, sql
 from iris.controller.db.literals import LIVE_TASKS, PENDING
-from iris.controller.submit import MAX_BYTES, MAX_CPU, MAX_DEVICES
 from iris.core.bands import Band
 from iris.core.constraints import Constraint, Op
+from iris.core.limits import MAX_TASK_BYTES, MAX_TASK_CPU, MAX_TASK_DEVICES
 from iris.core.resources import Device, Resources
 from iris.core.states import retry_backoff_s
 from iris.rpc.bounds import check_number
@@ -62,10 +62,10 @@ def parse_resources(raw: str) -> Resources:
 
 def check_stored_resources(r: Resources) -> None:
     """Refuses stored resources the scheduler could not do arithmetic on (the same bounds as submit)."""
-    check_number("cpu", r.cpu, 0, MAX_CPU)
-    check_number("memory", r.memory, 0, MAX_BYTES)
-    check_number("disk", r.disk, 0, MAX_BYTES)
-    check_number("device count", r.device.count, 0, MAX_DEVICES)
+    check_number("cpu", r.cpu, 0, MAX_TASK_CPU)
+    check_number("memory", r.memory, 0, MAX_TASK_BYTES)
+    check_number("disk", r.disk, 0, MAX_TASK_BYTES)
+    check_number("device count", r.device.count, 0, MAX_TASK_DEVICES)
 
 
 def parse_constraints(raw: str) -> tuple[Constraint, ...]:

@@ -25,10 +25,7 @@ from iris.rpc import controller_pb2 as pb
 from iris.rpc.bounds import check_number, check_text
 from iris.rpc.codec import constraints_from_proto, resources_from_proto
 
-# What one job may ask for (iris.core.limits), and what else a request may carry.
-MAX_CPU = MAX_TASK_CPU
-MAX_BYTES = MAX_TASK_BYTES
-MAX_DEVICES = MAX_TASK_DEVICES
+# What one job may ask for is in iris.core.limits; what else a request may carry:
 MAX_COMMAND_ARGS = 4096
 MAX_COMMAND_CHARS = 256 * 1024
 MAX_ENV_VARS = 1000
@@ -170,10 +167,10 @@ def check_command(args) -> tuple[str, ...]:
 
 def check_resources(m: pb.Resources) -> None:
     """Refuses resources that are negative, not finite, or beyond what any worker could offer."""
-    check_number("resources.cpu", m.cpu, 0, MAX_CPU)
-    check_number("resources.memory_bytes", m.memory_bytes, 0, MAX_BYTES)
-    check_number("resources.disk_bytes", m.disk_bytes, 0, MAX_BYTES)
-    check_number("resources.device.count", m.device.count, 0, MAX_DEVICES)
+    check_number("resources.cpu", m.cpu, 0, MAX_TASK_CPU)
+    check_number("resources.memory_bytes", m.memory_bytes, 0, MAX_TASK_BYTES)
+    check_number("resources.disk_bytes", m.disk_bytes, 0, MAX_TASK_BYTES)
+    check_number("resources.device.count", m.device.count, 0, MAX_TASK_DEVICES)
     for name in ("kind", "variant", "topology"):
         check_text(f"resources.device.{name}", getattr(m.device, name), 64)
 
