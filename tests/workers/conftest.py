@@ -53,7 +53,17 @@ class WorkerFactory:
         self.base = base
         self.started: list[WorkerProc] = []
 
-    def __call__(self, ctl, name: str, *args: str, backend: str = "pool", env: dict | None = None, wait: bool = True):
+    def __call__(
+        self,
+        ctl,
+        name: str,
+        *args: str,
+        backend: str = "pool",
+        env: dict | None = None,
+        wait: bool = True,
+        relative: bool = False,
+    ):
+        """Starts a daemon; `relative` runs it from the base folder with its --work-dir relative to it."""
         work_dir = self.base / "workers" / name
         work_dir.mkdir(parents=True, exist_ok=True)
         log = self.base / "workers" / f"{name}.log"
@@ -65,7 +75,7 @@ class WorkerFactory:
             "--name",
             name,
             "--work-dir",
-            str(work_dir),
+            str(work_dir.relative_to(self.base)) if relative else str(work_dir),
             "--cpu",
             "2",
             "--memory",
@@ -79,6 +89,7 @@ class WorkerFactory:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             env={**os.environ, **(env or {})},
+            cwd=self.base,
         )
         out.close()
         worker = WorkerProc(name, work_dir, proc, log)

@@ -68,3 +68,15 @@ def test_workers_fetch_bundle_only_for_an_attempt_assigned_to_the_caller(pool, w
     assert code == "permission_denied"
     c.terminate_job(pb.TerminateJobRequest(job_id=job))
     wait_state(c, job)
+
+
+def test_workers_relative_work_dir_still_runs_attempts(pool, worker_factory):
+    worker_factory(pool, "rel", relative=True)
+    c = client(pool)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("hello.sh", "echo shipped\n")
+    data = buf.getvalue()
+    job = launch(c, "relative", ["sh", "hello.sh"], workspace_bundle=data, bundle_id=content_id(data))
+    final = wait_state(c, job)
+    assert final.job.state == "SUCCEEDED", final.tasks[0].attempts[-1].error

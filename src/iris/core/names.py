@@ -18,6 +18,7 @@ MAX_DEPTH = 16
 # Who a token names: a user (`alice`, `alice@example.org`), a host (`host-1`), a service.
 _PRINCIPAL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,255}")
 MAX_PRINCIPAL = 256
+_WORKER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")  # a worker's name is also a folder name
 
 
 def validate_component(kind: str, value: str) -> str:
@@ -28,6 +29,16 @@ def validate_component(kind: str, value: str) -> str:
         )
     if value.isdigit():
         raise InvalidArgument(f"{kind} {value!r} is not valid: an all-digit name would read as a task index")
+    return value
+
+
+def validate_worker_name(value: str) -> str:
+    """Checks a worker daemon's name, which is also the folder its files live in by default."""
+    if not _WORKER_RE.fullmatch(value or ""):
+        raise InvalidArgument(
+            f"worker name {value!r} is not usable: use 1-63 letters, digits, '.', '_' or '-', starting with a "
+            "letter or digit"
+        )
     return value
 
 

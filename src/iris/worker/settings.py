@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from iris.core.errors import InvalidArgument
+from iris.core.names import validate_worker_name
 from iris.core.resources import Device, Resources
 from iris.core.units import parse_size
 
@@ -84,8 +85,13 @@ def host_settings(
 
     if runtime not in RUNTIMES:
         raise InvalidArgument(f"--runtime {runtime!r} is not known; use one of: {', '.join(RUNTIMES)}")
-    name = name or socket.gethostname().split(".")[0]
-    folder = Path(work_dir).expanduser() if work_dir else Path("~/.iris/worker").expanduser() / name
+    if name is not None and not name.strip():
+        raise InvalidArgument("--name is empty; give the worker a name, or leave --name out for the host name")
+    if work_dir is not None and not work_dir.strip():
+        raise InvalidArgument("--work-dir is empty; give a folder, or leave --work-dir out for ~/.iris/worker/NAME")
+    name = validate_worker_name(name or socket.gethostname().split(".")[0])
+    # Absolute, so that attempts, which run in folders of their own, still find the worker's files.
+    folder = (Path(work_dir).expanduser() if work_dir else Path("~/.iris/worker").expanduser() / name).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     device = parse_devices(devices) if devices else Device()
     capacity = Resources(

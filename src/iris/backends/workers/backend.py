@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import secrets
 import threading
 import time
@@ -60,6 +59,7 @@ from iris.backends.protocol import (
 )
 from iris.core.config import WorkersBackendConfig
 from iris.core.errors import AlreadyExists, InvalidArgument, PermissionDenied
+from iris.core.names import validate_worker_name
 from iris.core.resources import Resources
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.bounds import check_number
@@ -67,7 +67,6 @@ from iris.rpc.codec import resources_from_proto, resources_to_proto
 
 log = logging.getLogger("iris.workers")
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
 STREAMS = ("stdout", "stderr")
 RUNTIMES = ("process", "docker")
 MAX_HOLD_S = 10.0
@@ -353,11 +352,7 @@ class WorkersBackend:
 
     def _check_registration(self, req: pb.RegisterWorkerRequest) -> tuple[str, Resources, dict[str, str]]:
         name = req.name
-        if not NAME.match(name):
-            raise InvalidArgument(
-                f"worker name {name!r} is not usable: use 1-63 letters, digits, '.', '_' or '-', starting with a "
-                "letter or digit"
-            )
+        validate_worker_name(name)
         if req.runtime and req.runtime not in RUNTIMES:
             raise InvalidArgument(f"runtime {req.runtime!r} is not known; use one of: {', '.join(RUNTIMES)}")
         if not req.boot_id:
