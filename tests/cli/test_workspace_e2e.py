@@ -72,9 +72,11 @@ def test_gitignore_and_irisignore_stay_home(controller, tmp_path):
     assert run.stdout.splitlines()[1:] == ["./.gitignore", "./keep.py", "./sub/.irisignore", "./sub/keep.txt"]
 
 
-def test_a_cluster_state_dir_and_saved_tokens_stay_home(controller, tmp_path):
+def test_a_cluster_state_dir_a_worker_dir_and_saved_tokens_stay_home(controller, tmp_path):
     work = tmp_path / "project"
-    for name in ("train.py", "state/marin/controller.lock", "state/marin/signing_key.pem", ".iris/tokens.json"):
+    state = ("state/marin/controller.lock", "state/marin/signing_key.pem")
+    worker = ("wd/worker.lock", "wd/bundles/0a1b/other_users_code.py")  # a worker daemon's --work-dir
+    for name in ("train.py", *state, *worker, ".iris/tokens.json"):
         path = work / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(name)

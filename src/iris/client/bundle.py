@@ -5,7 +5,8 @@ git would ignore stays home: `.gitignore` files (at any depth, with git's preced
 and a later line win) and `.irisignore` files written the same way, plus `.git` itself. Matching
 is delegated to `pathspec`'s gitignore semantics rather than hand-written globbing. Credentials
 never travel, whatever the ignore files say: a cluster's state directory (a folder holding
-`controller.lock`: its database and signing key) and an `.iris` folder (saved tokens) stay home.
+`controller.lock`: its database and signing key), a worker daemon's folder (holding `worker.lock`: other
+jobs' workspaces) and an `.iris` folder (saved tokens) stay home.
 
 The bundle is a zip whose bytes depend only on the files' names, contents and executable bits
 (sorted entries, fixed timestamps), so the same tree always has the same content id and a
@@ -30,7 +31,8 @@ MAX_WORKSPACE_BYTES = 32 * 1024**2  # the files' total size; the controller take
 MAX_WORKSPACE_FILES = 10_000
 IGNORE_FILES = (".gitignore", ".irisignore")
 ALWAYS_SKIPPED = (".git", ".iris")
-STATE_DIR_MARK = "controller.lock"  # the file every controller holds in its state directory
+# The files a controller holds in its state directory and a worker daemon in its --work-dir.
+STATE_DIR_MARKS = ("controller.lock", "worker.lock")
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
@@ -108,7 +110,7 @@ def collect(root: str | Path) -> list[WorkspaceFile]:
             if entry.is_symlink() or entry.name in ALWAYS_SKIPPED:
                 continue
             if entry.is_dir():
-                state_dir = os.path.exists(os.path.join(entry.path, STATE_DIR_MARK))
+                state_dir = any(os.path.exists(os.path.join(entry.path, mark)) for mark in STATE_DIR_MARKS)
                 if not state_dir and not _ignored(specs, name, True):
                     walk(Path(entry.path), name)
             elif entry.is_file() and not _ignored(specs, name, False):
