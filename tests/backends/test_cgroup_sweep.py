@@ -75,3 +75,21 @@ def test_a_sweep_racing_an_attempt_start_leaves_its_cgroup_and_the_attempt_start
         if isinstance(containment.base, _PausingBase):
             containment.base.resume.set()
         backend.shutdown()
+
+
+def test_an_attempt_gets_its_cgroup_after_the_folder_of_cgroups_was_removed(tmp_path):
+    from iris.backends.local.containment import Containment
+
+    containment = Containment(tmp_path / "attempts")
+    if containment.base is None:
+        pytest.skip("no writable cgroup v2 on this host")
+    # Another holder of the same state folder (a cleanup of its leftovers) removes the folder of
+    # its cgroups once the last is gone: an attempt prepared afterwards is still contained.
+    containment.base.rmdir()
+    try:
+        path = containment.prepare("a1")
+        assert path and (Path(path) / "cgroup.procs").exists(), path
+    finally:
+        containment.end("a1", "a1")
+        containment.close()
+    assert not containment.base.exists()

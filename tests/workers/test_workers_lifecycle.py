@@ -63,3 +63,19 @@ def test_workers_attempt_is_started_by_the_spawner_and_reports_its_code(pool, wo
     assert done.job.state == "FAILED" and done.tasks[0].attempts[0].exit_code == 3, done
     parent, cmdline = logs(c, job)
     assert int(parent) != worker.proc.pid and "spawner.py" in cmdline, cmdline
+
+
+def test_workers_attempt_keeps_what_left_its_process_group_and_ends_it_with_the_attempt(pool, worker_factory):
+    worker_factory(pool, "a")
+    c = client(pool)
+    # `setsid` takes the sleep out of the attempt's process group: only the attempt's containment
+    # (its cgroup, or its subreaper) still knows it belongs to the attempt.
+    job = launch(c, "escape", ["sh", "-c", "setsid sleep 300 & echo $!"])
+    done = wait_state(c, job)
+    assert done.job.state == "SUCCEEDED", done
+    escaped = int(logs(c, job)[0])
+    try:
+        wait_until(lambda: not pid_alive(escaped), message="the process that left the group to end with its attempt")
+    finally:
+        if pid_alive(escaped):
+            os.kill(escaped, 9)

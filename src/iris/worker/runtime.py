@@ -97,6 +97,9 @@ class ProcessRuntime:
         killed = kill_leftover_attempts(self.root.parent)
         shutil.rmtree(self.root, ignore_errors=True)
         self.root.mkdir(parents=True, exist_ok=True)
+        # The cleanup removed the folder of this state folder's cgroups with the last one in it;
+        # attempts from now on get theirs under a new one.
+        self.containment = Containment(self.root)
         return killed
 
     def shutdown(self) -> list[str]:

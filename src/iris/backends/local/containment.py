@@ -97,7 +97,11 @@ class Containment:
         # claimed under the lock a sweep removes under, so no sweep can take it in between.
         with self._claims_lock:
             try:
-                path.mkdir()
+                try:
+                    path.mkdir()
+                except FileNotFoundError:  # the folder of this state folder's cgroups was removed
+                    self.base.mkdir(exist_ok=True)
+                    path.mkdir()
             except FileExistsError:
                 if not _renew(path):
                     return ""
