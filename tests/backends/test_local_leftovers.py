@@ -7,6 +7,7 @@ from iris.backends.local.backend import LocalBackend, kill_leftover_attempts
 from iris.backends.protocol import AdoptRecord, LaunchSpec
 from iris.core.config import LocalBackendConfig
 from iris.core.resources import Resources
+from tests.backends.local_events import spawned_pid
 from tests.conftest import wait_until
 from tests.controller.helpers import pid_alive
 
@@ -20,7 +21,9 @@ def _spec(attempt_id: str, worker_id: str) -> LaunchSpec:
 def test_each_backend_sees_and_kills_only_its_own_leftovers(tmp_path):
     first = {b: LocalBackend(LocalBackendConfig(id=b, kind="local"), tmp_path) for b in ("a", "b")}
     try:
-        pids = {b: first[b].start(_spec(f"/u/{b}/0:0", f"{b}-0")).pid for b in first}
+        for b, backend in first.items():
+            backend.start(_spec(f"/u/{b}/0:0", f"{b}-0"))
+        pids = {b: spawned_pid(backend, f"/u/{b}/0:0") for b, backend in first.items()}
         # A restart: new backends on the same folder, while the attempts run on.
         again = {b: LocalBackend(LocalBackendConfig(id=b, kind="local"), tmp_path) for b in ("a", "b")}
         try:

@@ -15,9 +15,10 @@ import pytest
 from iris.backends.local.backend import LocalBackend
 from iris.backends.local.containment import Containment
 from iris.backends.local.spawner import Spawned, Spawner, SpawnerGone
-from iris.backends.protocol import LaunchSpec
+from iris.backends.protocol import AttemptExit, LaunchSpec
 from iris.core.config import LocalBackendConfig
 from iris.core.resources import Resources
+from tests.backends.local_events import spawned_pid
 from tests.conftest import wait_until
 
 
@@ -135,27 +136,73 @@ def _spec(attempt_id: str, command: str) -> LaunchSpec:
     return LaunchSpec(attempt_id, job, 0, 0, "cpu-0", ("sh", "-c", command), dict(os.environ), Resources(cpu=1))
 
 
+def _exits(backend: LocalBackend, count: int) -> dict[str, AttemptExit]:
+    """The first `count` exits the backend reports, by attempt (each acknowledged)."""
+    found: dict[str, AttemptExit] = {}
+
+    def reported() -> bool:
+        events = backend.poll()
+        found.update({e.attempt_id: e for e in events.exits})
+        backend.ack(events)
+        return len(found) >= count
+
+    wait_until(reported, message=f"{count} exits reported")
+    return found
+
+
 def test_local_backend_outlives_its_helper_exits_are_still_seen_and_attempts_start_directly(tmp_path):
     backend = LocalBackend(LocalBackendConfig(id="cpu", workers=2), tmp_path / "state")
     go = tmp_path / "go"
     wait_for_go = f"while [ ! -e {go} ]; do sleep 0.02; done; exit 4"
     try:
         assert backend._spawner is not None
-        first = backend.start(_spec("/u/a/0:0", wait_for_go))
+        started = backend.start(_spec("/u/a/0:0", wait_for_go))
+        assert not started.running, "its pid comes later, as an event"
+        first = spawned_pid(backend, "/u/a/0:0")
         os.kill(backend._spawner.pid, signal.SIGKILL)
         wait_until(lambda: backend._spawner is None, message="the backend noticed its helper's end")
         second = backend.start(_spec("/u/b/0:0", wait_for_go))  # started directly now
-        assert first.pid != second.pid
+        assert second.running and second.pid not in (0, first)
         Path(go).touch()
-        codes: dict[str, int | None] = {}
+        assert {a: e.exit_code for a, e in _exits(backend, 2).items()} == {"/u/a/0:0": 4, "/u/b/0:0": 4}
+    finally:
+        backend.shutdown()
 
-        def both_ended() -> bool:
-            events = backend.poll()
-            codes.update({e.attempt_id: e.exit_code for e in events.exits})
-            backend.ack(events)
-            return len(codes) == 2
 
-        wait_until(both_ended, message="both exits reported")
-        assert codes == {"/u/a/0:0": 4, "/u/b/0:0": 4}
+def test_an_attempt_stopped_before_its_pid_is_known_is_ended_once_its_process_exists(tmp_path):
+    backend = LocalBackend(LocalBackendConfig(id="cpu", workers=1), tmp_path / "state")
+    ran = tmp_path / "ran"
+    try:
+        assert backend._spawner is not None
+        helper = backend._spawner.pid
+        os.kill(helper, signal.SIGSTOP)  # the request waits, unanswered, until the stop is in
+        try:
+            backend.start(_spec("/u/a/0:0", f"sleep 0.5; touch {ran}; sleep 300"))
+            backend.stop("/u/a/0:0")
+        finally:
+            os.kill(helper, signal.SIGCONT)
+        ended = _exits(backend, 1)["/u/a/0:0"]
+        assert ended.exit_code == 128 + signal.SIGTERM, "ended by the stop's SIGTERM, not by its escalation"
+        assert not ran.exists()
+    finally:
+        backend.shutdown()
+
+
+def test_an_attempt_its_helper_went_without_answering_for_is_reported_lost_and_nothing_of_it_runs(tmp_path):
+    backend = LocalBackend(LocalBackendConfig(id="cpu", workers=1), tmp_path / "state")
+    ran = tmp_path / "ran"
+    try:
+        assert backend._spawner is not None
+        helper = backend._spawner.pid
+        os.kill(helper, signal.SIGSTOP)
+        backend.start(_spec("/u/a/0:0", f"touch {ran}"))
+        os.kill(helper, signal.SIGKILL)  # it never read the request
+        ended = _exits(backend, 1)["/u/a/0:0"]
+        assert ended.exit_code is None and "exited before this attempt's process was known" in ended.error
+        assert not ran.exists()
+        assert backend.running() == frozenset()
+        # Attempts after it start directly.
+        backend.start(_spec("/u/b/0:0", "exit 6"))
+        assert _exits(backend, 1)["/u/b/0:0"].exit_code == 6
     finally:
         backend.shutdown()

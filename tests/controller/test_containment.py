@@ -16,6 +16,7 @@ from iris.backends.protocol import LaunchSpec
 from iris.core.config import LocalBackendConfig
 from iris.core.resources import Resources
 from iris.rpc import controller_pb2 as pb
+from tests.backends.local_events import spawned_pid
 from tests.conftest import wait_until
 from tests.controller.helpers import client, launch, logs, pid_alive, status, wait_state
 
@@ -85,13 +86,14 @@ def _escaped_from_spool(backend: LocalBackend, attempt_id: str) -> int:
 
 def test_without_cgroups_a_subreaper_keeps_escaped_processes_and_stop_ends_them(subreaper_backend):
     # The shell that starts the escaping process exits at once, orphaning it.
-    started = subreaper_backend.start(_spec("/u/a/0:0", f"sh -c '{ESCAPE}'; sleep 300"))
+    subreaper_backend.start(_spec("/u/a/0:0", f"sh -c '{ESCAPE}'; sleep 300"))
+    wrapper = spawned_pid(subreaper_backend, "/u/a/0:0")
     escaped = _escaped_from_spool(subreaper_backend, "/u/a/0:0")
     # Orphaned and in its own session, it is re-parented to the wrapper, not to init.
-    wait_until(lambda: psutil.Process(escaped).ppid() == started.pid, message="re-parented to the wrapper")
+    wait_until(lambda: psutil.Process(escaped).ppid() == wrapper, message="re-parented to the wrapper")
     t0 = time.monotonic()
     subreaper_backend.stop("/u/a/0:0")
-    wait_until(lambda: not pid_alive(escaped) and not pid_alive(started.pid), timeout=15, message="tree gone")
+    wait_until(lambda: not pid_alive(escaped) and not pid_alive(wrapper), timeout=15, message="tree gone")
     assert time.monotonic() - t0 < 5  # ended by SIGTERM, not by the escalation
 
 

@@ -42,6 +42,9 @@ class BackendContext:
     state_dir: Path  # the cluster's state folder; a backend keeps its files under it
     controller_url: str  # how processes the backend starts reach the controller
     wake: Callable[[], None] = lambda: None  # wakes the control tick (an attempt exited, …)
+    # Wakes the tick to store events that free nothing (an attempt's process now runs): it stores
+    # them without scheduling again. None: `wake`.
+    note: Callable[[], None] | None = None
     output_cap: int = 100 * 1024**2  # bytes of output kept per attempt (controller.log_max_output); 0: all
     worker_grace_period: float = 30.0  # a worker daemon silent longer than this is dead
     backend_ids: frozenset[str] | None = None  # every backend of the config (None: not known)
@@ -81,6 +84,15 @@ class Started:
 
 
 @dataclass(frozen=True, slots=True)
+class Spawned:
+    """An attempt's process, known to run since `at_ms` (wall clock), after its start returned."""
+
+    attempt_id: str
+    pid: int
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class AttemptExit:
     """An attempt that ended. `exit_code` None means it was lost (the host or process vanished)."""
 
@@ -116,6 +128,9 @@ class BackendEvents:
     logs: tuple[LogChunk, ...] = ()
     started: tuple[str, ...] = ()  # attempts that left the backend's own queue and now run
     waiting: tuple[tuple[str, str], ...] = ()  # (attempt, why the backend's queue holds it), when it changes
+    # Attempts whose process now runs, from a backend that learns the pid after `start` returned
+    # (`Started.running` False, no queue of its own); each reported before any exit of its own.
+    spawned: tuple[Spawned, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,7 @@ class Controller:
             state,
             config.url,
             wake=self._wake,
+            note=self._note,
             output_cap=config.controller.log_max_output,
             worker_grace_period=config.controller.worker_grace_period,
             backend_ids=frozenset(b.id for b in config.backends),
@@ -118,6 +119,9 @@ class Controller:
 
     def _wake(self) -> None:
         self.tick.wake()
+
+    def _note(self) -> None:
+        self.tick.note()
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)

@@ -71,6 +71,11 @@ DIE_BEFORE_STOP_ENV = "IRIS_TEST_DIE_BEFORE_STOP"
 # process) the controller spent 1.0-1.1 ms of CPU per submitted job, half of it re-ranking a backlog
 # that had nowhere to go; at 3, 0.75-0.8 ms.
 BURST_REST_FACTOR = 3.0
+# A backend's note (an attempt's process now runs) is stored by the next pass, or by a light pass
+# this long after it: a short job's exit, which wakes a whole pass, mostly comes first and carries
+# it, so most attempts cost no pass of their own; a longer one shows RUNNING this much later, with
+# the time its process started.
+NOTE_DELAY_S = 0.05
 # A federation-only pass begins at least this long after the last one began. A burst of submits
 # queued for peers wakes the step once per submit group: passes back to back promoted one or two
 # jobs each, and every pass and every delivery call pays the same reads, transaction and peer
@@ -126,6 +131,9 @@ class ControlLoop:
         # A wake-up for federation alone runs its step alone, unless budgets judge queued jobs by
         # what runs here now, which only a whole pass reads.
         self._federation_alone = federation is not None and not self._budgeted
+        # A wake-up that asks for no placement (the federation's, a backend's `note`) runs a light
+        # pass, unless the federation step it runs needs a whole one (see above).
+        self._light_alone = federation is None or self._federation_alone
         self._spend: dict[str, int] = {}
         self.backends = dict(backends)
         self.tick_interval = tick_interval
@@ -148,6 +156,7 @@ class ControlLoop:
         self.api_calls = 0  # API calls in flight, counted by the server around each one
         self.submits = 0  # jobs admitted since start, counted by the API (see `rest_before_pass`)
         self._wake = threading.Event()
+        self._noted_at: float | None = None  # time.monotonic() by which noted events are to be stored
         # Set by every wake-up but the federation's own: the next pass must be a whole one.
         self._full = True
         self._last_full = float("-inf")  # time.monotonic() when the last whole pass began
@@ -233,6 +242,13 @@ class ControlLoop:
         answer that freed slots, changes nothing a local backend or the scheduler looks at."""
         self._wake.set()
 
+    def note(self) -> None:
+        """Asks the loop to store backend events that free nothing (an attempt's process now runs,
+        with its pid) within `NOTE_DELAY_S`: any pass stores them, else a light pass (see
+        `_light_pass`) that schedules nothing."""
+        if self._noted_at is None:
+            self._noted_at = time.monotonic() + NOTE_DELAY_S
+
     def submitted(self) -> None:
         """Wakes the loop for a job just admitted (a burst of these is what it may rest for)."""
         self.submits += 1
@@ -268,7 +284,11 @@ class ControlLoop:
     def _run(self) -> None:
         last_end, last_cost, submits_seen = 0.0, 0.0, 0
         while not self._stop.is_set():
-            self._wake.wait(self.tick_interval)
+            wait = self.tick_interval
+            noted = self._noted_at
+            if noted is not None:
+                wait = min(wait, max(0.0, noted - time.monotonic()))
+            self._wake.wait(wait)  # a note come due runs a light pass: the flag for a whole one is unset
             stats = self.last_stats
             backlog = stats.pending - stats.assigned if stats is not None else 0
             since = time.monotonic() - last_end
@@ -289,8 +309,8 @@ class ControlLoop:
             if self._stop.is_set():
                 break
             started = time.monotonic()
-            if not full and self._federation_alone and started - self._last_full < self.tick_interval:
-                self._federation_only()
+            if not full and self._light_alone and started - self._last_full < self.tick_interval:
+                self._light_pass()
                 continue
             self._last_full = started
             self._in_pass = True  # before the pass reads anything (see `wait_for_tick`)
@@ -334,12 +354,19 @@ class ControlLoop:
             self._plan()
         return TickStats((time.perf_counter() - t0) * 1000, pending, assigned, exits)
 
-    def _federation_only(self) -> None:
-        """A pass of the federation step alone, for a wake-up that only it has work for (a whole
-        pass still runs at least every `tick_interval`). Not counted in `generation`, which counts
-        whole passes for `wait_for_tick`, nor in `last_pass_ok`, which says the whole passes run."""
-        with spans.span("tick.federation_only"):
-            self._plan()
+    def _light_pass(self) -> None:
+        """A pass for a wake-up that asks for no placement (a whole pass still runs at least every
+        `tick_interval`): stores what the backends report (an attempt's process now runs) and runs
+        the federation step. Not counted in `generation`, which counts whole passes for
+        `wait_for_tick`, nor in `last_pass_ok`, which says the whole passes run."""
+        with spans.span("tick.light"):
+            try:
+                with spans.span("tick.light.events"):
+                    self._collect_events()
+            except Exception:  # kept by the backends: the next pass stores them
+                log.exception("storing backend events failed; retrying on the next pass")
+            if self.federation is not None:
+                self._plan()
         self.passes.notify()
 
     def _plan(self) -> None:
@@ -381,14 +408,16 @@ class ControlLoop:
         """Commits what the backends report, then acknowledges it. When the commit fails (a full
         disk) the backends keep the events and offer them again next pass: nothing is lost, and
         `storage_error` says why the cluster makes no progress until a write succeeds again."""
+        self._noted_at = None  # before the polls: a note after this comes with an event they may miss
         polled = [(b, b.poll()) for b in self.backends.values()]
-        if not any(e.exits or e.logs or e.started or e.waiting for _, e in polled):
+        if not any(e.exits or e.logs or e.started or e.waiting or e.spawned for _, e in polled):
             return 0
         now = self.now_ms()
         jobs: list[str] = []
         with self.db.write() as conn:
             for _, e in polled:
                 attempt_db.store_logs(conn, e.logs)
+                jobs += [j for r in e.spawned if (j := attempt_db.mark_spawned(conn, r.attempt_id, r.pid, r.at_ms))]
                 jobs += [j for a in e.started if (j := attempt_db.mark_running(conn, a, now))]
                 attempt_db.store_waiting(conn, e.waiting)
                 for ex in e.exits:
@@ -591,6 +620,11 @@ class ControlLoop:
             except Exception as exc:  # a backend fault must not leave the attempt ASSIGNED forever
                 log.exception("backend %s failed to start %s", backend.id, spec.attempt_id)
                 failed.append((spec, LaunchError(f"backend {backend.id} failed to start it: {exc}", retryable=True)))
+        # A start whose pid comes later as an event (see `BackendEvents.spawned`) has nothing to
+        # record yet unless devices were given it; with no failure either, the pass writes nothing.
+        started = [s for s in started if s.running or s.pid or s.devices]
+        if not (started or failed):
+            return
         now = self.now_ms()
         with self.db.write() as conn:
             jobs = [attempt_db.mark_started(conn, s.attempt_id, s.pid, s.devices, now, s.running) for s in started]

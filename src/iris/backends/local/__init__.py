@@ -8,7 +8,12 @@ from iris.core.config import LocalBackendConfig
 
 def _build(config: LocalBackendConfig, context: BackendContext) -> LocalBackend:
     return LocalBackend(
-        config, context.state_dir, wake=context.wake, output_cap=context.output_cap, configured=context.backend_ids
+        config,
+        context.state_dir,
+        wake=context.wake,
+        output_cap=context.output_cap,
+        configured=context.backend_ids,
+        note=context.note,
     )
 
 

@@ -40,8 +40,8 @@ from pathlib import Path
 
 import iris
 from iris.backends.local.containment import Containment
-from iris.backends.local.spawner import Spawned, Spawner
-from iris.backends.local.wrapper import start_spawner, start_wrapper
+from iris.backends.local.spawner import Spawner, SpawnerGone
+from iris.backends.local.wrapper import start_spawner, start_wrapper, wrapper_argv
 from iris.backends.marks import LiveMarks
 from iris.backends.protocol import (
     AdoptRecord,
@@ -51,6 +51,7 @@ from iris.backends.protocol import (
     LaunchError,
     LaunchSpec,
     LogChunk,
+    Spawned,
     Started,
     WorkerSnapshot,
 )
@@ -65,6 +66,7 @@ from iris.core.states import TaskState
 log = logging.getLogger("iris.backends.local")
 
 _SPAWNER = object()  # the selector's key for the spawner's exit reports
+_ANSWERS = object()  # the selector's key for the spawner's answers to starts
 MARKS = ".live"  # under the attempts root: each backend's markers of the attempts it has not seen end
 _SHELL_CHARS = re.compile(r"[\s;&|<>$`'\"*?(){}]")
 SETPRIV = "/usr/bin/setpriv"  # util-linux: runs a command under another uid, gid and no extra groups
@@ -154,6 +156,8 @@ class _Attempt:
     spawned: int = 0  # the serial the spawner reports its exit under (0: not started by the spawner)
     code: int | None = None  # that code, once reported
     start_error: str | None = None  # why the wrapper never ran (set up after the spawner answered)
+    awaiting: bool = False  # asked of the spawner, not yet answered: its pid is not known yet
+    lost: str = ""  # why its end is not known (its exit code and error are then None and this)
     workdir: str = ""
     pidfd: int | None = None
     ended: AttemptExit | None = None  # the process is gone; reported once its output is drained
@@ -177,6 +181,7 @@ class LocalBackend:
         wake: Callable[[], None] = lambda: None,
         output_cap: int = DEFAULT_OUTPUT_CAP,
         configured: frozenset[str] | None = None,
+        note: Callable[[], None] | None = None,
     ):
         self.id = config.id
         self.config = config
@@ -193,6 +198,8 @@ class LocalBackend:
         self.output_cap = output_cap
         self.containment = Containment(self.root)
         self._wake = wake
+        # Wakes the tick only to store events that free nothing (an attempt's process now runs).
+        self._note = note or wake
         self._capacity = worker_capacity(config)
         attrs = worker_attributes(config)
         self._workers = tuple(
@@ -221,6 +228,8 @@ class LocalBackend:
         self._early_codes: dict[int, tuple[int, str | None]] = {}
         if self._spawner is not None:
             self._selector.register(self._spawner.exits_fd(), selectors.EVENT_READ, _SPAWNER)
+            self._selector.register(self._spawner.requests_fd(), selectors.EVENT_READ, _ANSWERS)
+        self._spawned: list[Spawned] = []  # processes known to run since the last `ack`
         self._threads = [
             threading.Thread(target=self._watch_exits, name=f"exits-{self.id}", daemon=True),
             threading.Thread(target=self._pump_logs, name=f"logs-{self.id}", daemon=True),
@@ -322,6 +331,8 @@ class LocalBackend:
             env["PYTHONPATH"] = sdk_pythonpath(env.get("PYTHONPATH", ""))
         cgroup = self.containment.prepare(folder.name)
         argv = [str(len(layers)), *layers, *command]
+        umask = 0o077 if as_task else -1
+        shown = ",".join(map(str, devices))
         try:
             # Checked here: the spawner answers before the wrapper has entered its folder (the
             # tick goes on meanwhile), and a job's own workdir that is missing is its own fault.
@@ -329,30 +340,46 @@ class LocalBackend:
                 raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), workdir)
             # Marked before the process exists: a controller that dies at any later point finds it.
             self.marks.put(spec.attempt_id)
-            pid, spawned = start_wrapper(
-                self._spawner, self.containment, folder, cgroup, argv, workdir, env,
-                umask=0o077 if as_task else -1, gone=self._spawner_gone, early=True,
-            )  # fmt: skip
         except OSError as exc:
-            self.marks.drop(spec.attempt_id)
-            self.containment.end(folder.name, spec.attempt_id)
-            with self._lock:
-                self._free_devices[spec.worker_id].update(devices)
-            raise LaunchError(f"cannot start the attempt in {workdir}: {exc.strerror or exc}") from None
-        spool = OutputSpool(folder, self.output_cap)
-        record = _Attempt(
-            spec.attempt_id,
-            spec.worker_id,
-            pid,
-            folder,
-            devices,
-            spool,
-            popen=spawned if isinstance(spawned, subprocess.Popen) else None,
-            spawned=spawned.serial if isinstance(spawned, Spawned) else 0,
-            workdir=workdir,
-        )
+            raise self._not_started(spec, folder, devices, workdir, exc) from None
+        record = _Attempt(spec.attempt_id, spec.worker_id, -1, folder, devices, OutputSpool(folder, self.output_cap))
+        record.workdir = workdir
+        spawner = self._spawner
+        if spawner is not None:
+            with self._lock:  # held before it is asked for: the answer may be read at once
+                self._attempts[spec.attempt_id] = record
+                record.awaiting = True
+            try:
+                spawner.submit(
+                    record, wrapper_argv(folder, "", argv), env, workdir, str(folder / "stdout"),
+                    str(folder / "stderr"), cgroup=cgroup, umask=umask,
+                    subreaper=self.containment.kind == "subreaper",
+                )  # fmt: skip
+                # Its pid comes back as an event (see `poll`), when the helper has answered.
+                return Started(spec.attempt_id, 0, shown, running=False)
+            except SpawnerGone:
+                with self._lock:
+                    self._attempts.pop(spec.attempt_id, None)
+                    record.awaiting = False
+                self._spawner_gone(spawner)
+        try:
+            pid, popen = start_wrapper(None, self.containment, folder, cgroup, argv, workdir, env, umask=umask)
+        except OSError as exc:
+            raise self._not_started(spec, folder, devices, workdir, exc) from None
+        assert isinstance(popen, subprocess.Popen)  # started without a spawner
+        record.pid, record.popen = pid, popen
         self._register(record)
-        return Started(spec.attempt_id, pid, ",".join(map(str, devices)))
+        return Started(spec.attempt_id, pid, shown)
+
+    def _not_started(
+        self, spec: LaunchSpec, folder: Path, devices: list[int], workdir: str, exc: OSError
+    ) -> LaunchError:
+        """Undoes a start that failed before its process existed; the error that says why."""
+        self.marks.drop(spec.attempt_id)
+        self.containment.end(folder.name, spec.attempt_id)
+        with self._lock:
+            self._free_devices[spec.worker_id].update(devices)
+        return LaunchError(f"cannot start the attempt in {workdir}: {exc.strerror or exc}")
 
     def stop(self, attempt_id: str) -> None:
         with self._lock:
@@ -473,13 +500,73 @@ class LocalBackend:
             self._early_codes.clear()
         if not self._closing.is_set():
             log.warning("backend %s: the helper that starts attempts has exited; starting them directly", self.id)
-        try:
-            self._selector.unregister(spawner.exits_fd())
-        except (KeyError, ValueError):
-            pass
+        for fd in (spawner.exits_fd(), spawner.requests_fd()):
+            try:
+                self._selector.unregister(fd)
+            except (KeyError, ValueError):
+                pass
+        unanswered = [r for r in spawner.unanswered() if isinstance(r, _Attempt)]
         spawner.close()
         for record in orphans:
             self._watch_orphan(record)
+        for record in unanswered:
+            self._unanswered(record)
+
+    def _unanswered(self, record: _Attempt) -> None:
+        """An attempt the helper went without answering for: it may have started its process or not.
+
+        A wrapper records its pid as its first act: one found is watched as a re-adopted attempt is.
+        Without one, whatever the attempt started is ended through its cgroup, and the attempt is
+        reported lost, so the tick runs it again (nothing of it reached the command, or its wrapper
+        would have written its pid)."""
+        with self._lock:
+            record.awaiting = False
+        try:
+            pid = int((record.folder / "pid").read_text().strip())
+        except (OSError, ValueError):
+            pid = -1
+        if pid > 0 and _process_alive(pid, record.attempt_id):
+            record.pid = pid
+            with self._lock:
+                self._spawned.append(Spawned(record.attempt_id, pid, now_ms()))
+            self._register(record)
+            return
+        if pid <= 0:
+            record.lost = "the helper that starts attempts exited before this attempt's process was known"
+        self._finish(record)
+
+    def _spawner_answers(self, spawner: Spawner) -> None:
+        """Takes the pids the spawner answered with: each becomes a `spawned` event, and an attempt
+        stopped before its pid was known is signalled again now that it is."""
+        answers = spawner.read_answers()
+        if answers is None:
+            self._spawner_gone(spawner)
+            return
+        ended, stopped = [], []
+        with self._lock:
+            for token, answer in answers:
+                record = token
+                assert isinstance(record, _Attempt)
+                record.awaiting = False
+                if isinstance(answer, OSError):
+                    record.start_error = answer.strerror or str(answer)
+                    ended.append(record)
+                    continue
+                record.pid, record.spawned = answer.pid, answer.serial
+                self._spawned.append(Spawned(record.attempt_id, answer.pid, now_ms()))
+                record.code, record.start_error = self._early_codes.pop(answer.serial, (None, None))
+                if record.code is not None:
+                    ended.append(record)
+                    continue
+                self._by_serial[answer.serial] = record
+                if record.stop_deadline is not None:
+                    stopped.append(record)
+        for record in stopped:
+            self._signal(record, signal.SIGTERM)
+        for record in ended:
+            self._finish(record)
+        if answers:
+            self._note()
 
     def _spawned_exits(self, spawner: Spawner) -> None:
         """Finishes the attempts whose exits the spawner reported."""
@@ -510,9 +597,11 @@ class LocalBackend:
                     except BlockingIOError:
                         pass
                     continue
-                if key.data is _SPAWNER:
+                if key.data is _SPAWNER or key.data is _ANSWERS:
                     spawner = self._spawner
-                    if spawner is not None:
+                    if spawner is not None and key.data is _ANSWERS:
+                        self._spawner_answers(spawner)
+                    elif spawner is not None:
                         self._spawned_exits(spawner)
                     continue
                 with self._lock:
@@ -562,7 +651,9 @@ class LocalBackend:
                 pass
         if code is not None and code < 0:
             code = 128 - code  # killed by a signal: report it the way a shell does
-        error = "" if code is not None else "the attempt's process vanished while the controller was down"
+        error = (
+            "" if code is not None else record.lost or "the attempt's process vanished while the controller was down"
+        )
         if record.pidfd is not None:
             os.close(record.pidfd)
             record.pidfd = None
@@ -672,7 +763,8 @@ class LocalBackend:
                 count += len(chunk.lines)
             later = {c.attempt_id for c in self._logs[len(logs) :]}
             exits = tuple(e for e in self._exits if e.attempt_id not in later)
-            return BackendEvents(exits, tuple(logs))
+            # An attempt's pid is known before its exit: the exit is never polled without it.
+            return BackendEvents(exits, tuple(logs), spawned=tuple(self._spawned))
 
     def ack(self, events: BackendEvents) -> None:
         """The tick committed `events`: forget them, and free the spool bytes they came from."""
@@ -683,6 +775,7 @@ class LocalBackend:
                 if c.attempt_id in self._attempts
             )
             del self._logs[: len(events.logs)]
+            del self._spawned[: len(events.spawned)]
             stored = {id(e) for e in events.exits}
             self._exits = [e for e in self._exits if id(e) not in stored]
             self._pending_lines -= sum(len(c.lines) for c in events.logs)
@@ -745,6 +838,8 @@ class LocalBackend:
             with self._lock:
                 self._free_devices.setdefault(rec.worker_id, set()).difference_update(devices)
             if pid is not None and _process_alive(pid, rec.attempt_id):
+                with self._lock:  # an attempt a crash left ASSIGNED is recorded as running now
+                    self._spawned.append(Spawned(rec.attempt_id, pid, now_ms()))
                 self._register(attempt)
             else:
                 with self._lock:

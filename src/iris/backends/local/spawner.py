@@ -25,6 +25,7 @@ and imports only the standard library, so the helper starts in a few millisecond
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import errno
 import json
@@ -102,6 +103,49 @@ def _recv(sock: socket.socket) -> dict | None:
     return None if data is None else json.loads(data)
 
 
+def _request(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    stdout: str,
+    stderr: str,
+    cgroup: str,
+    umask: int,
+    subreaper: bool,
+    early: bool,
+) -> dict:
+    return {
+        "argv": argv,
+        "env": env,
+        "cwd": cwd,
+        "stdout": stdout,
+        "stderr": stderr,
+        "cgroup": cgroup,
+        "umask": umask,
+        "subreaper": subreaper,
+        "early": early,
+    }
+
+
+def _answered(answer: dict) -> Spawned:
+    """The process a helper's answer names; OSError when it says none could be started."""
+    if "pid" in answer:
+        return Spawned(int(answer["pid"]), int(answer["serial"]))
+    raise OSError(answer.get("errno") or errno.EIO, answer.get("error", "cannot start the process"))
+
+
+def _split(buffer: bytes) -> tuple[list[dict], bytes]:
+    """The whole messages at the front of `buffer`, and what is left of it after them."""
+    out, at = [], 0
+    while len(buffer) - at >= _HEADER.size:
+        size = _HEADER.unpack_from(buffer, at)[0]
+        if len(buffer) - at < _HEADER.size + size:
+            break
+        out.append(json.loads(buffer[at + _HEADER.size : at + _HEADER.size + size]))
+        at += _HEADER.size + size
+    return out, buffer[at:]
+
+
 # -- the controller's side -----------------------------------------------------------------------
 
 
@@ -113,6 +157,9 @@ class Spawner:
         self._exits, exits_child = socket.socketpair()
         self._lock = threading.Lock()
         self._buffer = b""
+        self._answers = b""  # answers to `submit`s read so far, not yet whole
+        # What each `submit` was made for, in the order sent: the helper answers in that order.
+        self._unanswered: collections.deque[object] = collections.deque()
         self._failures: dict[int, str] = {}  # why each early-answered start failed, by serial
         with requests_child, exits_child:
             self._proc = subprocess.Popen(
@@ -159,18 +206,10 @@ class Spawner:
         With `early`, the answer comes as soon as the process exists, before it has set itself up
         and exec'd: the caller goes on while the new process runs its first instructions (on a busy
         host, most of a start's wall time), and a set-up that fails is reported with the exit, as
-        code 127 and the reason `start_error` gives for its serial."""
-        request = {
-            "argv": argv,
-            "env": env,
-            "cwd": cwd,
-            "stdout": stdout,
-            "stderr": stderr,
-            "cgroup": cgroup,
-            "umask": umask,
-            "subreaper": subreaper,
-            "early": early,
-        }
+        code 127 and the reason `start_error` gives for its serial.
+
+        Waits for the helper's answer; a spawner serves either these calls or `submit`, not both."""
+        request = _request(argv, env, cwd, stdout, stderr, cgroup, umask, subreaper, early)
         with self._lock:
             try:
                 _send(self._requests, request)
@@ -179,9 +218,75 @@ class Spawner:
                 answer = None
         if answer is None:
             raise SpawnerGone("the process-starting helper has exited")
-        if "pid" in answer:
-            return Spawned(int(answer["pid"]), int(answer["serial"]))
-        raise OSError(answer.get("errno") or errno.EIO, answer.get("error", "cannot start the process"))
+        return _answered(answer)
+
+    def submit(
+        self,
+        token: object,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
+        stdout: str,
+        stderr: str,
+        cgroup: str = "",
+        umask: int = -1,
+        subreaper: bool = False,
+    ) -> None:
+        """Asks for a process as `spawn(..., early=True)` does, without waiting for the answer:
+        `read_answers` hands it back with `token`. SpawnerGone when the helper has exited (the
+        request is then not sent; `unanswered` never lists its token).
+
+        A start then costs its caller one write to a socket: the helper's clone, and the thread
+        switches of waiting for it, happen while the caller goes on (the control tick commits
+        and starts the rest of its pass meanwhile)."""
+        request = _request(argv, env, cwd, stdout, stderr, cgroup, umask, subreaper, True)
+        with self._lock:
+            # Queued before it is sent: the answer may be read (by another thread) at once.
+            self._unanswered.append(token)
+            try:
+                _send(self._requests, request)
+            except OSError:
+                self._unanswered.pop()  # the last one, ours: sends are serialised by the lock
+                raise SpawnerGone("the process-starting helper has exited") from None
+
+    def requests_fd(self) -> int:
+        """Readable when the helper has answered `submit`s (or has gone: `read_answers` returns None)."""
+        return self._requests.fileno()
+
+    def read_answers(self) -> list[tuple[object, Spawned | OSError]] | None:
+        """(token, the process started or why none could be) for each `submit` answered so far, in
+        the order submitted; None once the helper has gone. Never blocks."""
+        gone = False
+        try:
+            while True:
+                data = self._requests.recv(65536, socket.MSG_DONTWAIT)
+                if not data:
+                    gone = True
+                    break
+                self._answers += data
+        except BlockingIOError:
+            pass
+        except OSError:
+            gone = True
+        out: list[tuple[object, Spawned | OSError]] = []
+        messages, self._answers = _split(self._answers)
+        for message in messages:
+            token = self._unanswered.popleft()
+            try:
+                out.append((token, _answered(message)))
+            except OSError as exc:
+                out.append((token, exc))
+        # Answers read before the end are handed over first; the next call (the end stays
+        # readable) says the helper has gone.
+        return None if gone and not out else out
+
+    def unanswered(self) -> list[object]:
+        """The tokens of `submit`s the helper has not answered (asked once it has gone: each such
+        process may or may not have been started). Forgotten once asked."""
+        with self._lock:  # not while a `submit` is half-way: it either sent its request or took it back
+            tokens = list(self._unanswered)
+            self._unanswered.clear()
+        return tokens
 
     def read_exits(self) -> list[tuple[int, int]] | None:
         """(serial, exit code as `Popen.returncode` gives it) for each exit reported so far, or None once
@@ -197,12 +302,8 @@ class Spawner:
         except OSError:
             return None
         out = []
-        while len(self._buffer) >= _HEADER.size:
-            size = _HEADER.unpack_from(self._buffer)[0]
-            if len(self._buffer) < _HEADER.size + size:
-                break
-            message = json.loads(self._buffer[_HEADER.size : _HEADER.size + size])
-            self._buffer = self._buffer[_HEADER.size + size :]
+        messages, self._buffer = _split(self._buffer)
+        for message in messages:
             serial = int(message["serial"])
             if message.get("error") is not None:
                 self._failures[serial] = message["error"]

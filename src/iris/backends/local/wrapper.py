@@ -35,6 +35,12 @@ WRAPPER = (
 )
 
 
+def wrapper_argv(folder: Path, cgroup: str, argv: list[str]) -> list[str]:
+    """The wrapper's own command line for the attempt in `folder` (see WRAPPER): it joins `cgroup`
+    ("" when it is born in it), then runs `argv` (the layer count, the layers, the command)."""
+    return ["/bin/sh", "-c", WRAPPER, str(folder), cgroup, *argv]
+
+
 def start_spawner(what: str) -> Spawner | None:
     """A spawner, or None (attempts then start directly) when its helper cannot start."""
     try:
@@ -63,7 +69,7 @@ def start_wrapper(
     if spawner is not None:
         try:
             spawned = spawner.spawn(
-                ["/bin/sh", "-c", WRAPPER, str(folder), "", *argv],
+                wrapper_argv(folder, "", argv),
                 dict(env),
                 workdir,
                 str(folder / "stdout"),
@@ -78,7 +84,7 @@ def start_wrapper(
             gone(spawner)
     with open(folder / "stdout", "ab") as out, open(folder / "stderr", "ab") as err:
         popen = subprocess.Popen(
-            ["/bin/sh", "-c", WRAPPER, str(folder), cgroup, *argv],
+            wrapper_argv(folder, cgroup, argv),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,

@@ -34,7 +34,7 @@ def mark_started(
         run(
             conn,
             "UPDATE attempts SET pid = :p, devices = :d WHERE attempt_id = :a",
-            {"p": pid, "d": devices, "a": attempt_id},
+            {"p": pid or None, "d": devices, "a": attempt_id},  # 0: its pid is still to come
         )
         return None
     run(
@@ -49,6 +49,26 @@ def mark_started(
         conn,
         f"UPDATE tasks SET state = {RUNNING}, started_ms = :now WHERE task_id = :t AND state = {ASSIGNED}",
         {"now": now_ms, "t": row[0]},
+    )
+    return row[1]
+
+
+def mark_spawned(conn: Connection, attempt_id: str, pid: int, at_ms: int) -> str | None:
+    """Records the process of an attempt whose backend learned its pid after the start (see
+    `BackendEvents.spawned`): it runs since `at_ms`. Returns its job id when it changed; an attempt no
+    longer ASSIGNED (stopped meanwhile, or already running before a restart) is left as it is."""
+    row = run(
+        conn,
+        f"UPDATE attempts SET pid = :p, started_ms = :at, state = {RUNNING}"
+        f" WHERE attempt_id = :a AND state = {ASSIGNED} RETURNING task_id, job_id",
+        {"p": pid, "at": at_ms, "a": attempt_id},
+    ).fetchone()
+    if row is None:
+        return None
+    run(
+        conn,
+        f"UPDATE tasks SET state = {RUNNING}, started_ms = :at WHERE task_id = :t AND state = {ASSIGNED}",
+        {"at": at_ms, "t": row[0]},
     )
     return row[1]
 
