@@ -175,12 +175,14 @@ class FakeService:
             status.started_ms = now_ms()
         self._derive(job)
         self.jobs[job_id] = job
+        # The answer is the state at admission: a task started below may end before it is sent.
+        answered = status.state
         if not unschedulable:
             for i in range(status.replicas):
                 threading.Thread(
                     target=self._run, args=(job, i, list(request.command), dict(request.env)), daemon=True
                 ).start()
-        return pb.LaunchJobResponse(job_id=job_id, state=status.state, disposition="local")
+        return pb.LaunchJobResponse(job_id=job_id, state=answered, disposition="local")
 
     async def get_job_status(self, request: pb.GetJobStatusRequest, ctx) -> pb.GetJobStatusResponse:
         job = self._job(request.job_id)
