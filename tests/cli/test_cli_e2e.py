@@ -98,6 +98,10 @@ def test_e2e_pending_job_shows_a_reason_in_list_and_describe(controller):
     assert "Pending reason:" in described
     explained = controller.cli("job", "explain", "/alice/c")
     assert explained.returncode == 0 and explained.stdout.startswith("/alice/c")
+    groups = json.loads(controller.cli("-o", "json", "job", "explain", "/alice/c").stdout)["groups"]
+    reasons = [reason for group in groups for reason in group["reasons"]]
+    # Each group's reasons are printed once: in its row of the table, not again as lines below it.
+    assert reasons and all(explained.stdout.count(r) == reasons.count(r) for r in reasons), explained.stdout
     controller.cli("job", "stop", "/alice/a", "/alice/b", "/alice/c")
 
 

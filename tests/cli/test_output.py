@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from iris.cli.output import (
     describe_job,
     dump_json,
+    explain_document,
     explain_text,
     format_age,
     format_duration,
@@ -212,7 +213,7 @@ def test_query_rows_and_table_render_sql_values():
     assert isinstance(resp.rows[0], struct_pb2.ListValue)
 
 
-def test_explain_text_lists_each_group_with_its_reasons():
+def test_explain_text_lists_each_group_with_its_reasons_once():
     resp = pb.ExplainJobResponse(
         job_id="/a/b",
         summary="fits nowhere",
@@ -221,12 +222,20 @@ def test_explain_text_lists_each_group_with_its_reasons():
                 backend_id="cpu", group="cpu=4 memory=8G", workers=2, verdict="blocked", reasons=["needs 16 cpu, has 4"]
             ),
         ],
-        lines=["try --cpu 4"],
+        lines=["backend cpu:", "  cpu=4 memory=8G: needs 16 cpu, has 4"],
     )
     text = explain_text(resp)
     assert text.splitlines()[0] == "/a/b: fits nowhere"
     assert "cpu      cpu=4 memory=8G  2        blocked  needs 16 cpu, has 4" in text
-    assert text.splitlines()[-1] == "try --cpu 4"
+    assert text.count("needs 16 cpu, has 4") == 1
+    doc = explain_document(resp)
+    assert "lines" not in doc and doc["groups"][0]["reasons"] == ["needs 16 cpu, has 4"]
+
+
+def test_explain_of_a_job_without_groups_prints_its_lines():
+    resp = pb.ExplainJobResponse(job_id="/a/b", summary="queued", lines=["backend h100: h100 0 free of 8"])
+    assert explain_text(resp).splitlines() == ["/a/b: queued", "", "backend h100: h100 0 free of 8"]
+    assert explain_document(resp)["lines"] == ["backend h100: h100 0 free of 8"]
 
 
 def test_message_to_dict_uses_proto_names_and_prints_zero_values():

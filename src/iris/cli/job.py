@@ -361,12 +361,12 @@ def _log_source(client, job_id: str, follow: bool, tail: int | None, task: int |
 @click.pass_obj
 def explain(obj: CliContext, job_id: str) -> None:
     """Says, per backend and group of identical workers, whether and why a job fits."""
-    from iris.cli.output import explain_text, message_to_dict
+    from iris.cli.output import explain_document, explain_text
 
     job_id = resolve_job(obj, job_id)
     resp = obj.client().explain(job_id)
     if obj.json:
-        obj.emit(message_to_dict(resp))
+        obj.emit(explain_document(resp))
     else:
         click.echo(explain_text(resp))
 

@@ -352,13 +352,23 @@ def write_log_line(line: Any, *, show_task: bool, timestamps: bool) -> None:
 
 
 def explain_text(resp: Any) -> str:
+    """`job explain` for people: the summary, then each reason once, as a table of worker groups
+    when the answer has them, else as the answer's lines (a federated job's peers)."""
     out = [f"{resp.job_id}: {visible(resp.summary)}" if resp.summary else resp.job_id]
     if resp.groups:
         rows = [(g.backend_id, g.group, g.workers, g.verdict, "; ".join(g.reasons) or "-") for g in resp.groups]
         out += ["", render_table(("BACKEND", "WORKERS GROUP", "WORKERS", "VERDICT", "REASONS"), rows)]
-    if resp.lines:
+    elif resp.lines:
         out += [""] + [visible(line) for line in resp.lines]
     return "\n".join(out)
+
+
+def explain_document(resp: Any) -> dict[str, Any]:
+    """`job explain -o json`: the answer, without its lines where they only repeat its groups in words."""
+    doc = message_to_dict(resp)
+    if resp.groups:
+        doc.pop("lines", None)
+    return doc
 
 
 def query_rows(resp: Any) -> list[list[Any]]:
