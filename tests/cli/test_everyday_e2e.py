@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 
+import psutil
 import pytest
 
 from iris.client import IrisClient
@@ -125,17 +126,48 @@ def test_logs_mark_each_new_attempt_and_history_and_wait_summarise(controller):
 
 def test_wait_follows_a_running_job_to_its_end_and_keeps_its_timeout(controller):
     """`job wait` lets the controller hold each status call while a job keeps its state: it still
-    sees the end of a job that was running when it began, and gives up at its --timeout."""
+    sees the end of a job that was running when it began, and gives up at its --timeout. A job
+    run with --timeout 0 has no time limit, as `job run --help` says."""
     controller.extra_env["USER"] = "alice"
+    assert "0 (the default): no limit" in " ".join(controller.cli("job", "run", "--help").stdout.split())
     for name, command in (("brief", "sleep 1"), ("endless", "sleep 300")):
-        started = controller.cli("job", "run", "--no-wait", "--job-name", name, "--", command)
+        started = controller.cli("job", "run", "--no-wait", "--timeout", "0", "--job-name", name, "--", command)
         assert started.returncode == 0, started.stderr
     waited = controller.cli("job", "wait", "brief")
     assert (waited.returncode, waited.stdout) == (0, "/alice/brief SUCCEEDED (exit code 0)\n"), waited.stderr
     gave_up = controller.cli("job", "wait", "--timeout", "1s", "endless", "brief")
     assert gave_up.returncode == 1
     assert "still not finished after 1s: /alice/endless" in gave_up.stderr
+    for json_flag in ([], ["-o", "json"]):
+        out, err, code = _interrupt_once_connected(controller, *json_flag, "job", "wait", "endless")
+        assert code == 130, err
+        assert "stopped waiting; /alice/endless keeps running" in err
+        assert "`iris job wait /alice/endless`" in err and "`iris job describe /alice/endless`" in err
+        if json_flag:
+            doc = json.loads(out)
+            assert doc["still_running"] == ["/alice/endless"] and doc["interrupted"] == "detached"
+    assert {j["job_id"]: j["state"] for j in _jobs(controller)}["/alice/endless"] == "RUNNING"
     controller.cli("job", "stop", "endless")
+
+
+def _interrupt_once_connected(controller, *args: str) -> tuple[str, str, int]:
+    """Runs `iris ARGS…`, sends it Ctrl-C once it holds a connection to the controller (so is past
+    its start-up, in the command itself), and returns its stdout, stderr and exit code."""
+    port = int(controller.url.rsplit(":", 1)[1])
+    proc = _spawn(controller, *args)
+    try:
+        connections = psutil.Process(proc.pid).net_connections
+        wait_until(
+            lambda: any(c.raddr and c.raddr.port == port for c in connections(kind="tcp")),
+            message="the command to call the controller",
+        )
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return out, err, proc.returncode
 
 
 def _spawn(controller, *args: str) -> subprocess.Popen:

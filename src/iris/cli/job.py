@@ -100,10 +100,16 @@ def job() -> None:
     help="Retries after preemption or a lost worker (default 100).",
 )
 @click.option(
-    "--timeout", metavar="DURATION", callback=_DURATION, help="Kill the job after this long running, e.g. 30m."
+    "--timeout",
+    metavar="DURATION",
+    callback=_DURATION,
+    help="Kill the job after this long running, e.g. 30m; 0 (the default): no limit.",
 )
 @click.option(
-    "--scheduling-timeout", metavar="DURATION", callback=_DURATION, help="Give up if not placed within this long."
+    "--scheduling-timeout",
+    metavar="DURATION",
+    callback=_DURATION,
+    help="Give up if not placed within this long; 0 (the default): wait as long as it takes.",
 )
 @click.option(
     "--existing",

@@ -151,7 +151,7 @@ def wait(obj: CliContext, job_ids: tuple[str, ...], timeout: str | None) -> int:
     """Waits until every JOB has ended, printing each as it ends.
 
     Exit code: 0 all succeeded, 1 any failed or was killed (or the wait timed out), 2 any was
-    unschedulable.
+    unschedulable, 130 Ctrl-C (which stops the waiting only: the jobs keep running).
     """
     from iris.core.units import parse_duration
 
@@ -161,14 +161,14 @@ def wait(obj: CliContext, job_ids: tuple[str, ...], timeout: str | None) -> int:
         raise click.BadParameter(exc.message, param_hint="--timeout") from None
     client = obj.client()
     ids = [resolve_job(obj, j) for j in job_ids]
-    for job_id in ids:
-        client.status(job_id)  # an unknown job fails now, not after waiting for the others
     began = time.monotonic()
     left = list(dict.fromkeys(ids))
     final: dict[str, object] = {}
     seen: dict[str, str] = {}
     delay = 0.05
     try:
+        for job_id in left:
+            client.status(job_id)  # an unknown job fails now, not after waiting for the others
         while left:
             for job_id in list(left):
                 status = client.status(job_id)
@@ -194,7 +194,8 @@ def wait(obj: CliContext, job_ids: tuple[str, ...], timeout: str | None) -> int:
                     time.sleep(delay)
                     delay = min(delay * 1.5, 1.0)
     except KeyboardInterrupt:
-        return 130
+        if left:  # else every job had ended already: report them as an uninterrupted wait would
+            return _interrupted(obj, final, left)
     codes = [STATE_EXIT_CODES[s.state] for s in final.values()]  # type: ignore[attr-defined]
     if obj.json:
         from iris.cli.output import message_to_dict
@@ -203,6 +204,27 @@ def wait(obj: CliContext, job_ids: tuple[str, ...], timeout: str | None) -> int:
     if EXIT_FAILED in codes:
         return EXIT_FAILED
     return EXIT_REJECTED if EXIT_REJECTED in codes else EXIT_OK
+
+
+def _interrupted(obj: CliContext, final: dict, left: list[str]) -> int:
+    """Ctrl-C in `job wait`: it stops waiting, never the jobs; says so, and how to look again."""
+    if obj.json:  # one document, as `job run` prints when Ctrl-C detaches it
+        from iris.cli.output import message_to_dict
+
+        obj.emit(
+            {
+                "jobs": {j: message_to_dict(s) for j, s in final.items()},
+                "still_running": left,
+                "interrupted": "detached",
+            }
+        )
+    ids = " ".join(left)
+    click.echo(
+        f"\nstopped waiting; {', '.join(left)} {'keeps' if len(left) == 1 else 'keep'} running"
+        f" (wait again with `iris job wait {ids}`, or look with `iris job describe {left[0]}`)",
+        err=True,
+    )
+    return 130
 
 
 def _timed_out(obj: CliContext, final: dict, left: list[str], timeout: str) -> int:
