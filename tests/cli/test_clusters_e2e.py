@@ -125,14 +125,23 @@ def test_unwritable_state_dir_is_a_clear_error(tmp_path):
 def test_detached_start_records_the_cluster_and_stop_by_name(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    cfg = _config(tmp_path, "solo", free_port(), tmp_path / "solo-state")
-    started = run_iris(home, "cluster", "start", "--config", str(cfg), "--detach")
+    port = free_port()
+    cfg = _config(tmp_path, "solo", port, tmp_path / "solo-state")
+    # Added but not started: a command naming it says which cluster is down and how to start it.
+    assert run_iris(home, "cluster", "add", "solo", "--config", str(cfg)).returncode == 0
+    assert run_iris(home, "cluster", "use", "solo").returncode == 0
+    for argv in (["--cluster", "solo", "job", "list"], ["job", "run", "--no-wait", "--", "true"]):
+        down = run_iris(home, *argv)
+        assert down.returncode == 3, down.stderr
+        assert f"cannot reach cluster solo at http://127.0.0.1:{port}" in down.stderr, down.stderr
+        assert "`iris --cluster solo cluster start --detach`" in down.stderr and "--local" not in down.stderr
+    # The start it names is the one that brings it up.
+    started = run_iris(home, "--cluster", "solo", "cluster", "start", "--detach")
     try:
         assert started.returncode == 0, started.stderr
         listed = json.loads(run_iris(home, "-o", "json", "cluster", "list").stdout)["clusters"]
         assert [(c["name"], c["up"], c["config"]) for c in listed] == [("solo", True, str(cfg))]
         # The default named cluster serves the commands that need a cluster's config, too.
-        assert run_iris(home, "cluster", "use", "solo").returncode == 0
         for argv in (["cluster", "public-key"], ["token", "create", "--user", "bob"]):
             got = run_iris(home, *argv)
             assert got.returncode == 0 and got.stdout.strip(), (argv, got.stderr)
@@ -157,6 +166,29 @@ def test_cluster_add_refuses_a_name_or_url_no_command_could_use_and_keeps_the_li
         assert got.returncode == 3, (args, got.stdout, got.stderr)
         assert "Traceback" not in got.stderr and ("name" in got.stderr or "--url" in got.stderr)
     assert (tmp_path / ".iris" / "clusters.yaml").read_text() == before
+
+
+def test_cluster_add_of_a_name_in_the_list_is_refused_unless_replace_and_a_down_one_is_named(tmp_path):
+    first, second = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
+    assert run_iris(tmp_path, "cluster", "add", "marin", "--url", first).returncode == 0
+    before = (tmp_path / ".iris" / "clusters.yaml").read_text()
+    taken = run_iris(tmp_path, "cluster", "add", "marin", "--url", second)
+    assert taken.returncode == 3, taken.stdout + taken.stderr
+    assert "cluster 'marin' is already in" in taken.stderr and f"({first})" in taken.stderr
+    assert "--replace" in taken.stderr and "`iris cluster remove marin`" in taken.stderr
+    assert (tmp_path / ".iris" / "clusters.yaml").read_text() == before
+    same = run_iris(tmp_path, "cluster", "add", "marin", "--url", first)
+    assert same.returncode == 0 and "nothing changed" in same.stdout
+    replaced = run_iris(tmp_path, "-o", "json", "cluster", "add", "marin", "--url", second, "--replace")
+    assert replaced.returncode == 0, replaced.stderr
+    assert json.loads(replaced.stdout)["replaced"] == {"url": first, "config": ""}
+    listed = json.loads(run_iris(tmp_path, "-o", "json", "cluster", "list").stdout)["clusters"]
+    assert [(c["name"], c["url"], c["up"]) for c in listed] == [("marin", second, False)]
+    # Added by URL alone, it runs elsewhere: the error names it and its URL, and no --local.
+    down = run_iris(tmp_path, "--cluster", "marin", "job", "list")
+    assert down.returncode == 3, down.stderr
+    assert f"cannot reach cluster marin at {second}" in down.stderr and "--local" not in down.stderr
+    assert "ask whoever runs it" in down.stderr and "`iris cluster list`" in down.stderr
 
 
 def _refused_as_running(home: Path, args: list[str], url: str) -> None:

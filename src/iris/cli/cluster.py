@@ -260,11 +260,16 @@ def check_cluster_entry(name: str, url: str) -> None:
 @click.argument("name")
 @click.option("--url", help="The controller's URL.")
 @click.option("--config", "config_path", metavar="FILE", help="The cluster's YAML config (its URL is used).")
+@click.option("--replace", is_flag=True, help="Replace the entry when NAME is already in the list.")
 @output_option
 @click.pass_obj
-def add_cluster(obj: CliContext, name: str, url: str | None, config_path: str | None) -> int:
-    """Adds (or updates) a named cluster: by --url, or by --config for a cluster whose config is here."""
-    from iris.client.clusters import NamedCluster, remember
+def add_cluster(obj: CliContext, name: str, url: str | None, config_path: str | None, replace: bool) -> int:
+    """Adds a named cluster: by --url, or by --config for a cluster whose config is here.
+
+    A NAME already in the list is refused (exit 3) unless --replace is given; `iris cluster remove
+    NAME` drops it first otherwise.
+    """
+    from iris.client.clusters import NamedCluster, add
 
     if not url and not config_path:
         raise click.UsageError("give the cluster's --url URL or its --config FILE")
@@ -275,11 +280,18 @@ def add_cluster(obj: CliContext, name: str, url: str | None, config_path: str | 
         config_path = os.path.abspath(config_path)
     assert url is not None  # one of --url and --config was given
     check_cluster_entry(name, url)
-    remember(NamedCluster(name, url.rstrip("/"), config_path or ""))
+    entry = NamedCluster(name, url.rstrip("/"), config_path or "")
+    previous = add(entry, replace=replace)
     if obj.json:
-        obj.emit({"name": name, "url": url, "config": config_path or ""})
+        changed = previous != entry
+        was = {"url": previous.url, "config": previous.config} if previous is not None and changed else None
+        obj.emit({"name": name, "url": entry.url, "config": entry.config, "changed": changed, "replaced": was})
+    elif previous == entry:
+        click.echo(f"cluster {name} ({entry.url}) is already in the list as given; nothing changed")
+    elif previous is not None:
+        click.echo(f"replaced cluster {name}: {previous.url} is now {entry.url}; use it with `iris --cluster {name} …`")
     else:
-        click.echo(f"added cluster {name} ({url}); use it with `iris --cluster {name} …`")
+        click.echo(f"added cluster {name} ({entry.url}); use it with `iris --cluster {name} …`")
     return EXIT_OK
 
 

@@ -45,11 +45,13 @@ class CliContext:
         token: str | None = None,
         cluster: str | None = None,
     ):
+        self.named = None  # the NamedCluster whose URL the commands use, for its errors
         if cluster:  # a named cluster supplies the URL and config that were not given explicitly
             from iris.client.clusters import load
 
             named = load().get(cluster)
-            controller = controller or named.url
+            if not controller:
+                controller, self.named = named.url, named
             config_path = config_path or named.config or None
         self.cluster = cluster
         self.controller = controller
@@ -76,7 +78,10 @@ class CliContext:
         from iris.client.clusters import default_cluster
 
         named = default_cluster()
-        return named.url if named else None
+        if named is None:
+            return None
+        self.named = named
+        return named.url
 
     def client(self):  # -> IrisClient (imported lazily)
         if self._client is None:
@@ -89,7 +94,15 @@ class CliContext:
         from iris.client.tokens import token_for
 
         url = url or default_url()
-        return IrisClient(url, token=token_for(url, self.token))
+        named = self.named
+        if named is None or url != named.url:
+            return IrisClient(url, token=token_for(url, self.token))
+        from iris.client.clusters import unreachable_error
+
+        # A named cluster that is down: say which, where, and how to start it or pick another.
+        return IrisClient(
+            url, token=token_for(url, self.token), on_unreachable=lambda _u, why: unreachable_error(named, why)
+        )
 
     def emit(self, doc: object) -> None:
         """Prints the one JSON document of a command run with -o json."""

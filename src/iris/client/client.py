@@ -21,15 +21,16 @@ import time
 
 from iris.client.launch import build_launch_request
 from iris.client.tokens import token_subject
-from iris.rpc.transport import ConnectTransport, repeated_page_token
+from iris.rpc.transport import ConnectTransport, repeated_page_token, unreachable
 
 TYPE_CHECKING = False  # typing's own constant costs `import typing` (4 ms) on the CLI's submit path
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
     from typing import Any
 
     from google.protobuf.message import Message
 
+    from iris.core import errors
     from iris.core.constraints import Constraint
     from iris.rpc import controller_pb2 as pb
 else:
@@ -63,9 +64,20 @@ def default_url() -> str:
 class IrisClient:
     """A connection to one controller. Safe to share between threads."""
 
-    def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30.0):
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        timeout: float = 30.0,
+        on_unreachable: Callable[[str, str], errors.IrisError] | None = None,
+    ):
+        """`on_unreachable(url, reason)` makes the error a call raises when the controller does not
+        answer at all (by default one saying how to start a local cluster)."""
         self._transport = ConnectTransport(
-            url or default_url(), token if token is not None else os.environ.get("IRIS_TOKEN"), timeout
+            url or default_url(),
+            token if token is not None else os.environ.get("IRIS_TOKEN"),
+            timeout,
+            on_unreachable=on_unreachable or unreachable,
         )
         self._bundles: dict[str, Any] = {}  # content id -> Bundle packed by prepare, until sent
         # One long poll of `wait` stays well inside the transport's timeout.

@@ -30,7 +30,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from iris.core.errors import InvalidArgument
+from iris.core.errors import InvalidArgument, Unavailable
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +54,19 @@ class ClusterList:
             f"no cluster named {name!r} in {clusters_file()} (known: {known}); add it with"
             " `iris cluster add NAME --url URL` or start it with `iris cluster start`"
         )
+
+
+def unreachable_error(cluster: NamedCluster, reason: str) -> Unavailable:
+    """The error for a named cluster whose controller does not answer: which cluster, where it was
+    looked for, and how to start it (from its config, when this machine has it) or pick another."""
+    if cluster.config or cluster.name == "local":  # `cluster start` finds the config (or --local) by name
+        start = f"start it with `iris --cluster {cluster.name} cluster start --detach`"
+    else:
+        start = "it was added by URL alone, so it runs elsewhere: ask whoever runs it to start it"
+    return Unavailable(
+        f"cannot reach cluster {cluster.name} at {cluster.url} ({reason}); {start},"
+        " or pick another with --cluster NAME (`iris cluster list` shows which answer)"
+    )
 
 
 def clusters_file() -> str:
@@ -164,6 +177,25 @@ def remember(entry: NamedCluster, make_default: bool = False) -> ClusterList:
     updated = ClusterList((*others, entry), default)
     save(updated)
     return updated
+
+
+def add(entry: NamedCluster, replace: bool = False) -> NamedCluster | None:
+    """Adds `entry` by hand (`iris cluster add`); returns the entry it replaced, if any.
+
+    A name already in the list is refused unless `replace` is set, so that a typo or a second
+    cluster given the same name never silently points every `--cluster NAME` elsewhere. Adding an
+    entry exactly as it stands changes nothing and is not an error."""
+    current = load()
+    previous = next((c for c in current.clusters if c.name == entry.name), None)
+    if previous == entry:
+        return previous
+    if previous is not None and not replace:
+        raise InvalidArgument(
+            f"cluster {entry.name!r} is already in {clusters_file()} ({previous.url}); pass --replace to point"
+            f" it at {entry.url} instead, or remove it first with `iris cluster remove {entry.name}`"
+        )
+    remember(entry)
+    return previous
 
 
 def forget(name: str) -> ClusterList:
