@@ -12,7 +12,7 @@ from iris.controller.auth import load_or_create_signing_key, mint_peer_token, pu
 from iris.controller.db.database import Database, sql
 from iris.controller.db.federation import queue_job
 from iris.controller.federation_store import ControllerFederationStore
-from iris.controller.service import HANDOFF_DELAY_ENV
+from iris.controller.handoffs import HANDOFF_DELAY_ENV
 from iris.core.job import JobSpec
 from iris.core.resources import Resources
 from iris.federation.manager import FederationManager

@@ -12,29 +12,26 @@ import asyncio
 import logging
 import os
 import time
-from contextlib import ExitStack
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from iris import REVISION_DATE, __version__
-from iris.controller import endpoints, waiting, workspace
+from iris.controller import endpoints, waiting
 from iris.controller.applier import stop_job
 from iris.controller.auth import Identity, Role, check_may_stop, check_sync_requester
 from iris.controller.auth.policy import check_may_read
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db import federation as fed
 from iris.controller.db import handoff_stops, reads
-from iris.controller.db.database import savepoint, sql
+from iris.controller.db.database import sql
 from iris.controller.db.jobs import require_job
 from iris.controller.handler import rpc
+from iris.controller.handoffs import Handoffs
 from iris.controller.paging import Listing, page_of
-from iris.controller.submit import build_spec, resolve_job_id
-from iris.controller.submits import MISSING, Submits
+from iris.controller.submits import Submits
 from iris.controller.worker_api import WorkerCalls
-from iris.core.errors import FailedPrecondition, InvalidArgument, IrisError, NotFound, Unavailable
+from iris.core.errors import InvalidArgument, NotFound
 from iris.core.names import JobName, in_job_tree
 from iris.core.states import JobState
-from iris.federation.ids import received_job_id
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import fill_availability, resources_to_proto
 
@@ -44,16 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _JOB_STATES = tuple(s.value for s in JobState)
-MAX_HANDOFFS_PER_CALL = 256  # jobs one HandOffJobs call may carry (the parent sends far fewer)
-# Test-only: seconds each handoff call waits before it admits anything (a peer slower than its
-# parent's call timeout). Read from the environment tests start a controller with; unset in use.
-HANDOFF_DELAY_ENV = "IRIS_TEST_HANDOFF_DELAY_S"
-
-
-def _admitted(job_id: str, outcome: str) -> pb.LaunchJobResponse:
-    return pb.LaunchJobResponse(
-        job_id=job_id, state="PENDING", disposition="local" if outcome == "created" else "existing"
-    )
 
 
 class ControllerServiceImpl(WorkerCalls):
@@ -77,99 +64,20 @@ class ControllerServiceImpl(WorkerCalls):
         self.running_tasks = controller.tick.loader.load_running
         self.spend = controller.spend
         self.layer_pins = controller.layer_pins
-        self.handoff_delay_s = float(os.environ.get(HANDOFF_DELAY_ENV) or 0)
         self.submits = Submits(controller)
+        self.handoffs = Handoffs(controller, self.submits)
 
     @rpc
     async def launch_job(self, req: pb.LaunchJobRequest, identity: Identity) -> pb.LaunchJobResponse:
         if req.HasField("handoff"):
-            return await asyncio.to_thread(self._admit_handoff, req, identity)
+            return await self.handoffs.launch_job(req, identity)
         return await self.submits.launch(req, identity)
 
-    def _admit_handoff(self, req: pb.LaunchJobRequest, identity: Identity) -> pb.LaunchJobResponse:
-        """A peer hands this cluster a root job under its own id (DESIGN §6, peer admission)."""
-        if self.handoff_delay_s:
-            time.sleep(self.handoff_delay_s)
-        with ExitStack() as pins:
-            spec, handoff, files, bundle = self._prepare_handoff(req, identity, pins)
-            with self.db.write() as conn:
-                outcome = self._admit(conn, spec, handoff, files, bundle, req)
-        self.tick.wake()
-        return _admitted(spec.job_id, outcome)
-
     @rpc
-    def hand_off_jobs(self, req: pb.HandOffJobsRequest, identity: Identity) -> pb.HandOffJobsResponse:
-        """Several handoffs from one peer in one call: each is checked and admitted on its own, as
-        LaunchJob would, so a refusal of one leaves the others; all in one transaction (a savepoint
-        each) with one wake-up of the tick, which is what makes a burst cheap for both sides."""
-        if len(req.jobs) > MAX_HANDOFFS_PER_CALL:
-            raise InvalidArgument(
-                f"HandOffJobs carries {len(req.jobs)} jobs; send at most {MAX_HANDOFFS_PER_CALL} per call"
-            )
-        outcomes = [pb.HandOffOutcome(job_id=job.name) for job in req.jobs]
-        created = False
-        if self.handoff_delay_s:
-            time.sleep(self.handoff_delay_s)
-        with ExitStack() as pins:
-            prepared = []
-            for outcome, job in zip(outcomes, req.jobs, strict=True):
-                try:
-                    prepared.append((outcome, job, self._prepare_handoff(job, identity, pins)))
-                except Unavailable:
-                    raise  # this cluster cannot serve now: the whole call is retried
-                except IrisError as exc:
-                    outcome.error_code, outcome.error_message = exc.code, exc.message
-            if prepared:
-                with self.db.write() as conn:
-                    for outcome, job, (spec, handoff, files, bundle) in prepared:
-                        try:
-                            with savepoint(conn):
-                                admitted = self._admit(conn, spec, handoff, files, bundle, job)
-                        except Unavailable:
-                            raise
-                        except IrisError as exc:
-                            outcome.error_code, outcome.error_message = exc.code, exc.message
-                        else:
-                            outcome.accepted.CopyFrom(_admitted(spec.job_id, admitted))
-                            created = created or admitted == "created"
-        if created:
-            self.tick.wake()
-        return pb.HandOffJobsResponse(outcomes=outcomes)
-
-    def _prepare_handoff(self, req: pb.LaunchJobRequest, identity: Identity, pins: ExitStack):
-        """Everything about one handoff that comes before its insert: the caller may hand it, its
-        workspace is sound and unpacked (its layers held by `pins` until the insert is committed).
-        Returns (spec, handoff record, workdir files, bundle info or None)."""
-        handoff = req.handoff
-        if not handoff.requester_cluster or not handoff.nonce:
-            raise InvalidArgument("a handoff needs the requesting cluster and a nonce")
-        self.auth.check_handoff(identity, handoff.requester_cluster, handoff.owner_principal)
-        # Filed under the requester's namespace, so two parents' /u1/train never collide here.
-        req.name, req.user = received_job_id(handoff.requester_cluster, str(resolve_job_id(req))), ""
-        files = dict(req.workdir_files)
-        info, bundle_id = self.submits.check_workspace(req, files)
-        pins.enter_context(self.layer_pins.hold(bundle_id, workspace.files_id(files) if files else ""))
-        received = self.submits.receive_workspace(req, files, info)
-        if received is MISSING:
-            raise InvalidArgument(f"the handoff names bundle {req.bundle_id} but does not carry its bytes")
-        bundle, files_id = received
-        spec = replace(
-            build_spec(req, None, (), {}, owner=handoff.owner_principal or JobName.parse(req.name).user),
-            files_id=files_id,
-        )
-        return spec, handoff, files, bundle
-
-    def _admit(self, conn, spec, handoff: pb.HandoffRecord, files, bundle, req: pb.LaunchJobRequest) -> str:
-        """Admits one prepared handoff in the caller's transaction: 'created' or 'existing'."""
-        now = self.now_ms()
-        try:
-            outcome = fed.admit_received(conn, spec, handoff, files, now)
-        except FailedPrecondition as exc:
-            log.info("refused a handoff: %s", exc.message)
-            raise
-        if outcome == "created" and bundle is not None:
-            workspace.store_bundle(conn, bundle, req.workspace_bundle, now)
-        return outcome
+    async def hand_off_jobs(self, req: pb.HandOffJobsRequest, identity: Identity) -> pb.HandOffJobsResponse:
+        """Several handoffs from one peer in one call, each admitted or refused on its own
+        (`handoffs`): one transaction and one wake-up of the tick for all of them."""
+        return await self.handoffs.hand_off_jobs(req, identity)
 
     @rpc
     async def get_job_status(self, req: pb.GetJobStatusRequest, identity: Identity) -> pb.GetJobStatusResponse:
