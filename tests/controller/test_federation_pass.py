@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 
+from iris.controller import tick as tick_module
 from iris.controller.db.database import Database
 from iris.controller.tick import FEDERATION_PASS_SPACING_S, ControlLoop
 from iris.core.config import BudgetsConfig
@@ -102,6 +103,21 @@ def test_a_burst_of_federation_wakes_runs_the_step_alone_at_most_once_per_spacin
     alone = [(prev[0], start) for prev, (start, whole) in zip(federation.starts, federation.starts[1:]) if not whole]
     assert len(alone) >= 6
     assert all(start - before >= FEDERATION_PASS_SPACING_S for before, start in alone)
+
+
+def test_a_peer_answer_runs_the_federation_step_without_waiting_out_the_spacing(tmp_path, monkeypatch):
+    # Slots a peer's answer freed stay empty until a step fills them: it does not wait to gather submits.
+    monkeypatch.setattr(tick_module, "FEDERATION_PASS_SPACING_S", 3600.0)
+    loop, federation = _loop(tmp_path, tick_interval=3600)
+    loop.start()
+    loop.wake()
+    try:
+        wait_until(lambda: federation.plans == 1, timeout=10, what="the first pass")
+        loop.wake_federation(at_once=True)
+        wait_until(lambda: federation.plans == 2, timeout=10, what="the step a peer's answer asked for")
+        assert loop.generation == 1  # the step alone
+    finally:
+        loop.stop()
 
 
 def test_with_budgets_a_federation_wake_runs_a_whole_pass(tmp_path):

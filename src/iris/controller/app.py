@@ -114,7 +114,7 @@ class Controller:
             reroute_after=settings.federation_reroute_after,
             token_source=self.auth.peer_token,
             clock=self.clock,
-            wake_tick=lambda: self.tick.wake_federation(),
+            wake_tick=lambda: self.tick.wake_federation(at_once=True),
         )
 
     def _wake(self) -> None:

@@ -161,6 +161,7 @@ class ControlLoop:
         self._full = True
         self._last_full = float("-inf")  # time.monotonic() when the last whole pass began
         self._last_federation = float("-inf")  # time.monotonic() when the last federation step began
+        self._at_once = False  # set by a peer's answer: the next federation step waits for no spacing
         self._in_pass = False  # a whole pass is under way (set by the loop, read by `wait_for_tick`)
         self._done = threading.Condition()
         self.passes = PassSignal()  # API calls waiting for a job's state to change look again after each pass
@@ -237,9 +238,13 @@ class ControlLoop:
         self._full = True  # before the event: the pass it starts reads the flag after clearing it
         self._wake.set()
 
-    def wake_federation(self) -> None:
+    def wake_federation(self, at_once: bool = False) -> None:
         """Wakes the loop for the federation step alone: a job queued for a peer, or a peer's
-        answer that freed slots, changes nothing a local backend or the scheduler looks at."""
+        answer that freed slots, changes nothing a local backend or the scheduler looks at.
+        `at_once` (an answer): the step runs without the spacing that gathers a burst's submits,
+        since slots a peer just freed stay empty until a pass fills them."""
+        if at_once:
+            self._at_once = True  # before the event, as `_full` is
         self._wake.set()
 
     def note(self) -> None:
@@ -297,11 +302,12 @@ class ControlLoop:
             submits_seen = self.submits
             if gap > 0:
                 self._stop.wait(gap)
-            elif not self._full and self._federation_alone:
+            elif not self._full and self._federation_alone and not self._at_once:
                 spacing = self._last_federation + FEDERATION_PASS_SPACING_S - time.monotonic()
                 if spacing > 0:
                     self._stop.wait(spacing)
             self._wake.clear()
+            self._at_once = False
             # Taken only when set: a wake-up setting it between this read and a reset would be lost.
             full = self._full
             if full:
