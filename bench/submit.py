@@ -19,7 +19,9 @@ of 1 cpu each; jobs ask for 1 cpu), which is what the Slurm it is compared with 
      with GetJobStatus's long poll (`wait_while_state`), as IrisClient.wait does; the controller's
      own timestamps are printed beside.
   d. drain: 200 `true` jobs submitted at once to the 2 slots; jobs / (last finish − first submit),
-     and the controller's CPU time (psutil) over the same span, per job.
+     and the controller's CPU time (psutil) over the same span, per job; and per slot the wall time
+     from an attempt's exit (its exit file's mtime) to the start of the next one there (the
+     `started_ms` the controller stored), p50 and p90.
   e. cancel → gone: a `sleep 300` job, once RUNNING with its pid known (GetJobStatus with attempts),
      is cancelled through the SDK; timed from the call until every process of its process group
      (the wrapper shell and `sleep`) is gone or a zombie.
@@ -56,6 +58,7 @@ import json
 import multiprocessing as mp
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -86,6 +89,7 @@ from common import (  # noqa: E402
 )
 
 import iris.testing.slurm as slurm_mod  # noqa: E402
+from iris.backends.staging import safe_dirname  # noqa: E402
 from iris.client import IrisClient  # noqa: E402
 from iris.core.errors import IrisError  # noqa: E402
 
@@ -375,6 +379,7 @@ def iris_drain(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
         failed = client.cluster_info().job_counts.get("FAILED", 0)
     finally:
         client.close()
+    refills = refill_gaps_ms(ctl.state_dir, "drain-")
     out["drain"] = {
         "jobs": count,
         "submit_s": submitted,
@@ -382,7 +387,34 @@ def iris_drain(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
         "jobs_per_s": count / total,
         "failed": failed,
         "cpu_ms_per_job": cpu * 1000 / count,
+        "refill_ms_p50": percentile(refills, 50) if refills else None,
+        "refill_ms_p90": percentile(refills, 90) if refills else None,
     }
+
+
+def refill_gaps_ms(state_dir: Path, prefix: str) -> list[float]:
+    """For each slot, the wall time from an attempt's exit to the start of the next attempt placed
+    there: the exit is when the attempt's wrapper wrote its exit file (its mtime), the start the
+    `started_ms` the controller stored (when the process was known to exist)."""
+    db = sqlite3.connect(f"file:{state_dir / 'controller.db'}?mode=ro", uri=True)
+    try:
+        rows = db.execute(
+            "SELECT attempt_id, worker_id, started_ms FROM attempts WHERE job_id LIKE ? AND started_ms IS NOT NULL"
+            " ORDER BY worker_id, started_ms",
+            (f"/{USER}/{prefix}%",),
+        ).fetchall()
+    finally:
+        db.close()
+    gaps: list[float] = []
+    for (attempt, worker, _), (_, next_worker, next_start) in zip(rows, rows[1:]):
+        if worker != next_worker:
+            continue
+        try:
+            exited_ms = (state_dir / "attempts" / safe_dirname(attempt) / "exit").stat().st_mtime_ns / 1e6
+        except OSError:
+            continue
+        gaps.append(next_start - exited_ms)
+    return gaps
 
 
 def iris_cancel(ctl: Controller, count: int, out: dict, quiet: bool) -> None:
@@ -954,6 +986,12 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"d: {d['jobs']} jobs submitted in {d['submit_s']:.2f} s, all finished after {d['seconds']:.2f} s;"
             f" controller CPU {d['cpu_ms_per_job']:.2f} ms per job, submit to finish"
+            + (
+                f"; an exit to the next start on its slot {d['refill_ms_p50']:.1f} ms p50,"
+                f" {d['refill_ms_p90']:.1f} ms p90"
+                if d.get("refill_ms_p50") is not None
+                else ""
+            )
             + (
                 f"; Slurm: {slurm['drain']['jobs']} jobs in {slurm['drain']['seconds']:.1f} s"
                 if "drain" in slurm

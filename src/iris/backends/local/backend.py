@@ -15,6 +15,14 @@ from the helper's reports or through pidfds (one watcher thread, no polling); a 
 100 ms, or at once when the tick has stored what it handed over, so lines carry timestamps close
 to when they were written.
 
+A start does not wait for its process: `start` sends the helper its request and returns, and the
+pid comes back as a `spawned` event (read by `poll`, or with the exits the helper reports), which
+the tick stores as the attempt's start. The round trip to the helper, a clone and the thread
+switches of waiting for it, was most of the tick's time per attempt when jobs are short. Until its
+pid is known an attempt is held all the same: a stop then signals what its cgroup holds and again
+once the pid comes, and a helper that goes without answering leaves the attempt to be found by its
+pid file or reported lost (see `_unanswered`).
+
 Events are handed to the tick by `poll` and forgotten only on `ack`, after the tick has committed
 them: a failed commit (a full disk) loses nothing, and the pump stops reading while
 `MAX_PENDING_LINES` lines wait, so memory stays bounded however fast an attempt prints.
@@ -66,7 +74,6 @@ from iris.core.states import TaskState
 log = logging.getLogger("iris.backends.local")
 
 _SPAWNER = object()  # the selector's key for the spawner's exit reports
-_ANSWERS = object()  # the selector's key for the spawner's answers to starts
 MARKS = ".live"  # under the attempts root: each backend's markers of the attempts it has not seen end
 _SHELL_CHARS = re.compile(r"[\s;&|<>$`'\"*?(){}]")
 SETPRIV = "/usr/bin/setpriv"  # util-linux: runs a command under another uid, gid and no extra groups
@@ -226,9 +233,9 @@ class LocalBackend:
         self._by_serial: dict[int, _Attempt] = {}  # attempts the spawner started, by its serial
         # (code, why it never ran) reported before their attempt was registered, by serial
         self._early_codes: dict[int, tuple[int, str | None]] = {}
+        self._answers_lock = threading.Lock()  # one reader of the spawner's answers at a time
         if self._spawner is not None:
             self._selector.register(self._spawner.exits_fd(), selectors.EVENT_READ, _SPAWNER)
-            self._selector.register(self._spawner.requests_fd(), selectors.EVENT_READ, _ANSWERS)
         self._spawned: list[Spawned] = []  # processes known to run since the last `ack`
         self._threads = [
             threading.Thread(target=self._watch_exits, name=f"exits-{self.id}", daemon=True),
@@ -355,7 +362,9 @@ class LocalBackend:
                     str(folder / "stderr"), cgroup=cgroup, umask=umask,
                     subreaper=self.containment.kind == "subreaper",
                 )  # fmt: skip
-                # Its pid comes back as an event (see `poll`), when the helper has answered.
+                # Its pid comes back as an event (see `poll`) once the helper has answered, read
+                # by the tick's next pass, which the note makes come within its delay.
+                self._note()
                 return Started(spec.attempt_id, 0, shown, running=False)
             except SpawnerGone:
                 with self._lock:
@@ -495,16 +504,17 @@ class LocalBackend:
             if self._spawner is not spawner:
                 return
             self._spawner = None
+        self._take_answers(spawner)  # the answers it gave before it went still count (read to its end)
+        with self._lock:
             orphans = [r for r in self._by_serial.values() if r.ended is None]
             self._by_serial.clear()
             self._early_codes.clear()
         if not self._closing.is_set():
             log.warning("backend %s: the helper that starts attempts has exited; starting them directly", self.id)
-        for fd in (spawner.exits_fd(), spawner.requests_fd()):
-            try:
-                self._selector.unregister(fd)
-            except (KeyError, ValueError):
-                pass
+        try:
+            self._selector.unregister(spawner.exits_fd())
+        except (KeyError, ValueError):
+            pass
         unanswered = [r for r in spawner.unanswered() if isinstance(r, _Attempt)]
         spawner.close()
         for record in orphans:
@@ -535,41 +545,47 @@ class LocalBackend:
             record.lost = "the helper that starts attempts exited before this attempt's process was known"
         self._finish(record)
 
-    def _spawner_answers(self, spawner: Spawner) -> None:
-        """Takes the pids the spawner answered with: each becomes a `spawned` event, and an attempt
-        stopped before its pid was known is signalled again now that it is."""
-        answers = spawner.read_answers()
-        if answers is None:
-            self._spawner_gone(spawner)
-            return
-        ended, stopped = [], []
-        with self._lock:
-            for token, answer in answers:
-                record = token
-                assert isinstance(record, _Attempt)
-                record.awaiting = False
-                if isinstance(answer, OSError):
-                    record.start_error = answer.strerror or str(answer)
-                    ended.append(record)
-                    continue
-                record.pid, record.spawned = answer.pid, answer.serial
-                self._spawned.append(Spawned(record.attempt_id, answer.pid, now_ms()))
-                record.code, record.start_error = self._early_codes.pop(answer.serial, (None, None))
-                if record.code is not None:
-                    ended.append(record)
-                    continue
-                self._by_serial[answer.serial] = record
-                if record.stop_deadline is not None:
-                    stopped.append(record)
+    def _take_answers(self, spawner: Spawner) -> bool:
+        """Takes the pids the spawner answered with so far: each becomes a `spawned` event, and an
+        attempt stopped before its pid was known is signalled again now that it is. False once the
+        helper has gone.
+
+        Read when asked for, not by a thread woken for each answer: by `poll` (the tick comes back
+        for them within its note delay, see `start`) and before each batch of exits the helper
+        reports (it answers for a process before it can report its exit). A wake-up per answer
+        cost a thread switch per start, taken from the tick in the middle of its pass."""
+        with self._answers_lock:
+            answers = spawner.read_answers()
+            if answers is None:
+                return False
+            ended, stopped = [], []
+            with self._lock:
+                for token, answer in answers:
+                    record = token
+                    assert isinstance(record, _Attempt)
+                    record.awaiting = False
+                    if isinstance(answer, OSError):
+                        record.start_error = answer.strerror or str(answer)
+                        ended.append(record)
+                        continue
+                    record.pid, record.spawned = answer.pid, answer.serial
+                    self._spawned.append(Spawned(record.attempt_id, answer.pid, answer.at_ms or now_ms()))
+                    record.code, record.start_error = self._early_codes.pop(answer.serial, (None, None))
+                    if record.code is not None:
+                        ended.append(record)
+                        continue
+                    self._by_serial[answer.serial] = record
+                    if record.stop_deadline is not None:
+                        stopped.append(record)
         for record in stopped:
             self._signal(record, signal.SIGTERM)
         for record in ended:
             self._finish(record)
-        if answers:
-            self._note()
+        return True
 
     def _spawned_exits(self, spawner: Spawner) -> None:
         """Finishes the attempts whose exits the spawner reported."""
+        self._take_answers(spawner)  # the pids of those it reports on come first
         reports = spawner.read_exits()
         if reports is None:
             self._spawner_gone(spawner)
@@ -597,11 +613,9 @@ class LocalBackend:
                     except BlockingIOError:
                         pass
                     continue
-                if key.data is _SPAWNER or key.data is _ANSWERS:
+                if key.data is _SPAWNER:
                     spawner = self._spawner
-                    if spawner is not None and key.data is _ANSWERS:
-                        self._spawner_answers(spawner)
-                    elif spawner is not None:
+                    if spawner is not None:
                         self._spawned_exits(spawner)
                     continue
                 with self._lock:
@@ -753,6 +767,9 @@ class LocalBackend:
         """What happened since the last `ack`, oldest first and at most about POLL_LINES lines: the
         same events again until they are acknowledged. An exit comes only with (or after) the
         last lines of its attempt."""
+        spawner = self._spawner
+        if spawner is not None and not self._take_answers(spawner):
+            self._spawner_gone(spawner)
         with self._lock:
             logs: list[LogChunk] = []
             count = 0

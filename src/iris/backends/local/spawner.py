@@ -16,7 +16,9 @@ controller sends it a request over a socket; it clones, the child sets itself up
 the helper answers with the pid. It stays the parent, so it reaps every child and reports each
 exit status on a second socket, which is how the controller learns the code of a wrapper killed
 by a signal. Forking the helper, small and single-threaded, is also cheaper than forking the
-controller.
+controller. A caller may wait for the answer (`spawn`) or go on and read answers later, in the
+order it asked (`submit`, `read_answers`): the local backend's tick then starts a process at the
+cost of one write to a socket.
 
 Where clone3 is refused (an older kernel, a seccomp filter) the child joins its cgroup itself
 before it execs: slower, equally contained. The file runs as a script (`python -I -S spawner.py`)
@@ -38,6 +40,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 
 SYS_CLONE3 = 435  # the same number on every architecture that has it
@@ -53,6 +56,7 @@ class Spawned:
 
     pid: int
     serial: int
+    at_ms: int = 0  # when the helper started it (wall clock), where it said
 
 
 class SpawnerGone(RuntimeError):
@@ -130,7 +134,7 @@ def _request(
 def _answered(answer: dict) -> Spawned:
     """The process a helper's answer names; OSError when it says none could be started."""
     if "pid" in answer:
-        return Spawned(int(answer["pid"]), int(answer["serial"]))
+        return Spawned(int(answer["pid"]), int(answer["serial"]), int(answer.get("at_ms", 0)))
     raise OSError(answer.get("errno") or errno.EIO, answer.get("error", "cannot start the process"))
 
 
@@ -248,10 +252,6 @@ class Spawner:
             except OSError:
                 self._unanswered.pop()  # the last one, ours: sends are serialised by the lock
                 raise SpawnerGone("the process-starting helper has exited") from None
-
-    def requests_fd(self) -> int:
-        """Readable when the helper has answered `submit`s (or has gone: `read_answers` returns None)."""
-        return self._requests.fileno()
 
     def read_answers(self) -> list[tuple[object, Spawned | OSError]] | None:
         """(token, the process started or why none could be) for each `submit` answered so far, in
@@ -405,7 +405,7 @@ class _Helper:
             self.serial += 1
             self.children[pid] = self.serial
             self.setups[pid] = err_r
-            return {"pid": pid, "serial": self.serial}
+            return {"pid": pid, "serial": self.serial, "at_ms": int(time.time() * 1000)}
         failure = _read_all(err_r)
         if not failure:  # the exec happened (the pipe closed on it)
             self.serial += 1
