@@ -6,7 +6,7 @@ from __future__ import annotations
 from iris.controller.tick import BURST_REST_FACTOR, rest_before_pass
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until
-from tests.controller.helpers import client, launch
+from tests.controller.helpers import client, launch, pid_alive, wait_state
 
 ONE_SLOT = [{"id": "cpu", "kind": "local", "workers": 1, "capacity": {"cpu": 1, "memory": "1G", "disk": "1G"}}]
 
@@ -70,3 +70,22 @@ def test_crash_mid_drain_runs_every_acknowledged_job_and_reruns_only_as_a_record
     attempts = {r.values[0].string_value: int(r.values[1].number_value) for r in rows}
     for job in jobs:
         assert ran.count(job) <= attempts[job], f"{job} ran {ran.count(job)} times in {attempts[job]} attempt(s)"
+
+
+def test_a_started_attempt_is_stored_running_with_its_pid_before_it_ends_with_the_timer_out_of_play(
+    controller_factory, tmp_path
+):
+    # The local backend learns a pid after its start returned; with no timed pass in play, only the
+    # backend's own note of it can bring the tick back to store it while the process still runs.
+    ctl = controller_factory("running", backends=ONE_SLOT, controller={"tick_interval": "1h"})
+    c = client(ctl)
+    go = tmp_path / "go"
+    job = launch(c, "held", ["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done"], resources=pb.Resources(cpu=1))
+    running = wait_state(c, job, states={"RUNNING"})
+    attempt = running.tasks[0].attempts[0]
+    assert attempt.state == "RUNNING" and attempt.pid > 0
+    assert pid_alive(attempt.pid), "the stored pid is the attempt's running wrapper"
+    go.touch()
+    done = wait_state(c, job)
+    assert done.job.state == "SUCCEEDED"
+    assert done.tasks[0].attempts[0].pid == attempt.pid

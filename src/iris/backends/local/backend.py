@@ -545,7 +545,7 @@ class LocalBackend:
             record.lost = "the helper that starts attempts exited before this attempt's process was known"
         self._finish(record)
 
-    def _take_answers(self, spawner: Spawner) -> bool:
+    def _take_answers(self, spawner: Spawner, wait: bool = True) -> bool:
         """Takes the pids the spawner answered with so far: each becomes a `spawned` event, and an
         attempt stopped before its pid was known is signalled again now that it is. False once the
         helper has gone.
@@ -555,7 +555,7 @@ class LocalBackend:
         reports (it answers for a process before it can report its exit). A wake-up per answer
         cost a thread switch per start, taken from the tick in the middle of its pass."""
         with self._answers_lock:
-            answers = spawner.read_answers()
+            answers = spawner.read_answers(wait)
             if answers is None:
                 return False
             ended, stopped = [], []
@@ -585,7 +585,9 @@ class LocalBackend:
 
     def _spawned_exits(self, spawner: Spawner) -> None:
         """Finishes the attempts whose exits the spawner reported."""
-        self._take_answers(spawner)  # the pids of those it reports on come first
+        # The pids of those it reports on come first, unless a start is sending meanwhile (its
+        # helper may be waiting for these exits to be read): the codes then wait for their pids.
+        self._take_answers(spawner, wait=False)
         reports = spawner.read_exits()
         if reports is None:
             self._spawner_gone(spawner)

@@ -244,34 +244,56 @@ class Spawner:
         switches of waiting for it, happen while the caller goes on (the control tick commits
         and starts the rest of its pass meanwhile)."""
         request = _request(argv, env, cwd, stdout, stderr, cgroup, umask, subreaper, True)
+        data = json.dumps(request).encode()
         with self._lock:
-            # Queued before it is sent: the answer may be read (by another thread) at once.
             self._unanswered.append(token)
             try:
-                _send(self._requests, request)
+                self._send_taking_answers(_HEADER.pack(len(data)) + data)
             except OSError:
                 self._unanswered.pop()  # the last one, ours: sends are serialised by the lock
                 raise SpawnerGone("the process-starting helper has exited") from None
 
-    def read_answers(self) -> list[tuple[object, Spawned | OSError]] | None:
-        """(token, the process started or why none could be) for each `submit` answered so far, in
-        the order submitted; None once the helper has gone. Never blocks."""
-        gone = False
+    def _send_taking_answers(self, data: bytes) -> None:
+        """Sends `data` to the helper, taking in its answers whenever the socket is full: a helper
+        blocked on answers no one reads would stop reading requests, and a pass starting hundreds
+        of attempts would wait on it forever. OSError when the helper has gone."""
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[self._requests.send(view, socket.MSG_DONTWAIT) :]
+            except BlockingIOError:
+                select.select([self._requests], [self._requests], [])
+                if not self._take_in():
+                    raise OSError(errno.EPIPE, "the process-starting helper has exited") from None
+
+    def _take_in(self) -> bool:
+        """Appends what the helper has answered to the buffer, without waiting; False at its end."""
         try:
             while True:
                 data = self._requests.recv(65536, socket.MSG_DONTWAIT)
                 if not data:
-                    gone = True
-                    break
+                    return False
                 self._answers += data
         except BlockingIOError:
-            pass
+            return True
         except OSError:
-            gone = True
+            return False
+
+    def read_answers(self, wait: bool = True) -> list[tuple[object, Spawned | OSError]] | None:
+        """(token, the process started or why none could be) for each `submit` answered so far, in
+        the order submitted; None once the helper has gone. Never waits on the helper; without
+        `wait`, not on a `submit` under way either (none are read then: it takes them in itself,
+        and its helper may be waiting for its caller to read the exits it reports)."""
+        if not self._lock.acquire(blocking=wait):
+            return []
+        try:
+            gone = not self._take_in()
+            messages, self._answers = _split(self._answers)
+            tokens = [self._unanswered.popleft() for _ in messages]
+        finally:
+            self._lock.release()
         out: list[tuple[object, Spawned | OSError]] = []
-        messages, self._answers = _split(self._answers)
-        for message in messages:
-            token = self._unanswered.popleft()
+        for token, message in zip(tokens, messages):
             try:
                 out.append((token, _answered(message)))
             except OSError as exc:
