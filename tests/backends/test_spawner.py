@@ -177,7 +177,7 @@ def test_an_attempt_stopped_before_its_pid_is_known_is_ended_once_its_process_ex
         helper = backend._spawner.pid
         os.kill(helper, signal.SIGSTOP)  # the request waits, unanswered, until the stop is in
         try:
-            backend.start(_spec("/u/a/0:0", f"sleep 0.5; touch {ran}; sleep 300"))
+            backend.start(_spec("/u/a/0:0", f"sleep 5; touch {ran}; sleep 300"))
             backend.stop("/u/a/0:0")
         finally:
             os.kill(helper, signal.SIGCONT)

@@ -772,6 +772,8 @@ class LocalBackend:
         spawner = self._spawner
         if spawner is not None and not self._take_answers(spawner):
             self._spawner_gone(spawner)
+        elif spawner is not None and spawner.waiting():
+            self._note()  # answers still to come (a busy host): the tick comes back for them
         with self._lock:
             logs: list[LogChunk] = []
             count = 0

@@ -302,6 +302,10 @@ class Spawner:
         # readable) says the helper has gone.
         return None if gone and not out else out
 
+    def waiting(self) -> int:
+        """How many `submit`s the helper has not answered, or whose answers are not yet read."""
+        return len(self._unanswered)
+
     def unanswered(self) -> list[object]:
         """The tokens of `submit`s the helper has not answered (asked once it has gone: each such
         process may or may not have been started). Forgotten once asked."""
