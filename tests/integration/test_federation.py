@@ -179,6 +179,8 @@ def test_cpu_job_runs_locally_and_gpu_job_runs_on_the_peer_with_state_and_logs_m
     assert final.job.state == "SUCCEEDED"
     assert final.job.cluster == "cw-h100" and final.job.handoff_state == "HANDED_OFF"
     assert final.tasks and final.tasks[0].cluster == "cw-h100" and final.tasks[0].exit_code == 0
+    again = c.terminate_job(pb.TerminateJobRequest(job_id=sent.job_id))  # ended: nothing is stopped
+    assert list(again.terminated) == [] and again.state == "SUCCEEDED"
     on_peer_status = status(client(h100), on_peer(sent.job_id))
     assert on_peer_status.job.state == "SUCCEEDED"
     wait_until(

@@ -62,6 +62,8 @@ def test_stop_of_a_federated_job_shows_stopping_until_the_peer_confirms(controll
             stderr=subprocess.PIPE,
             text=True,
         )
+        # Its stop lands while the peer is still paused (the job still stopping), so it waits.
+        assert waiter.stdout.readline().strip() == f"stopped {job}"
     finally:
         os.kill(h100.proc.pid, signal.SIGCONT)
     out, err = waiter.communicate(timeout=60)

@@ -366,7 +366,7 @@ def _peer_of(conn: Connection, job_id: str) -> str:
 
 
 def cancel_sent(conn: Connection, job_id: str, reason: str, now_ms: int) -> bool:
-    """Cancels a federated job on the parent; True when it has a SENT handle.
+    """Cancels a federated job on the parent; True when it has a SENT handle and has not ended.
 
     Queued or awaiting delivery: it ends KILLED here and is never delivered. Handed off: the
     cancel intent is bumped so the sync loop relays TerminateJob to the peer until it lands; until
@@ -374,11 +374,13 @@ def cancel_sent(conn: Connection, job_id: str, reason: str, now_ms: int) -> bool
     """
     handle = conn.execute(
         sql(
-            f"SELECT handoff_state, peer_id, delivery_started FROM federated_jobs WHERE job_id = :j AND direction = {SENT}"
+            "SELECT f.handoff_state, f.peer_id, f.delivery_started FROM federated_jobs f"
+            f" JOIN jobs j ON j.job_id = f.job_id WHERE f.job_id = :j AND f.direction = {SENT}"
+            f" AND j.state NOT IN {TERMINAL_JOB_SQL}"
         ),
         {"j": job_id},
     ).first()
-    if handle is None:
+    if handle is None:  # not federated, or ended: nothing to relay, and the caller says it had finished
         return False
     conn.execute(
         sql(
