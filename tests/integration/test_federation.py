@@ -181,6 +181,12 @@ def test_cpu_job_runs_locally_and_gpu_job_runs_on_the_peer_with_state_and_logs_m
     assert final.tasks and final.tasks[0].cluster == "cw-h100" and final.tasks[0].exit_code == 0
     again = c.terminate_job(pb.TerminateJobRequest(job_id=sent.job_id))  # ended: nothing is stopped
     assert list(again.terminated) == [] and again.state == "SUCCEEDED"
+    explained = c.explain_job(pb.ExplainJobRequest(job_id=sent.job_id))
+    assert explained.summary == "job is SUCCEEDED; it was sent to peer cw-h100 (handoff HANDED_OFF)"
+    assert list(explained.lines) == [
+        "why: no local backend can host cpu=1 memory=1G gpu=h100x8, so it was queued for a federation peer and"
+        " placed on cw-h100, which reported room for it"
+    ]
     on_peer_status = status(client(h100), on_peer(sent.job_id))
     assert on_peer_status.job.state == "SUCCEEDED"
     wait_until(
@@ -230,6 +236,9 @@ def test_pinned_job_goes_to_its_peer_even_when_it_could_run_locally(federation):
     )
     assert resp.disposition == "queued" and resp.peer_id == "cw-gb200"
     assert wait_state(c, resp.job_id).job.cluster == "cw-gb200"
+    explained = c.explain_job(pb.ExplainJobRequest(job_id=resp.job_id))
+    assert "it was sent to peer cw-gb200" in explained.summary
+    assert list(explained.lines) == ["why: it was pinned to cw-gb200 (--target-cluster cw-gb200)"]
     assert status(client(gb200), on_peer(resp.job_id)).job.state == "SUCCEEDED"
 
 

@@ -17,8 +17,9 @@ from iris.backends.protocol import Backend
 from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import require_job
 from iris.controller.db.literals import SENT
-from iris.controller.snapshot import SnapshotLoader
+from iris.controller.snapshot import JobConfig, SnapshotLoader
 from iris.core.bands import Band
+from iris.core.constraints import constraint_value
 from iris.core.states import JobState
 from iris.federation.explain import PeerExplanation, explain_peers
 from iris.rpc import controller_pb2 as pb
@@ -52,11 +53,15 @@ class Explainer:
                 sql(f"SELECT handoff_state, peer_id FROM federated_jobs WHERE job_id = :j AND direction = {SENT}"),
                 {"j": job_id},
             ).first()
-            token = self.loader.config(conn, job_id, row["insertion"]).resources.device.token if handle else ""
+            config = self.loader.config(conn, job_id, row["insertion"]) if handle else None
+        token = config.resources.device.token if config else ""
         band = Band.parse(row["band"])
         resp = pb.ExplainJobResponse(job_id=job_id, band=band.label)
         if row["state"] != JobState.PENDING.value:
             resp.summary = f"job is {row['state']}" + (f": {row['error']}" if row["error"] else "")
+            if handle is not None and handle[1] and config is not None:
+                resp.summary += f"; it was sent to peer {handle[1]} (handoff {handle[0]})"
+                resp.lines.append(_why_sent(config, handle[1]))
             return resp
         if handle is not None:
             resp.summary = row["pending_reason"] or f"handoff {handle[0]}"
@@ -79,3 +84,13 @@ class Explainer:
         if self.federation is None:
             return PeerExplanation((), ())
         return explain_peers(self.federation.statuses(), token, band, pinned, self.now_ms(), self.stale_after_ms)
+
+
+def _why_sent(config: JobConfig, peer: str) -> str:
+    """Why the job left this cluster: its pin, or no local backend could host its shape."""
+    if constraint_value(config.constraints, "cluster") is not None:
+        return f"why: it was pinned to {peer} (--target-cluster {peer})"
+    return (
+        f"why: no local backend can host {config.resources.describe()}, so it was queued for a federation "
+        f"peer and placed on {peer}, which reported room for it"
+    )
