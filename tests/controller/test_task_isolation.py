@@ -3,14 +3,19 @@ running as root, real tasks under the uids of their users, each trying what an a
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import shutil
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
 import iris
+from iris.backends.local.attempts_root import closed_to_others
+from iris.backends.staging import content_id
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until
 from tests.controller.helpers import client, error_code, launch, logs, status, user_token, wait_state
@@ -22,7 +27,12 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="tasks get uids of the
 def controller(controller_factory):
     """A controller whose tasks run under uids of their users' own (the default for a root one), each
     user's tasks holding at most 64 processes at once."""
-    return controller_factory(auth={"task_uids": {"enabled": True, "range": "200000-299999", "max_processes": 64}})
+    ctl = controller_factory(auth={"task_uids": {"enabled": True, "range": "200000-299999", "max_processes": 64}})
+    yield ctl
+    ctl.stop()
+    attempts = ctl.state_dir / "attempts"
+    if attempts.is_symlink():  # its attempts lived in a folder of the temp folder: remove that too
+        shutil.rmtree(attempts.resolve(), ignore_errors=True)
 
 
 # Runs as alice's task: tries the key, the database, the state directory, every other process's
@@ -132,6 +142,23 @@ def test_task_under_its_own_uid_can_import_the_sdk_with_the_python3_on_its_path(
     uid_line, last = logs(alice, job)[0], logs(alice, job)[-1]
     assert int(uid_line) not in (0, os.getuid())
     assert last == "sdk ok"
+
+
+def test_task_under_its_own_uid_runs_a_script_of_its_workspace_below_a_closed_folder(controller):
+    """`python3 train.py` opens its script by absolute path: every folder above the task's working
+    folder must be passable by the task's uid, even with the state directory in a 0700 home."""
+    closed = closed_to_others(controller.state_dir)
+    assert closed is not None, "pytest's temporary folders are 0700: the state directory sits below one"
+    alice = client(controller, user_token(controller, "alice"))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("train.py", "import os\nprint('trained in', os.getcwd())\n")
+    data = buf.getvalue()
+    job = launch(alice, "train", ["/usr/bin/python3", "train.py"], workspace_bundle=data, bundle_id=content_id(data))
+    assert wait_state(alice, job).job.state == "SUCCEEDED", logs(alice, job)
+    assert logs(alice, job)[-1].startswith("trained in ")
+    # The controller still finds its attempts under the state directory's name for them.
+    assert (controller.state_dir / "attempts").resolve() == Path(logs(alice, job)[-1].split()[-1]).parents[1]
 
 
 def test_task_forking_without_end_stops_at_its_users_process_limit_and_others_run(controller):

@@ -48,6 +48,7 @@ class BackendContext:
     output_cap: int = 100 * 1024**2  # bytes of output kept per attempt (controller.log_max_output); 0: all
     worker_grace_period: float = 30.0  # a worker daemon silent longer than this is dead
     backend_ids: frozenset[str] | None = None  # every backend of the config (None: not known)
+    tasks_have_own_uids: bool = False  # a root controller runs each user's tasks under a uid of their own
 
 
 @dataclass(frozen=True, slots=True)

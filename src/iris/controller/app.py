@@ -58,6 +58,7 @@ class Controller:
             output_cap=config.controller.log_max_output,
             worker_grace_period=config.controller.worker_grace_period,
             backend_ids=frozenset(b.id for b in config.backends),
+            tasks_have_own_uids=self.identities.tasks.enabled,
         )
         self.backends = {b.id: registry.build(b, context) for b in config.backends}
         self.federation = self._federation() if config.peers else None

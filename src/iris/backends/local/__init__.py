@@ -14,6 +14,7 @@ def _build(config: LocalBackendConfig, context: BackendContext) -> LocalBackend:
         output_cap=context.output_cap,
         configured=context.backend_ids,
         note=context.note,
+        tasks_have_own_uids=context.tasks_have_own_uids,
     )
 
 

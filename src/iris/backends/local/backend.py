@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import iris
+from iris.backends.local.attempts_root import attempts_root
 from iris.backends.local.containment import Containment
 from iris.backends.local.spawner import Spawner, SpawnerGone
 from iris.backends.local.wrapper import start_spawner, start_wrapper, wrapper_argv
@@ -189,14 +190,14 @@ class LocalBackend:
         output_cap: int = DEFAULT_OUTPUT_CAP,
         configured: frozenset[str] | None = None,
         note: Callable[[], None] | None = None,
+        tasks_have_own_uids: bool = False,
     ):
         self.id = config.id
         self.config = config
         # Every backend of the config, when known: markers of a local backend no longer among them
         # are its leftovers, which no backend would ever take back (see `adopt`).
         self.configured = configured
-        self.root = state_dir / "attempts"
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root = attempts_root(state_dir, tasks_have_own_uids)  # its real path: the one tasks can reach
         os.chmod(self.root, 0o711)  # tasks reach their own folder by name; none may list the others
         # One marker per attempt started and not yet ended and stored, named by its folder and
         # holding its id; one folder of markers per backend, as backends share `root`.
