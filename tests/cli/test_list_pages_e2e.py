@@ -42,3 +42,9 @@ def test_worker_list_is_complete_unless_limited(controller_factory):
     limited = ctl.cli("worker", "list", "--limit", "2")
     assert len(limited.stdout.splitlines()) == 3  # the header and two workers
     assert "showing 2 of 3 workers; drop --limit for every one" in limited.stderr
+    typo = ctl.cli("-o", "json", "worker", "list", "--backend", "cpus")
+    assert typo.returncode == 3
+    assert json.loads(typo.stdout)["error"] == {
+        "code": "not_found",
+        "message": "backend 'cpus' does not exist on this cluster; its backends: cpu",
+    }

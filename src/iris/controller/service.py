@@ -223,6 +223,10 @@ class ControllerServiceImpl(WorkerCalls):
 
     @rpc
     def list_workers(self, req: pb.ListWorkersRequest, identity: Identity) -> pb.ListWorkersResponse:
+        if req.backend_id and req.backend_id not in self.backends:
+            raise NotFound(
+                f"backend {req.backend_id!r} does not exist on this cluster; its backends: {', '.join(self.backends)}"
+            )
         workers = [
             w
             for backend in self.backends.values()
