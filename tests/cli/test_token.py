@@ -137,6 +137,10 @@ def test_token_create_uses_the_configured_signing_key(tmp_path):
         (("--ttl", "soon"), "duration 'soon' is not understood"),
         (("--ttl", "0"), "'0' is not a positive duration"),
         (("--ttl", "-5m"), "--ttl"),
+        (
+            ("--ttl", "400d"),
+            "--ttl 400d is longer than cluster tok allows for user tokens (30d, auth.max_token_lifetime",
+        ),
     ],
 )
 def test_token_create_bad_role_or_ttl_exits_3_naming_the_flag(tmp_path, args, message):

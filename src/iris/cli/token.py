@@ -43,6 +43,14 @@ def cluster_signing_key(config):  # (ClusterConfig) -> SigningKey
     return load_or_create_signing_key(config.auth.signing_key, config.state_path)
 
 
+def _ttl_text(seconds: float) -> str:
+    """A lifetime in the largest unit that states it exactly, as --ttl takes it (30d, 12h, 90s)."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
 def issue_token(config, user: str, role: str, ttl_s: float) -> IssuedToken:
     """Mints a token for `user` in `role`, valid `ttl_s` seconds, signed by the cluster of `config`.
 
@@ -60,8 +68,8 @@ def issue_token(config, user: str, role: str, ttl_s: float) -> IssuedToken:
     longest = config.auth.token_lifetime(role)
     if ttl_s > longest:
         raise InvalidArgument(
-            f"--ttl {ttl_s:g}s is longer than cluster {config.name} allows for {role} tokens "
-            f"({longest:g}s, auth.max_token_lifetime.{role}); pass a shorter --ttl"
+            f"--ttl {_ttl_text(ttl_s)} is longer than cluster {config.name} allows for {role} tokens "
+            f"({_ttl_text(longest)}, auth.max_token_lifetime.{role}); pass a shorter --ttl"
         )
     token = mint_token(cluster_signing_key(config), config.name, user, role, ttl_s)
     claims = jwt.decode(token, options={"verify_signature": False})
