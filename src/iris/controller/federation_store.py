@@ -214,6 +214,17 @@ class ControllerFederationStore:
                 {"c": cursor, "d": int(complete), "j": job_id},
             )
 
+    def mark_logs_complete(self, job_ids: Sequence[str]) -> None:
+        """Ends relay for jobs their peer reports over with no line after their cursors, all in
+        one transaction: a burst's jobs end together, and one write each took the write lock as
+        many times between the submits of the next burst."""
+        with self.db.write() as conn:
+            run_many(
+                conn,
+                f"UPDATE federated_jobs SET logs_complete = 1 WHERE job_id = ? AND direction = {SENT}",
+                [(j,) for j in job_ids],
+            )
+
     def active_counts(self) -> dict[str, int]:
         with self.db.read() as conn:
             return fed.active_counts(conn)

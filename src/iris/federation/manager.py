@@ -94,6 +94,7 @@ class FederationStore(DeliveryStore, Protocol):
     def append_relayed_logs(
         self, job_id: str, lines: list[pb.LogLine], cursor: int, complete: bool = False
     ) -> None: ...
+    def mark_logs_complete(self, job_ids: Sequence[str]) -> None: ...  # over, no line left to relay
     def active_counts(self) -> dict[str, int]: ...
     def begin_withdrawal(self, job_id: str, peer_id: str, reason: str) -> bool: ...
     def unplaced_past(self, peer_id: str, cutoff_ms: int) -> list[str]: ...
@@ -426,24 +427,33 @@ class FederationManager:
         over), so a burst of jobs that print little costs the peer no call per job each sync."""
         heads = dict(report.log_heads) if report is not None and report.reports_log_heads else {}
         over = {s.job.job_id for s in report.jobs if s.job.state in _TERMINAL} if heads and report else set()
-        for target in self.store.log_targets(peer_id):
-            job_id, cursor = target.job_id, target.after_seq
-            head = heads.get(job_id)
-            if head is not None and head <= cursor:
-                if job_id in over:
-                    self.store.append_relayed_logs(job_id, [], cursor, complete=True)
-                continue
-            while True:
-                try:
-                    resp = client.fetch_logs(job_id, cursor)
-                except NotFound:
-                    self.store.append_relayed_logs(job_id, [], cursor, complete=True)
-                    break
-                if resp.lines or resp.job_finished:
-                    self.store.append_relayed_logs(job_id, list(resp.lines), resp.next_seq, complete=resp.job_finished)
-                cursor = resp.next_seq
-                if resp.job_finished or not resp.lines:
-                    break
+        done: list[str] = []  # over with no line left to store: recorded together, in one transaction
+        try:
+            for target in self.store.log_targets(peer_id):
+                job_id, cursor = target.job_id, target.after_seq
+                head = heads.get(job_id)
+                if head is not None and head <= cursor:
+                    if job_id in over:
+                        done.append(job_id)
+                    continue
+                while True:
+                    try:
+                        resp = client.fetch_logs(job_id, cursor)
+                    except NotFound:
+                        done.append(job_id)
+                        break
+                    if resp.lines:
+                        self.store.append_relayed_logs(
+                            job_id, list(resp.lines), resp.next_seq, complete=resp.job_finished
+                        )
+                    elif resp.job_finished:
+                        done.append(job_id)
+                    cursor = resp.next_seq
+                    if resp.job_finished or not resp.lines:
+                        break
+        finally:  # what was learned before a failed call is kept
+            if done:
+                self.store.mark_logs_complete(done)
 
     # -- reporting -----------------------------------------------------------------------------
 
