@@ -46,6 +46,10 @@ class Memo:
 
     plain: bool = False
     no_fit: set[Shape] = field(default_factory=set)
+    # By a shape's identity (a shape's hash is a Python call, and a tick looks its shape up for
+    # every job; the entry holds the shape, so no other object takes its identity while it is
+    # kept): [its finder, its one pool (or None), whether it fitted nowhere, the shape].
+    independent: dict[int, list] = field(default_factory=dict)
     no_preempt: set[tuple[Shape, Band]] = field(default_factory=set)
     no_gang: set[tuple] = field(default_factory=set)
     no_room: set[tuple] = field(default_factory=set)  # ((hard, need, replicas), group or None): no free room
@@ -97,12 +101,17 @@ def place_independent(
     """Places as many of `tasks` as fit, in order, each on its best-fit worker, preempting when
     allowed; stops at the first task that cannot be placed."""
     placed = Placed()
-    find = ledger.finder(shape, None, memo.plain)
+    entry = memo.independent.get(id(shape))
+    if entry is None:
+        plain = memo.plain
+        pool = None if plain else ledger.only_pool(shape)
+        entry = memo.independent[id(shape)] = [ledger.finder(shape, None, plain), pool, shape in memo.no_fit, shape]
+    find, pool, no_fit, _ = entry
     need = shape.need
     i, n = 0, len(tasks)
-    no_fit = shape in memo.no_fit
     free, hosts, assigned = ledger.free, ledger.workers, placed.assignments
-    pool = None if no_fit or memo.plain else ledger.only_pool(shape)
+    if no_fit:
+        pool = None
     if pool is not None:
         # One call places the run over as many workers as it takes, each the best fit in turn.
         for filled, k in pool.fill(need, free, n, ledger.take):
@@ -123,7 +132,7 @@ def place_independent(
             ledger.take(w, need, k)
             i += k
             continue
-        no_fit = True
+        no_fit = entry[2] = True
         memo.no_fit.add(shape)
         if not can_preempt_anything(band) or (shape, band) in memo.no_preempt:
             break

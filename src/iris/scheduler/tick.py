@@ -167,11 +167,13 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
     tick = Tick(snapshot, ledger)
     memo = Memo(plain=plain)
     never = ledger.ix.never  # a function of the workers alone: kept across ticks with them
-    verdicts: dict[tuple, str | None] = {}  # the same, by (shape, replicas): a shape hashes once
+    # The same, by (shape identity, replicas): the requests hold their shapes while this runs, and
+    # a shape's hash is a Python call.
+    verdicts: dict[tuple[int, int], str | None] = {}
     for request in build_requests(snapshot, ledger, by_job, job_shapes):
         outcome = tick.outcomes[request.job_id] = JobOutcome(request)
         replicas = request.replicas if request.coscheduled else 1
-        mine = (request.shape, replicas)
+        mine = (id(request.shape), replicas)
         try:
             verdict = verdicts[mine]
         except KeyError:
