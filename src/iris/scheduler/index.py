@@ -23,6 +23,7 @@ from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import filterfalse
 
 from iris.core.bands import Band
 from iris.core.constraints import Constraint, Op, matches
@@ -274,8 +275,10 @@ class ClusterIndex:
         nxt.source = workers
         nxt.running = {t.task_id: t for t in running}
         old, new, index, alive = self.running, nxt.running, self.index, self.alive
-        gone = [old[t] for t in old if t not in new]
-        came = [t for task_id, t in new.items() if (was := old.get(task_id)) is not t and was != t]
+        # Every running task is looked at on each tick: the tasks that went are found in C, and
+        # those that came by the task's own id (read through its slot, not unpacked from items).
+        gone = list(map(old.__getitem__, filterfalse(new.__contains__, old)))
+        came = [t for t in new.values() if (was := old.get(t.task_id)) is not t and was != t]
         gone += [old[t.task_id] for t in came if t.task_id in old]
         nxt.spend = dict(self.spend)
         jobs = nxt.job_workers = dict(self.job_workers)
