@@ -1,6 +1,7 @@
 """A request body is bounded in values before a message is decoded from it: a small gzip body that
-expands into millions of values, as JSON or as binary protobuf, is refused before it is decoded,
-and nothing is written."""
+expands into millions of values, as JSON or as binary protobuf, or far past its own size, is
+refused before it is decoded, and nothing is written; a large or compressed body is decoded off the
+event loop and its string fields are measured before protobuf's parser scans them."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ CODEC = BoundedJSONCodec()  # JSON unless named otherwise
 
 
 def _post(url: str, body: bytes, compress: bool, kind: str = "json") -> tuple[int, dict]:
-    headers = {"content-type": f"application/{kind}"}
+    headers = {"content-type": kind if "/" in kind else f"application/{kind}"}
     if compress:
         body, headers["content-encoding"] = gzip.compress(body), "gzip"
     request = urllib.request.Request(f"{url}/iris.v1.ControllerService/LaunchJob", body, headers, method="POST")
@@ -36,16 +37,20 @@ def test_json_bodies_with_millions_of_values_are_refused_before_parsing(module_c
     c = client(module_controller)
     before = job_count(c)
     flood = json.dumps({"name": "flood", "user": "mallory", "command": ["a"] * 2_000_000}).encode()
-    status, answer = _post(module_controller.url, flood, compress=True)
+    status, answer = _post(module_controller.url, flood, compress=False)
     assert status == 400 and answer["code"] == "invalid_argument", answer
     assert "commas" in answer["message"], answer
+    # The same body gzipped (a thousand times smaller) is refused before it is even unpacked whole.
+    status, answer = _post(module_controller.url, flood, compress=True)
+    assert status == 429 and answer["code"] == "resource_exhausted", answer
+    assert "unpacks to more than" in answer["message"] and "uncompressed" in answer["message"], answer
     # Many arrays, each within the per-list bound: refused by the total.
     wide = json.dumps(
         {"name": "wide", "user": "mallory", "constraints": [{"key": "zone", "values": ["z"] * 5000}] * 40}
     ).encode()
     status, answer = _post(module_controller.url, wide, compress=True)
     assert status == 400 and f"more than {MAX_VALUES} values" in answer["message"], answer
-    binary = pb.LaunchJobRequest(name="flood", user="mallory", command=["a"] * 3_000_000).SerializeToString()
+    binary = pb.LaunchJobRequest(name="flood", user="mallory", command=["a"] * 2_000_000).SerializeToString()
     status, answer = _post(module_controller.url, binary, compress=True, kind="proto")
     assert status == 400 and f"more than {MAX_VALUES} values" in answer["message"], answer
     assert job_count(c) == before
@@ -114,3 +119,38 @@ def test_codec_refuses_a_body_that_is_not_json_clearly():
     with pytest.raises(ConnectError) as refused:
         CODEC.decode(b'{"name": ' + b"[" * 100_000, pb.LaunchJobRequest)
     assert "not JSON" in refused.value.message
+
+
+def test_gzip_body_unpacking_far_past_its_size_is_refused_and_large_bodies_still_launch(module_controller):
+    c = client(module_controller)
+    before = job_count(c)
+    # 20 MB of one string, 20 KB gzipped: once unpacked and parsed on the event loop, for seconds.
+    bomb = json.dumps({"name": "a" * 20_000_000, "user": "mallory", "command": ["true"]}).encode()
+    status, answer = _post(module_controller.url, bomb, compress=True)
+    assert status == 429 and answer["code"] == "resource_exhausted", answer
+    assert "unpacks to more than" in answer["message"], answer
+    for kind in ("application/connect+json", "application/grpc-web+proto", "text/plain"):
+        status, answer = _post(module_controller.url, b"{}", compress=False, kind=kind)
+        assert status == 415 and "application/json" in answer["message"], (kind, answer)
+    assert job_count(c) == before
+    # A body past the small-body size, plain and gzipped, is decoded (off the loop) and runs.
+    files = {f"f{i}.txt": b"x" * 1000 for i in range(300)}
+    for compress in (False, True):
+        request = pb.LaunchJobRequest(
+            name=f"large-{compress}", user="alice", command=["sh", "-c", "cat f7.txt | wc -c"], workdir_files=files
+        )
+        status, answer = _post(module_controller.url, json_format.MessageToJson(request).encode(), compress)
+        assert status == 200, answer
+        assert wait_state(c, answer["jobId"]).job.state == "SUCCEEDED"
+
+
+def test_codec_refuses_a_long_string_field_but_not_long_bytes():
+    with pytest.raises(ConnectError) as refused:
+        CODEC.decode(json.dumps({"name": "n" * 70_000}).encode(), pb.LaunchJobRequest)
+    assert "70000 characters long" in refused.value.message
+    for body in ({"command": ["c"] * 3 + ["c" * 70_000]}, {"env": {"K": "v" * 70_000}}, {"env": {"k" * 70_000: ""}}):
+        with pytest.raises(ConnectError):
+            CODEC.decode(json.dumps(body).encode(), pb.LaunchJobRequest)
+    bundle = "QUFB" * 100_000  # 400 KB of base64 in a bytes field is a workspace, not a string
+    decoded = CODEC.decode(json.dumps({"name": "n", "workspaceBundle": bundle}).encode(), pb.LaunchJobRequest)
+    assert decoded.workspace_bundle == b"AAA" * 100_000

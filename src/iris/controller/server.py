@@ -21,7 +21,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from iris.controller import dashboard, proxy
+from iris.controller import dashboard, proxy, request_bodies
 from iris.controller.app import Controller
 from iris.controller.db.group_commit import current_announcement
 from iris.controller.identity import Peer, calling_peer
@@ -166,6 +166,10 @@ def build_app(controller: Controller):
             calling_peer.set(peer if isinstance(peer, Peer) else None)  # this request's own task
             send = _whole_answer(send)
             try:
+                # A large or compressed body is decoded off the event loop (iris.controller.request_bodies).
+                receive = await request_bodies.prepare(scope, receive, send, MAX_REQUEST_BYTES)
+                if receive is None:
+                    return
                 if scope["path"] == LAUNCH_PATH:
                     # Announced before its body is read: a submit group committing meanwhile waits
                     # for it (see iris.controller.db.group_commit), which a burst's clients share.

@@ -1,7 +1,8 @@
 """Decides whether an API request body holds few enough values to decode, before a message is built
 from it: the codecs of the controller's API, in Connect's JSON and protobuf's binary encoding.
 
-A request is decoded on the API's event loop, and only the decoded message is checked against the
+A small request is decoded on the API's event loop (a large or compressed one on a worker thread,
+see `iris.controller.request_bodies`), and only the decoded message is checked against the
 per-field bounds (`iris.rpc.bounds`). Before that check a hostile body cost the whole API its
 turn: a 50 MB JSON body of ten million one-letter strings held every other call for 11 s in
 protobuf's JSON parser (Python, about a microsecond per value), and a binary body of 25 million
@@ -10,8 +11,10 @@ across the wire in under a hundred kilobytes. So each body is counted first, in 
 is bounded whatever the body holds:
 
 - JSON: its commas bound how many values its arrays and objects hold (`MAX_COMMAS`); then the C
-  parser reads it and a walk checks `MAX_ITEMS` per array or object, `MAX_DEPTH` levels and
-  `MAX_VALUES` in all before protobuf's parser builds the message;
+  parser reads it and a walk checks `MAX_ITEMS` per array or object, `MAX_DEPTH` levels,
+  `MAX_VALUES` in all and the length of every string field (protobuf's parser runs a regular
+  expression over each string, holding the interpreter for 3 s over one of 90 MB) before
+  protobuf's parser builds the message;
 - binary: a body larger than `SCAN_FROM_BYTES` is walked field by field on the wire, following the
   message's descriptor into embedded messages, and refused at `MAX_VALUES` fields or `MAX_DEPTH`
   levels; a smaller body cannot hold enough to matter and is decoded at once (the submit path's
@@ -24,7 +27,10 @@ naming the bound, before anything is decoded.
 
 from __future__ import annotations
 
+import functools
 import json
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from connectrpc.code import Code
@@ -33,7 +39,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
-from iris.rpc.bounds import MAX_ITEMS
+from iris.rpc.bounds import MAX_ITEMS, MAX_STRING_CHARS
 
 MAX_VALUES = 100_000
 MAX_DEPTH = 32
@@ -44,6 +50,22 @@ MAX_COMMAS = 1_000_000
 SCAN_FROM_BYTES = 256 * 1024
 
 _M = TypeVar("_M", bound=Message)
+
+# A request's message already decoded from its body off the event loop (or the error refusing the
+# body), with the class it was decoded as: see `iris.controller.request_bodies`. Taken once.
+PREDECODED: ContextVar[tuple[type[Message], Any] | None] = ContextVar("PREDECODED", default=None)
+
+
+def _predecoded(message_class: type[_M]) -> _M | None:
+    held = PREDECODED.get()
+    if held is None or held[0] is not message_class:
+        return None
+    PREDECODED.set(None)
+    if isinstance(held[1], ConnectError):
+        raise held[1]
+    return held[1]
+
+
 _MESSAGE = FieldDescriptor.TYPE_MESSAGE
 _LENGTH_TYPES = (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES)
 
@@ -52,23 +74,74 @@ def _refuse(message: str) -> ConnectError:
     return ConnectError(Code.INVALID_ARGUMENT, f"{message}; send a smaller request")
 
 
-def check_document(doc: Any) -> None:
-    """Refuses a parsed JSON document past the bounds of the module docstring."""
+@functools.cache
+def _fields(descriptor: Any) -> dict[str, FieldDescriptor]:
+    """A message's fields by the names a JSON body may call them (JSON name or proto name)."""
+    return {name: f for f in descriptor.fields for name in (f.json_name, f.name)}
+
+
+_STRING = object()  # a string field's value
+
+
+@dataclass(frozen=True, slots=True)
+class _MapOf:
+    value: Any  # the shape of each value of a map field
+
+
+def _shape(field: FieldDescriptor | None) -> Any:
+    """What a JSON value of `field` (each element, for a list) holds: a message descriptor to walk,
+    `_STRING`, a `_MapOf`, or None where nothing more is checked (numbers, bytes, well-known types)."""
+    if field is None:
+        return None
+    if field.type == FieldDescriptor.TYPE_STRING:
+        return _STRING
+    message = field.message_type if field.type == _MESSAGE else None
+    if message is None or message.full_name.startswith("google.protobuf."):
+        return None
+    if message.GetOptions().map_entry:
+        return _MapOf(_shape(message.fields_by_name["value"]))
+    return message
+
+
+def _too_long(text: Any) -> bool:
+    return isinstance(text, str) and len(text) > MAX_STRING_CHARS
+
+
+def check_document(doc: Any, descriptor: Any = None) -> None:
+    """Refuses a parsed JSON document past the bounds of the module docstring, and (given the
+    message's `descriptor`) one whose string field holds more than `MAX_STRING_CHARS`: protobuf's
+    JSON parser scans each string with a regular expression, seconds for a long one, before
+    `iris.rpc.bounds` could refuse it."""
     values = 0
-    stack: list[tuple[Any, int]] = [(doc, 1)]
+    # (a value, its depth, what it holds: a message descriptor, _STRING, _MapOf(shape) or None)
+    stack: list[tuple[Any, int, Any]] = [(doc, 1, descriptor)]
     while stack:
-        node, depth = stack.pop()
+        node, depth, shape = stack.pop()
         values += 1
         if values > MAX_VALUES:
             raise _refuse(f"the request holds more than {MAX_VALUES} values")
-        if isinstance(node, dict | list):
-            if depth > MAX_DEPTH:
-                raise _refuse(f"the request nests deeper than {MAX_DEPTH} levels")
-            if len(node) > MAX_ITEMS:
-                kind = "an object with" if isinstance(node, dict) else "an array with"
-                raise _refuse(f"the request holds {kind} {len(node)} entries; at most {MAX_ITEMS} are allowed")
-            children = node.values() if isinstance(node, dict) else node
-            stack.extend((child, depth + 1) for child in children)
+        if shape is _STRING and _too_long(node):
+            raise _refuse(
+                f"a string of the request is {len(node)} characters long; at most {MAX_STRING_CHARS} are allowed"
+            )
+        if not isinstance(node, dict | list):
+            continue
+        if depth > MAX_DEPTH:
+            raise _refuse(f"the request nests deeper than {MAX_DEPTH} levels")
+        if len(node) > MAX_ITEMS:
+            kind = "an object with" if isinstance(node, dict) else "an array with"
+            raise _refuse(f"the request holds {kind} {len(node)} entries; at most {MAX_ITEMS} are allowed")
+        if isinstance(node, list):
+            stack.extend((child, depth + 1, shape) for child in node)
+        elif isinstance(shape, _MapOf):
+            if any(_too_long(key) for key in node):
+                raise _refuse(f"a key of the request is longer than {MAX_STRING_CHARS} characters")
+            stack.extend((child, depth + 1, shape.value) for child in node.values())
+        elif shape is None or shape is _STRING:
+            stack.extend((child, depth + 1, None) for child in node.values())
+        else:
+            fields = _fields(shape)
+            stack.extend((child, depth + 1, _shape(fields.get(key))) for key, child in node.items())
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -127,13 +200,15 @@ class BoundedJSONCodec:
         return json_format.MessageToJson(message).encode()
 
     def decode(self, data: bytes | bytearray, message_class: type[_M]) -> _M:
+        if (message := _predecoded(message_class)) is not None:
+            return message
         if data.count(b",") > MAX_COMMAS:
             raise _refuse(f"the request holds more than {MAX_COMMAS} commas")
         try:
             doc = json.loads(data)
         except (ValueError, RecursionError) as exc:
             raise ConnectError(Code.INVALID_ARGUMENT, f"the request is not JSON: {exc}") from None
-        check_document(doc)
+        check_document(doc, message_class.DESCRIPTOR)
         message = message_class()
         try:
             json_format.ParseDict(doc, message, ignore_unknown_fields=True)
@@ -152,6 +227,8 @@ class BoundedProtoCodec:
         return message.SerializeToString()
 
     def decode(self, data: bytes | bytearray, message_class: type[_M]) -> _M:
+        if (message := _predecoded(message_class)) is not None:
+            return message
         try:
             if len(data) > SCAN_FROM_BYTES:
                 count_fields(bytes(data), 0, len(data), message_class.DESCRIPTOR, MAX_VALUES)
