@@ -4,8 +4,14 @@ a long poll that waits longer than the read timeout is not cut."""
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import socket
+import time
+
+import psutil
+import pytest
 
 from iris.controller.connections import connection_limit
 from iris.rpc import controller_pb2 as pb
@@ -61,3 +67,70 @@ def test_connection_limit_defaults_to_half_the_descriptor_limit():
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     assert connection_limit(0) == max(16, soft // 2)
     assert connection_limit(7) == 7
+
+
+def _hold_as(uid: int, port: int, count: int, request: bytes, report: int, stop: int) -> None:
+    """In a forked child: as `uid`, opens `count` connections that each send `request`, writes how
+    many were refused (503) to `report` (255: it failed), and holds the rest until `stop` is readable."""
+    refused = 255
+    try:
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        held = []
+        for _ in range(count):
+            sock = socket.socket()
+            sock.connect(("127.0.0.1", port))
+            sock.send(request)
+            held.append(sock)
+        answered: dict[socket.socket, bytes] = {}
+        deadline = time.monotonic() + 30
+        while len(answered) < count and time.monotonic() < deadline:
+            readable, _, _ = select.select([s for s in held if s not in answered], [], [], 0.5)
+            answered.update((s, s.recv(64)) for s in readable)
+            if not readable and answered:
+                break  # the refusals come at once; the held ones stay silent
+        refused = sum(a.startswith(b"HTTP/1.1 503") for a in answered.values())
+    finally:
+        os.write(report, bytes([refused]))
+        os.read(stop, 1)
+        os._exit(0)
+
+
+def _follow(job: str) -> bytes:
+    """A FetchLogs call that waits a minute for a line of a job that prints none."""
+    body = json.dumps({"jobId": job, "waitMs": 60000}).encode()
+    head = "POST /iris.v1.ControllerService/FetchLogs HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    return f"{head}Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="holds connections as another uid, which needs root")
+@pytest.mark.parametrize("hold", ["trickle", "follow"])
+def test_one_client_holding_every_connection_cannot_keep_another_out(controller_factory, hold):
+    ctl = controller_factory(controller={"tick_interval": "1s", "request_read_timeout": "60s", "max_connections": 20})
+    with client(ctl) as c:
+        quiet = launch(c, "quiet", ["sleep", "120"])
+        wait_state(c, quiet, {"RUNNING"})
+    # The table holds no connection of ours before the first client fills it.
+    controller = psutil.Process(ctl.pid)
+    wait_until(lambda: not [k for k in controller.net_connections() if k.raddr], message="our connections closed")
+    request = BODY if hold == "trickle" else _follow(quiet)
+    report_r, report_w = os.pipe()
+    stop_r, stop_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        _hold_as(54321, ctl.port, 30, request, report_w, stop_r)
+    try:
+        assert select.select([report_r], [], [], 60)[0], "the first client reports how many it holds"
+        refused = os.read(report_r, 1)[0]
+        assert refused == 10, "the first client fills the table; its own connections past it are refused"
+        # Another client (the operator, tokenless from loopback) still gets in, call after call, and
+        # the tick goes on placing work, while the first client's requests trickle or wait on.
+        job = launch(client(ctl), "through", ["true"])
+        assert wait_state(client(ctl), job).job.state == "SUCCEEDED"
+        for _ in range(3):
+            assert client(ctl).list_jobs(pb.ListJobsRequest()).jobs
+    finally:
+        os.write(stop_w, b"x")
+        os.waitpid(pid, 0)
+        for fd in (report_r, report_w, stop_r, stop_w):
+            os.close(fd)

@@ -12,18 +12,38 @@ call was answered and no attempt could start. So:
   answer), however it trickles in;
 - its body may not pause for longer than `read_timeout` between two parts (a pause the controller
   itself asked for, while it is behind on reading, does not count);
-- at most `max_connections` connections are open at once; one more is answered 503 and closed at
-  once, so the descriptors the controller needs for its own work are never taken.
+- at most `max_connections` connections are open at once, so the descriptors the controller needs
+  for its own work are never taken; and no one client may keep the others out. When the table is
+  full, a new connection from a client holding fewer connections than the client holding the
+  most takes the place of one of the latter's connections that is not being answered (the oldest
+  that is sending a request or idles between two; failing that, one waiting in a long poll of
+  `GetJobStatus` or `FetchLogs`, reads that change nothing); otherwise it is answered 503 and
+  closed. A
+  client that fills the table while no one else needs it is thus cut back to an equal share as
+  soon as others come, however slowly it keeps its connections busy.
+
+A client is what the kernel says, never what a request says: an IPv4 address, an IPv6 /64 (one
+host's usual allotment), and on loopback the uid owning the socket. Loopback addresses are not told
+apart, as any local process may dial from any 127.x.y.z; its uid is asked once per connection
+(`loopback_socket_uid`, tens of microseconds) and kept on the connection's `Peer` for the
+authentication of its calls. Tasks that run under uids of their own (a root controller) are thus
+each user's own client; tasks that share the controller's uid share the operator's share too.
 
 Long polls (a follow of a job's logs, a wait for a job's end) are not idle: their request is read
-whole and their answer is under way, so none of this cuts them.
+whole and their answer is under way, so the read timeout never cuts them; only a full table does,
+and only those of the client holding the most connections.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import resource
+from collections.abc import Hashable
 from typing import TYPE_CHECKING
+
+from iris.controller.auth.isolation import loopback_socket_uid
+from iris.core import spans
 
 if TYPE_CHECKING:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -31,6 +51,8 @@ if TYPE_CHECKING:
 # Descriptors kept for the controller's own files, pipes and outgoing connections when the limit
 # on connections follows the process's descriptor limit.
 _SHARE_FOR_CONNECTIONS = 0.5
+# The reads that may wait up to a minute for news: a full table's last connections to displace.
+_LONG_POLLS = frozenset(f"/iris.v1.ControllerService/{m}" for m in ("GetJobStatus", "FetchLogs"))
 
 
 def connection_limit(configured: int) -> int:
@@ -57,6 +79,28 @@ def _busy_answer(limit: int) -> bytes:
     return head.encode() + body
 
 
+def client_of(host: str, port: int, server_port: int, peer=None) -> Hashable:
+    """The client a connection from (`host`, `port`) counts against (see the module docstring);
+    on loopback the uid is taken from, or kept on, `peer` (the connection's `Peer`)."""
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address.is_loopback:
+        uid = getattr(peer, "owner_uid", None)
+        if uid is None:
+            with spans.span("api.peer_lookup"):
+                uid = loopback_socket_uid(host, port, server_port)
+            if uid is not None and peer is not None:
+                peer.owner_uid = uid
+        return ("uid", uid)
+    if isinstance(address, ipaddress.IPv6Address):
+        return ipaddress.ip_network(f"{address}/64", strict=False)
+    return address
+
+
 def guarded(
     protocol_class: type[HttpToolsProtocol], read_timeout: float, max_connections: int
 ) -> type[HttpToolsProtocol]:
@@ -64,20 +108,62 @@ def guarded(
     rules of the module docstring."""
     limit = connection_limit(max_connections)
     busy = _busy_answer(limit)
+    # Each client's open connections, oldest first.
+    by_client: dict[Hashable, dict[Guarded, None]] = {}
 
     class Guarded(protocol_class):  # type: ignore[valid-type,misc]
         def connection_made(self, transport) -> None:
             self._read_deadline = None
             super().connection_made(transport)
+            if self.client is None:
+                self._client: Hashable = None
+            else:
+                self._client = client_of(
+                    self.client[0], self.client[1], self.server[1] if self.server else 0, self.client
+                )
+            by_client.setdefault(self._client, {})[self] = None
             if len(self.connections) > limit:
-                transport.write(busy)
-                transport.close()
-                return
+                victim = self._displaced()
+                if victim is None:
+                    transport.write(busy)
+                    transport.close()
+                    return
+                victim.transport.close()
             self._await_reading()
 
         def connection_lost(self, exc) -> None:
             self._stop_waiting()
+            mine = by_client.get(self._client)
+            if mine is not None:
+                mine.pop(self, None)
+                if not mine:
+                    del by_client[self._client]
             super().connection_lost(exc)
+
+        def _displaced(self) -> Guarded | None:
+            """A connection to close for this one: the oldest not being answered of the client
+            holding the most connections, if that client holds more than this one's."""
+            share = len(by_client[self._client])
+            for held in sorted(by_client.values(), key=len, reverse=True):
+                if len(held) <= share:
+                    return None
+                waiting = None
+                for other in held:
+                    if other.transport.is_closing():
+                        continue
+                    if other._read_deadline is not None:
+                        return other
+                    if waiting is None and other._waiting():
+                        waiting = other
+                if waiting is not None:
+                    return waiting
+            return None
+
+        def _waiting(self) -> bool:
+            """Whether this connection holds a read that waits for news (a long poll not yet
+            answered): cut, it changes nothing, and the SDK asks again on a new connection."""
+            cycle = self.cycle
+            return cycle is not None and not cycle.response_started and cycle.scope.get("path") in _LONG_POLLS
 
         def on_headers_complete(self) -> None:
             self._await_reading()  # from now on, for the body's next part
