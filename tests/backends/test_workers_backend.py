@@ -118,3 +118,22 @@ def test_workers_backend_held_poll_wakes_when_an_attempt_is_placed(tmp_path):
 
     resp = asyncio.run(scenario())
     assert [c.start.attempt_id for c in resp.commands] == ["/u/j/0:0"]
+
+
+def test_workers_backend_keeps_at_most_the_output_cap_of_an_attempt(tmp_path):
+    b = WorkersBackend(
+        WorkersBackendConfig(id="pool", kind="workers"), BackendContext("c", tmp_path, "http://x", output_cap=10)
+    )
+    session = _register(b).session
+    b.start(_spec())
+    _poll(b, session, acked_seq=_poll(b, session).commands[0].seq)
+    first = pb.WorkerLogBatch(attempt_id="/u/j/0:0", stream="stdout", offset=0, data=b"abc\ndef\n")
+    flood = pb.WorkerLogBatch(attempt_id="/u/j/0:0", stream="stderr", offset=0, data=b"x" * 200_000 + b"\n")
+    offsets = _poll(b, session, logs=[first, flood]).log_offsets
+    # Everything sent is taken, so the daemon does not send it again, but past 10 bytes it is dropped.
+    assert {(o.stream, o.offset) for o in offsets} == {("stdout", 8), ("stderr", 200_001)}
+    more = pb.WorkerLogBatch(attempt_id="/u/j/0:0", stream="stdout", offset=8, data=b"ghi\n" * 1000)
+    _poll(b, session, logs=[more])
+    lines = [(chunk.stream, text) for chunk in b.poll().logs for _, text in chunk.lines]
+    assert lines[:3] == [("stdout", "abc"), ("stdout", "def"), ("stderr", "xx")]
+    assert len(lines) == 4 and "output truncated" in lines[3][1] and lines[3][0] == "stderr"

@@ -1,5 +1,6 @@
 """A job's output cannot hurt the controller: huge and endless lines stream in bounded memory,
-output past the cap is cut with a marker, and other jobs run on meanwhile."""
+output past an attempt's cap or its job's (over all attempts) is cut with a marker, and other jobs
+run on meanwhile."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import psutil
 
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until
-from tests.controller.helpers import TERMINAL, client, launch, logs, status
+from tests.controller.helpers import TERMINAL, client, launch, logs, status, wait_state
 
 RSS_BOUND = 400 * 1024**2  # the controller idles near 100 MB; unbounded reading took GBs
 CAP = 60 * 1024**2  # above the 50 MB line, below the 200 MB flood
@@ -73,3 +74,24 @@ def test_flood_and_endless_line_stream_in_bounded_memory_while_other_jobs_finish
 
     # The spool files are gone once stored: output lives in the database only.
     assert not list((ctl.state_dir / "attempts").glob("*/stdout"))
+
+
+def test_job_output_is_capped_over_all_its_attempts(controller_factory):
+    ctl = controller_factory(controller={"tick_interval": "1s", "log_max_output": "200K", "log_max_job_output": "300K"})
+    c = client(ctl)
+    # 240 KB of 100-byte lines, then a failure: three attempts (two retries) of 240 KB each.
+    job = launch(
+        c, "chatty", ["sh", "-c", "head -c 240000 /dev/zero | tr '\\0' x | fold -w 99; exit 1"], max_retries_failure=2
+    )
+    assert wait_state(c, job, timeout=90).job.state == "FAILED"
+    db = sqlite3.connect(f"file:{ctl.state_dir / 'controller.db'}?mode=ro", uri=True)
+    try:
+        rows = db.execute("SELECT attempt, text FROM logs WHERE job_id = ? ORDER BY seq", (job,)).fetchall()
+    finally:
+        db.close()
+    by_attempt = {a: [t for at, t in rows if at == a] for a in (0, 1, 2)}
+    assert "this attempt wrote more than" in by_attempt[0][-1]  # the attempt's own cap first
+    assert "this job's tasks wrote more than" in by_attempt[1][-1]  # then the job's, once
+    assert by_attempt[2] == [] and sum("output truncated" in t for _, t in rows) == 2
+    stored = sum(len(t) + 1 for _, t in rows[:-1])
+    assert 300 * 1024 - 100 < stored <= 300 * 1024

@@ -88,11 +88,12 @@ def cut_lines(data: bytes, complete: bool) -> tuple[int, list[str]]:
         return 0, []
     lines = data[:cut].decode("utf-8", "replace").splitlines()
     if any(len(line) > MAX_LINE for line in lines):
-        lines = [piece for line in lines for piece in _pieces(line)]
+        lines = [piece for line in lines for piece in line_pieces(line)]
     return cut, lines
 
 
-def _pieces(line: str) -> list[str]:
+def line_pieces(line: str) -> list[str]:
+    """`line` as stored: cut every `MAX_LINE` characters."""
     return [line[i : i + MAX_LINE] for i in range(0, len(line), MAX_LINE)] if len(line) > MAX_LINE else [line]
 
 

@@ -76,6 +76,7 @@ class Controller:
             task_identity=self.identities.task_identity,
             changelog_retention_s=config.controller.federation_changelog_retention,
             budgets=config.budgets,
+            job_output_cap=config.controller.log_max_job_output,
         )
         self.layer_pins = LayerPins()  # workspace layers submits in flight are about to name
         self.retention = LogRetention(
@@ -107,7 +108,9 @@ class Controller:
         return FederationManager(
             self.config.name,
             {pid: peer.address for pid, peer in self.config.peers.items()},
-            ControllerFederationStore(self.db, self.config.name, self.now_ms, self.commits),
+            ControllerFederationStore(
+                self.db, self.config.name, self.now_ms, self.commits, self.config.controller.log_max_job_output
+            ),
             PeerRouter(shapes),
             heartbeat_interval=settings.federation_heartbeat_interval,
             sync_interval=settings.federation_sync_interval,
@@ -184,7 +187,8 @@ class Controller:
             backend.shutdown()
         with self.db.write() as conn:
             for backend in self.backends.values():
-                attempt_db.store_logs(conn, backend.poll().logs)  # what was read before the stop
+                # what was read before the stop
+                attempt_db.store_logs(conn, backend.poll().logs, self.config.controller.log_max_job_output)
         self.db.close()
 
     def spend(self) -> list[pb.UserSpend]:

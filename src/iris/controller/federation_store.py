@@ -24,6 +24,7 @@ from sqlalchemy.engine import Connection
 
 from iris.controller.db import federation as fed
 from iris.controller.db import withdrawal
+from iris.controller.db.attempts import capped_rows
 from iris.controller.db.database import Database, run, run_many, sql
 from iris.controller.db.group_commit import GroupCommit
 from iris.controller.db.jobs import TERMINAL_JOB_SQL
@@ -48,11 +49,14 @@ T = TypeVar("T")
 
 
 class ControllerFederationStore:
-    def __init__(self, db: Database, cluster_name: str, now_ms, commits: GroupCommit | None = None):
+    def __init__(
+        self, db: Database, cluster_name: str, now_ms, commits: GroupCommit | None = None, job_output_cap: int = 0
+    ):
         self.db = db
         self.cluster_name = cluster_name
         self.now_ms = now_ms
         self.commits = commits
+        self.job_output_cap = job_output_cap  # controller.log_max_job_output, relayed lines included
 
     def _burst_write(self, work: Callable[[Connection], T]) -> T:
         """Runs one of a burst's handoff writes (promotion, delivery start, acceptance) in a
@@ -198,15 +202,14 @@ class ControllerFederationStore:
                     {"d": int(complete), "j": job_id},
                 )
                 return
-            conn.execute(
-                sql(
-                    "INSERT INTO logs (job_id, task_index, attempt, stream, ts_ms, text) VALUES (:j, :i, :a, :s, :ts, :x)"
-                ),
-                [
-                    {"j": job_id, "i": ln.task_index, "a": ln.attempt, "s": ln.stream, "ts": ln.ts_ms, "x": ln.text}
-                    for ln in lines
-                ],
-            )
+            rows = [(job_id, ln.task_index, ln.attempt, ln.stream, ln.ts_ms, ln.text) for ln in lines]
+            rows = capped_rows(conn, job_id, rows, self.job_output_cap)
+            if rows:
+                run_many(
+                    conn,
+                    "INSERT INTO logs (job_id, task_index, attempt, stream, ts_ms, text) VALUES (?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
             conn.execute(
                 sql(
                     f"UPDATE federated_jobs SET log_cursor = :c, logs_complete = :d WHERE job_id = :j AND direction = {SENT}"

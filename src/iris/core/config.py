@@ -217,6 +217,9 @@ class ControllerSettings(_Model):
     # Output kept per attempt (stdout and stderr together); past it, a marker line and the rest is
     # discarded while the attempt runs on. 0 keeps everything.
     log_max_output: int = Field(default=100 * 1024**2, ge=0)
+    # Output kept per job, over all its tasks and attempts (retries included) and the lines relayed
+    # from a peer; past it, a marker line and the rest of the job's output is discarded. 0: no cap.
+    log_max_job_output: int = Field(default=2 * 1024**3, ge=0)
     # Finished jobs' logs and attempt folders are deleted this long after the job ended. 0 keeps them.
     log_retention: float = Field(default=7 * 86400.0, ge=0)
     query_timeout: float = 10.0  # the most one raw query (`iris query`) may run
@@ -243,7 +246,7 @@ class ControllerSettings(_Model):
         "request_read_timeout",
         mode="before",
     )(lambda cls, v: _duration(v))
-    _sizes = field_validator("log_max_output", mode="before")(lambda cls, v: _size(v))
+    _sizes = field_validator("log_max_output", "log_max_job_output", mode="before")(lambda cls, v: _size(v))
 
     @field_validator("tick_interval", "query_timeout", "tick_stall_timeout", "request_read_timeout")
     @classmethod

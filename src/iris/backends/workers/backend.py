@@ -57,6 +57,7 @@ from iris.backends.protocol import (
     Started,
     WorkerSnapshot,
 )
+from iris.backends.spool import line_pieces, truncation_marker
 from iris.core.config import WorkersBackendConfig
 from iris.core.errors import AlreadyExists, InvalidArgument, PermissionDenied
 from iris.core.names import validate_worker_name
@@ -437,6 +438,7 @@ class WorkersBackend:
         """Accepts the log bytes and exits a worker reports; True when the tick should run now."""
         touched: set[str] = set()
         ts = now_ms()
+        cap = self._context.output_cap
         for batch in req.logs:
             a = self._attempts.get(batch.attempt_id)
             if a is None or a.worker != worker.name or batch.stream not in STREAMS:
@@ -447,8 +449,13 @@ class WorkersBackend:
             if batch.offset > held or end <= held:
                 continue  # a gap (the worker rewinds to `held`) or bytes already taken
             data = batch.data[held - batch.offset :]
+            # Output past the attempt's cap is taken (the daemon need not send it again) and dropped.
+            room = cap - sum(a.offsets.values()) if cap > 0 else len(data)
             a.offsets[batch.stream] = end
-            lines = tuple((ts, line) for line in data.decode("utf-8", "replace").splitlines())
+            text = data[: max(room, 0)].decode("utf-8", "replace")
+            lines = tuple((ts, piece) for line in text.splitlines() for piece in line_pieces(line))
+            if 0 <= room < len(data):
+                lines += ((ts, truncation_marker(cap)),)
             if lines:
                 self._logs.append(LogChunk(a.attempt_id, batch.stream, lines, end))
         woke = False

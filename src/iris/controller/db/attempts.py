@@ -89,21 +89,61 @@ def job_attempts(conn: Connection, job_id: str) -> list[tuple[str, str]]:
     return [(a, b) for a, b in rows.fetchall() if b]
 
 
-def store_logs(conn: Connection, chunks: Iterable[LogChunk]) -> None:
-    """Appends log lines and advances the attempt's read offset in the same transaction.
+def job_truncation_marker(cap: int) -> str:
+    return (
+        f"[iris] output truncated: this job's tasks wrote more than {cap / 1024**2:g} MiB of output over all"
+        " their attempts; the rest is discarded while they keep running (raise controller.log_max_job_output"
+        " to keep more)"
+    )
+
+
+def capped_rows(conn: Connection, job_id: str, rows: list[tuple], cap: int, text_at: int = -1) -> list[tuple]:
+    """The log `rows` of `job_id` (each with its text at `text_at`) that fit in what is left of its
+    output cap (`cap` characters over all its attempts, 0: no cap), counting them against it. The
+    row that passes the cap is replaced by a marker row (its text `job_truncation_marker`); after
+    it, nothing of the job is kept."""
+    if cap <= 0 or not rows:
+        return rows
+    row = run(conn, "SELECT log_chars FROM jobs WHERE job_id = :j", {"j": job_id}).fetchone()
+    if row is None:
+        return rows
+    stored = row[0]
+    if stored > cap:
+        return []  # already truncated
+    size = sum(len(r[text_at]) + 1 for r in rows)  # a line and its newline
+    if stored + size <= cap:
+        run(conn, "UPDATE jobs SET log_chars = log_chars + :n WHERE job_id = :j", {"n": size, "j": job_id})
+        return rows
+    kept: list[tuple] = []
+    for r in rows:
+        stored += len(r[text_at]) + 1
+        if stored > cap:
+            marker = list(r)
+            marker[text_at] = job_truncation_marker(cap)
+            kept.append(tuple(marker))
+            break
+        kept.append(r)
+    run(conn, "UPDATE jobs SET log_chars = :n WHERE job_id = :j", {"n": cap + 1, "j": job_id})
+    return kept
+
+
+def store_logs(conn: Connection, chunks: Iterable[LogChunk], job_cap: int = 0) -> None:
+    """Appends log lines (at most `job_cap` characters of each job: see `capped_rows`) and advances
+    the attempt's read offset in the same transaction.
 
     The lines go to the driver as plain tuples: with a named-parameter dict per row the insert
     took about 2.5 times as long, and a flooding job's lines are the bulk of all writes."""
-    rows: list[tuple[str, int, int, str, int, str]] = []
+    by_job: dict[str, list[tuple[str, int, int, str, int, str]]] = {}
     for chunk in chunks:
         name = AttemptName.parse(chunk.attempt_id)
         job_id, i, a, stream = name.job_id, name.index, name.attempt, chunk.stream
-        rows.extend((job_id, i, a, stream, ts, line) for ts, line in chunk.lines)
+        by_job.setdefault(job_id, []).extend((job_id, i, a, stream, ts, line) for ts, line in chunk.lines)
         run(
             conn,
             f"UPDATE attempts SET {chunk.stream}_offset = :o WHERE attempt_id = :a",
             {"o": chunk.end_offset, "a": chunk.attempt_id},
         )
+    rows = [r for job_id, job_rows in by_job.items() for r in capped_rows(conn, job_id, job_rows, job_cap)]
     if rows:
         run_many(
             conn, "INSERT INTO logs (job_id, task_index, attempt, stream, ts_ms, text) VALUES (?, ?, ?, ?, ?, ?)", rows

@@ -284,6 +284,11 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "CREATE INDEX IF NOT EXISTS handoff_stops_age ON handoff_stops(requester, stopped_ms)",
         ],
     ),
+    (
+        12,
+        "the characters of output stored for each job, against controller.log_max_job_output",
+        ["ALTER TABLE jobs ADD COLUMN log_chars INTEGER NOT NULL DEFAULT 0"],
+    ),
 ]
 
 
