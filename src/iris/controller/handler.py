@@ -63,6 +63,9 @@ def rpc(fn):
                 return await fn(self, request, identity)
             return await asyncio.to_thread(fn, self, request, identity)
         except IrisError as exc:
+            retry_after_s = getattr(exc, "retry_after_s", None)  # a limit on pace: when to call again
+            if retry_after_s is not None:
+                ctx.response_headers["retry-after"] = str(retry_after_s)
             raise to_connect(exc) from None
         except ConnectError:
             raise

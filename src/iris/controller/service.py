@@ -27,6 +27,7 @@ from iris.controller.db.jobs import require_job
 from iris.controller.handler import rpc
 from iris.controller.handoffs import Handoffs
 from iris.controller.paging import Listing, page_of
+from iris.controller.submit_rate import SubmitRate
 from iris.controller.submits import Submits
 from iris.controller.worker_api import WorkerCalls
 from iris.core.errors import InvalidArgument, NotFound
@@ -66,11 +67,14 @@ class ControllerServiceImpl(WorkerCalls):
         self.layer_pins = controller.layer_pins
         self.submits = Submits(controller)
         self.handoffs = Handoffs(controller, self.submits)
+        settings = controller.config.controller
+        self.submit_rate = SubmitRate(settings.submit_rate, settings.submit_burst)
 
     @rpc
     async def launch_job(self, req: pb.LaunchJobRequest, identity: Identity) -> pb.LaunchJobResponse:
         if req.HasField("handoff"):
             return await self.handoffs.launch_job(req, identity)
+        self.submit_rate.take(identity)
         return await self.submits.launch(req, identity)
 
     @rpc

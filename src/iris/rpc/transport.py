@@ -13,7 +13,9 @@ any other status a JSON body `{"code": …, "message": …}`, turned into the `i
 for that code. Each calling thread keeps its own connection alive between calls, so a submit loop
 pays one round trip per call, not a connection setup. A kept-alive connection the server closed
 while idle is retried once on a fresh one (the server processed nothing); a fresh connection
-failing is real, and raises whatever `on_unreachable` makes of it.
+failing is real, and raises whatever `on_unreachable` makes of it. An answer 429 with a
+`retry-after` header (a user's submit rate, see `iris.controller.submit_rate`) is waited out and
+the call sent again, for at most `MAX_RETRY_WAIT_S` in all.
 
 An answer is bounded: its body (and what it decompresses to) may be at most `max_answer_bytes`,
 and once its head has come the whole body must come within `timeout`, not merely each read, so a server that
@@ -55,6 +57,8 @@ _HTTP_CODES = {
 # uvicorn closes an idle kept-alive connection after 5 s; reconnect before that instead of
 # finding out by a failed send.
 _IDLE_RECONNECT_S = 4.0
+# The longest one call waits in all for answers that say to retry later (429 with retry-after).
+MAX_RETRY_WAIT_S = 300.0
 # The largest answer body a call accepts, before and after decompression.
 MAX_ANSWER_BYTES = 256 * 1024 * 1024
 
@@ -157,7 +161,17 @@ class ConnectTransport:
         token = token or self.token
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        status, answer, payload = self._post(f"{self._prefix}/{SERVICE}/{method}", body, headers)
+        waited = 0.0
+        while True:
+            status, answer, payload = self._post(f"{self._prefix}/{SERVICE}/{method}", body, headers)
+            retry_after = answer.get("retry-after", "")
+            if status != 429 or not retry_after.isdigit() or waited >= MAX_RETRY_WAIT_S:
+                break
+            # A limit on pace (a user's submit rate): wait as told, spread a little so that threads
+            # told alike do not all come back at once, and send it again.
+            pause = min(int(retry_after) + (time.monotonic_ns() % 500) / 1000, MAX_RETRY_WAIT_S - waited)
+            time.sleep(pause)
+            waited += pause
         encoding = answer.get("content-encoding") or "identity"
         if encoding != "identity":
             payload = _decompress(self.url, encoding, payload, self._max_answer)
