@@ -134,3 +134,20 @@ def test_one_client_holding_every_connection_cannot_keep_another_out(controller_
         os.waitpid(pid, 0)
         for fd in (report_r, report_w, stop_r, stop_w):
             os.close(fd)
+
+
+def test_a_request_head_past_its_limit_is_refused_before_it_is_held(module_controller):
+    for head in (
+        b"POST /iris.v1.ControllerService/ListJobs HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-A: aaaa\r\n" * 20_000,
+        b"POST /" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+    ):
+        with socket.create_connection(("127.0.0.1", module_controller.port), timeout=30) as sock:
+            sock.sendall(head + b"X-B: b\r\n" * 1000)
+            answer = sock.recv(4096)
+            assert sock.recv(4096) == b""  # then the controller ends its side
+        assert answer.startswith(b"HTTP/1.1 431") and b"longer than 65536 bytes" in answer, answer[:200]
+    # A head within the limit (a long token, say) is answered as usual.
+    head = b"POST /iris.v1.ControllerService/ListJobs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: " + b"a" * 30_000
+    with socket.create_connection(("127.0.0.1", module_controller.port), timeout=30) as sock:
+        sock.sendall(head + b"\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")

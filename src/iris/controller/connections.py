@@ -10,6 +10,7 @@ call was answered and no attempt could start. So:
 
 - a request's head must be whole within `read_timeout` of the connection's start (or of its last
   answer), however it trickles in;
+- its head (URL and headers) may be at most `MAX_HEAD_BYTES` long; a longer one is answered 431;
 - its body may not pause for longer than `read_timeout` between two parts (a pause the controller
   itself asked for, while it is behind on reading, does not count);
 - at most `max_connections` connections are open at once, so the descriptors the controller needs
@@ -48,6 +49,9 @@ from iris.core import spans
 if TYPE_CHECKING:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+# The longest request head (URL and headers) read: the HTTP parser keeps a head in memory whole,
+# and without a bound one connection sending headers for the read timeout took 200 MB.
+MAX_HEAD_BYTES = 64 * 1024
 # Descriptors kept for the controller's own files, pipes and outgoing connections when the limit
 # on connections follows the process's descriptor limit.
 _SHARE_FOR_CONNECTIONS = 0.5
@@ -101,6 +105,20 @@ def client_of(host: str, port: int, server_port: int, peer=None) -> Hashable:
     return address
 
 
+def _head_too_large_answer() -> bytes:
+    body = json.dumps(
+        {
+            "code": "invalid_argument",
+            "message": f"the request's head (its URL and headers) is longer than {MAX_HEAD_BYTES} bytes",
+        }
+    ).encode()
+    head = (
+        "HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
 def guarded(
     protocol_class: type[HttpToolsProtocol], read_timeout: float, max_connections: int
 ) -> type[HttpToolsProtocol]:
@@ -108,12 +126,15 @@ def guarded(
     rules of the module docstring."""
     limit = connection_limit(max_connections)
     busy = _busy_answer(limit)
+    head_too_large = _head_too_large_answer()
     # Each client's open connections, oldest first.
     by_client: dict[Hashable, dict[Guarded, None]] = {}
 
     class Guarded(protocol_class):  # type: ignore[valid-type,misc]
         def connection_made(self, transport) -> None:
             self._read_deadline = None
+            self._head_size = 0
+            self._head_too_large = False
             super().connection_made(transport)
             if self.client is None:
                 self._client: Hashable = None
@@ -130,6 +151,42 @@ def guarded(
                     return
                 victim.transport.close()
             self._await_reading()
+
+        def on_message_begin(self) -> None:
+            self._head_size = 0
+            super().on_message_begin()
+
+        def on_url(self, url: bytes) -> None:
+            self._count_head(len(url))
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._count_head(len(name) + len(value) + 4)
+            super().on_header(name, value)
+
+        def _count_head(self, size: int) -> None:
+            self._head_size += size
+            if self._head_size > MAX_HEAD_BYTES:
+                self._head_too_large = True
+                raise ValueError("request head too large")  # stops the parser: see send_400_response
+
+        def send_400_response(self, msg: str) -> None:
+            if not self._head_too_large:
+                super().send_400_response(msg)
+                return
+            # Answered, then what else comes is read and dropped until the caller closes (or the
+            # read timeout does): closing with bytes unread would reset the connection, and the
+            # caller could lose the answer that says why.
+            self.transport.write(head_too_large)
+            getattr(self.transport, "flush", lambda: None)()  # a held head goes out before the end
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            else:
+                self.transport.close()
+
+        def data_received(self, data: bytes) -> None:
+            if not self._head_too_large:
+                super().data_received(data)
 
         def connection_lost(self, exc) -> None:
             self._stop_waiting()
