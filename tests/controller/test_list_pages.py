@@ -111,3 +111,22 @@ def test_a_token_of_another_list_or_other_filters_is_refused_and_changes_nothing
     # The refused calls changed nothing: the same token still continues its own listing.
     rest = c.list_jobs(pb.ListJobsRequest(limit=5, user="alice", page_token=jobs_token))
     assert [j.job_id for j in rest.jobs] == ["/alice/job-1", "/alice/job-0"] and rest.total == 3
+
+
+def test_an_attempt_holds_at_most_its_share_of_endpoints(controller):
+    from iris.controller.endpoints import MAX_ENDPOINTS_PER_ATTEMPT
+
+    c = client(controller)
+    job = launch(c, "many-endpoints", ["sleep", "60"])
+    attempt = wait_state(c, job, states=("RUNNING",)).tasks[0].attempts[0].attempt_id
+
+    def register(name: str, port: int = 9000):
+        c.register_endpoint(pb.RegisterEndpointRequest(job_id=job, attempt_id=attempt, name=name, port=port))
+
+    for i in range(MAX_ENDPOINTS_PER_ATTEMPT):
+        register(f"e{i}")
+    code, message = error_code(lambda: register("one-more"))
+    assert code == "failed_precondition" and "the most one attempt may" in message, message
+    register("e0", 9001)  # moving one it holds is fine
+    assert c.list_endpoints(pb.ListEndpointsRequest(job_id=job)).total == MAX_ENDPOINTS_PER_ATTEMPT
+    c.terminate_job(pb.TerminateJobRequest(job_id=job))

@@ -22,13 +22,16 @@ from iris.controller.auth.keys import SigningKey
 from iris.controller.db.database import sql
 from iris.controller.db.jobs import job_not_found
 from iris.controller.paging import Listing, page_size
-from iris.core.errors import InvalidArgument, NotFound, PermissionDenied
+from iris.core.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from iris.core.names import in_job_tree
 from iris.rpc import controller_pb2 as pb
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")
 DEFAULT_URL_TTL_S = 8 * 3600.0
 MAX_URL_TTL_S = 30 * 86400.0
+# Endpoints one attempt may hold at once: each is a row a task's calls add, so without a bound a
+# task could grow the database (and every listing) as fast as it can call.
+MAX_ENDPOINTS_PER_ATTEMPT = 64
 AUDIENCE_PREFIX = "iris-endpoint/"
 LIVE_ATTEMPT_STATES = ("ASSIGNED", "BUILDING", "RUNNING")
 
@@ -82,6 +85,15 @@ def register(conn, identity: Identity, req: pb.RegisterEndpointRequest, now_ms: 
         )
     if attempt[0] not in LIVE_ATTEMPT_STATES:
         raise InvalidArgument(f"attempt {req.attempt_id} has ended ({attempt[0]}); an ended attempt cannot serve")
+    held = conn.execute(
+        sql("SELECT COUNT(*) FROM endpoints WHERE job_id = :j AND attempt_id = :at AND name != :n"),
+        {"j": req.job_id, "at": req.attempt_id, "n": name},
+    ).scalar_one()
+    if held >= MAX_ENDPOINTS_PER_ATTEMPT:
+        raise FailedPrecondition(
+            f"attempt {req.attempt_id} already serves {held} endpoints, the most one attempt may; move one of"
+            " them (register it again under its name) instead of adding another"
+        )
     address = f"[{host}]:{req.port}" if ":" in host else f"{host}:{req.port}"
     conn.execute(
         sql(
