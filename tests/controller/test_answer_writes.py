@@ -22,6 +22,9 @@ class Recorder:
     def close(self) -> None:
         self.closed = True
 
+    def is_closing(self) -> bool:
+        return self.closed
+
     def get_extra_info(self, name: str):
         return ("127.0.0.1", 1) if name == "peername" else None
 
@@ -102,3 +105,17 @@ def test_api_answers_and_errors_are_framed_by_their_length(controller):
     refused = _raw_call(controller.port, "LaunchJob", {"name": "framed", "user": "alice", "command": ["true"]})
     head, _, body = refused.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 409") and json.loads(body)["code"] == "already_exists"
+
+
+def test_joined_writes_drop_what_comes_after_the_connection_is_closed():
+    loop = asyncio.new_event_loop()
+    try:
+        recorder = Recorder()
+        joined = JoinedWrites(recorder, loop)
+        joined.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        recorder.close()  # the controller cut the connection while this answer was on its way
+        joined.write(b"body")
+        joined.flush()
+        assert recorder.writes == []
+    finally:
+        loop.close()

@@ -151,3 +151,30 @@ def test_a_request_head_past_its_limit_is_refused_before_it_is_held(module_contr
     with socket.create_connection(("127.0.0.1", module_controller.port), timeout=30) as sock:
         sock.sendall(head + b"\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
         assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+
+
+def test_a_connection_pipelining_too_many_requests_is_closed_and_others_are_answered(module_controller):
+    request = b"POST /iris.v1.ControllerService/GetClusterInfo HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    request += b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+
+    def answers(count: int) -> tuple[int, bool]:
+        """How many answers `count` pipelined requests get, and whether the connection was cut."""
+        got, cut = b"", False
+        with socket.create_connection(("127.0.0.1", module_controller.port), timeout=30) as sock:
+            sock.sendall(request * count)
+            while got.count(b"HTTP/1.1 200") < count:
+                try:
+                    data = sock.recv(1 << 16)
+                except ConnectionResetError:
+                    data = b""
+                if not data:
+                    cut = True
+                    break
+                got += data
+        return got.count(b"HTTP/1.1 200"), cut
+
+    assert answers(8) == (8, False)  # a few ahead of their answers are served in order
+    served, cut = answers(2000)
+    assert cut and served < 100, served
+    assert client(module_controller).get_cluster_info(pb.GetClusterInfoRequest()).name
+    assert "Exception in ASGI application" not in module_controller.log.read_text()

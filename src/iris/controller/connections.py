@@ -11,6 +11,8 @@ call was answered and no attempt could start. So:
 - a request's head must be whole within `read_timeout` of the connection's start (or of its last
   answer), however it trickles in;
 - its head (URL and headers) may be at most `MAX_HEAD_BYTES` long; a longer one is answered 431;
+- at most `MAX_PIPELINED` requests may wait behind the one being answered; past it the connection
+  is closed;
 - its body may not pause for longer than `read_timeout` between two parts (a pause the controller
   itself asked for, while it is behind on reading, does not count);
 - at most `max_connections` connections are open at once, so the descriptors the controller needs
@@ -52,6 +54,10 @@ if TYPE_CHECKING:
 # The longest request head (URL and headers) read: the HTTP parser keeps a head in memory whole,
 # and without a bound one connection sending headers for the read timeout took 200 MB.
 MAX_HEAD_BYTES = 64 * 1024
+# Requests one connection may send ahead of the answers (HTTP/1.1 pipelining) before it is closed:
+# each waiting one is parsed and held, and 20,000 sent at once held every other call for seconds.
+# Iris's clients and browsers never pipeline.
+MAX_PIPELINED = 16
 # Descriptors kept for the controller's own files, pipes and outgoing connections when the limit
 # on connections follows the process's descriptor limit.
 _SHARE_FOR_CONNECTIONS = 0.5
@@ -135,6 +141,7 @@ def guarded(
             self._read_deadline = None
             self._head_size = 0
             self._head_too_large = False
+            self._too_deep = False
             super().connection_made(transport)
             if self.client is None:
                 self._client: Hashable = None
@@ -171,6 +178,9 @@ def guarded(
                 raise ValueError("request head too large")  # stops the parser: see send_400_response
 
         def send_400_response(self, msg: str) -> None:
+            if self._too_deep:
+                self.transport.close()  # answers to earlier requests are under way: no place for one more
+                return
             if not self._head_too_large:
                 super().send_400_response(msg)
                 return
@@ -225,6 +235,9 @@ def guarded(
         def on_headers_complete(self) -> None:
             self._await_reading()  # from now on, for the body's next part
             super().on_headers_complete()
+            if len(self.pipeline) > MAX_PIPELINED:
+                self._too_deep = True
+                raise ValueError("too many requests pipelined")  # stops the parser: see send_400_response
 
         def on_body(self, body: bytes) -> None:
             self._await_reading()

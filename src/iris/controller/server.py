@@ -80,6 +80,11 @@ class JoinedWrites:
         self._held: bytes | None = None
 
     def write(self, data: bytes) -> None:
+        if self._transport.is_closing():
+            # The controller closed the connection (a caller past a limit) while an answer was on
+            # its way; uvloop raises for a write to a closed transport where asyncio drops it.
+            self._held = None
+            return
         if self._held is not None:
             data, self._held = self._held + data, None
         elif data.startswith(b"HTTP/1.1 ") and data[9:10] in b"2345":  # not an interim 100 Continue
@@ -92,7 +97,7 @@ class JoinedWrites:
         self.write(b"".join(lines))
 
     def flush(self) -> None:
-        if self._held is not None:
+        if self._held is not None and not self._transport.is_closing():
             data, self._held = self._held, None
             self._transport.write(data)
 
