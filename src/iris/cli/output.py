@@ -418,6 +418,7 @@ def cluster_status_text(url: str, info: Any, backends: Any, workers: Sequence[An
             live = f"{b.live_workers}/{b.workers}"
             rows.append((b.id, b.kind, live, per_worker, use, free or "-"))
         out += ["", render_table(("BACKEND", "KIND", "LIVE WORKERS", "PER WORKER", "IN USE", "FREE DEVICES"), rows)]
+        out += [f"backend {b.id}: {visible(b.problem)}" for b in backends.backends if b.problem]
     if info.spend:
         out += ["", spend_table(info.spend)]
     return "\n".join(out)

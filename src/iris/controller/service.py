@@ -205,7 +205,12 @@ class ControllerServiceImpl(WorkerCalls):
             workers = backend.workers()
             live = [w.capacity for w in workers if w.alive]
             info = resp.backends.add(
-                id=d.id, kind=d.kind, attributes=dict(d.attributes), workers=len(workers), live_workers=len(live)
+                id=d.id,
+                kind=d.kind,
+                attributes=dict(d.attributes),
+                workers=len(workers),
+                live_workers=len(live),
+                problem=getattr(backend, "capacity_error", ""),  # only backends that ask another system have one
             )
             if d.worker_capacity is not None:
                 info.worker_capacity.CopyFrom(resources_to_proto(d.worker_capacity))

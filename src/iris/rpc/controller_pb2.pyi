@@ -489,7 +489,7 @@ class WorkerInfo(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., backend_id: _Optional[str] = ..., alive: _Optional[bool] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., used: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., running_tasks: _Optional[int] = ..., last_contact_ms: _Optional[int] = ..., runtime: _Optional[str] = ..., running: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class BackendInfo(_message.Message):
-    __slots__ = ("id", "kind", "attributes", "availability", "workers", "worker_capacity", "live_workers", "capacity")
+    __slots__ = ("id", "kind", "attributes", "availability", "workers", "worker_capacity", "live_workers", "capacity", "problem")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -505,6 +505,7 @@ class BackendInfo(_message.Message):
     WORKER_CAPACITY_FIELD_NUMBER: _ClassVar[int]
     LIVE_WORKERS_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    PROBLEM_FIELD_NUMBER: _ClassVar[int]
     id: str
     kind: str
     attributes: _containers.ScalarMap[str, str]
@@ -513,7 +514,8 @@ class BackendInfo(_message.Message):
     worker_capacity: Resources
     live_workers: int
     capacity: Resources
-    def __init__(self, id: _Optional[str] = ..., kind: _Optional[str] = ..., attributes: _Optional[_Mapping[str, str]] = ..., availability: _Optional[_Union[Availability, _Mapping]] = ..., workers: _Optional[int] = ..., worker_capacity: _Optional[_Union[Resources, _Mapping]] = ..., live_workers: _Optional[int] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
+    problem: str
+    def __init__(self, id: _Optional[str] = ..., kind: _Optional[str] = ..., attributes: _Optional[_Mapping[str, str]] = ..., availability: _Optional[_Union[Availability, _Mapping]] = ..., workers: _Optional[int] = ..., worker_capacity: _Optional[_Union[Resources, _Mapping]] = ..., live_workers: _Optional[int] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., problem: _Optional[str] = ...) -> None: ...
 
 class ListBackendsRequest(_message.Message):
     __slots__ = ("limit", "page_token")
