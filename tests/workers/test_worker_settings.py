@@ -37,3 +37,39 @@ def test_worker_start_empty_name_exits_3_naming_the_flag(tmp_path):
     assert result.returncode == 3, result.stderr
     assert "--name is empty" in result.stderr
     assert not (tmp_path / "wd").exists()
+
+
+@pytest.mark.parametrize(
+    ("devices", "attrs", "message"),
+    [
+        ("gpu:h100:0", (), "count of 1 or more"),
+        ("gpu:h100:-1", (), "count of 1 or more"),
+        ("gpu:a100:1", ("device-variant=h100",), "--attr device-variant=h100 contradicts --devices gpu:a100:1"),
+        (None, ("device-type=gpu",), "--attr device-type=gpu contradicts --devices (none: a cpu worker)"),
+    ],
+)
+def test_worker_settings_devices_and_attributes_that_disagree_are_refused(devices, attrs, message, tmp_path):
+    with pytest.raises(InvalidArgument) as err:
+        host_settings("http://127.0.0.1:1", "pool", "w1", 1, "1G", "1G", devices, attrs, str(tmp_path / "wd"))
+    assert message in str(err.value)
+    assert not (tmp_path / "wd").exists()
+
+
+def test_worker_settings_attributes_beside_the_devices_are_kept(tmp_path):
+    settings = host_settings(
+        "http://127.0.0.1:1",
+        "pool",
+        "w1",
+        1,
+        "1G",
+        "1G",
+        "gpu:h100:8",
+        ("zone=a", "device-variant=H100"),
+        str(tmp_path),
+    )
+    assert settings.attributes == {
+        "device-type": "gpu",
+        "device-variant": "h100",
+        "gpu-count": "8",
+        "zone": "a",
+    }

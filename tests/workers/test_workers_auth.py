@@ -47,12 +47,18 @@ def test_workers_token_roles_worker_joins_user_may_not(controller_factory, worke
 def test_workers_bad_registration_is_refused_with_the_reason(controller_factory):
     ctl = controller_factory(
         "strict",
-        backends=[{"id": "cpu", "kind": "local"}, *workers_backends({"zone": "z1"})],
+        backends=[{"id": "cpu", "kind": "local"}, *workers_backends({"zone": "z1", "device-variant": "h100"})],
         controller={"tick_interval": "1s", "worker_grace_period": GRACE},
     )
     c = client(ctl)
     code, message = error_code(lambda: _register(c, "w1"))
     assert code == "invalid_argument" and "--attr zone=z1" in message
+    a100 = pb.RegisterWorkerRequest(
+        backend_id="pool", name="w1", boot_id="b", capacity=pb.Resources(cpu=1, memory_bytes=1),
+        attributes={"zone": "z1", "device-type": "gpu", "device-variant": "a100"},
+    )  # fmt: skip
+    code, message = error_code(lambda: c.register_worker(a100))
+    assert code == "invalid_argument" and "device-variant=h100" in message and "with --devices" in message
     req = pb.RegisterWorkerRequest(
         backend_id="cpu", name="w1", boot_id="b", capacity=pb.Resources(cpu=1, memory_bytes=1)
     )

@@ -36,13 +36,13 @@ def parse_devices(text: str) -> Device:
     """`gpu:h100:8` (kind:variant:count), `gpu:8` (any variant) or `tpu:v5p:8`."""
     parts = text.strip().lower().split(":")
     try:
-        if len(parts) == 3 and parts[0] in ("gpu", "tpu"):
-            return Device(parts[0], parts[1], int(parts[2]))
-        if len(parts) == 2 and parts[0] in ("gpu", "tpu"):
-            return Device(parts[0], "", int(parts[1]))
+        if len(parts) in (2, 3) and parts[0] in ("gpu", "tpu") and int(parts[-1]) > 0:
+            return Device(parts[0], parts[1] if len(parts) == 3 else "", int(parts[-1]))
     except ValueError:
         pass
-    raise InvalidArgument(f"--devices {text!r} is not understood; use KIND:VARIANT:COUNT, e.g. gpu:h100:8")
+    raise InvalidArgument(
+        f"--devices {text!r} is not understood; use KIND:VARIANT:COUNT with a count of 1 or more, e.g. gpu:h100:8"
+    )
 
 
 def parse_attributes(items: tuple[str, ...] | list[str]) -> dict[str, str]:
@@ -92,8 +92,17 @@ def host_settings(
     name = validate_worker_name(name or socket.gethostname().split(".")[0])
     # Absolute, so that attempts, which run in folders of their own, still find the worker's files.
     folder = (Path(work_dir).expanduser() if work_dir else Path("~/.iris/worker").expanduser() / name).resolve()
-    folder.mkdir(parents=True, exist_ok=True)
     device = parse_devices(devices) if devices else Device()
+    implied = device_attributes(device)
+    given = parse_attributes(attrs)
+    for key, value in given.items():
+        if key in implied and value != implied[key]:
+            raise InvalidArgument(
+                f"--attr {key}={value} contradicts --devices {devices or '(none: a cpu worker)'}, which makes "
+                f"{key}={implied[key]}; drop the --attr and say the device with --devices, e.g. gpu:h100:8"
+            )
+    attributes = {**implied, **given}
+    folder.mkdir(parents=True, exist_ok=True)
     capacity = Resources(
         cpu=float(cpu) if cpu else float(os.cpu_count() or 1),
         memory=parse_size(memory) if memory else int(psutil.virtual_memory().total),
@@ -102,5 +111,4 @@ def host_settings(
     )
     if capacity.cpu <= 0:
         raise InvalidArgument(f"--cpu {cpu} must be more than zero")
-    attributes = {**device_attributes(device), **parse_attributes(attrs)}
     return WorkerSettings(controller.rstrip("/"), backend, name, capacity, attributes, folder, runtime, token)

@@ -69,6 +69,7 @@ from iris.rpc.codec import resources_from_proto, resources_to_proto
 log = logging.getLogger("iris.workers")
 
 STREAMS = ("stdout", "stderr")
+DEVICE_KEYS = ("device-type", "device-variant", "gpu-count", "tpu-topology")  # set by `--devices`
 RUNTIMES = ("process", "docker")
 MAX_HOLD_S = 10.0
 # After a controller restart, daemons come back on their own back-off (up to 5 s between tries):
@@ -367,9 +368,15 @@ class WorkersBackend:
         for key, want in self._required.items():
             have = attributes.get(key)
             if have != want:
+                # Device keys follow from --devices; any other is an --attr of the worker's own.
+                fix = (
+                    "with --devices KIND:VARIANT:COUNT of that device"
+                    if key in DEVICE_KEYS
+                    else f"with --attr {key}={want}"
+                )
                 raise InvalidArgument(
                     f"backend {self.id} takes only workers with {key}={want}; worker {name} advertises "
-                    f"{key}={have if have is not None else '(nothing)'}: start it with --attr {key}={want}"
+                    f"{key}={have if have is not None else '(nothing)'}: start it {fix}"
                 )
         # `runtime` lets a job's image steer it to workers that run containers (a hard constraint).
         attributes.update(pool=self.id, worker=name, runtime=req.runtime or "process")
