@@ -112,7 +112,7 @@ def token() -> None:
     show_default=True,
     callback=_ttl,
     metavar="DURATION",
-    help="How long the token is valid, e.g. 12h, 30d.",
+    help="How long the token is valid, e.g. 12h, 30d (controllers allow 30 s of clock skew past it).",
 )
 @click.option("--save", is_flag=True, help="Remember it for this cluster's URL: later commands send it by themselves.")
 @output_option
