@@ -194,6 +194,11 @@ def test_cpu_job_runs_locally_and_gpu_job_runs_on_the_peer_with_state_and_logs_m
         message="relayed logs",
     )
     assert wait_state(c, local.job_id).job.cluster == "marin"
+    # A listing says what describe says of where each job went and how it ended.
+    listed = {j.job_id: j for j in c.list_jobs(pb.ListJobsRequest()).jobs}
+    assert (listed[sent.job_id].peer_id, listed[sent.job_id].handoff_state) == ("cw-h100", "HANDED_OFF")
+    assert (listed[local.job_id].peer_id, listed[local.job_id].handoff_state) == ("", "")
+    assert all(listed[j].has_exit_code and listed[j].exit_code == 0 for j in (sent.job_id, local.job_id))
     rows = c.execute_raw_query(
         pb.ExecuteRawQueryRequest(
             sql="SELECT job_id, peer_id, owner_principal, handoff_state FROM federated_jobs"

@@ -41,7 +41,13 @@ def _waiting(row) -> bool:
 
 
 def _job_message(
-    row, counts: dict[str, int], cfg=None, fed=None, local_cluster: str = "", stale_peers: frozenset[str] = frozenset()
+    row,
+    counts: dict[str, int],
+    cfg=None,
+    fed=None,
+    local_cluster: str = "",
+    stale_peers: frozenset[str] = frozenset(),
+    exit_code: int | None = None,
 ) -> pb.JobStatus:
     msg = pb.JobStatus(
         job_id=row["job_id"],
@@ -70,6 +76,8 @@ def _job_message(
     if fed is not None:
         msg.handoff_state = fed["handoff_state"]
         msg.peer_id = fed["peer_id"]
+    if exit_code is not None:
+        msg.exit_code, msg.has_exit_code = exit_code, True
     return msg
 
 
@@ -80,20 +88,37 @@ def _last_sync_ms(conn: Connection, peer_id: str) -> int:
     return found.scalar() or 0
 
 
-def _counts(conn: Connection, job_ids: list[str]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {j: {} for j in job_ids}
-    if not job_ids:
-        return out
+def _for_jobs(conn: Connection, query: str, job_ids: list[str]) -> list:
+    """The rows of `query` (whose `{ids}` stands for a list of job ids) over `job_ids`, 500 at a time."""
+    out: list = []
     for chunk in range(0, len(job_ids), 500):
         ids = job_ids[chunk : chunk + 500]
         marks = ",".join(f":p{i}" for i in range(len(ids)))
-        rows = conn.execute(
-            sql(f"SELECT job_id, state, COUNT(*) FROM tasks WHERE job_id IN ({marks}) GROUP BY job_id, state"),
-            {f"p{i}": v for i, v in enumerate(ids)},
-        )
-        for job_id, state, n in rows.all():
-            out[job_id][state] = n
+        out += conn.execute(sql(query.format(ids=marks)), {f"p{i}": v for i, v in enumerate(ids)}).all()
     return out
+
+
+def _counts(conn: Connection, job_ids: list[str]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {j: {} for j in job_ids}
+    query = "SELECT job_id, state, COUNT(*) FROM tasks WHERE job_id IN ({ids}) GROUP BY job_id, state"
+    for job_id, state, n in _for_jobs(conn, query, job_ids):
+        out[job_id][state] = n
+    return out
+
+
+def _exit_codes(conn: Connection, rows) -> dict[str, int]:
+    """The exit code of each single-task job of `rows` whose task has one (a job of several has none)."""
+    single = [r["job_id"] for r in rows if r["replicas"] == 1]
+    query = "SELECT job_id, exit_code FROM tasks WHERE idx = 0 AND exit_code IS NOT NULL AND job_id IN ({ids})"
+    return {job_id: code for job_id, code in _for_jobs(conn, query, single)}
+
+
+def _handles(conn: Connection, job_ids: list[str]) -> dict[str, dict[str, str]]:
+    """The handoff state and peer of each job of `job_ids` this cluster sent to a peer."""
+    query = (
+        f"SELECT job_id, handoff_state, peer_id FROM federated_jobs WHERE direction = {SENT} AND job_id IN ({{ids}})"
+    )
+    return {j: {"handoff_state": h, "peer_id": p} for j, h, p in _for_jobs(conn, query, job_ids)}
 
 
 def get_job(conn: Connection, job_id: str, local_cluster: str) -> pb.JobStatus:
@@ -104,13 +129,10 @@ def get_job(conn: Connection, job_id: str, local_cluster: str) -> pb.JobStatus:
         .mappings()
         .first()
     )
-    msg = _job_message(row, _counts(conn, [job_id])[job_id], cfg, fed, local_cluster, _stale_peers(conn))
+    code = _exit_codes(conn, [row]).get(job_id)
+    msg = _job_message(row, _counts(conn, [job_id])[job_id], cfg, fed, local_cluster, _stale_peers(conn), code)
     if fed is not None:
         msg.last_sync_ms = _last_sync_ms(conn, fed["peer_id"])
-    if row["replicas"] == 1:
-        code = conn.execute(sql("SELECT exit_code FROM tasks WHERE job_id = :j AND idx = 0"), {"j": job_id}).scalar()
-        if code is not None:
-            msg.exit_code, msg.has_exit_code = code, True
     return msg
 
 
@@ -170,10 +192,22 @@ def list_jobs(conn: Connection, req: pb.ListJobsRequest, local_cluster: str) -> 
     rows = conn.execute(sql(statement), params).mappings().all()
     more = len(rows) > limit
     rows = rows[:limit]
-    counts = _counts(conn, [r["job_id"] for r in rows])
+    ids = [r["job_id"] for r in rows]
+    counts, codes, handles = _counts(conn, ids), _exit_codes(conn, rows), _handles(conn, ids)
     stale = _stale_peers(conn)
+    jobs = [
+        _job_message(
+            r,
+            counts[r["job_id"]],
+            fed=handles.get(r["job_id"]),
+            local_cluster=local_cluster,
+            stale_peers=stale,
+            exit_code=codes.get(r["job_id"]),
+        )
+        for r in rows
+    ]
     return pb.ListJobsResponse(
-        jobs=[_job_message(r, counts[r["job_id"]], local_cluster=local_cluster, stale_peers=stale) for r in rows],
+        jobs=jobs,
         next_page_token=listing.token((rows[-1]["insertion"],)) if more else "",
         total=total_rows,
     )
