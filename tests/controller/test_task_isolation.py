@@ -161,6 +161,28 @@ def test_task_under_its_own_uid_runs_a_script_of_its_workspace_below_a_closed_fo
     assert (controller.state_dir / "attempts").resolve() == Path(logs(alice, job)[-1].split()[-1]).parents[1]
 
 
+def test_task_under_its_own_uid_skips_path_folders_closed_to_it(controller_factory, tmp_path):
+    """A `python3` shim in a folder closed to the task (root's pyenv) must not hide a python3 it can run."""
+    closed = tmp_path / "closed-bin"
+    closed.mkdir(mode=0o700)
+    shim = closed / "python3"
+    shim.write_text("#!/bin/sh\necho shim\n")
+    shim.chmod(0o700)
+    ctl = controller_factory(auth={"task_uids": {"enabled": True}}, start=False)
+    ctl.env = {**os.environ, "PATH": f"{closed}:/usr/local/bin:/usr/bin:/bin"}
+    ctl.start()
+    try:
+        alice = client(ctl, user_token(ctl, "alice"))
+        job = launch(alice, "which", ["python3", "-c", "print(6 * 7)"])
+        assert wait_state(alice, job).job.state == "SUCCEEDED", logs(alice, job)
+        assert logs(alice, job)[-1] == "42"
+    finally:
+        ctl.stop()
+        attempts = ctl.state_dir / "attempts"
+        if attempts.is_symlink():
+            shutil.rmtree(attempts.resolve(), ignore_errors=True)
+
+
 def test_task_forking_without_end_stops_at_its_users_process_limit_and_others_run(controller):
     alice = client(controller, user_token(controller, "alice"))
     bob = client(controller, user_token(controller, "bob"))

@@ -50,6 +50,7 @@ import iris
 from iris.backends.local.attempts_root import attempts_root
 from iris.backends.local.containment import Containment
 from iris.backends.local.spawner import Spawner, SpawnerGone
+from iris.backends.local.task_path import task_path
 from iris.backends.local.wrapper import start_spawner, start_wrapper, wrapper_argv
 from iris.backends.marks import LiveMarks
 from iris.backends.protocol import (
@@ -337,6 +338,7 @@ class LocalBackend:
         if as_task:
             env["HOME"] = str(home)  # the controller's home is not the task's to write
             env["PYTHONPATH"] = sdk_pythonpath(env.get("PYTHONPATH", ""))
+            env["PATH"] = task_path(env.get("PATH", ""))
         cgroup = self.containment.prepare(folder.name)
         argv = [str(len(layers)), *layers, *command]
         umask = 0o077 if as_task else -1
