@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psutil
@@ -20,9 +22,11 @@ STEPS = [
 ]
 
 
-def run_demo(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
+def run_demo(*args: str, tmp_path: Path, tmpdir: Path | None = None) -> subprocess.CompletedProcess:
     # A HOME of its own: the demo must not depend on (or touch) the caller's token file.
     env = {**os.environ, "HOME": str(tmp_path), "IRIS_TOKEN": "", "IRIS_CONTROLLER": ""}
+    if tmpdir is not None:
+        env["TMPDIR"] = str(tmpdir)
     return subprocess.run(
         [sys.executable, "-m", "iris.cli.main", *args, "demo"], env=env, capture_output=True, text=True, timeout=120
     )
@@ -48,7 +52,14 @@ def processes_mentioning(text: str) -> list[int]:
 
 
 def test_demo_json_report_says_where_each_job_landed_and_nothing_survives(tmp_path):
-    result = run_demo("-o", "json", tmp_path=tmp_path)
+    # A temp folder others may pass through, as /tmp is (pytest's own are closed): the demo leaves nothing in it.
+    tmpdir = Path(tempfile.mkdtemp(prefix="iris-demo-test-", dir="/tmp"))
+    tmpdir.chmod(0o711)
+    try:
+        result = run_demo("-o", "json", tmp_path=tmp_path, tmpdir=tmpdir)
+        assert list(tmpdir.glob("iris-attempts-*")) == []  # no controller kept its attempts outside the demo's folder
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     doc = json.loads(result.stdout)
     assert doc["ok"] and doc["left_running"] == []

@@ -21,6 +21,7 @@ wrappers and what they ran), and none of the process ids it saw.
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import tempfile
@@ -501,6 +502,9 @@ def run_demo(echo: Echo = print) -> tuple[int, dict]:
 
     began = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="iris-demo-"))
+    # Passable (not listable) by others: tasks under uids of their own reach their folders inside it,
+    # so no controller keeps its attempts in a folder of the temp folder that would outlive the demo.
+    os.chmod(workdir, 0o711)
     report: dict[str, Any] = {"workdir": str(workdir), "clusters": [], "steps": []}
     clusters: dict[str, Cluster] = {}
     pids: dict[str, int] = {}
