@@ -237,6 +237,9 @@ class Ledger:
         self.free: list[Vector] = list(ix.free)
         self.key: list[int] = list(ix.key)  # packed (see `index.Packing`), as `free` stands
         self._pack = ix.packing.key
+        # Free capacity -> its key at position 0 (a worker's key adds its position): workers
+        # left with the same free capacity are common, and packing is a Python call.
+        self._packed: dict[Vector, int] = {}
         self.evicted: set[str] = set()
         self._changed: set[int] = set()  # workers whose free capacity changed this tick
         # A worker's stamp changes whenever its free capacity or victims do, to a value never used
@@ -402,7 +405,10 @@ class Ledger:
             journal.append(("free", w, old, self.version[w]))
         self._changed.add(w)
         self.free[w] = new
-        self.key[w] = self._pack(new, w)
+        packed = self._packed.get(new)
+        if packed is None:
+            packed = self._packed[new] = self._pack(new, 0)
+        self.key[w] = packed | w
         self._stamp += 1
         self.version[w] = self._stamp
 
