@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import sys
 import zipfile
 from pathlib import Path
@@ -27,12 +26,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="tasks get uids of the
 def controller(controller_factory):
     """A controller whose tasks run under uids of their users' own (the default for a root one), each
     user's tasks holding at most 64 processes at once."""
-    ctl = controller_factory(auth={"task_uids": {"enabled": True, "range": "200000-299999", "max_processes": 64}})
-    yield ctl
-    ctl.stop()
-    attempts = ctl.state_dir / "attempts"
-    if attempts.is_symlink():  # its attempts lived in a folder of the temp folder: remove that too
-        shutil.rmtree(attempts.resolve(), ignore_errors=True)
+    return controller_factory(auth={"task_uids": {"enabled": True, "range": "200000-299999", "max_processes": 64}})
 
 
 # Runs as alice's task: tries the key, the database, the state directory, every other process's
@@ -171,16 +165,10 @@ def test_task_under_its_own_uid_skips_path_folders_closed_to_it(controller_facto
     ctl = controller_factory(auth={"task_uids": {"enabled": True}}, start=False)
     ctl.env = {**os.environ, "PATH": f"{closed}:/usr/local/bin:/usr/bin:/bin"}
     ctl.start()
-    try:
-        alice = client(ctl, user_token(ctl, "alice"))
-        job = launch(alice, "which", ["python3", "-c", "print(6 * 7)"])
-        assert wait_state(alice, job).job.state == "SUCCEEDED", logs(alice, job)
-        assert logs(alice, job)[-1] == "42"
-    finally:
-        ctl.stop()
-        attempts = ctl.state_dir / "attempts"
-        if attempts.is_symlink():
-            shutil.rmtree(attempts.resolve(), ignore_errors=True)
+    alice = client(ctl, user_token(ctl, "alice"))
+    job = launch(alice, "which", ["python3", "-c", "print(6 * 7)"])
+    assert wait_state(alice, job).job.state == "SUCCEEDED", logs(alice, job)
+    assert logs(alice, job)[-1] == "42"
 
 
 def test_task_forking_without_end_stops_at_its_users_process_limit_and_others_run(controller):

@@ -3,6 +3,7 @@ nothing running."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -60,3 +61,12 @@ def test_start_is_not_fooled_by_another_controller_answering_on_its_port(tmp_pat
             late.start()
         assert late.proc is not None and late.proc.poll() is not None, "its own process could not serve"
         assert other.proc is not None and other.proc.poll() is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="tasks get uids of their own only under a root controller")
+def test_cluster_set_removes_the_temp_folder_a_root_clusters_attempts_lived_in(tmp_path):
+    with ClusterSet(tmp_path) as clusters:  # pytest's folders are 0700: the attempts go to the temp folder
+        ctl = clusters.make("dev", extra={"auth": {"task_uids": {"enabled": True}}}).start()
+        moved = (ctl.state_dir / "attempts").resolve()
+        assert moved != ctl.state_dir / "attempts" and moved.is_dir()
+    assert not moved.exists()

@@ -28,6 +28,7 @@ from typing import IO, Any
 
 import yaml
 
+from iris.backends.local.attempts_root import remove_attempts_root
 from iris.backends.local.backend import kill_leftover_attempts
 from iris.controller.process import probe
 from iris.core.polling import wait_until
@@ -267,6 +268,8 @@ class ClusterSet:
 
         with ThreadPoolExecutor(max(1, len(self.clusters))) as pool:
             errors = [e for e in pool.map(stop, reversed(self.clusters)) if e]
+        for cluster in self.clusters:  # a root cluster's attempts may live in a folder of the temp folder
+            remove_attempts_root(cluster.state_dir)
         if errors:
             raise RuntimeError("could not stop every cluster: " + "; ".join(errors))
 

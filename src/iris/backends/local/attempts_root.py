@@ -16,6 +16,7 @@ or a controller whose tasks share its uid, keeps its attempts where they always 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -29,6 +30,14 @@ def closed_to_others(folder: Path) -> Path | None:
         except OSError:
             return parent
     return None
+
+
+def remove_attempts_root(state_dir: Path) -> None:
+    """Removes the temp folder `state_dir/attempts` links to, if it is such a link (a cluster thrown away)."""
+    link = state_dir / "attempts"
+    if link.is_symlink():
+        shutil.rmtree(link.resolve(), ignore_errors=True)
+        link.unlink(missing_ok=True)
 
 
 def attempts_root(state_dir: Path, tasks_have_own_uids: bool) -> Path:
