@@ -39,6 +39,10 @@ BAD_INPUTS = [
     (["job", "run", "--max-retries", "5000", "--", "true"], "max retries 5000 is more than a job may have"),
     (["job", "run", "--scheduling-timeout", "3651d", "--", "true"], "at most 10 years"),
     (["job", "run", "--image", " ", "--", "true"], "'--image': the value is empty"),
+    (["job", "run", "--region", "us\x1b[2J", "--", "true"], "--region 'us\\x1b[2J' holds a control character, ESC"),
+    (["job", "run", "--constraint", "zone=a\nb", "--", "true"], "--constraint 'zone=a\\nb' holds a control character"),
+    (["job", "run", "--image", "busy\x7fbox", "--", "true"], "--image 'busy\\x7fbox' holds a control character, DEL"),
+    (["job", "run", "--target-cluster", "cw\x85", "--", "true"], "--target-cluster 'cw\\x85' holds a control"),
 ]
 
 

@@ -139,6 +139,11 @@ def test_build_launch_request_full_id_name_is_kept():
         ({"parent": "not-an-id"}, "must start with '/'"),
         ({"max_retries": -1}, "negative"),
         ({"env": {"A": 1}}, "not a string"),
+        ({"region": "us\n"}, "--region 'us\\n' holds a control character, newline (U+000A)"),
+        ({"gpu": "H100\x85"}, "--gpu 'H100\\x85' holds a control character, U+0085"),
+        ({"constraints": ["zone=a\x1bb"]}, "--constraint 'zone=a\\x1bb' holds a control character, ESC"),
+        ({"env": {"A\x7f": "1"}}, "--env name 'A\\x7f' holds a control character, DEL"),
+        ({"constraints": [Constraint("pool", Op.EQ, ("a\tb",))]}, "(field constraints[0].values[0]) holds"),
     ],
 )
 def test_build_launch_request_bad_values_are_refused_with_a_message_naming_them(kwargs, fragment):

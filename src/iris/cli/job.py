@@ -180,6 +180,9 @@ def run(
 
 def _check_peer(client, peer: str) -> None:
     """--target-cluster must name one of the cluster's peers (asked before anything is submitted)."""
+    from iris.core.printable import check_printable
+
+    check_printable("--target-cluster", peer)  # before it is sent to be looked up
     peers = [p.peer_id for p in client.peers()]
     if peer in peers:
         return

@@ -7,11 +7,11 @@ so `jq .exit_code` works on a job that exited 0.
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 
 from iris.core.names import TaskName
+from iris.core.printable import CONTROL as _CONTROL
 from iris.core.units import format_size
 
 TYPE_CHECKING = False  # typing's own constant costs `import typing`: `job run -o json` prints through here
@@ -124,9 +124,6 @@ def visible(text: str, keep: str = "") -> str:
     if _CONTROL.search(text) is None:
         return text
     return _CONTROL.sub(lambda m: m.group() if m.group() in keep else repr(m.group())[1:-1], text)
-
-
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def render_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

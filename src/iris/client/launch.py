@@ -24,6 +24,7 @@ from iris.core.bands import Band
 from iris.core.errors import InvalidArgument
 from iris.core.limits import MAX_REPLICAS, MAX_RETRIES, MAX_TIMEOUT_S
 from iris.core.names import JobName, validate_component
+from iris.core.printable import check_launch_request, check_printable
 from iris.core.resources import build_resources
 from iris.core.units import parse_duration
 
@@ -118,6 +119,25 @@ def build_launch_request(
 
     Raises InvalidArgument naming what to fix.
     """
+    constraints = list(constraints)
+    # The values as typed, before anything parses or strips them, named by their flags.
+    for flag, value in (
+        ("--job-name", name),
+        ("--user", user),
+        ("--region", region),
+        ("--zone", zone),
+        ("--target-cluster", target_cluster),
+        ("--image", image),
+        ("--gpu", gpu),
+        ("--tpu", tpu),
+        ("--priority", priority),
+        ("--existing", existing_job_policy),
+        ("parent job id", parent),
+        *(("--constraint", c) for c in constraints),
+        *(("--env name", key) for key in env or ()),
+    ):
+        if isinstance(value, str):
+            check_printable(flag, value)
     argv = normalize_command(command)
     for flag, value in (("region", region), ("zone", zone), ("target-cluster", target_cluster)):
         if value is not None and not value.strip():
@@ -196,4 +216,5 @@ def build_launch_request(
         request["image"] = image.strip()
     if max_retries_preemption is not None:  # absent: the controller's default (100)
         request["max_retries_preemption"] = max_retries_preemption
+    check_launch_request(request)  # what the controller refuses, refused before sending
     return request
