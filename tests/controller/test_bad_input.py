@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
+from iris.client import IrisClient
+from iris.core.errors import InvalidArgument
 from iris.rpc import controller_pb2 as pb
-from tests.controller.helpers import client, error_code, job_count, launch
+from tests.controller.helpers import client, error_code, job_count, launch, wait_state
 
 
 def test_bad_requests_are_refused_and_write_nothing(controller):
@@ -79,6 +83,41 @@ def test_bad_requests_are_refused_and_write_nothing(controller):
         assert got_code == code, (req, message)
         assert fragment in message, message
     assert job_count(c) == before
+
+
+def test_control_characters_in_short_identifiers_are_refused_naming_the_field_and_write_nothing(controller):
+    c = client(controller)
+    region = [pb.Constraint(key="region", op="EQ", values=["us\x1b[31mred"])]
+    gpu = pb.Resources(device=pb.Device(kind="gpu", variant="h100\n", count=1))
+    cases = [
+        (dict(constraints=region), "(field constraints[0].values[0])", "ESC (U+001B)"),
+        (dict(resources=gpu), "(field resources.device.variant)", "newline (U+000A)"),
+        (dict(image="busybox\x7f"), "(field image)", "DEL (U+007F)"),
+        (dict(env={"A\x9b": "1"}), "(field env)", "U+009B"),
+        (dict(priority="batch\r"), "(field priority)", "carriage return (U+000D)"),
+        # A peer's handoff is checked by the same rule before anything of it is admitted.
+        (
+            dict(constraints=region, handoff=pb.HandoffRecord(requester_cluster="p", owner_principal="o", nonce="n")),
+            "(field constraints[0].values[0])",
+            "ESC (U+001B)",
+        ),
+    ]
+    for fields, field, char in cases:
+        code, message = error_code(lambda: launch(c, "ctl", ["true"], **fields))
+        assert code == "invalid_argument" and field in message and char in message, message
+    # The same refusal for a JSON body, the form `iris job run --no-wait` sends.
+    doc = {
+        "name": "ctl",
+        "user": "alice",
+        "command": ["true"],
+        "constraints": [{"key": "zone", "op": "EQ", "values": ["a\nb"]}],
+    }
+    with IrisClient(controller.url) as sdk, pytest.raises(InvalidArgument, match=r"constraints\[0\]\.values\[0\]"):
+        sdk.launch_json(doc)
+    assert job_count(c) == 0
+    # Free text may hold anything: the command and env values are the job's own.
+    job = launch(c, "free", ["printf", "a\nb\x1b"], env={"MSG": "line\nnext\x1b[1m"})
+    assert wait_state(c, job).job.state == "SUCCEEDED"
 
 
 def test_duplicate_job_name_is_an_error_unless_keep_or_replace(controller):

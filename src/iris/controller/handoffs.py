@@ -39,6 +39,7 @@ from iris.controller.submits import MISSING, Submits
 from iris.core.errors import FailedPrecondition, InvalidArgument, IrisError, Unavailable
 from iris.core.job import JobSpec
 from iris.core.names import JobName
+from iris.core.printable import check_launch_request
 from iris.federation.ids import received_job_id
 from iris.rpc import controller_pb2 as pb
 
@@ -172,6 +173,7 @@ class Handoffs:
     def _prepare(self, index: int, req: pb.LaunchJobRequest, identity: Identity, pins: ExitStack) -> _Prepared:
         """Everything about one handoff that comes before its insert: the caller may hand it, its
         workspace is sound and unpacked (its layers held by `pins` until the insert is committed)."""
+        check_launch_request(req)
         handoff = req.handoff
         if not handoff.requester_cluster or not handoff.nonce:
             raise InvalidArgument("a handoff needs the requesting cluster and a nonce")

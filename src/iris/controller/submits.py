@@ -27,6 +27,7 @@ from iris.core.constraints import Constraint
 from iris.core.errors import InvalidArgument
 from iris.core.job import JobSpec
 from iris.core.names import JobName
+from iris.core.printable import check_launch_request
 from iris.federation.ids import reserved_for
 from iris.federation.model import Disposition, DispositionKind, SubmittedJob, Submitter
 from iris.rpc import controller_pb2 as pb
@@ -136,6 +137,7 @@ class Submits:
         """The checks a submit passes before anything is unpacked or written: the job's id, whether
         the caller may create it, its name, the client's age, its image. Returns (the job's id, now in
         ms, who is accountable for it)."""
+        check_launch_request(req)
         name = resolve_job_id(req)
         check_may_create(identity, str(name), name.user)
         if name.is_root:
