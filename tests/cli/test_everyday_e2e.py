@@ -33,6 +33,7 @@ BAD_INPUTS = [
     (["job", "run", "--region", "", "--", "true"], "--region is empty"),
     (["job", "run", "--zone", " ", "--", "true"], "--zone is empty"),
     (["worker", "start", "--backend", "pool", "--memory", "12"], "write 12M or 12G"),
+    (["worker", "start", "--backend", "pool", "--attr", "zone=a\nb"], "--attr 'zone=a\\nb' holds a control"),
     (["job", "run", "--job-name", "", "--", "true"], "'--job-name': the value is empty"),
     (["job", "run", "--gpu", "H100x70000", "--", "true"], "at most 65536"),
     (["job", "run", "--replicas", "100001", "--", "true"], "replicas 100001 is more than a job may have"),

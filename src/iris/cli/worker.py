@@ -83,6 +83,11 @@ def start(
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    from iris.core.printable import check_printable
+
+    for flag, value in (("--name", name), ("--backend", backend), *(("--attr", attr) for attr in attrs)):
+        if value is not None:  # shown in other users' worker lists and matched by their constraints
+            check_printable(flag, value)
     url = controller_url or obj.controller_url() or default_url()
     settings = host_settings(
         url, backend, name, cpu, memory, disk, devices, attrs, work_dir, runtime, token_for(url, obj.token)

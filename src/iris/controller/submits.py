@@ -134,8 +134,8 @@ class Submits:
         return self._answer(*outcome)
 
     def _admission(self, req: pb.LaunchJobRequest, identity: Identity) -> tuple[JobName, int, Submitter]:
-        """The checks a submit passes before anything is unpacked or written: the job's id, whether
-        the caller may create it, its name, the client's age, its image. Returns (the job's id, now in
+        """The checks a submit passes before anything is unpacked or written: its names printable,
+        the job's id, whether the caller may create it, its name, the client's age, its image. Returns (the job's id, now in
         ms, who is accountable for it)."""
         check_launch_request(req)
         name = resolve_job_id(req)
