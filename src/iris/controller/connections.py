@@ -75,15 +75,11 @@ def connection_limit(configured: int) -> int:
     return max(16, int(soft * _SHARE_FOR_CONNECTIONS))
 
 
-def _busy_answer(limit: int) -> bytes:
-    body = json.dumps(
-        {
-            "code": "unavailable",
-            "message": f"the controller holds its most connections at once ({limit}); try again shortly",
-        }
-    ).encode()
+def _refusal(status: str, code: str, message: str) -> bytes:
+    """A whole HTTP answer refusing a request with a Connect error body, closing the connection."""
+    body = json.dumps({"code": code, "message": message}).encode()
     head = (
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+        f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
     )
     return head.encode() + body
@@ -111,28 +107,22 @@ def client_of(host: str, port: int, server_port: int, peer=None) -> Hashable:
     return address
 
 
-def _head_too_large_answer() -> bytes:
-    body = json.dumps(
-        {
-            "code": "invalid_argument",
-            "message": f"the request's head (its URL and headers) is longer than {MAX_HEAD_BYTES} bytes",
-        }
-    ).encode()
-    head = (
-        "HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
-    )
-    return head.encode() + body
-
-
 def guarded(
     protocol_class: type[HttpToolsProtocol], read_timeout: float, max_connections: int
 ) -> type[HttpToolsProtocol]:
     """A subclass of uvicorn's `protocol_class` (its httptools protocol) holding connections to the
     rules of the module docstring."""
     limit = connection_limit(max_connections)
-    busy = _busy_answer(limit)
-    head_too_large = _head_too_large_answer()
+    busy = _refusal(
+        "503 Service Unavailable",
+        "unavailable",
+        f"the controller holds its most connections at once ({limit}); try again shortly",
+    )
+    head_too_large = _refusal(
+        "431 Request Header Fields Too Large",
+        "invalid_argument",
+        f"the request's head (its URL and headers) is longer than {MAX_HEAD_BYTES} bytes",
+    )
     # Each client's open connections, oldest first.
     by_client: dict[Hashable, dict[Guarded, None]] = {}
 
