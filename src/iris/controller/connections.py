@@ -45,6 +45,7 @@ import resource
 from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
+from iris.controller.auth.authenticator import parse_address
 from iris.controller.auth.isolation import loopback_socket_uid
 from iris.core import spans
 
@@ -88,12 +89,9 @@ def _refusal(status: str, code: str, message: str) -> bytes:
 def client_of(host: str, port: int, server_port: int, peer=None) -> Hashable:
     """The client a connection from (`host`, `port`) counts against (see the module docstring);
     on loopback the uid is taken from, or kept on, `peer` (the connection's `Peer`)."""
-    try:
-        address = ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
+    address = parse_address(host)
+    if address is None:
         return host
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
     if address.is_loopback:
         uid = getattr(peer, "owner_uid", None)
         if uid is None:

@@ -197,11 +197,12 @@ def parse_cidrs(cidrs: Iterable[str | _Network]) -> tuple[_Network, ...]:
 
 def _in_networks(host: str | None, networks: Iterable[_Network]) -> bool:
     """Whether `host` lies in one of `networks`."""
-    address = _parse_address(host)
+    address = parse_address(host)
     return address is not None and any(address in net for net in networks)
 
 
-def _parse_address(host: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+def parse_address(host: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The IP address `host` names (an IPv4-mapped IPv6 address as its IPv4 one); None if none."""
     if not host:
         return None
     try:
