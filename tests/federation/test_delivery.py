@@ -454,6 +454,36 @@ def test_plan_with_every_peer_at_its_cap_reads_no_queue_until_a_slot_frees():
         manager.stop()
 
 
+def test_an_answer_landing_while_a_pass_runs_wakes_the_tick_once_the_pass_leaves_jobs_queued():
+    from tests.federation.federation_builders import gpu, h100_peer, job
+
+    queued = [job(f"/bob/q{i}", gpu(count=1), submitted_ms=i) for i in range(3)]
+    wakes: list[int] = []
+    manager = None
+
+    class AnsweredMidPass(PlanStore):
+        def queued_jobs(self):
+            # The peer accepts the handoff it held and its answer arrives after this pass read the
+            # slots (all taken) and before the pass says jobs are left: only the pass can see it.
+            if self.reads == 0:
+                self.in_flight["cw"] -= 1
+                manager._answered()
+            return super().queued_jobs()
+
+    store = AnsweredMidPass(queued, {"cw": 1})
+    manager = FederationManager(
+        "marin", {"cw": "http://127.0.0.1:9"}, store=store, router=None, max_per_peer=1,
+        wake_tick=lambda: wakes.append(1),
+    )  # fmt: skip
+    manager._status["cw"] = replace(manager._status["cw"], reachable=True, backends=h100_peer("cw", 64).backends)
+    try:
+        assert manager.plan() == []  # it read the peer as full
+        assert wakes, "the answer's freed slot would wait for the next timed pass"
+        assert [p.job_id for p in manager.plan()] == ["/bob/q0"]
+    finally:
+        manager.stop()
+
+
 def test_peer_client_reuses_a_token_until_the_peer_refuses_it(held_peer):
     minted: list[str] = []
 

@@ -157,6 +157,7 @@ class FederationManager:
         self._next_sync = 0.0
         self.delivery = Delivery(self.clients, store, sync_interval, self._answered)
         self._queue_left = False  # the last placement pass left jobs queued: a freed slot may take one
+        self._answers = 0  # peer answers so far: a pass that read the slots before one wakes the tick
         # The last pass left jobs queued with every peer at its cap: a submit queued for a peer
         # need not wake the tick, since only an answer (which wakes it) can free a slot.
         self.saturated = False
@@ -262,6 +263,7 @@ class FederationManager:
         the others onto peers with room (CAS each). `band_of` says which band each queued job
         competes in (batch when its owner is over budget); None: its own."""
         self.store.expire_queued()
+        answers = self._answers  # before the slots are read: an answer after this may free one
         in_flight = self.store.handoffs_in_flight()
         errors = self._peer_errors()
         if self._queue_left and self._full(in_flight) and errors == self._errors_said:
@@ -283,6 +285,10 @@ class FederationManager:
             in_flight[promotion.peer_id] = in_flight.get(promotion.peer_id, 0) + 1
         self._queue_left = len(confirmed) < len(queued)
         self.saturated = self._queue_left and self._full(in_flight)
+        if self._queue_left and self._answers != answers:
+            # An answer came while this pass ran, when `_queue_left` did not yet say jobs were
+            # left: it did not wake the tick, and the slots it freed were read before it.
+            self.wake_tick()
         if confirmed:
             self.delivery.promoted([PendingDelivery(p.job_id, p.peer_id, False) for p in confirmed])
         promoted = {p.job_id for p in confirmed}
@@ -329,6 +335,7 @@ class FederationManager:
 
     def _answered(self) -> None:
         """A peer answered a delivery: the slots its acceptances freed may take queued jobs."""
+        self._answers += 1
         if self._queue_left:
             self.wake_tick()
 
