@@ -155,6 +155,36 @@ def test_wait_follows_a_running_job_to_its_end_and_keeps_its_timeout(controller)
     controller.cli("job", "stop", "endless")
 
 
+def test_wait_timeout_zero_means_no_limit_as_for_job_run(controller, tmp_path):
+    """`job wait --timeout 0` waits as long as it takes (0 means no limit, as for `job run
+    --timeout`), and a negative --timeout is refused before anything is asked."""
+    controller.extra_env["USER"] = "alice"
+    gate = tmp_path / "go"
+    started = controller.cli(
+        "job", "run", "--no-wait", "--job-name", "gated", "--", f"while [ ! -e {gate} ]; do sleep 0.05; done"
+    )
+    assert started.returncode == 0, started.stderr
+    port = int(controller.url.rsplit(":", 1)[1])
+    proc = _spawn(controller, "job", "wait", "--timeout", "0", "gated")
+    try:
+        connections = psutil.Process(proc.pid).net_connections
+        wait_until(
+            lambda: proc.poll() is not None or any(c.raddr and c.raddr.port == port for c in connections(kind="tcp")),
+            message="the wait to call the controller",
+        )
+        wait_until(lambda: {j["job_id"]: j["state"] for j in _jobs(controller)}["/alice/gated"] == "RUNNING")
+        gate.touch()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (proc.returncode, out) == (0, "/alice/gated SUCCEEDED (exit code 0)\n"), err
+    for flag in ("--timeout=-1", "--timeout=soon"):
+        refused = controller.cli("job", "wait", flag, "gated")
+        assert refused.returncode == 3 and "--timeout" in refused.stderr, refused.stderr
+
+
 def _interrupt_once_connected(controller, *args: str) -> tuple[str, str, int]:
     """Runs `iris ARGS…`, sends it Ctrl-C once it holds a connection to the controller (so is past
     its start-up, in the command itself), and returns its stdout, stderr and exit code."""

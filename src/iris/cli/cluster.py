@@ -70,7 +70,13 @@ def cluster() -> None:
 @cluster.command("start")
 @config_options
 @click.option("--detach", is_flag=True, help="Run in the background; return once the controller answers.")
-@click.option("--timeout", type=float, default=30.0, show_default=True, help="With --detach: seconds to wait for it.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="With --detach: seconds to wait for it to answer (0: no limit).",
+)
 @output_option
 @click.pass_obj
 def start(obj: CliContext, config_path: str | None, local: bool, port: int | None, detach: bool, timeout: float) -> int:
@@ -313,7 +319,13 @@ def remove_cluster(obj: CliContext, name: str) -> int:
 
 @cluster.command("stop")
 @config_options
-@click.option("--timeout", type=float, default=15.0, show_default=True, help="Seconds before it is killed.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=15.0,
+    show_default=True,
+    help="Seconds before it is killed (0: no limit, wait for it to exit).",
+)
 @output_option
 @click.pass_obj
 def stop(obj: CliContext, config_path: str | None, local: bool, port: int | None, timeout: float) -> int:

@@ -144,7 +144,9 @@ def _stop_each(obj: CliContext, targets: list[str], reason: str, wait_ended: boo
 
 @job.command("wait")
 @click.argument("job_ids", metavar="JOB...", nargs=-1, required=True)
-@click.option("--timeout", metavar="DURATION", help="Give up after this long (e.g. 30s, 2h); default: no limit.")
+@click.option(
+    "--timeout", metavar="DURATION", help="Give up after this long (e.g. 30s, 2h); 0 (the default): no limit."
+)
 @output_option
 @click.pass_obj
 def wait(obj: CliContext, job_ids: tuple[str, ...], timeout: str | None) -> int:
@@ -159,6 +161,7 @@ def wait(obj: CliContext, job_ids: tuple[str, ...], timeout: str | None) -> int:
         limit = parse_duration(timeout) if timeout else None
     except IrisError as exc:
         raise click.BadParameter(exc.message, param_hint="--timeout") from None
+    limit = limit or None  # 0 means no limit, as for `job run --timeout`
     client = obj.client()
     ids = [resolve_job(obj, j) for j in job_ids]
     began = time.monotonic()

@@ -309,12 +309,15 @@ class IrisClient:
             request.page_token = resp.next_page_token
 
     def wait(self, job: str, timeout: float | None = None) -> pb.JobStatus:
-        """Blocks until the job is terminal and returns its final status; TimeoutError after `timeout` s.
+        """Blocks until the job is terminal and returns its final status; TimeoutError after `timeout` s
+        (None or 0: no limit, as a job's own timeout).
 
         Each call waits on the controller while the job stays in the state last seen (a long poll),
         so the end is seen as soon as the controller has stored it. A controller too old to wait
         answers at once; then the calls are spaced out as a poll would be."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"timeout must be 0 (no limit) or more seconds, got {timeout:g}")
+        deadline = time.monotonic() + timeout if timeout else None
         delay = POLL_FIRST_S
         status = self.status(job)
         while status.state not in TERMINAL_STATES:

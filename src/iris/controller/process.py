@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -293,7 +294,8 @@ def _call_when_started(server, on_ready) -> None:
 
 
 def start_detached(config: ClusterConfig, argv: list[str], timeout: float = 30) -> int:
-    """Starts `iris cluster start <argv>` in the background; returns its pid once it answers."""
+    """Starts `iris cluster start <argv>` in the background; returns its pid once it answers
+    (waiting at most `timeout` seconds; 0: as long as it takes)."""
     check_state_dir(config)
     if lock_held(config):
         raise already_running(config, argv)
@@ -309,7 +311,7 @@ def start_detached(config: ClusterConfig, argv: list[str], timeout: float = 30) 
     log.close()
     # Success only once *this* process answers, on this port, with this state dir: something else
     # answering on the port (another controller, any program) is never taken for it.
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout if timeout else math.inf
     answered = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -350,12 +352,13 @@ def _can_bind(config: ClusterConfig) -> bool:
 
 
 def stop(config: ClusterConfig, timeout: float = 15) -> bool:
-    """Stops the controller recorded in `controller.pid`; False when none was running."""
+    """Stops the controller recorded in `controller.pid`, killing it if it has not exited after
+    `timeout` seconds (0: never, it is waited for); False when none was running."""
     pid = read_pid(config)
     if pid is None:
         return False
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout if timeout else math.inf
     while time.monotonic() < deadline:
         if _gone(pid):
             return True
