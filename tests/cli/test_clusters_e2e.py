@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import yaml
 
 from iris.controller.process import probe
@@ -52,13 +53,72 @@ def test_cluster_flag_picks_the_named_controller_and_use_sets_the_default(contro
     assert listed["default"] == "beta"
     assert [(c["name"], c["up"]) for c in listed["clusters"]] == [("alpha", True), ("beta", True)]
     table = run_iris(home, "cluster", "list").stdout.splitlines()
-    assert table[0].split() == ["NAME", "URL", "STATUS", "CONFIG"]
+    assert table[0].split() == ["NAME", "URL", "STATUS", "CONFIG", "ANSWER"]
     assert table[2].split()[:4] == ["*", "beta", b.url, "up"]
     unknown = run_iris(home, "--cluster", "gamma", "job", "list")
     assert unknown.returncode == 3 and "alpha, beta" in unknown.stderr
     # --controller still wins over a named cluster's URL.
     explicit = run_iris(home, "--controller", a.url, "-o", "json", "cluster", "status")
     assert json.loads(explicit.stdout)["cluster"]["name"] == "alpha"
+
+
+def test_cluster_list_shows_a_cluster_that_answers_late_as_slow_not_down(controller_factory, tmp_path):
+    """A controller that accepts the connection but has not answered within --timeout (here a
+    stopped process, as a swamped one looks) is slow, with the reason; an address where nothing
+    listens is down, with the error; --timeout 0 waits for the answer however late."""
+    home = tmp_path / "home"
+    home.mkdir()
+    busy = controller_factory("busy")
+    gone = f"http://127.0.0.1:{free_port()}"
+    assert run_iris(home, "cluster", "add", "busy", "--url", busy.url).returncode == 0
+    assert run_iris(home, "cluster", "add", "gone", "--url", gone).returncode == 0
+    os.kill(busy.pid, signal.SIGSTOP)
+    try:
+        listed = run_iris(home, "-o", "json", "cluster", "list", "--timeout", "1")
+        assert listed.returncode == 0, listed.stderr
+        rows = {c["name"]: c for c in json.loads(listed.stdout)["clusters"]}
+        assert (rows["busy"]["status"], rows["busy"]["up"], rows["busy"]["answered_in_s"]) == ("slow", False, None)
+        assert rows["busy"]["error"] == "accepted the connection but gave no answer within 1s", rows["busy"]
+        assert (rows["gone"]["status"], rows["gone"]["up"], rows["gone"]["error"]) == (
+            "down",
+            False,
+            "connection refused",
+        )
+        table = run_iris(home, "cluster", "list", "--timeout", "1").stdout.splitlines()
+        assert table[1].split()[:3] == ["busy", busy.url, "slow"] and "no answer within 1s" in table[1]
+        assert table[2].split()[:3] == ["gone", gone, "down"] and "connection refused" in table[2]
+        env = {k: v for k, v in os.environ.items() if k not in ("IRIS_CONTROLLER", "IRIS_TOKEN")}
+        waiting = subprocess.Popen(
+            [sys.executable, "-m", "iris.cli.main", "-o", "json", "cluster", "list", "--timeout", "0"],
+            env={**env, "HOME": str(home)},
+            cwd=home,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            port = int(busy.url.rsplit(":", 1)[1])
+            connections = psutil.Process(waiting.pid).net_connections
+            wait_until(
+                lambda: (
+                    waiting.poll() is not None
+                    or sum(1 for c in connections(kind="tcp") if c.raddr and c.raddr.port == port) > 0
+                ),
+                message="the list to ask the stopped controller",
+            )
+            os.kill(busy.pid, signal.SIGCONT)
+            out, err = waiting.communicate(timeout=60)
+        finally:
+            if waiting.poll() is None:
+                waiting.kill()
+                waiting.wait()
+        late = {c["name"]: c for c in json.loads(out)["clusters"]}["busy"]
+        assert late["up"] and late["status"] in ("up", "slow") and late["answered_in_s"] > 0, (late, err)
+    finally:
+        os.kill(busy.pid, signal.SIGCONT)
+    for bad in ("-1", "soon"):
+        refused = run_iris(home, "cluster", "list", "--timeout", bad)
+        assert refused.returncode == 3 and "--timeout" in refused.stderr, refused.stderr
 
 
 def _config(tmp_path: Path, name: str, port: int, state_dir: Path) -> Path:

@@ -125,25 +125,40 @@ def _remember(config, config_path: str | None) -> None:
 
 
 @cluster.command("list")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for each cluster's answer (0: no limit); one that answers later is shown as slow.",
+)
 @output_option
 @click.pass_obj
-def list_clusters(obj: CliContext) -> int:
-    """Lists the named clusters (~/.iris/clusters.yaml), the default one, and which answer now."""
+def list_clusters(obj: CliContext, timeout: float) -> int:
+    """Lists the named clusters (~/.iris/clusters.yaml), the default one, and which answer now.
+
+    STATUS is up, slow (it answered after 2 s or more, or accepted the connection but gave no
+    answer within --timeout: busy, or hung) or down (nothing accepts the connection, or what answers
+    is not an Iris controller); ANSWER says how long it took, or why there was none.
+    """
     from concurrent.futures import ThreadPoolExecutor
 
     from iris.client.clusters import clusters_file, load
-    from iris.controller.process import probe
+    from iris.client.probe import probe_cluster
 
     named = load()
     with ThreadPoolExecutor(max_workers=8) as pool:
-        answers = list(pool.map(lambda c: probe(c.url, timeout=0.5), named.clusters))
+        answers = list(pool.map(lambda c: probe_cluster(c.url, timeout), named.clusters))
     rows = [
         {
             "name": c.name,
             "url": c.url,
             "config": c.config,
             "default": c.name == named.default,
-            "up": answer is not None,
+            "up": answer.answered_in_s is not None,
+            "status": answer.status,
+            "answered_in_s": answer.answered_in_s,
+            "error": answer.error or None,
         }
         for c, answer in zip(named.clusters, answers)
     ]
@@ -157,14 +172,19 @@ def list_clusters(obj: CliContext) -> int:
 
     click.echo(
         render_table(
-            ["", "NAME", "URL", "STATUS", "CONFIG"],
+            ["", "NAME", "URL", "STATUS", "CONFIG", "ANSWER"],
             [
-                ["*" if r["default"] else "", r["name"], r["url"], "up" if r["up"] else "down", r["config"] or "-"]
+                ["*" if r["default"] else "", r["name"], r["url"], r["status"], r["config"] or "-", _answer(r)]
                 for r in rows
             ],
         )
     )
     return EXIT_OK
+
+
+def _answer(row: dict) -> str:
+    took = f"in {row['answered_in_s']:.1f}s" if row["answered_in_s"] is not None else ""
+    return "; ".join(part for part in (took, row["error"] or "") if part) or "-"
 
 
 @cluster.command("peers")
