@@ -26,7 +26,7 @@ from urllib.parse import unquote
 
 from starlette.background import BackgroundTask
 from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -48,6 +48,21 @@ HOP_HEADERS = frozenset(
     | {"upgrade", "host"}
 )
 STRIPPED_REQUEST_HEADERS = HOP_HEADERS | {"authorization", "cookie", RELAYED_HEADER}
+# Not passed back: headers by which a served page would act on the controller's whole origin, and
+# CORS headers, which the relay sets itself for a sandboxed page's calls.
+STRIPPED_RESPONSE_HEADERS = HOP_HEADERS | {
+    "service-worker-allowed",
+    "clear-site-data",
+    "access-control-allow-origin",
+    "access-control-allow-credentials",
+}
+# The served page runs sandboxed in an opaque origin (see the module docstring): scripts, forms,
+# dialogs and popups (sandboxed too) work; the controller's origin, its storage and its API do not.
+PAGE_SANDBOX = (
+    "content-security-policy",
+    "sandbox allow-scripts allow-forms allow-modals allow-popups allow-downloads allow-pointer-lock",
+)
+SANDBOXED_ORIGIN = "null"
 
 
 class Proxy:
@@ -98,6 +113,9 @@ class Proxy:
             target = await asyncio.to_thread(self._target, request.path_params["rest"])
         except IrisError as exc:
             return _error(exc)
+        sandboxed = request.headers.get("origin") == SANDBOXED_ORIGIN
+        if sandboxed and request.method == "OPTIONS" and "access-control-request-method" in request.headers:
+            return _preflight(request)
         url = target + (f"?{request.url.query}" if request.url.query else "")
         headers = [(k, v) for k, v in request.headers.items() if k not in STRIPPED_REQUEST_HEADERS]
         headers.append((RELAYED_HEADER, self.config.name))  # never local_admin where it lands
@@ -111,7 +129,10 @@ class Proxy:
             upstream = await self.client.send(upstream_request, stream=True)
         except httpx.HTTPError as exc:
             return JSONResponse({"error": f"the endpoint did not answer: {type(exc).__name__}"}, status_code=502)
-        out = [(k, v) for k, v in upstream.headers.multi_items() if k.lower() not in HOP_HEADERS]
+        out = [(k, v) for k, v in upstream.headers.multi_items() if k.lower() not in STRIPPED_RESPONSE_HEADERS]
+        out.append(PAGE_SANDBOX)
+        if sandboxed:
+            out.extend(_cors())
         response = StreamingResponse(
             upstream.aiter_raw(), status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
         )
@@ -182,10 +203,29 @@ async def _pump(ws: WebSocket, upstream) -> None:
         await ws.close()
 
 
+def _cors() -> list[tuple[str, str]]:
+    """What lets a sandboxed page read its own app's answers: that origin, `null`, and no other."""
+    return [
+        ("access-control-allow-origin", SANDBOXED_ORIGIN),
+        ("access-control-allow-credentials", "true"),  # none reach the app: Cookie is dropped
+        ("vary", "origin"),
+    ]
+
+
+def _preflight(request: Request) -> Response:
+    """A sandboxed page's preflight, answered here: the app it asks about is its own."""
+    headers = dict(_cors())
+    headers["access-control-allow-methods"] = request.headers["access-control-request-method"]
+    if asked := request.headers.get("access-control-request-headers"):
+        headers["access-control-allow-headers"] = asked
+    headers["access-control-max-age"] = "600"
+    return Response(status_code=204, headers=headers)
+
+
 def _error(exc: IrisError) -> JSONResponse:
     codes = ((NotFound, 404), (Unauthenticated, 401), (InvalidArgument, 400))
     status = next((code for cls, code in codes if isinstance(exc, cls)), 403)
-    return JSONResponse({"code": exc.code, "message": exc.message}, status_code=status)
+    return JSONResponse({"code": exc.code, "message": exc.message}, status_code=status, headers=dict([PAGE_SANDBOX]))
 
 
 def routes(proxy: Proxy) -> list:
