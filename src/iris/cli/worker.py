@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from iris.cli.checks import size_with_unit
-from iris.cli.main import EXIT_OK, CliContext, output_option
+from iris.cli.main import EXIT_OK, CliContext, echo, output_option
 
 
 @click.group()
@@ -51,6 +51,7 @@ def worker() -> None:
     help="process: attempts run as process groups; docker: jobs naming --image run in containers.",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Log every exchange with the controller.")
+@output_option
 @click.pass_obj
 def start(
     obj: CliContext,
@@ -73,6 +74,7 @@ def start(
     attempts, which the cluster then retries elsewhere. A worker token (`iris token create --role
     worker`) in --token or $IRIS_TOKEN authenticates it; without one only a trusted address may join.
     """
+    import json
     import logging
 
     from iris.client.client import default_url
@@ -92,7 +94,10 @@ def start(
     settings = host_settings(
         url, backend, name, cpu, memory, disk, devices, attrs, work_dir, runtime, token_for(url, obj.token)
     )
-    daemon = WorkerDaemon(settings)
+    # One line, not the indented document of other commands: the daemon runs on, and a script
+    # reading its stdout takes the first line as the sign that the worker has joined.
+    on_joined = (lambda resp: echo(json.dumps(joined_doc(settings, resp)))) if obj.json else None
+    daemon = WorkerDaemon(settings, on_joined=on_joined)
     daemon.install_signal_handlers()
     click.echo(
         f"worker {settings.name} joining backend {backend} at {url} "
@@ -101,6 +106,26 @@ def start(
     )
     daemon.run()
     return EXIT_OK
+
+
+def joined_doc(settings, resp) -> dict:  # (WorkerSettings, pb.RegisterWorkerResponse): imported lazily
+    """What `worker start -o json` prints once the worker has joined: the worker as registered."""
+    import os
+
+    from iris.cli.output import message_to_dict
+    from iris.rpc.codec import resources_to_proto
+
+    return {
+        "worker_id": resp.worker_id or settings.name,
+        "backend_id": settings.backend,
+        "controller": settings.controller,
+        "capacity": message_to_dict(resources_to_proto(settings.capacity)),
+        "attributes": dict(settings.attributes),
+        "runtime": settings.runtime,
+        "work_dir": str(settings.work_dir),
+        "pid": os.getpid(),
+        "grace_period_s": resp.grace_period_s,
+    }
 
 
 @worker.command("list")

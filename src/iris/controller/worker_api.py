@@ -5,7 +5,9 @@ long poll waits on an event for most of its life, and a thread per waiting daemo
 thread pool long before a thousand workers. Neither call touches the database; the backend keeps
 its members in memory and the tick commits what they report. FetchBundle hands a worker a layer of
 the workspace of an attempt the backend placed on it (the backend says whether it did), read from
-the database on a thread: a worker on another host has no other way to the job's files.
+the database on a thread: a worker on another host has no other way to the job's files. Every
+string field of the three calls is checked first (`iris.rpc.worker_text`): the API is open to any
+holder of a worker token, not only to `iris worker start`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from iris.controller.db.database import Database
 from iris.controller.handler import rpc
 from iris.core.errors import InvalidArgument, NotFound
 from iris.rpc import controller_pb2 as pb
+from iris.rpc.worker_text import check_fetch, check_poll, check_registration
 
 if TYPE_CHECKING:
     from iris.controller.identity import Identities
@@ -54,16 +57,19 @@ class WorkerCalls:
 
     @rpc
     async def register_worker(self, req: pb.RegisterWorkerRequest, identity: Identity) -> pb.RegisterWorkerResponse:
+        check_registration(req)
         hub, principal, admin = self._joined(req.backend_id, identity)
         return hub.register_worker(req, principal, admin)
 
     @rpc
     async def worker_poll(self, req: pb.WorkerPollRequest, identity: Identity) -> pb.WorkerPollResponse:
+        check_poll(req)
         hub, principal, admin = self._joined(req.backend_id, identity)
         return await hub.worker_poll(req, principal, admin)
 
     @rpc
     async def fetch_bundle(self, req: pb.FetchBundleRequest, identity: Identity) -> pb.FetchBundleResponse:
+        check_fetch(req)
         hub, principal, admin = self._joined(req.backend_id, identity)
         job_id = hub.workspace_grant(req, principal, admin)
         return await asyncio.to_thread(self._workspace_layer, job_id, req.content_id)

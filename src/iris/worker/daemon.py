@@ -33,6 +33,7 @@ import random
 import secrets
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -45,6 +46,7 @@ from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import resources_to_proto
 from iris.rpc.controller_connect import ControllerServiceClientSync
 from iris.rpc.errors import from_connect
+from iris.rpc.worker_text import clip_error
 from iris.worker.runtime import STREAMS, AttemptRun, ProcessRuntime, StartFailed
 from iris.worker.settings import WorkerSettings
 
@@ -88,8 +90,16 @@ def _read(path: Path, offset: int, final: bool) -> tuple[bytes, int]:
 
 
 class WorkerDaemon:
-    def __init__(self, settings: WorkerSettings, runtime=None):
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        runtime=None,
+        on_joined: Callable[[pb.RegisterWorkerResponse], None] | None = None,
+    ):
+        """`on_joined` is called once, with the controller's answer, when the first registration
+        succeeds (a re-registration after a controller restart calls it no more)."""
         self.settings = settings
+        self._on_joined = on_joined
         self._stop = threading.Event()
         self._report_now = threading.Event()
         self.runtime = runtime or self._runtime()
@@ -183,7 +193,10 @@ class WorkerDaemon:
             self._session, self._acked = resp.session, 0
             self.hold_s = resp.poll_hold_s or self.hold_s
         self.previous_boot_id = self.boot_id  # from now on a re-registration is this same life
+        first = not self.registered.is_set()
         self.registered.set()
+        if first and self._on_joined is not None:
+            self._on_joined(resp)
         log.info("worker %s registered with backend %s at %s", s.name, s.backend, s.controller)
         self._report_now.set()
 
@@ -241,7 +254,7 @@ class WorkerDaemon:
             self.runtime.start(launch, self._workspace(launch))
         except StartFailed as exc:
             log.warning("cannot start %s: %s", launch.attempt_id, exc)
-            self._failed[launch.attempt_id] = str(exc)
+            self._failed[launch.attempt_id] = clip_error(str(exc))
         self._report_now.set()
 
     def _workspace(self, launch: pb.AttemptLaunch) -> tuple[str, ...]:
@@ -326,7 +339,7 @@ class WorkerDaemon:
                         attempt_id=run.attempt_id,
                         exit_code=run.exit_code if run.exit_code is not None else 0,
                         has_exit_code=run.exit_code is not None,
-                        error=run.error,
+                        error=clip_error(run.error),
                         stdout_size=sizes["stdout"],
                         stderr_size=sizes["stderr"],
                     )
