@@ -92,6 +92,12 @@ class WorkersBackendConfig(BackendModel):
 
     kind: Literal["workers"]
     attributes: dict[str, str | int | float | bool] = {}
+    # A worker declared dead (silent past the grace period) is listed as dead this long, then
+    # forgotten: dropped from `worker list` and the scheduler's view, so a pool with churn does
+    # not grow without bound. Its attempts keep naming it in `job describe` and the database.
+    forget_dead_after: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
+
+    _durations = field_validator("forget_dead_after", mode="before")(lambda cls, v: _duration(v))
 
 
 class SlurmBackendConfig(BackendModel):

@@ -104,6 +104,7 @@ class _Worker:
     last_contact: float  # monotonic
     last_contact_ms: int
     alive: bool = True
+    dead_since: float | None = None  # monotonic; set when it is declared dead
     next_seq: int = 1
     commands: list[pb.WorkerCommand] = field(default_factory=list)
     waiter: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
@@ -124,6 +125,7 @@ class WorkersBackend:
         self.config = config
         self._context = context
         self.grace = context.worker_grace_period
+        self.retention = config.forget_dead_after
         self.hold = max(0.05, min(MAX_HOLD_S, self.grace / 3))
         self._required = {k: str(v).lower() for k, v in config.attributes.items()}
         self._attributes = {**self._required, "pool": config.id}
@@ -244,10 +246,16 @@ class WorkersBackend:
         """Nothing to delete here: a worker removes an attempt's files once its exit is accepted."""
 
     def _expire(self, now: float) -> None:
-        """Declares silent workers dead and gives up adopted attempts nobody came back for."""
+        """Declares silent workers dead, forgets those dead longer than the retention, and gives up
+        adopted attempts nobody came back for."""
+        for worker in [
+            w for w in self._workers.values() if w.dead_since is not None and now - w.dead_since > self.retention
+        ]:
+            self._forget(worker)
         for worker in self._workers.values():
             if worker.alive and now - worker.last_contact > self.grace:
                 worker.alive = False
+                worker.dead_since = now
                 worker.commands.clear()
                 _notify(worker)
                 log.warning(
@@ -257,6 +265,14 @@ class WorkersBackend:
                     self._lose(a, f"worker {worker.name} stopped answering for more than {self.grace:g}s")
         for a in [a for a in self._attempts.values() if a.adopt_deadline is not None and a.adopt_deadline < now]:
             self._lose(a, f"worker {a.worker} did not reconnect after the controller restarted")
+
+    def _forget(self, worker: _Worker) -> None:
+        """Drops a dead worker's record: its attempts were given up when it died, and those that
+        ran on it keep its name in the database; its name is free to register again."""
+        del self._workers[worker.name]
+        if self._sessions.get(worker.session) is worker:
+            del self._sessions[worker.session]
+        log.info("worker %s of backend %s is dead for more than %gs: forgotten", worker.name, self.id, self.retention)
 
     def _lose(self, attempt: _Attempt, why: str) -> None:
         del self._attempts[attempt.attempt_id]

@@ -1,0 +1,63 @@
+"""A dead worker is forgotten once it has been dead longer than its pool's `forget_dead_after`:
+`worker list` and the scheduler no longer carry it, while the attempts that ran on it keep its
+name; a daemon that comes back afterwards registers anew and is told to kill what it still runs."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from iris.core.config import parse_config
+from iris.core.errors import InvalidArgument
+from tests.conftest import wait_until
+from tests.controller.helpers import client, launch, pb, pid_alive, status
+from tests.workers.conftest import GRACE
+
+
+def _workers(c) -> dict[str, bool]:
+    return {w.worker_id: w.alive for w in c.list_workers(pb.ListWorkersRequest()).workers}
+
+
+def test_workers_dead_worker_is_forgotten_after_the_retention_and_its_attempts_keep_its_name(
+    controller_factory, worker_factory
+):
+    ctl = controller_factory(
+        "churn",
+        backends=[{"id": "pool", "kind": "workers", "forget_dead_after": "3s"}],
+        controller={"tick_interval": "1s", "worker_grace_period": GRACE},
+    )
+    c = client(ctl)
+    gone = worker_factory(ctl, "gone")
+    job = launch(c, "long", ["sleep", "300"])
+    pid = wait_until(gone.attempt_pids, message="the attempt to start")[0]
+    gone.signal(signal.SIGSTOP)  # silent, as a host that lost its network
+    # Declared dead first: listed as dead, its attempt failed as WORKER_FAILED and the task queued again.
+    wait_until(lambda: _workers(c) == {"gone": False}, message="the worker to be declared dead")
+    lost = wait_until(lambda: (s := status(c, job)).tasks[0].attempts[0].state == "WORKER_FAILED" and s)
+    assert lost.tasks[0].attempts[0].worker_id == "gone", lost
+    # Then forgotten: no longer listed, and the job's history still says where its attempt ran.
+    wait_until(lambda: _workers(c) == {}, message="the dead worker to be forgotten")
+    assert ctl.cli("worker", "list").returncode == 0
+    after = status(c, job)
+    assert [(a.state, a.worker_id) for a in after.tasks[0].attempts][:1] == [("WORKER_FAILED", "gone")], after
+    assert after.job.state == "PENDING", after
+    # The same daemon comes back: it registers anew under its name and is told to kill its attempt,
+    # and the queued task runs there as a new attempt.
+    gone.signal(signal.SIGCONT)
+    wait_until(lambda: not pid_alive(pid), timeout=60, message="the forgotten attempt to be killed")
+    wait_until(lambda: _workers(c) == {"gone": True}, message="the worker to register again")
+    rerun = wait_until(lambda: len((s := status(c, job)).tasks[0].attempts) == 2 and s, message="a second attempt")
+    assert rerun.tasks[0].attempts[1].worker_id == "gone", rerun
+    c.terminate_job(pb.TerminateJobRequest(job_id=job))
+
+
+@pytest.mark.parametrize(("value", "words"), [(0, "greater than 0"), ("soon", "not understood"), (-5, "negative")])
+def test_workers_forget_dead_after_must_be_a_positive_duration(value, words):
+    config = {"name": "c", "backends": [{"id": "pool", "kind": "workers", "forget_dead_after": value}]}
+    with pytest.raises(InvalidArgument) as err:
+        parse_config(config)
+    assert "forget_dead_after" in err.value.message and words in err.value.message, err.value.message
+    assert (
+        parse_config({**config, "backends": [{"id": "pool", "kind": "workers"}]}).backends[0].forget_dead_after == 3600
+    )
