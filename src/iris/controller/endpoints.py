@@ -105,12 +105,16 @@ def register(conn, identity: Identity, req: pb.RegisterEndpointRequest, now_ms: 
     return pb.Endpoint(job_id=req.job_id, name=name, address=address, attempt_id=req.attempt_id, created_ms=now_ms)
 
 
-def list_live(conn, job_id: str = "", token: str = "", limit: int = 0) -> pb.ListEndpointsResponse:
-    """One page of the endpoints whose attempt is still active, of one job or of all, by (job, name)."""
-    listing = Listing("endpoints", (str, str), (job_id,))
+def list_live(conn, job_id: str = "", token: str = "", limit: int = 0, within: str = "") -> pb.ListEndpointsResponse:
+    """One page of the endpoints whose attempt is still active, of one job or of all (of the tree
+    of job `within` only, when given), by (job, name)."""
+    listing = Listing("endpoints", (str, str), (job_id,) + ((within,) if within else ()))
     after = listing.after(token)
     where = " AND e.job_id = :j" if job_id else ""
     params: dict[str, object] = {"j": job_id}
+    if within:
+        where += " AND (e.job_id = :root OR substr(e.job_id, 1, :rlen) = :below)"
+        params.update(root=within, below=within + "/", rlen=len(within) + 1)
     total = conn.execute(sql(f"SELECT COUNT(*) FROM ({_LIVE}{where})"), params).scalar() or 0
     if after is not None:
         where += " AND (e.job_id > :aj OR (e.job_id = :aj AND e.name > :an))"

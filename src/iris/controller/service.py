@@ -111,13 +111,16 @@ class ControllerServiceImpl(WorkerCalls):
 
     @rpc
     def list_jobs(self, req: pb.ListJobsRequest, identity: Identity) -> pb.ListJobsResponse:
-        if identity.role is Role.TASK and not in_job_tree(req.prefix, identity.job_scope or ""):
-            scoped = pb.ListJobsRequest()
-            scoped.CopyFrom(req)
-            scoped.prefix = identity.job_scope or ""  # a task lists only its own job's tree
-            req = scoped
+        within = ""
+        if identity.role is Role.TASK:
+            within = identity.job_scope or "\0"  # a task lists only its own job's tree
+            if not in_job_tree(req.prefix, within):
+                scoped = pb.ListJobsRequest()
+                scoped.CopyFrom(req)
+                scoped.prefix = within
+                req = scoped
         with self.db.read() as conn:
-            return reads.list_jobs(conn, req, self.name)
+            return reads.list_jobs(conn, req, self.name, within)
 
     @rpc
     def list_tasks(self, req: pb.ListTasksRequest, identity: Identity) -> pb.ListTasksResponse:
@@ -351,7 +354,9 @@ class ControllerServiceImpl(WorkerCalls):
         with self.db.read() as conn:
             if req.job_id:
                 require_job(conn, req.job_id)
-            return endpoints.list_live(conn, req.job_id, req.page_token, req.limit)
+                self._check_read(conn, identity, req.job_id)
+            within = (identity.job_scope or "\0") if identity.role is Role.TASK else ""
+            return endpoints.list_live(conn, req.job_id, req.page_token, req.limit, within)
 
     @rpc
     def mint_endpoint_url(self, req: pb.MintEndpointUrlRequest, identity: Identity) -> pb.MintEndpointUrlResponse:

@@ -136,10 +136,17 @@ def get_job(conn: Connection, job_id: str, local_cluster: str) -> pb.JobStatus:
     return msg
 
 
-def _job_filters(req: pb.ListJobsRequest, local_cluster: str) -> tuple[list[str], dict[str, object], tuple]:
-    """The WHERE clauses and parameters of `req`'s filters, and the filters as a page token binds them."""
+def _job_filters(
+    req: pb.ListJobsRequest, local_cluster: str, within: str = ""
+) -> tuple[list[str], dict[str, object], tuple]:
+    """The WHERE clauses and parameters of `req`'s filters (and of `within`, a job whose tree holds
+    every row), and the filters as a page token binds them."""
     where: list[str] = []
     params: dict[str, object] = {}
+    if within:
+        # A prefix alone is not a tree: `/alice/run` is a prefix of `/alice/run2` too.
+        where.append("(job_id = :root OR substr(job_id, 1, :rlen) = :below)")
+        params.update(root=within, below=within + "/", rlen=len(within) + 1)
     states: list[str] = []
     if req.state:
         states = list(dict.fromkeys(s.strip().upper() for s in req.state.split(",") if s.strip()))
@@ -164,16 +171,20 @@ def _job_filters(req: pb.ListJobsRequest, local_cluster: str) -> tuple[list[str]
     if req.parent_job_id:
         where.append("parent_job_id = :parent")
         params["parent"] = req.parent_job_id
-    return where, params, (sorted(states), req.prefix, req.user, req.cluster, req.parent_job_id)
+    return (
+        where,
+        params,
+        (sorted(states), req.prefix, req.user, req.cluster, req.parent_job_id) + ((within,) if within else ()),
+    )
 
 
-def list_jobs(conn: Connection, req: pb.ListJobsRequest, local_cluster: str) -> pb.ListJobsResponse:
+def list_jobs(conn: Connection, req: pb.ListJobsRequest, local_cluster: str, within: str = "") -> pb.ListJobsResponse:
     """One page of the jobs matching `req`'s filters, newest first, with the count over all pages.
 
     Pages are keyed on the insertion number (not an offset), so a page stays cheap however deep it
     is and jobs submitted while someone pages do not shift the pages they have not reached yet.
     """
-    where, params, filters = _job_filters(req, local_cluster)
+    where, params, filters = _job_filters(req, local_cluster, within)
     listing = Listing("jobs", (int,), filters)
     after = listing.after(req.page_token)
     total = conn.execute(sql("SELECT COUNT(*) FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")), params)
