@@ -148,3 +148,42 @@ def test_a_job_handed_to_a_peer_runs_with_its_workspace(controller_factory, tmp_
     assert run.stdout.splitlines()[1:] == ["settings from the submitter's folder"]
     stored = json.loads(peer.cli("-o", "json", "query", "SELECT count(*) FROM bundles").stdout)["rows"]
     assert stored == [[1]]  # the peer holds the bundle it received inline, by its content id
+
+
+def test_cluster_peers_on_the_receiving_side_shows_the_cluster_it_receives_from(controller_factory):
+    """A peer configures no `peers:` of its own, yet `cluster peers` there names the cluster that
+    hands it jobs: inbound, trusted, when it last made a handoff or sync, and its jobs not ended."""
+    marin = controller_factory("marin", start=False, controller=FAST)
+    key = public_key_pem(load_or_create_signing_key(None, marin.state_dir))
+    peer = controller_factory(
+        "cw-h100", controller=FAST, auth={"federation_peers": {"marin": key}, "allowed_submitters": ["*"]}
+    )
+    before = json.loads(peer.cli("-o", "json", "cluster", "peers").stdout)
+    assert before["peers"] == [] and [
+        (p["peer_id"], p["trusted"], p["last_contact_ms"]) for p in before["inbound"]
+    ] == [("marin", True, 0)]
+    marin.rewrite(peers={"cw-h100": {"address": peer.url}})
+    marin.start()
+    marin.extra_env["IRIS_TOKEN"] = user_token(marin, "alice")
+    sent = marin.cli("job", "run", "--no-wait", "--target-cluster", "cw-h100", "--job-name", "away", "--", "sleep 300")
+    assert sent.returncode == 0, sent.stderr
+
+    def inbound():
+        doc = json.loads(peer.cli("-o", "json", "cluster", "peers").stdout)
+        return doc["inbound"] and doc["inbound"][0]["active_federated_jobs"] == 1 and doc
+
+    doc = wait_until(inbound, message="the peer to hold the handed-off job")
+    row = doc["inbound"][0]
+    assert doc["peers"] == [] and row["peer_id"] == "marin" and row["direction"] == "inbound", doc
+    assert int(row["last_contact_ms"]) > 0 and row["last_call"] in ("HandOffJobs", "LaunchJob", "FederationSync")
+    assert row["last_contact_age_s"] is not None
+    table = peer.cli("cluster", "peers")
+    assert table.returncode == 0 and "no federation peers" not in table.stderr, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["INBOUND", "PEER", "TRUSTED", "LAST", "CONTACT", "JOBS"], lines
+    assert lines[1].split()[:2] == ["marin", "yes"] and lines[1].split()[-1] == "1", lines
+    # The sending side lists the same link outbound, and nothing inbound.
+    parent = json.loads(marin.cli("-o", "json", "cluster", "peers").stdout)
+    assert [(p["peer_id"], p["direction"]) for p in parent["peers"]] == [("cw-h100", "outbound")]
+    assert parent["inbound"] == []
+    assert marin.cli("job", "stop", "away").returncode == 0

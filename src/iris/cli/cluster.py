@@ -191,14 +191,21 @@ def _answer(row: dict) -> str:
 @output_option
 @click.pass_obj
 def peers(obj: CliContext) -> int:
-    """Shows each federation peer: whether it answers, its last error in plain words, and how old
-    its capacity report is (a peer that stopped answering keeps its last, aging, figures)."""
+    """Shows each federation peer, in both directions.
+
+    Outbound (the `peers:` this cluster hands jobs to): whether it answers, its last error in plain
+    words, and how old its capacity report is (a peer that stopped answering keeps its last, aging,
+    figures). Inbound (the clusters that hand jobs to this one, from `auth.federation_peers` and
+    the jobs held for them): when each last made a handoff or sync here, and its jobs not ended.
+    """
     import time
 
     from iris.cli.output import format_age, message_to_dict, render_table
     from iris.federation.reasons import refuses
 
-    listed = obj.client().peers()
+    client = obj.client()
+    listed = client.peers()
+    inbound = client.inbound_peers()
     now = int(time.time() * 1000)
     rows = []
     for p in listed:
@@ -212,34 +219,67 @@ def peers(obj: CliContext) -> int:
                 "peers": [
                     {
                         **message_to_dict(p),
+                        "direction": "outbound",
                         "status": status,
                         "capacity_report_age_s": (now - report_ms) / 1000 if report_ms else None,
                     }
                     for p, status, report_ms in rows
-                ]
+                ],
+                "inbound": [
+                    {
+                        **message_to_dict(p),
+                        "direction": "inbound",
+                        "last_contact_age_s": (now - p.last_contact_ms) / 1000 if p.last_contact_ms else None,
+                    }
+                    for p in inbound
+                ],
             }
         )
         return EXIT_OK
-    if not rows:
-        click.echo("this cluster has no federation peers (`peers:` in its config)", err=True)
-        return EXIT_OK
-    click.echo(
-        render_table(
-            ["PEER", "ADDRESS", "STATUS", "LAST ANSWER", "CAPACITY REPORT", "JOBS", "LAST ERROR"],
-            [
-                [
-                    p.peer_id,
-                    p.address,
-                    status,
-                    format_age(p.last_contact_ms, now) + " ago" if p.last_contact_ms else "never",
-                    format_age(report_ms, now) + " old" if report_ms else "none yet",
-                    p.active_federated_jobs,
-                    p.last_error or "-",
-                ]
-                for p, status, report_ms in rows
-            ],
+    if not rows and not inbound:
+        click.echo(
+            "this cluster has no federation peers: it sends to none (`peers:` in its config) and"
+            " receives from none (`auth.federation_peers`)",
+            err=True,
         )
-    )
+        return EXIT_OK
+    if rows:
+        click.echo(
+            render_table(
+                ["PEER", "ADDRESS", "STATUS", "LAST ANSWER", "CAPACITY REPORT", "JOBS", "LAST ERROR"],
+                [
+                    [
+                        p.peer_id,
+                        p.address,
+                        status,
+                        format_age(p.last_contact_ms, now) + " ago" if p.last_contact_ms else "never",
+                        format_age(report_ms, now) + " old" if report_ms else "none yet",
+                        p.active_federated_jobs,
+                        p.last_error or "-",
+                    ]
+                    for p, status, report_ms in rows
+                ],
+            )
+        )
+    if inbound:
+        if rows:
+            click.echo("")
+        click.echo(
+            render_table(
+                ["INBOUND PEER", "TRUSTED", "LAST CONTACT", "JOBS"],
+                [
+                    [
+                        p.peer_id,
+                        "yes" if p.trusted else "no (only its jobs remain)",
+                        f"{format_age(p.last_contact_ms, now)} ago ({p.last_call})"
+                        if p.last_contact_ms
+                        else "none since this controller started",
+                        p.active_federated_jobs,
+                    ]
+                    for p in inbound
+                ],
+            )
+        )
     return EXIT_OK
 
 

@@ -514,6 +514,11 @@ class IrisClient:
         """Every federation peer of the cluster, by peer id."""
         return list(self._pages("ListPeers", pb.ListPeersRequest(), pb.ListPeersResponse, "peers"))
 
+    def inbound_peers(self) -> builtins.list[pb.InboundPeer]:
+        """Every cluster that hands jobs to this one (or may: its key is trusted), by peer id."""
+        resp = self._transport.call("ListPeers", pb.ListPeersRequest(limit=1), pb.ListPeersResponse)
+        return list(resp.inbound)
+
     def cluster_info(self) -> pb.GetClusterInfoResponse:
         return self._transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
 

@@ -26,6 +26,7 @@ from iris.controller.db.database import sql
 from iris.controller.db.jobs import require_job
 from iris.controller.handler import rpc
 from iris.controller.handoffs import Handoffs
+from iris.controller.inbound_peers import InboundPeers
 from iris.controller.paging import Listing, page_of
 from iris.controller.submit_rate import SubmitRate
 from iris.controller.submits import Submits
@@ -69,10 +70,12 @@ class ControllerServiceImpl(WorkerCalls):
         self.handoffs = Handoffs(controller, self.submits)
         settings = controller.config.controller
         self.submit_rate = SubmitRate(settings.submit_rate, settings.submit_burst)
+        self.inbound = InboundPeers(controller.config.auth.federation_peers, controller.now_ms)
 
     @rpc
     async def launch_job(self, req: pb.LaunchJobRequest, identity: Identity) -> pb.LaunchJobResponse:
         if req.HasField("handoff"):
+            self.inbound.note(identity, "LaunchJob")
             return await self.handoffs.launch_job(req, identity)
         self.submit_rate.take(identity)
         return await self.submits.launch(req, identity)
@@ -81,6 +84,7 @@ class ControllerServiceImpl(WorkerCalls):
     async def hand_off_jobs(self, req: pb.HandOffJobsRequest, identity: Identity) -> pb.HandOffJobsResponse:
         """Several handoffs from one peer in one call, each admitted or refused on its own
         (`handoffs`): one transaction and one wake-up of the tick for all of them."""
+        self.inbound.note(identity, "HandOffJobs")
         return await self.handoffs.hand_off_jobs(req, identity)
 
     @rpc
@@ -279,7 +283,9 @@ class ControllerServiceImpl(WorkerCalls):
     def list_peers(self, req: pb.ListPeersRequest, identity: Identity) -> pb.ListPeersResponse:
         peers = list(self.federation.list_peers().peers) if self.federation is not None else []
         page = page_of(peers, lambda p: (p.peer_id,), Listing("peers", (str,)), req.page_token, req.limit)
-        return pb.ListPeersResponse(peers=page.rows, next_page_token=page.next_token, total=page.total)
+        with self.db.read() as conn:
+            inbound = self.inbound.listing(conn)
+        return pb.ListPeersResponse(peers=page.rows, next_page_token=page.next_token, total=page.total, inbound=inbound)
 
     @rpc
     async def execute_raw_query(self, req: pb.ExecuteRawQueryRequest, identity: Identity) -> pb.ExecuteRawQueryResponse:
@@ -333,6 +339,7 @@ class ControllerServiceImpl(WorkerCalls):
         if not req.requester:
             raise InvalidArgument("FederationSync needs the requesting cluster's name")
         check_sync_requester(identity, req.requester)
+        self.inbound.note(identity, "FederationSync")
         with self.db.read() as conn:
             batch = fed.changes_since(conn, req.requester, req.cursor, req.job_ids)
             resp = pb.FederationSyncResponse(cursor=batch.cursor, cursor_stale=batch.full, tombstones=batch.tombstones)

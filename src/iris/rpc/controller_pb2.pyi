@@ -586,14 +586,30 @@ class ListPeersRequest(_message.Message):
     def __init__(self, limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListPeersResponse(_message.Message):
-    __slots__ = ("peers", "next_page_token", "total")
+    __slots__ = ("peers", "next_page_token", "total", "inbound")
     PEERS_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
+    INBOUND_FIELD_NUMBER: _ClassVar[int]
     peers: _containers.RepeatedCompositeFieldContainer[PeerInfo]
     next_page_token: str
     total: int
-    def __init__(self, peers: _Optional[_Iterable[_Union[PeerInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total: _Optional[int] = ...) -> None: ...
+    inbound: _containers.RepeatedCompositeFieldContainer[InboundPeer]
+    def __init__(self, peers: _Optional[_Iterable[_Union[PeerInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total: _Optional[int] = ..., inbound: _Optional[_Iterable[_Union[InboundPeer, _Mapping]]] = ...) -> None: ...
+
+class InboundPeer(_message.Message):
+    __slots__ = ("peer_id", "last_contact_ms", "last_call", "active_federated_jobs", "trusted")
+    PEER_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_CONTACT_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_CALL_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_FEDERATED_JOBS_FIELD_NUMBER: _ClassVar[int]
+    TRUSTED_FIELD_NUMBER: _ClassVar[int]
+    peer_id: str
+    last_contact_ms: int
+    last_call: str
+    active_federated_jobs: int
+    trusted: bool
+    def __init__(self, peer_id: _Optional[str] = ..., last_contact_ms: _Optional[int] = ..., last_call: _Optional[str] = ..., active_federated_jobs: _Optional[int] = ..., trusted: _Optional[bool] = ...) -> None: ...
 
 class ExecuteRawQueryRequest(_message.Message):
     __slots__ = ("sql", "limit")

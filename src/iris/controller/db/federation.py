@@ -630,3 +630,15 @@ def prune_changelog(conn: Connection, cutoff_ms: int) -> int:
         ),
         {"cutoff": cutoff_ms},
     ).rowcount
+
+
+def received_counts(conn: Connection) -> dict[str, int]:
+    """Per cluster that handed jobs here (the requester of a received job), how many of them have not ended."""
+    rows = conn.execute(
+        sql(
+            f"SELECT f.peer_id, SUM(CASE WHEN j.state NOT IN {TERMINAL_JOB_SQL} THEN 1 ELSE 0 END)"
+            f" FROM federated_jobs f JOIN jobs j ON j.job_id = f.job_id"
+            f" WHERE f.direction = {RECEIVED} AND f.peer_id != '' GROUP BY f.peer_id"
+        )
+    ).all()
+    return {r[0]: int(r[1] or 0) for r in rows}
