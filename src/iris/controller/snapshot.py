@@ -9,6 +9,12 @@ served for the new job.
 A task whose attempts failed waits out its retry backoff (`retry_backoff_s`) before it enters the
 snapshot again; its job's pending reason says so.
 
+Often nothing changes at all: `inputs_version` reads the version that every change to the rows a
+snapshot is built from moves (see `iris.controller.db.schema.SCHEDULE_INPUTS`), and `load` records
+the version it read (`version`) with the earliest time at which the clock alone would change its
+snapshot or the scheduler's answer (`due_ms`: a retry backoff's end, a scheduling deadline), so the
+tick can tell that scheduling again would decide the same.
+
 Between ticks little changes, so the loader keeps what it built: each pending or running task
 is rebuilt only when its row changed since the last load (otherwise the same frozen object is
 handed on), and the scheduler's worker index (`iris.scheduler.index.ClusterIndex`) is advanced
@@ -24,6 +30,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 
 from iris.backends.protocol import WorkerSnapshot
 from iris.controller.db.database import Database, run, sql
@@ -83,6 +90,13 @@ _PENDING_SQL = (
 )
 
 
+_deadline = attrgetter("scheduling_deadline_ms")
+
+
+def _read_version(conn) -> int:
+    return run(conn, "SELECT version FROM schedule_inputs WHERE id = 0").fetchone()[0]
+
+
 class SnapshotLoader:
     def __init__(
         self,
@@ -102,6 +116,14 @@ class SnapshotLoader:
         self._pending_rows: dict[str, tuple[tuple, PendingTask]] = {}
         self._running_rows: dict[str, tuple[tuple, RunningTask]] = {}
         self._index: ClusterIndex | None = None
+        # The inputs version the last load read, and when the clock alone changes its answer.
+        self.version: int | None = None
+        self.due_ms: int | None = None
+
+    def inputs_version(self) -> int:
+        """The version every change to a snapshot's rows moves (one row, read in microseconds)."""
+        with self.db.read() as conn:
+            return _read_version(conn)
 
     def config(self, conn, job_id: str, insertion: int | None = None) -> JobConfig:
         """The parsed config of `job_id`; `insertion` (when the caller has it) saves a lookup."""
@@ -138,6 +160,7 @@ class SnapshotLoader:
 
     def load(self, now_ms: int, workers: tuple[WorkerSnapshot, ...]) -> SchedulingSnapshot:
         with self.db.read() as conn:
+            version = _read_version(conn)
             running = self._running(conn)
             peer_spend = self._peer_spend(conn)
             # On the driver (plain tuples): every pending task's row is read on every pass, and
@@ -145,6 +168,7 @@ class SnapshotLoader:
             rows = run(conn, _PENDING_SQL).fetchall()
             pending = []
             self.backing_off = {}
+            due: list[int] = []
             known, self._pending_rows = self._pending_rows, {}
             for r in rows:
                 row = r
@@ -156,6 +180,7 @@ class SnapshotLoader:
                 if r[12] is not None:
                     wait_s = retry_backoff_s(r[11])
                     if now_ms < r[12] + wait_s * 1000:
+                        due.append(int(r[12] + wait_s * 1000))
                         self.backing_off[r[1]] = (
                             f"Backing off for {wait_s:g}s after {r[11]} failed attempt{'s' if r[11] > 1 else ''}"
                             " before retrying"
@@ -185,6 +210,9 @@ class SnapshotLoader:
                 pending.append(task)
                 self._pending_rows[row[0]] = (row, task)
         self._forget_finished({t.job_id for t in running} | {t.job_id for t in pending})
+        # A deadline already passed changes nothing later: the scheduler ends its task now.
+        due += [d for d in map(_deadline, pending) if d is not None and d > now_ms]
+        self.version, self.due_ms = version, min(due, default=None)
         if self._index is None:
             self._index = ClusterIndex(workers, running)
         else:

@@ -11,7 +11,11 @@ once when woken (a submit, a cancel, an attempt exit), so a short job does not w
 A wake-up that only the federation step has work for (a job queued for a peer, a peer's answer
 that freed slots) runs that step alone, which a burst of handoffs wakes once per job or answer:
 the rest of a pass would find nothing new, and on the parent of a burst it was half of each pass.
-A whole pass still runs at least every `tick_interval`.
+A whole pass still runs at least every `tick_interval`; one that finds nothing the scheduler reads
+changed since its last step (the database's inputs version, the workers, no deadline or retry
+backoff come due) stores events and reconciles but skips scheduling, which for a backlog of 10,000
+tasks with nowhere to go cost ~170 ms of CPU a second, holding the interpreter while API calls
+waited behind it.
 
 A fault while handling one job (its stored request cannot be parsed, the scheduler raises on it,
 its launch spec cannot be built or its process cannot be started) fails that job with the error
@@ -33,7 +37,7 @@ from typing import Any
 
 from sqlalchemy.exc import OperationalError
 
-from iris.backends.protocol import AdoptRecord, Backend, LaunchError, LaunchSpec
+from iris.backends.protocol import AdoptRecord, Backend, LaunchError, LaunchSpec, WorkerSnapshot
 from iris.controller import applier
 from iris.controller import transitions as tr
 from iris.controller.db import attempts as attempt_db
@@ -103,6 +107,12 @@ def rest_before_pass(
     return max(0.0, min(BURST_REST_FACTOR * last_cost_s, most_s) - since_last_s)
 
 
+def _placement_view(workers: tuple[WorkerSnapshot, ...]) -> list[tuple]:
+    """What the scheduler reads of the workers: all of each but its last contact, which a worker
+    daemon's every report moves."""
+    return [(w.worker_id, w.backend_id, w.capacity, w.attributes, w.alive, w.runtime) for w in workers]
+
+
 @dataclass(frozen=True, slots=True)
 class TickStats:
     duration_ms: float
@@ -150,6 +160,11 @@ class ControlLoop:
         self._reasons: dict[str, str] = {}
         self.refused: Counter[str] = Counter()  # decisions the applier refused, by kind of change
         self._next_maintenance = 0.0
+        # The inputs version and workers the last completed scheduling step decided over, and the
+        # tasks it left pending: a pass that finds both unchanged skips the step (`_unchanged`).
+        self._scheduled: tuple[int, list[tuple]] | None = None
+        self._backlog = 0
+        self.schedules = 0  # scheduling steps run (a whole pass that skips its step counts none)
         self.generation = 0
         self.last_stats: TickStats | None = None
         self.storage_error: str | None = None  # set while the database cannot be written (a full disk)
@@ -490,11 +505,34 @@ class ControlLoop:
         for backend_id, attempt_id in attempts:
             self.backends[backend_id].stop(attempt_id)
 
+    def _unchanged(self, now: int, workers: tuple[WorkerSnapshot, ...]) -> bool:
+        """True when scheduling now would decide what the last scheduling step decided: no row it
+        reads has changed since (the inputs version), nor a worker, no deadline or retry backoff
+        has come due, and no job waits to be failed."""
+        last = self._scheduled
+        if last is None or self.loader.poisoned or last[1] != _placement_view(workers):
+            return False
+        due = self.loader.due_ms
+        return (due is None or now < due) and self.loader.inputs_version() == last[0]
+
     def _schedule_and_start(self) -> tuple[int, int]:
         now = self.now_ms()
         workers = tuple(w for b in self.backends.values() for w in b.workers())
+        if self._unchanged(now, workers):
+            spans.add("tick.schedule.unchanged", 0.0, 0.0)
+            return self._backlog, 0
+        self._scheduled = None  # until this step completes: a step that raises is retried whole
+        self.schedules += 1
         with spans.span("tick.schedule.load"):
             snapshot = self.loader.load(now, workers)
+        seen = self.loader.version
+        pending, started = self._decide_and_start(snapshot, now)
+        if seen is not None:
+            self._scheduled, self._backlog = (seen, _placement_view(workers)), pending - started
+        return pending, started
+
+    def _decide_and_start(self, snapshot, now: int) -> tuple[int, int]:
+        """Schedules `snapshot`, commits the decisions and starts the placed attempts."""
         if self._budgeted:  # what queued federated jobs are judged by in this pass's federation step
             self._spend = user_spend(snapshot.running, snapshot.peer_spend)
         backing_off = self.loader.backing_off
