@@ -95,6 +95,20 @@ def run(conn: Connection, statement: str, params: Mapping[str, Any] | Sequence[A
         raise DBAPIError.instance(statement, params, exc, sqlite3.Error) from exc
 
 
+def mapped(conn: Connection, statement: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> list[sqlite3.Row]:
+    """`run`'s rows, each read by column name as well as by position (`row["state"]`).
+
+    For the lists the API serves a page of at once: SQLAlchemy's mapped rows cost about 3 µs a row
+    more than the driver's own (sqlite3.Row), a tenth of a 1,000-job page's time on the controller.
+    """
+    try:
+        cursor = _driver(conn).cursor()
+        cursor.row_factory = sqlite3.Row
+        return cursor.execute(statement, params).fetchall()
+    except sqlite3.Error as exc:
+        raise DBAPIError.instance(statement, params, exc, sqlite3.Error) from exc
+
+
 def run_many(conn: Connection, statement: str, rows: Sequence[Mapping[str, Any] | Sequence[Any]]) -> None:
     """`run` for one statement over many parameter rows."""
     try:
