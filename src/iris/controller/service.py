@@ -31,7 +31,8 @@ from iris.controller.paging import Listing, page_of
 from iris.controller.submit_rate import SubmitRate
 from iris.controller.submits import Submits
 from iris.controller.worker_api import WorkerCalls
-from iris.core.errors import InvalidArgument, NotFound
+from iris.core.errors import InvalidArgument, IrisError, NotFound
+from iris.core.limits import MAX_REPLICAS
 from iris.core.names import JobName, in_job_tree
 from iris.core.states import JobState
 from iris.rpc import controller_pb2 as pb
@@ -77,8 +78,16 @@ class ControllerServiceImpl(WorkerCalls):
         if req.HasField("handoff"):
             self.inbound.note(identity, "LaunchJob")
             return await self.handoffs.launch_job(req, identity)
-        self.submit_rate.take(identity)
-        return await self.submits.launch(req, identity)
+        tasks = min(max(req.replicas, 1), MAX_REPLICAS)
+        self.submit_rate.take(identity, tasks)
+        try:
+            resp = await self.submits.launch(req, identity)
+        except IrisError:
+            self.submit_rate.give_back(identity, tasks)
+            raise
+        if resp.bundle_missing:
+            self.submit_rate.give_back(identity, tasks)  # counted when it is sent again with its bytes
+        return resp
 
     @rpc
     async def hand_off_jobs(self, req: pb.HandOffJobsRequest, identity: Identity) -> pb.HandOffJobsResponse:

@@ -228,8 +228,9 @@ class ControllerSettings(_Model):
     log_max_job_output: int = Field(default=2 * 1024**3, ge=0)
     # Finished jobs' logs and attempt folders are deleted this long after the job ended. 0 keeps them.
     log_retention: float = Field(default=7 * 86400.0, ge=0)
-    # Jobs one user (with their tasks) may submit a second, after a burst of `submit_burst`; past
-    # it, a submit is refused with when to retry (see iris.controller.submit_rate). 0: no limit.
+    # Tasks (a job counts one per replica) one user (with their tasks) may submit a second, after a
+    # burst of `submit_burst`; past it, a submit is refused with when to retry (see
+    # iris.controller.submit_rate). 0: no limit.
     submit_rate: float = Field(default=200.0, ge=0, allow_inf_nan=False)
     submit_burst: int = Field(default=10_000, ge=1)
     query_timeout: float = 10.0  # the most one raw query (`iris query`) may run
