@@ -9,6 +9,7 @@ from iris.core.errors import InvalidArgument, PermissionDenied
 from iris.core.resources import Device, Resources
 from iris.federation.model import DispositionKind, LocalBackendShape, SubmittedJob, Submitter
 from iris.federation.router import PeerRouter
+from iris.federation.shape import shapes_feasibility
 from tests.federation.federation_builders import availability, cpu, cpu_backend, gpu, gpu_backend, h100_peer, peer
 
 USER = Submitter("alice@example.org")
@@ -151,3 +152,18 @@ def test_classify_cpu_job_too_big_locally_routes_to_any_peer_backend():
     big = Resources(cpu=64, memory=32 * 1024**3)
     peers = [peer("cw", cpu_backend("cpu"))]
     assert PeerRouter(CPU_ONLY).classify(submitted("/alice/a", big), peers, USER).kind is DispositionKind.QUEUE
+
+
+def test_classify_job_only_a_joined_pool_worker_hosts_runs_local():
+    joined: list[LocalBackendShape] = []
+    worker = LocalBackendShape("pool", Resources(cpu=2, memory=4 * 1024**3), {"pool": "pool", "zone": "home"})
+    router = PeerRouter(shapes_feasibility(CPU_ONLY, lambda: joined))
+    at_home = submitted("/alice/etl", cpu(), Constraint("zone", Op.EQ, ("home",)))
+    on_pool = submitted("/alice/etl2", cpu(), Constraint("backend", Op.EQ, ("pool",)))
+    assert router.classify(at_home, PEERS, USER).kind is DispositionKind.REJECT
+    assert router.classify(on_pool, PEERS, USER).kind is DispositionKind.REJECT
+    joined.append(worker)
+    assert router.classify(at_home, PEERS, USER).kind is DispositionKind.LOCAL
+    assert router.classify(on_pool, PEERS, USER).kind is DispositionKind.LOCAL
+    too_big = submitted("/alice/big", Resources(cpu=4), Constraint("backend", Op.EQ, ("pool",)))
+    assert router.classify(too_big, PEERS, USER).kind is DispositionKind.REJECT

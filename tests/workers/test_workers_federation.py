@@ -44,3 +44,27 @@ def test_workers_pool_peer_takes_a_gpu_job_from_its_parent(controller_factory, w
     wait_until(lambda: logs(c, job) == ["on cw-pool gpus=0,1"], timeout=30, message="the peer's logs")
     on_peer = wait_state(client(peer), received_job_id(parent.name, job))
     assert on_peer.tasks[0].worker_id == "gpu-host"
+
+
+def test_job_only_a_joined_worker_hosts_runs_at_home_instead_of_on_a_peer(controller_factory, worker_factory):
+    peer = controller_factory("cw-cpu", start=False, controller=FAST, backends=[{"id": "cpu", "kind": "local"}])
+    parent = controller_factory(
+        "marin",
+        controller={**FAST, "worker_grace_period": GRACE},
+        backends=[{"id": "cpu", "kind": "local", "capacity": {"cpu": 2}}, *workers_backends()],
+        peers={"cw-cpu": {"address": peer.url}},
+    )
+    key = public_key_pem(load_or_create_signing_key(None, parent.state_dir))
+    peer.rewrite(auth={"federation_peers": {"marin": key}, "allowed_submitters": ["*"]})
+    peer.start()
+    worker_factory(parent, "home-host", "--attr", "zone=home")
+    c = client(parent, user_token(parent, "alice"))
+    wait_until(lambda: c.list_peers(pb.ListPeersRequest()).peers[0].reachable, timeout=30, message="the peer")
+    zoned = pb.Constraint(key="zone", op="EQ", values=["home"])
+    pinned = pb.Constraint(key="backend", op="EQ", values=["pool"])
+    for name, constraint in (("zoned", zoned), ("pinned", pinned)):
+        request = pb.LaunchJobRequest(name=name, user="alice", command=["true"], constraints=[constraint])
+        launched = c.launch_job(request)
+        assert launched.disposition == "local", launched
+        done = wait_state(c, launched.job_id, timeout=60)
+        assert (done.job.state, done.job.cluster, done.tasks[0].worker_id) == ("SUCCEEDED", "marin", "home-host")

@@ -98,12 +98,23 @@ class Controller:
         from iris.federation.manager import FederationManager
         from iris.federation.model import LocalBackendShape
         from iris.federation.router import PeerRouter
+        from iris.federation.shape import shapes_feasibility
 
+        described = [b.describe() for b in self.backends.values()]
         shapes = [
-            LocalBackendShape(d.id, d.worker_capacity, d.attributes)
-            for d in (b.describe() for b in self.backends.values())
-            if d.worker_capacity is not None  # a pool whose members join later has no fixed shape
+            LocalBackendShape(d.id, d.worker_capacity, d.attributes) for d in described if d.worker_capacity is not None
         ]
+        # A pool whose members join later has no fixed shape: it can host what a worker joined now can.
+        pools = [self.backends[d.id] for d in described if d.worker_capacity is None]
+
+        def members():
+            return (
+                LocalBackendShape(w.backend_id, w.capacity, w.attributes)
+                for pool in pools
+                for w in pool.workers()
+                if w.alive
+            )
+
         settings = self.config.controller
         return FederationManager(
             self.config.name,
@@ -111,7 +122,7 @@ class Controller:
             ControllerFederationStore(
                 self.db, self.config.name, self.now_ms, self.commits, self.config.controller.log_max_job_output
             ),
-            PeerRouter(shapes),
+            PeerRouter(shapes_feasibility(shapes, members if pools else None)),
             heartbeat_interval=settings.federation_heartbeat_interval,
             sync_interval=settings.federation_sync_interval,
             max_per_peer=settings.max_federation_handoffs_per_cycle,

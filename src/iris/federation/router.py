@@ -3,7 +3,8 @@
 `PeerRouter.classify` applies DESIGN §6's order and nothing else:
 
 1. a `cluster=<peer>` pin (`--target-cluster`) queues for that peer, even if the job could run here;
-2. a job some local backend could in principle host runs locally;
+2. a job some local backend could in principle host runs locally (a pool of worker daemons: one of
+   the workers joined to it now could);
 3. a job some reachable peer could host by shape (a backend whose advertised attributes satisfy
    every routing constraint) queues, with no peer chosen;
 4. anything else is rejected, so it fails fast as UNSCHEDULABLE instead of wedging.

@@ -120,11 +120,17 @@ def local_shape_hosts(shape: LocalBackendShape, resources: Resources, constraint
     return True
 
 
-def shapes_feasibility(shapes: Sequence[LocalBackendShape]) -> LocalFeasibility:
-    """A local-feasibility check over a fixed list of local backend shapes."""
+def shapes_feasibility(
+    shapes: Sequence[LocalBackendShape], members: Callable[[], Iterable[LocalBackendShape]] | None = None
+) -> LocalFeasibility:
+    """A local-feasibility check over a fixed list of local backend shapes, and over `members`:
+    the workers now joined to backends without a fixed shape (pools of worker daemons), each as a
+    shape of its own, asked at every check because hosts join and leave while the cluster runs."""
     frozen = tuple(shapes)
 
     def feasible(resources: Resources, constraints: tuple[Constraint, ...]) -> bool:
-        return any(local_shape_hosts(s, resources, constraints) for s in frozen)
+        if any(local_shape_hosts(s, resources, constraints) for s in frozen):
+            return True
+        return members is not None and any(local_shape_hosts(s, resources, constraints) for s in members())
 
     return feasible
