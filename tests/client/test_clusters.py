@@ -9,7 +9,7 @@ import time
 import pytest
 
 from iris.client import clusters
-from iris.core.errors import InvalidArgument
+from iris.core.errors import InvalidArgument, Unavailable
 
 YAML = "default: marin\nclusters:\n  marin: {url: 'http://127.0.0.1:10000', config: /etc/marin.yaml}\n  cw: {url: http://10.0.0.7:1}\n"
 
@@ -85,3 +85,26 @@ def test_clusters_an_entry_with_an_empty_url_is_a_clear_error(home, url):
     _write(home, f"default: marin\nclusters:\n  marin: {{url: {url}}}\n")
     with pytest.raises(InvalidArgument, match="cluster 'marin' in .* needs a `url:`"):
         clusters.load()
+
+
+def test_clusters_default_address_down_names_the_listed_clusters_and_how_to_pick_one(home, monkeypatch):
+    from iris.cli.main import CliContext
+    from iris.client import client as client_module
+    from tests.conftest import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.delenv("IRIS_CONTROLLER", raising=False)
+    monkeypatch.setattr(client_module, "DEFAULT_URL", dead)
+    _write(home, "clusters:\n  local: {url: 'http://127.0.0.1:10610'}\n")
+    with pytest.raises(Unavailable) as raised:
+        CliContext(None, None, "table").client().cluster_info()
+    message = str(raised.value)
+    assert f"cannot reach the Iris controller at {dead}" in message
+    assert "lists local at http://127.0.0.1:10610: pick one with --cluster NAME" in message
+    assert "`iris cluster use NAME`" in message
+
+
+def test_clusters_default_address_down_with_nothing_else_listed_says_how_to_start_one(home):
+    _write(home, "clusters:\n  local: {url: 'http://127.0.0.1:10000'}\n")
+    message = str(clusters.unchosen_unreachable("http://127.0.0.1:10000", "connection refused"))
+    assert "start one with `iris cluster start --local`" in message and "lists" not in message

@@ -93,7 +93,11 @@ class CliContext:
         from iris.client.client import IrisClient, default_url
         from iris.client.tokens import token_for
 
-        url = url or default_url()
+        if url is None:  # nothing chose a cluster: the default address, or a listed cluster if it is down
+            from iris.client.clusters import unchosen_unreachable
+
+            url = default_url()
+            return IrisClient(url, token=token_for(url, self.token), on_unreachable=unchosen_unreachable)
         named = self.named
         if named is None or url != named.url:
             return IrisClient(url, token=token_for(url, self.token))

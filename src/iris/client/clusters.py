@@ -69,6 +69,23 @@ def unreachable_error(cluster: NamedCluster, reason: str) -> Unavailable:
     )
 
 
+def unchosen_unreachable(url: str, reason: str) -> Unavailable:
+    """The error for the default address not answering when no cluster was chosen at all: the
+    clusters the list holds elsewhere are named, since one of them is likely the one meant (a
+    cluster started with `--port` is listed, but only `iris cluster use` makes it the default)."""
+    from iris.rpc.transport import unreachable
+
+    elsewhere = [c for c in load().clusters if c.url.rstrip("/") != url.rstrip("/")]
+    if not elsewhere:
+        return unreachable(url, reason)
+    listed = ", ".join(f"{c.name} at {c.url}" for c in elsewhere)
+    return Unavailable(
+        f"cannot reach the Iris controller at {url} ({reason}), the address used when no cluster is chosen;"
+        f" {clusters_file()} lists {listed}: pick one with --cluster NAME, make it the default with"
+        " `iris cluster use NAME`, or point at a controller with --controller URL or IRIS_CONTROLLER"
+    )
+
+
 def clusters_file() -> str:
     return os.path.join(os.path.expanduser("~"), ".iris", "clusters.yaml")
 
