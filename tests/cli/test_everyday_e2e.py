@@ -286,6 +286,22 @@ def test_job_run_says_why_it_waits_and_list_watch_redraws(controller):
     )
     assert waiting.returncode == 2, waiting.stderr
     assert "pending: " in waiting.stderr and "UNSCHEDULABLE" in waiting.stderr
+    # `job logs -f` of a job still waiting says what it waits for, instead of printing nothing.
+    queued = controller.cli(
+        "job", "run", "--no-wait", "--user", "alice", "--cpu", "4", "--job-name", "queued", "--", "true"
+    )
+    assert queued.returncode == 0, queued.stderr
+    follow = _spawn(controller, "job", "logs", "-f", "queued")
+    err = _Reader(follow.stderr)
+    try:
+        wait_until(lambda: "pending: " in err.text(), timeout=30, message="logs -f to say why the job waits")
+        assert controller.cli("job", "stop", "/alice/queued").returncode == 0
+        assert follow.wait(timeout=30) == 0
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+    wait_until(lambda: "ended KILLED" in err.text(), timeout=30, message="logs -f to say how the job ended")
     # A page of one job at a time: each redraw still follows every page that --all asks for.
     watch = _spawn(controller, "job", "list", "--watch", "--all", "--page-size", "1")
     out = _Reader(watch.stdout)

@@ -10,7 +10,7 @@ import click
 from iris.cli.checks import EnvPairsCommand, checked, env_pairs, job_state, not_blank, size_with_unit
 from iris.cli.main import EXIT_OK, CliContext, output_option
 from iris.cli.pages import MAX_PAGE
-from iris.cli.submit import launch_and_report
+from iris.cli.submit import PendingWatcher, launch_and_report
 from iris.cli.values import resolve_job
 from iris.core.errors import InvalidArgument
 
@@ -315,13 +315,15 @@ def describe(obj: CliContext, job_id: str, all_tasks: bool) -> None:
 def logs(obj: CliContext, job_id: str, follow: bool, tail: int | None, task: int | None, timestamps: bool) -> int:
     """Prints a job's logs (stdout to stdout, stderr to stderr); -f follows until the job ends.
 
-    When a task ran more than once, a line marks where each attempt begins.
+    When a task ran more than once, a line marks where each attempt begins. With -f, a job still
+    waiting has its pending reason printed to stderr when it changes (and every 30 s).
     """
     from iris.cli.output import message_to_dict, write_log_line
 
     job_id = resolve_job(obj, job_id)
     client = obj.client()
-    replicas = client.status(job_id).replicas
+    status = client.status(job_id)
+    replicas = status.replicas
     if task is not None and task >= replicas:
         raise InvalidArgument(
             f"--task {task} names no task of {job_id}: it has {replicas} task(s), numbered 0 to {replicas - 1}"
@@ -338,6 +340,11 @@ def logs(obj: CliContext, job_id: str, follow: bool, tail: int | None, task: int
             return 130
         obj.emit({"job_id": job_id, "lines": [message_to_dict(line) for line in lines]})
         return EXIT_OK
+    watcher = None
+    if follow and status.state == "PENDING":  # no line comes until it starts: say what it waits for
+        reason = status.pending_reason or "waiting to be scheduled"
+        click.echo(f"pending: {reason}", err=True)
+        watcher = PendingWatcher(client, job_id, reason)
     try:
         seen: dict[int, int] = {}  # task index -> the attempt its last line came from
         for line in source:
@@ -348,6 +355,9 @@ def logs(obj: CliContext, job_id: str, follow: bool, tail: int | None, task: int
             write_log_line(line, show_task=show_task, timestamps=timestamps)
     except KeyboardInterrupt:
         return 130
+    finally:
+        if watcher is not None:
+            watcher.stop()
     if follow:
         final = client.status(job_id)
         if final.state != "SUCCEEDED" and final.error:

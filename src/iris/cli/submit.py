@@ -97,7 +97,7 @@ def _follow_to_end(
 
     client = obj.client()
     lines = []
-    watcher = None if obj.json else _PendingWatcher(client, job_id, launched.get("message", ""))
+    watcher = None if obj.json else PendingWatcher(client, job_id, launched.get("message", ""))
     try:
         for line in client.follow(job_id):
             if obj.json:
@@ -142,7 +142,7 @@ def _follow_to_end(
     return code
 
 
-class _PendingWatcher:
+class PendingWatcher:
     """While a job waits, prints its pending reason to stderr when it changes, and every 30 s.
 
     It runs beside the log stream (a thread polling the job's status once a second) and ends as
