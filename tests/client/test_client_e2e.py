@@ -87,8 +87,9 @@ def test_e2e_cancel_stops_a_running_job(client):
 
 def test_e2e_errors_are_typed(client):
     client.submit("true", name="dup", user="alice")
-    with pytest.raises(errors.AlreadyExists):
+    with pytest.raises(errors.AlreadyExists, match='existing_job_policy="keep" or "replace"'):
         client.submit("true", name="dup", user="alice")
+    assert client.submit("true", name="dup", user="alice", existing_job_policy="keep") == "/alice/dup"
     with pytest.raises(errors.NotFound):
         client.status("/alice/missing")
     with pytest.raises(errors.InvalidArgument):

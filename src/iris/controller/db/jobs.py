@@ -98,7 +98,8 @@ def insert_job(
             delete_job_tree(conn, spec.job_id)
         else:
             raise AlreadyExists(
-                f"job {spec.job_id} already exists ({existing}); choose another --job-name, or pass --existing keep|replace"
+                f"job {spec.job_id} already exists ({existing}); choose another name, or say what to do with it:"
+                ' --existing keep|replace (SDK: existing_job_policy="keep" or "replace")'
             )
     root_submitted_ms = now_ms
     if spec.parent_job_id:
