@@ -40,6 +40,10 @@ def test_e2e_endpoint_list_and_url_reach_the_task(controller):
     assert missing.returncode == 3 and "no live endpoint 'nope'" in missing.stderr
     bad_ttl = controller.cli("endpoint", "url", job, "web", "--ttl", "forever")
     assert bad_ttl.returncode == 3 and "forever" in bad_ttl.stderr and "Traceback" not in bad_ttl.stderr
+    none_ttl = controller.cli("endpoint", "url", job, "web", "--ttl", "0")
+    assert none_ttl.returncode == 3 and "'0' is not a positive duration" in none_ttl.stderr
+    long_ttl = controller.cli("endpoint", "url", job, "web", "--ttl", "40d")
+    assert long_ttl.returncode == 3 and "at most 30 days, and a ttl of 40 days is longer" in long_ttl.stderr
     unknown = controller.cli("endpoint", "list", "/alice/none")
     assert unknown.returncode == 3 and "does not exist" in unknown.stderr
 

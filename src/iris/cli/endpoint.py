@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from iris.cli.main import CliContext, output_option
+from iris.cli.values import positive_duration
 
 
 @click.group("endpoint")
@@ -62,18 +63,24 @@ def list_endpoints(obj: CliContext, job: str, limit: int) -> None:
 @endpoint.command("url")
 @click.argument("job")
 @click.argument("name")
-@click.option("--ttl", default="8h", show_default=True, help="How long the URL works (e.g. 30m, 8h, 2d).")
+@click.option(
+    "--ttl",
+    default="8h",
+    show_default=True,
+    callback=positive_duration,
+    metavar="DURATION",
+    help="How long the URL works (e.g. 30m, 8h, 2d; at most 30d).",
+)
 @output_option
 @click.pass_obj
-def url(obj: CliContext, job: str, name: str, ttl: str) -> None:
+def url(obj: CliContext, job: str, name: str, ttl: float) -> None:
     """Mints a capability URL that reaches endpoint NAME of JOB until it expires.
 
     Anyone holding the URL reaches the endpoint: share it like a password.
     """
     from iris.cli.values import resolve_job
-    from iris.core.units import parse_duration
 
-    resp = obj.client().endpoint_url(resolve_job(obj, job), name, parse_duration(ttl))
+    resp = obj.client().endpoint_url(resolve_job(obj, job), name, ttl)
     if obj.json:
         obj.emit({"url": resp.url, "expires_ms": resp.expires_ms})
     else:

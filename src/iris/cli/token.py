@@ -19,7 +19,7 @@ import click
 
 from iris.cli.cluster import config_options, resolve_config
 from iris.cli.main import EXIT_OK, CliContext, output_option
-from iris.core.errors import IrisError
+from iris.cli.values import positive_duration
 
 PERSON_ROLES = ("user", "admin", "dashboard", "worker")
 DEFAULT_TTL = "30d"
@@ -78,18 +78,6 @@ def issue_token(config, user: str, role: str, ttl_s: float) -> IssuedToken:
     )
 
 
-def _ttl(_ctx: click.Context, param: click.Parameter, value: str) -> float:
-    from iris.core.units import parse_duration
-
-    try:
-        seconds = parse_duration(value)
-    except IrisError as exc:
-        raise click.BadParameter(exc.message, param=param) from None
-    if seconds <= 0:
-        raise click.BadParameter(f"{value!r} is not a positive duration; use e.g. 12h, 30d", param=param)
-    return seconds
-
-
 @click.group()
 def token() -> None:
     """Mint and revoke bearer tokens for a cluster's users."""
@@ -110,7 +98,7 @@ def token() -> None:
     "--ttl",
     default=DEFAULT_TTL,
     show_default=True,
-    callback=_ttl,
+    callback=positive_duration,
     metavar="DURATION",
     help="How long the token is valid, e.g. 12h, 30d (controllers allow 30 s of clock skew past it).",
 )

@@ -61,6 +61,21 @@ def size_text(value: str) -> str:
     return text
 
 
+def positive_duration(_ctx, param, value: str) -> float:
+    """A click callback: `value` as seconds, refused in the flag's words unless it is positive."""
+    import click
+
+    from iris.core.units import parse_duration
+
+    try:
+        seconds = parse_duration(value)
+    except IrisError as exc:
+        raise click.BadParameter(exc.message, param=param) from None
+    if seconds <= 0:
+        raise click.BadParameter(f"{value!r} is not a positive duration; use e.g. 30m, 8h, 2d", param=param)
+    return seconds
+
+
 def env_pairs(values: tuple[str, ...] | list[str], env_file: str | None) -> dict[str, str]:
     """The job's env from `--env-file` (KEY=VALUE lines, # comments) then each -e KEY=VALUE."""
     env: dict[str, str] = {}

@@ -153,8 +153,13 @@ def mint_url(
     """The capability URL for (job, endpoint) and its expiry (epoch ms); tagged for the parent's relay
     when this cluster is reached through `parent`."""
     ttl = ttl_s or DEFAULT_URL_TTL_S
-    if not 0 < ttl <= MAX_URL_TTL_S:
-        raise InvalidArgument(f"ttl must be between 1 second and {MAX_URL_TTL_S / 86400:g} days, got {ttl:g} s")
+    if ttl <= 0:
+        raise InvalidArgument(f"an endpoint URL's ttl must be positive, got {ttl:g} s")
+    if ttl > MAX_URL_TTL_S:
+        raise InvalidArgument(
+            f"an endpoint URL lasts at most {MAX_URL_TTL_S / 86400:g} days, and a ttl of {ttl / 86400:.3g} days"
+            " is longer: pass a shorter --ttl, e.g. 8h or 7d"
+        )
     now = time.time()
     token = mint_token(key, cluster, job_id, Role.USER, ttl, now=now, audience=AUDIENCE_PREFIX + name)
     if parent:
