@@ -16,6 +16,7 @@ the loop, so both go out as one.
 from __future__ import annotations
 
 import json
+from collections.abc import Hashable
 
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
@@ -23,6 +24,8 @@ from starlette.routing import Route
 
 from iris.controller import dashboard, proxy, request_bodies
 from iris.controller.app import Controller
+from iris.controller.body_budget import BodyBudget
+from iris.controller.connections import client_of
 from iris.controller.db.group_commit import current_announcement
 from iris.controller.identity import Peer, calling_peer
 from iris.controller.service import ControllerServiceImpl
@@ -43,6 +46,9 @@ _METHODS = frozenset(pb.DESCRIPTOR.services_by_name["ControllerService"].methods
 # a third larger, when the request comes as Connect JSON, as `iris job run` sends it) plus room for
 # the rest of its request. A larger body is refused before it is read.
 MAX_REQUEST_BYTES = MAX_WORKSPACE_BYTES * 4 // 3 + 8 * 1024**2
+# Bytes of large request bodies held at once (see iris.controller.body_budget): six of the largest
+# requests, about 1.4 GB of the controller's memory at the peak.
+LARGE_BODIES_HELD = 6 * MAX_REQUEST_BYTES
 
 
 async def _too_large(send, size: int) -> None:
@@ -57,6 +63,50 @@ async def _too_large(send, size: int) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": 429, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _busy(send, held: int) -> None:
+    """Answers a large request the body budget has no room for, without reading it (see body_budget)."""
+    body = json.dumps(
+        {
+            "code": "resource_exhausted",
+            "message": f"the controller is already receiving {held} bytes of large requests (the most it holds"
+            " at once, or the most one client may); try again in a moment (iris and the SDK retry by themselves)",
+        }
+    ).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"retry-after", b"1"),
+    ]
+    await send({"type": "http.response.start", "status": 429, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _large_body_size(scope) -> int:
+    """What a call's body may hold in memory when it may be large (0 when it is small): its declared
+    size (times what a gzip body may unpack to), or the most a request may be when it declares none."""
+    if scope.get("method") != "POST":
+        return 0
+    encoding = b""
+    declared = b""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-encoding":
+            encoding = value.strip().lower()
+        elif name == b"content-length":
+            declared = value.strip()
+    if not declared.isdigit():
+        return MAX_REQUEST_BYTES
+    size = int(declared) * (1 if encoding in (b"", b"identity") else request_bodies.GZIP_MAX_RATIO)
+    return min(size, MAX_REQUEST_BYTES) if size > request_bodies.SMALL_BODY else 0
+
+
+def _client_of(peer, scope) -> Hashable:
+    """The client a call counts against (see `iris.controller.connections.client_of`)."""
+    if not peer:
+        return None
+    server = scope.get("server") or ("", 0)
+    return client_of(peer[0], peer[1], server[1] or 0, peer if isinstance(peer, Peer) else None)
 
 
 def _declared_size(scope) -> int:
@@ -156,6 +206,7 @@ def build_app(controller: Controller):
         return JSONResponse({"cluster": controller.config.name, **h.as_dict()}, status_code=200 if h.ok else 503)
 
     relay = proxy.Proxy(controller)
+    bodies = BodyBudget(LARGE_BODIES_HELD, LARGE_BODIES_HELD // 2)
     web = Starlette(routes=[Route("/health", health), *proxy.routes(relay), *dashboard.routes()])
 
     async def app(scope, receive, send):
@@ -164,10 +215,15 @@ def build_app(controller: Controller):
             if size > MAX_REQUEST_BYTES:
                 await _too_large(send, size)
                 return
+            peer = scope.get("client")
+            reserved = _large_body_size(scope)
+            client = _client_of(peer, scope) if reserved else None
+            if reserved and not bodies.take(client, reserved):
+                await _busy(send, bodies.held)
+                return
             # The tick rests between passes only while calls are in flight (see ControlLoop._run);
             # this counter runs on the event loop's one thread, so it needs no lock.
             controller.tick.api_calls += 1
-            peer = scope.get("client")
             calling_peer.set(peer if isinstance(peer, Peer) else None)  # this request's own task
             send = _whole_answer(send)
             try:
@@ -185,6 +241,8 @@ def build_app(controller: Controller):
                     await _serve(api, scope, receive, send)
             finally:
                 controller.tick.api_calls -= 1
+                if reserved:
+                    bodies.give_back(client, reserved)
         else:
             await web(scope, receive, send)
 

@@ -1,0 +1,84 @@
+"""Large request bodies held at once are bounded, in all and per client: one client opening
+connection after connection, each announcing a workspace-sized body, gets `resource_exhausted`
+with a `retry-after` before its body is read, while small calls go on and a large call is taken
+again once the others are gone. Real controller, raw sockets on loopback."""
+
+from __future__ import annotations
+
+import socket
+
+from connectrpc.errors import ConnectError
+
+from iris.controller.body_budget import BodyBudget
+from iris.controller.server import LARGE_BODIES_HELD, MAX_REQUEST_BYTES
+from iris.rpc import controller_pb2 as pb
+from tests.conftest import wait_until
+from tests.controller.helpers import client
+
+LAUNCH = "/iris.v1.ControllerService/LaunchJob"
+
+
+def test_body_budget_bounds_bytes_held_in_all_and_per_client():
+    budget = BodyBudget(total=100, per_client=50)
+    assert budget.take("a", 30) and budget.take("a", 20)
+    assert not budget.take("a", 1)  # a's half is held
+    assert budget.take("b", 50)
+    assert not budget.take("c", 1)  # all is held
+    budget.give_back("a", 30)
+    assert budget.take("c", 30) and budget.held == 100
+    for who, size in (("a", 20), ("b", 50), ("c", 30)):
+        budget.give_back(who, size)
+    assert budget.held == 0 and budget.take("d", 500)  # alone, a body past a limit is still taken
+
+
+def _announce(url: str, size: int) -> socket.socket:
+    """A connection that sends a LaunchJob's head announcing `size` bytes and the first few of them."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    head = (
+        f"POST {LAUNCH} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/proto\r\n"
+        f"Content-Length: {size}\r\n\r\n"
+    )
+    sock.sendall(head.encode() + b"\x0a\x05")
+    return sock
+
+
+def _answer(sock: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def test_a_client_announcing_more_large_bodies_than_it_may_hold_is_told_to_retry(controller):
+    size = MAX_REQUEST_BYTES - 1024
+    fits = (LARGE_BODIES_HELD // 2) // size  # what one client may hold at once
+    held = [_announce(controller.url, size) for _ in range(fits)]
+    try:
+        c = client(controller)
+        c.list_jobs(pb.ListJobsRequest())  # every connection above has been taken in
+        refused = _announce(controller.url, size)
+        try:
+            answer = _answer(refused).decode("latin-1").lower()
+        finally:
+            refused.close()
+        assert answer.startswith("http/1.1 429") and "retry-after: 1" in answer, answer
+        assert c.list_jobs(pb.ListJobsRequest()) is not None  # small calls go on
+    finally:
+        for sock in held:
+            sock.close()
+    workspace = pb.LaunchJobRequest(
+        name="/alice/after", command=["true"], workdir_files={"big.bin": b"x" * 200_000}, existing_job_policy="keep"
+    )
+
+    def launched() -> bool:  # the budget is given back as the controller sees each connection go
+        try:
+            return client(controller).launch_job(workspace).job_id == "/alice/after"
+        except ConnectError as exc:
+            assert exc.code.name == "RESOURCE_EXHAUSTED", exc
+            return False
+
+    wait_until(launched, message="a large call taken once the others are gone")
