@@ -7,7 +7,8 @@ import threading
 import time
 
 from iris.rpc import controller_pb2 as pb
-from tests.controller.helpers import client, error_code, launch, wait_state
+from tests.conftest import wait_until
+from tests.controller.helpers import client, error_code, launch, user_token, wait_state
 
 ENDLESS = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT max(x) FROM r"
 
@@ -84,3 +85,22 @@ def test_six_concurrent_endless_queries_do_not_block_launching_jobs(controller_f
         t.join(timeout=30)
     codes = sorted(code for code, _ in results)
     assert codes.count("unavailable") >= 4, results
+
+
+def test_one_user_runs_one_query_at_a_time_so_others_still_get_theirs(controller_factory):
+    ctl = controller_factory(controller={"tick_interval": "1s", "query_timeout": "5s"})
+    alice, bob = client(ctl, user_token(ctl, "alice")), client(ctl, user_token(ctl, "bob"))
+    results: list = []
+    threads = [
+        threading.Thread(target=lambda: results.append(error_code(lambda: _query(alice, ENDLESS)))) for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    wait_until(lambda: results, message="one of alice's two queries answered")
+    assert _query(bob, "SELECT 1").rows  # the other slot stays open to another user
+    for t in threads:
+        t.join(timeout=30)
+    codes = sorted(code for code, _ in results)
+    assert codes == ["invalid_argument", "unavailable"], results  # one ran to its time limit
+    assert any("alice already has a raw query running" in message for _, message in results), results
+    assert _query(alice, "SELECT 1").rows  # and then she may run another

@@ -3,6 +3,8 @@
 A raw query is arbitrary SQL from a person, so every resource it could take is bounded:
 - its own small pool of daemon threads (`QUERY_THREADS`), never the API's: the rest of the API
   never waits behind a query, and a full pool refuses new queries at once instead of queueing them;
+- at most one query per caller at once (admins excepted): two endless queries of one user held
+  both threads, and every other user's `iris query` was refused until they ended;
 - its own connection, opened read-only (`mode=ro`) with `query_only` set, so nothing is written;
 - a time limit enforced inside SQLite by a progress handler, which also aborts every running query
   when the controller shuts down (the threads are daemons: shutdown never waits on them);
@@ -70,43 +72,59 @@ class RawQueryRunner:
         self._slots = threading.BoundedSemaphore(threads)
         self._threads = threads
         self._closing = threading.Event()
+        self._callers: set[str] = set()  # principals with a query running now
+        self._callers_lock = threading.Lock()
 
-    def submit(self, query: str, limit: int) -> Future:
-        """Starts `query` on a pool thread; the future holds the response or a typed error."""
+    def submit(self, query: str, limit: int, caller: str = "") -> Future:
+        """Starts `query` on a pool thread; the future holds the response or a typed error. A
+        `caller` (a principal; "" for an admin) may run one query at a time."""
         if self._closing.is_set():
             raise Unavailable("the controller is shutting down; run the query again once it is back")
         if not query.strip():
             raise InvalidArgument('the query is empty; e.g. iris query "SELECT job_id, state FROM jobs"')
         if len(query) > MAX_SQL_CHARS:
             raise InvalidArgument(f"the query is {len(query)} characters long; at most {MAX_SQL_CHARS} are allowed")
-        if not self._slots.acquire(blocking=False):
-            raise Unavailable(
-                f"{self._threads} raw queries are already running (the most this controller runs at once);"
-                " try again when one has finished"
-            )
+        with self._callers_lock:
+            if caller and caller in self._callers:
+                raise Unavailable(
+                    f"{caller} already has a raw query running; each caller runs one at a time, so that the"
+                    f" {self._threads} this controller runs at once stay open to others. Try again when it has finished"
+                )
+            if not self._slots.acquire(blocking=False):
+                raise Unavailable(
+                    f"{self._threads} raw queries are already running (the most this controller runs at once);"
+                    " try again when one has finished"
+                )
+            if caller:
+                self._callers.add(caller)
         future: Future = Future()
-        thread = threading.Thread(target=self._run, args=(query, limit, future), name="raw-query", daemon=True)
+        thread = threading.Thread(target=self._run, args=(query, limit, future, caller), name="raw-query", daemon=True)
         try:
             thread.start()
         except BaseException:
-            self._slots.release()
+            self._done(caller)
             raise
         return future
+
+    def _done(self, caller: str) -> None:
+        with self._callers_lock:
+            self._callers.discard(caller)
+            self._slots.release()
 
     def close(self) -> None:
         """Aborts running queries (at their next progress check) and refuses new ones."""
         self._closing.set()
 
-    def _run(self, query: str, limit: int, future: Future) -> None:
+    def _run(self, query: str, limit: int, future: Future, caller: str = "") -> None:
         # The slot is free before the caller hears the answer, so a script that sends its next
         # query as soon as one returns is never refused as over the limit.
         try:
             result = self.run(query, limit)
         except BaseException as exc:
-            self._slots.release()
+            self._done(caller)
             future.set_exception(exc)
             return
-        self._slots.release()
+        self._done(caller)
         future.set_result(result)
 
     def run(self, query: str, limit: int) -> pb.ExecuteRawQueryResponse:

@@ -299,7 +299,8 @@ class ControllerServiceImpl(WorkerCalls):
     @rpc
     async def execute_raw_query(self, req: pb.ExecuteRawQueryRequest, identity: Identity) -> pb.ExecuteRawQueryResponse:
         # On the query pool's own threads: the API's threads never wait on a raw query.
-        return await asyncio.wrap_future(self.queries.submit(req.sql, req.limit))
+        caller = "" if identity.role is Role.ADMIN else identity.principal  # admins: the operator
+        return await asyncio.wrap_future(self.queries.submit(req.sql, req.limit, caller))
 
     @rpc
     def explain_job(self, req: pb.ExplainJobRequest, identity: Identity) -> pb.ExplainJobResponse:
