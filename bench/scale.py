@@ -15,7 +15,8 @@ Then, on the filled controller:
     process's start until GetClusterInfo answers (median of --restarts);
   - RSS (VmRSS, peak VmHWM) once serving after the restart, and again after the runs below;
   - `IrisClient.list()` (the first page, as `iris job list` asks), list of PENDING jobs, and
-    `IrisClient.describe(<a finished job>)`: the SDK call alone, p50/p99 over --runs calls;
+    `IrisClient.describe(<a finished job>)`: the SDK call alone, p50/p99 over --runs calls, and
+    the controller's CPU per call (its process's CPU over those calls, the tick's included);
   - `iris job list` and `iris job describe <id>`, each also with `-o json`, as fresh processes
     (from cached bytecode, as an installed `iris` runs), beside a bare `python -c pass`;
   - the tick: GetClusterInfo's `last_tick_ms` (where the revision reports it) and the controller's
@@ -316,10 +317,18 @@ def measure(cluster: Cluster, args: argparse.Namespace) -> dict:
     with IrisClient(cluster.url) as client:
         first = client.list()
         figures["list_page_jobs"] = len(first)
-        figures["sdk_list_ms"] = timed(lambda: client.list(), args.runs)
-        figures["sdk_list_pending_ms"] = timed(lambda: client.list(state="PENDING"), args.runs)
-        figures["sdk_list_user_ms"] = timed(lambda: client.list(user="u3"), args.runs)
-        figures["sdk_describe_ms"] = timed(lambda: client.describe(some_job), args.runs)
+        sdk_calls = {
+            "sdk_list_ms": lambda: client.list(),
+            "sdk_list_pending_ms": lambda: client.list(state="PENDING"),
+            "sdk_list_user_ms": lambda: client.list(user="u3"),
+            "sdk_describe_ms": lambda: client.describe(some_job),
+        }
+        for key, call in sdk_calls.items():
+            # The controller's own CPU per call beside the wall time: on a host shared with other
+            # work the wall time says as much about the neighbours as about the controller.
+            c0 = cluster.cpu_s()
+            figures[key] = timed(call, args.runs)
+            figures[key.replace("_ms", "_cpu_ms")] = (cluster.cpu_s() - c0) * 1000 / len(figures[key])
         figures["python_pass_ms"] = timed(lambda: run([py, "-c", "pass"]), args.cli_runs)
         for cli_args in CLI_ROWS.values():  # fill the bytecode cache
             run([iris, *cli_args(some_job)])
@@ -340,7 +349,9 @@ def measure(cluster: Cluster, args: argparse.Namespace) -> dict:
 def report(args: argparse.Namespace, fills: dict, figures: dict) -> None:
     def pp(key: str) -> str:
         xs = figures[key]
-        return f"p50 {percentile(xs, 50):8.1f} ms   p99 {percentile(xs, 99):8.1f} ms   (n={len(xs)})"
+        line = f"p50 {percentile(xs, 50):8.1f} ms   p99 {percentile(xs, 99):8.1f} ms   (n={len(xs)})"
+        cpu = figures.get(key.replace("_ms", "_cpu_ms"))
+        return line if cpu is None else f"{line}   controller CPU {cpu:.1f} ms/call"
 
     py = percentile(figures["python_pass_ms"], 50)
     rows = [

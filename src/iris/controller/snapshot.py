@@ -10,10 +10,10 @@ A task whose attempts failed waits out its retry backoff (`retry_backoff_s`) bef
 snapshot again; its job's pending reason says so.
 
 Often nothing changes at all: `inputs_version` reads the version that every change to the rows a
-snapshot is built from moves (see `iris.controller.db.schema.SCHEDULE_INPUTS`), and `load` records
-the version it read (`version`) with the earliest time at which the clock alone would change its
-snapshot or the scheduler's answer (`due_ms`: a retry backoff's end, a scheduling deadline), so the
-tick can tell that scheduling again would decide the same.
+snapshot is built from moves (see `iris.controller.db.schema.SCHEDULE_INPUTS`), and
+`load_versioned` returns with the snapshot the version it was read at and the earliest time at
+which the clock alone would change it or the scheduler's answer, so the tick can tell that
+scheduling again would decide the same.
 
 Between ticks little changes, so the loader keeps what it built: each pending or running task
 is rebuilt only when its row changed since the last load (otherwise the same frozen object is
@@ -93,6 +93,16 @@ _PENDING_SQL = (
 _deadline = attrgetter("scheduling_deadline_ms")
 
 
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """A snapshot, the inputs version it was read at, and the earliest time at which the clock
+    alone changes it or the scheduler's answer (a retry backoff's end, a scheduling deadline)."""
+
+    snapshot: SchedulingSnapshot
+    version: int
+    due_ms: int | None
+
+
 def _read_version(conn) -> int:
     return run(conn, "SELECT version FROM schedule_inputs WHERE id = 0").fetchone()[0]
 
@@ -116,9 +126,6 @@ class SnapshotLoader:
         self._pending_rows: dict[str, tuple[tuple, PendingTask]] = {}
         self._running_rows: dict[str, tuple[tuple, RunningTask]] = {}
         self._index: ClusterIndex | None = None
-        # The inputs version the last load read, and when the clock alone changes its answer.
-        self.version: int | None = None
-        self.due_ms: int | None = None
 
     def inputs_version(self) -> int:
         """The version every change to a snapshot's rows moves (one row, read in microseconds)."""
@@ -159,6 +166,11 @@ class SnapshotLoader:
         self.poisoned[job_id] = f"its stored request cannot be used ({type(exc).__name__}: {exc})"
 
     def load(self, now_ms: int, workers: tuple[WorkerSnapshot, ...]) -> SchedulingSnapshot:
+        return self.load_versioned(now_ms, workers).snapshot
+
+    def load_versioned(self, now_ms: int, workers: tuple[WorkerSnapshot, ...]) -> Loaded:
+        """The snapshot, with the inputs version it was read at and when the clock alone changes it
+        (returned, not kept: `explain` loads from an API thread while the tick loads)."""
         with self.db.read() as conn:
             version = _read_version(conn)
             running = self._running(conn)
@@ -212,12 +224,11 @@ class SnapshotLoader:
         self._forget_finished({t.job_id for t in running} | {t.job_id for t in pending})
         # A deadline already passed changes nothing later: the scheduler ends its task now.
         due += [d for d in map(_deadline, pending) if d is not None and d > now_ms]
-        self.version, self.due_ms = version, min(due, default=None)
         if self._index is None:
             self._index = ClusterIndex(workers, running)
         else:
             self._index = self._index.advance(workers, running)
-        return SchedulingSnapshot(
+        snapshot = SchedulingSnapshot(
             now_ms=now_ms,
             workers=workers,
             running=running,
@@ -227,6 +238,7 @@ class SnapshotLoader:
             default_budget=self.default_budget,
             peer_spend=peer_spend,
         )
+        return Loaded(snapshot, version, min(due, default=None))
 
     def _forget_finished(self, active: set[str]) -> None:
         """Drops cached configs of jobs that no longer run or wait, once they outnumber the live ones."""

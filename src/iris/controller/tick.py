@@ -160,9 +160,10 @@ class ControlLoop:
         self._reasons: dict[str, str] = {}
         self.refused: Counter[str] = Counter()  # decisions the applier refused, by kind of change
         self._next_maintenance = 0.0
-        # The inputs version and workers the last completed scheduling step decided over, and the
-        # tasks it left pending: a pass that finds both unchanged skips the step (`_unchanged`).
-        self._scheduled: tuple[int, list[tuple]] | None = None
+        # The inputs version and workers the last completed scheduling step decided over, and when
+        # the clock alone changes its answer; the tasks it left pending. A pass that finds all of
+        # it unchanged skips the step (`_unchanged`).
+        self._scheduled: tuple[int, list[tuple], int | None] | None = None
         self._backlog = 0
         self.schedules = 0  # scheduling steps run (a whole pass that skips its step counts none)
         self.generation = 0
@@ -509,11 +510,12 @@ class ControlLoop:
         """True when scheduling now would decide what the last scheduling step decided: no row it
         reads has changed since (the inputs version), nor a worker, no deadline or retry backoff
         has come due, and no job waits to be failed."""
-        last = self._scheduled
-        if last is None or self.loader.poisoned or last[1] != _placement_view(workers):
+        if self._scheduled is None or self.loader.poisoned:
             return False
-        due = self.loader.due_ms
-        return (due is None or now < due) and self.loader.inputs_version() == last[0]
+        version, view, due = self._scheduled
+        if (due is not None and now >= due) or view != _placement_view(workers):
+            return False
+        return self.loader.inputs_version() == version
 
     def _schedule_and_start(self) -> tuple[int, int]:
         now = self.now_ms()
@@ -524,11 +526,10 @@ class ControlLoop:
         self._scheduled = None  # until this step completes: a step that raises is retried whole
         self.schedules += 1
         with spans.span("tick.schedule.load"):
-            snapshot = self.loader.load(now, workers)
-        seen = self.loader.version
-        pending, started = self._decide_and_start(snapshot, now)
-        if seen is not None:
-            self._scheduled, self._backlog = (seen, _placement_view(workers)), pending - started
+            loaded = self.loader.load_versioned(now, workers)
+        pending, started = self._decide_and_start(loaded.snapshot, now)
+        self._scheduled = (loaded.version, _placement_view(workers), loaded.due_ms)
+        self._backlog = pending - started
         return pending, started
 
     def _decide_and_start(self, snapshot, now: int) -> tuple[int, int]:
