@@ -213,6 +213,12 @@ def test_query_rows_and_table_render_sql_values():
     assert isinstance(resp.rows[0], struct_pb2.ListValue)
 
 
+def test_query_rows_give_whole_numbers_back_as_ints_for_json():
+    resp = pb.ExecuteRawQueryResponse(columns=["n", "ms", "ratio", "big"])
+    resp.rows.add().extend([19, 1796170211118, 1.5, 2.0**60])
+    assert json.dumps(query_rows(resp)) == "[[19, 1796170211118, 1.5, 1.152921504606847e+18]]"
+
+
 def test_explain_text_lists_each_group_with_its_reasons_once():
     resp = pb.ExplainJobResponse(
         job_id="/a/b",

@@ -369,10 +369,21 @@ def explain_document(resp: Any) -> dict[str, Any]:
 
 
 def query_rows(resp: Any) -> list[list[Any]]:
-    """ExecuteRawQuery rows as plain Python lists (numbers, strings, None)."""
+    """ExecuteRawQuery rows as plain Python lists (numbers, strings, None).
+
+    A row travels as a protobuf ListValue, whose numbers are all doubles: a whole number (a count, an
+    id, a time in ms) is given back as an int, as the table shows it, so `-o json` prints `3`, not `3.0`.
+    """
     from google.protobuf import json_format
 
-    return [json_format.MessageToDict(row) for row in resp.rows]  # type: ignore[misc]  # a ListValue is a list
+    rows: list[list[Any]] = [json_format.MessageToDict(row) for row in resp.rows]  # type: ignore[misc]  # a ListValue is a list
+    return [[_whole(v) for v in row] for row in rows]
+
+
+def _whole(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    return value
 
 
 def query_table(resp: Any) -> str:
