@@ -39,6 +39,21 @@ def test_scheduling_timeout_ends_a_job_queued_for_a_dead_peer(controller_factory
     assert 4.5 <= waited < 30
 
 
+def test_no_wait_exits_2_for_a_job_rejected_at_submit_and_0_for_one_accepted(controller_factory):
+    parent = _parent(controller_factory, {"ghost": {"address": f"http://127.0.0.1:{free_port()}"}})
+    rejected = parent.cli("job", "run", "--no-wait", "--gpu", "H100x8", "--job-name", "nowhere", "--", "true")
+    assert rejected.returncode == 2, rejected.stderr
+    assert "no local backend can host" in rejected.stderr
+    as_json = parent.cli("-o", "json", "job", "run", "--no-wait", "--gpu", "H100x8", "--", "true")
+    assert as_json.returncode == 2, as_json.stderr
+    assert (json.loads(as_json.stdout)["state"], json.loads(as_json.stdout)["disposition"]) == (
+        "UNSCHEDULABLE",
+        "rejected",
+    )
+    accepted = parent.cli("job", "run", "--no-wait", "--job-name", "home", "--", "true")
+    assert accepted.returncode == 0, accepted.stderr
+
+
 def test_a_peer_refusing_the_key_is_named_as_such(controller_factory):
     stranger = controller_factory(
         "cw-h100",

@@ -125,7 +125,11 @@ def job() -> None:
     help="Ship this folder as the job's workspace instead of the current one.",
 )
 @click.option("--no-workspace", is_flag=True, help="Ship no files; tasks start in an empty folder.")
-@click.option("--no-wait", is_flag=True, help="Print the job id and return at once.")
+@click.option(
+    "--no-wait",
+    is_flag=True,
+    help="Print the job id and return at once: exit 0, or 2 when the cluster rejected the job at submit.",
+)
 @click.option("--cancel-on-interrupt", is_flag=True, help="Ctrl-C stops the job (by default it only detaches from it).")
 @click.option("-t", "--timestamps", is_flag=True, help="Prefix each log line with its time.")
 @output_option

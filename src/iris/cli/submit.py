@@ -72,7 +72,8 @@ def launch_and_report(
     if no_wait:
         if obj.json:
             obj.emit(launched)
-        return EXIT_OK
+        # A job refused at submit (no backend or peer can host it) has its outcome already.
+        return EXIT_REJECTED if launched["disposition"] == "rejected" else EXIT_OK
     replicas = int(request.get("replicas") or 1)
     return _follow_to_end(obj, job_id, launched, timestamps, replicas, started, cancel_on_interrupt)
 
