@@ -167,3 +167,21 @@ def test_job_a_peer_cannot_place_is_withdrawn_and_runs_once_on_another_peer(cont
     assert runs["blocked"].read_text().splitlines() == ["cw-b"]
     assert not runs["pinned"].exists()
     client(cw_a).terminate_job(pb.TerminateJobRequest(job_id=blocker.job_id))
+
+
+def test_job_no_peer_can_place_ends_unschedulable_and_its_log_readers_end(controller_factory, tmp_path):
+    """cw-a, the only peer, reports `huge` unschedulable: once withdrawn there it ends UNSCHEDULABLE
+    on marin, and a reader following its logs is told it has finished instead of waiting for ever."""
+    marin = _cpu_parent(controller_factory, "marin")
+    cw_a = _cpu_peer(controller_factory, "cw-a", "16G", {"federation_peers": {"marin": _key(marin)}})
+    marin.rewrite(peers={"cw-a": {"address": cw_a.url}})
+    marin.start()
+    _wait_reachable(marin, 1)
+    c = client(marin, user_token(marin, "alice"))
+    huge = c.launch_job(_memory_job("huge", 20, tmp_path / "huge.runs")).job_id
+    final = wait_state(c, huge, timeout=60)
+    assert final.job.state == "UNSCHEDULABLE" and "no federation peer could place it" in final.job.error
+    answer = c.fetch_logs(pb.FetchLogsRequest(job_id=huge, wait_ms=10_000))
+    assert answer.job_finished and answer.job_state == "UNSCHEDULABLE"
+    followed = marin.cli("job", "logs", "-f", huge, timeout=60)
+    assert followed.returncode == 0 and "ended UNSCHEDULABLE" in followed.stderr, followed.stderr

@@ -133,8 +133,10 @@ def requeue(conn: Connection, job_id: str, peer_id: str, configured: frozenset[s
     if configured <= excluded:
         conn.execute(
             sql(
-                "UPDATE federated_jobs SET withdraw_reason = '', excluded_peers = :x, error = :e, updated_ms = :now"
-                f" WHERE job_id = :j AND direction = {SENT}"
+                # logs_complete: the peer confirmed the stop and no run is left to relay lines from, so
+                # a reader following the job's logs (`job run`, `logs -f`) ends instead of waiting on.
+                "UPDATE federated_jobs SET withdraw_reason = '', excluded_peers = :x, error = :e, updated_ms = :now,"
+                f" logs_complete = 1 WHERE job_id = :j AND direction = {SENT}"
             ),
             {"x": ",".join(sorted(excluded)), "e": note, "now": now_ms, "j": job_id},
         )
