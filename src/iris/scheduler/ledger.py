@@ -51,7 +51,7 @@ class Pool:
     log, so those workers are looked at again too.
     """
 
-    __slots__ = ("base", "current", "keys", "log", "members", "owned", "packing", "placed", "repaired", "starts")
+    __slots__ = ("current", "keys", "log", "members", "owned", "packing", "placed", "repaired", "starts")
 
     def __init__(
         self,
@@ -64,10 +64,10 @@ class Pool:
     ) -> None:
         self.members = members
         self.keys = keys  # the index's ordering before the tick, shared until this pool first changes
-        self.base = base  # the packed keys that ordering holds
+        # Every worker's key as the ordering holds it: the index's, shared until this pool first changes.
+        self.placed = base
         self.current = current  # every worker's packed key as it stands now (the ledger's)
         self.packing = packing
-        self.placed: dict[int, int] = {}  # the keys of members moved since, as the ordering holds them
         self.log = log  # every member whose free capacity changed, in order, repeats kept
         self.repaired = 0  # how much of the log the keys reflect
         # demand -> (where to search from, how much of the log was read, candidates before that,
@@ -81,17 +81,15 @@ class Pool:
         done = self.repaired
         if done < len(log):
             if not self.owned:
-                self.keys, self.owned = list(self.keys), True
+                self.keys, self.placed, self.owned = list(self.keys), list(self.placed), True
             keys, placed, current = self.keys, self.placed, self.current
             for w in (log[done],) if len(log) - done == 1 else set(log[done:]):
                 new = current[w]
-                old = placed.get(w)
-                if old is None:
-                    old = self.base[w]
+                old = placed[w]
                 if old != new:
                     del keys[bisect_left(keys, old)]
                     insort(keys, new)
-                placed[w] = new
+                    placed[w] = new
             self.repaired = len(log)
         return self.keys
 
