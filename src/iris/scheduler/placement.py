@@ -292,8 +292,9 @@ def place_coscheduled(
         if tightest is None:
             memo.no_room.add((room, pinned_group))
     if tightest is not None:
-        find = ledger.finder(shape, tightest, memo.plain)
-        return _fill_in_trial(ledger, find, shape, None, tasks, (), now_ms)
+        # The group's free slots hold every task, and each step of the fill takes at least one of
+        # them: it cannot fail, so it needs no trial to undo.
+        return _fill_group(ledger, ledger.finder(shape, tightest, memo.plain), shape, None, tasks, (), now_ms)
     if not can_preempt_anything(band) or (shape, n, pinned_group, band) in memo.no_gang:
         return None
     allowed: set[int] | None = None
