@@ -15,6 +15,7 @@ from iris.core.job import JobSpec
 from iris.core.resources import Resources
 from iris.core.states import TaskState
 from iris.scheduler import schedule
+from iris.scheduler.snapshot import ScheduleResult, Unschedulable
 
 
 def _submit(db: Database, name: str) -> str:
@@ -72,5 +73,55 @@ def test_roll_up_of_a_child_listed_before_its_failing_parent_still_ends_the_chil
         with db.read() as conn:
             states = dict(conn.execute(sql("SELECT job_id, state FROM jobs")).all())
         assert states == {parent: "FAILED", child.job_id: "KILLED"}
+    finally:
+        db.close()
+
+
+def _submit_replicas(db: Database, name: str, replicas: int) -> str:
+    spec = JobSpec(
+        job_id=f"/alice/{name}",
+        user="alice",
+        owner="alice",
+        command=("true",),
+        resources=Resources(cpu=1),
+        replicas=replicas,
+    )
+    with db.write() as conn:
+        insert_job(conn, spec, 1)
+    return spec.job_id
+
+
+def test_unschedulable_tasks_end_a_job_at_a_time_with_the_same_guards_as_one_by_one(tmp_path, caplog):
+    """A scheduling result that ends tasks as unschedulable ends each pending one with its own
+    reason, refuses one that is no longer pending (naming why), and leaves tasks it does not name."""
+    db = Database(tmp_path / "controller.db")
+    try:
+        whole = _submit_replicas(db, "whole", 300)
+        raced = _submit_replicas(db, "raced", 3)
+        mixed = _submit_replicas(db, "mixed", 2)
+        part = _submit_replicas(db, "part", 2)
+        with db.write() as conn:  # a placement commits between the snapshot and the apply
+            assert applier.place(conn, tr.Placement(f"{raced}/1", "local", "w0"), 2).placed
+        ends = [(f"{whole}/{i}", "Not placed within 1s") for i in range(300)]
+        ends += [(f"{raced}/{i}", "Not placed within 1s") for i in range(3)]
+        ends += [(f"{mixed}/0", "reason a"), (f"{mixed}/1", "reason b"), (f"{part}/1", "reason c")]
+        result = ScheduleResult(unschedulable=tuple(Unschedulable(t, r) for t, r in ends))
+        with caplog.at_level(logging.DEBUG, logger="iris.applier"):
+            with db.write() as conn:
+                report, victims = applier.commit_schedule(conn, result, 7)
+        assert victims == []
+        assert sorted(set(report.jobs)) == sorted([whole, raced, mixed, part])
+        assert [(r.change, r.subject) for r in report.refused] == [("TaskUnschedulable", f"{raced}/1")]
+        assert report.refused[0].reason == "the task is ASSIGNED, no longer PENDING"
+        assert f"refused TaskUnschedulable on {raced}/1" in caplog.text
+        with db.read() as conn:
+            rows = {r[0]: r[1:] for r in conn.execute(sql("SELECT task_id, state, error, finished_ms FROM tasks"))}
+        assert all(rows[f"{whole}/{i}"] == ("UNSCHEDULABLE", "Not placed within 1s", 7) for i in range(300))
+        assert rows[f"{raced}/0"] == rows[f"{raced}/2"] == ("UNSCHEDULABLE", "Not placed within 1s", 7)
+        assert rows[f"{raced}/1"][0] == "ASSIGNED"
+        assert rows[f"{mixed}/0"] == ("UNSCHEDULABLE", "reason a", 7)
+        assert rows[f"{mixed}/1"] == ("UNSCHEDULABLE", "reason b", 7)
+        assert rows[f"{part}/0"] == ("PENDING", "", None)
+        assert rows[f"{part}/1"] == ("UNSCHEDULABLE", "reason c", 7)
     finally:
         db.close()
