@@ -117,7 +117,7 @@ def test_e2e_query_and_rpc(controller):
     backends = json.loads(controller.cli("rpc", "controller", "list-backends").stdout)
     assert backends["cluster"] == controller.name and backends["backends"][0]["id"] == "cpu"
     peers = json.loads(controller.cli("rpc", "controller", "list-peers").stdout)
-    assert peers == {"peers": [], "next_page_token": "", "total": 0}
+    assert peers == {"peers": [], "next_page_token": "", "total": 0, "inbound": []}
     status = json.loads(
         controller.cli("rpc", "controller", "get-job-status", "--json", '{"job_id": "/alice/q"}').stdout
     )
