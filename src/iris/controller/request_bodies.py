@@ -91,16 +91,14 @@ def _decode(data: bytes, encoding: str, limit: int, codec: Any, message_class: t
         return exc
 
 
-async def _unsupported(send, content_type: str) -> None:
-    body = json.dumps(
-        {
-            "code": "invalid_argument",
-            "message": f"content type {content_type or 'none'!r} is not served here; send application/json"
-            " or application/proto (Connect unary)",
-        }
-    ).encode()
+async def answer_error(send, status: int, code: str, message: str, retry_after_s: int | None = None) -> None:
+    """Answers a request with a Connect error (`code`, `message`) and HTTP `status` without reading
+    its body; `retry_after_s` adds a `retry-after` header, which iris and the SDK wait out."""
+    body = json.dumps({"code": code, "message": message}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": 415, "headers": headers})
+    if retry_after_s is not None:
+        headers.append((b"retry-after", str(retry_after_s).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -113,7 +111,13 @@ async def prepare(scope, receive, send, limit: int):
     content_type = _header(scope, b"content-type").partition(";")[0].strip().lower()
     codec = _CODECS.get(content_type)
     if codec is None:
-        await _unsupported(send, content_type)
+        await answer_error(
+            send,
+            415,
+            "invalid_argument",
+            f"content type {content_type or 'none'!r} is not served here; send application/json"
+            " or application/proto (Connect unary)",
+        )
         return None
     encoding = _header(scope, b"content-encoding").strip().lower()
     declared = _header(scope, b"content-length")

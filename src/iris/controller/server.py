@@ -15,7 +15,6 @@ the loop, so both go out as one.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Hashable
 
 from starlette.applications import Starlette
@@ -49,38 +48,6 @@ MAX_REQUEST_BYTES = MAX_WORKSPACE_BYTES * 4 // 3 + 8 * 1024**2
 # Bytes of large request bodies held at once (see iris.controller.body_budget): six of the largest
 # requests, about 1.4 GB of the controller's memory at the peak.
 LARGE_BODIES_HELD = 6 * MAX_REQUEST_BYTES
-
-
-async def _too_large(send, size: int) -> None:
-    """Answers an oversize request as a Connect error (resource_exhausted) without reading it."""
-    body = json.dumps(
-        {
-            "code": "resource_exhausted",
-            "message": f"the request is {size} bytes; the controller reads at most {MAX_REQUEST_BYTES}"
-            f" (a job's workspace may be at most {MAX_WORKSPACE_BYTES} bytes): send a smaller workspace",
-        }
-    ).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": 429, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _busy(send, held: int) -> None:
-    """Answers a large request the body budget has no room for, without reading it (see body_budget)."""
-    body = json.dumps(
-        {
-            "code": "resource_exhausted",
-            "message": f"the controller is already receiving {held} bytes of large requests (the most it holds"
-            " at once, or the most one client may); try again in a moment (iris and the SDK retry by themselves)",
-        }
-    ).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"retry-after", b"1"),
-    ]
-    await send({"type": "http.response.start", "status": 429, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
 
 
 def _large_body_size(scope) -> int:
@@ -213,13 +180,29 @@ def build_app(controller: Controller):
         if scope["type"] == "http" and scope["path"].startswith(API_PREFIX):
             size = _declared_size(scope)
             if size > MAX_REQUEST_BYTES:
-                await _too_large(send, size)
+                # Answered as a Connect error (resource_exhausted) without reading it.
+                await request_bodies.answer_error(
+                    send,
+                    429,
+                    "resource_exhausted",
+                    f"the request is {size} bytes; the controller reads at most {MAX_REQUEST_BYTES}"
+                    f" (a job's workspace may be at most {MAX_WORKSPACE_BYTES} bytes): send a smaller workspace",
+                )
                 return
             peer = scope.get("client")
             reserved = _large_body_size(scope)
             client = _client_of(peer, scope) if reserved else None
             if reserved and not bodies.take(client, reserved):
-                await _busy(send, bodies.held)
+                # The body budget has no room for it (see body_budget): told to retry, not read.
+                await request_bodies.answer_error(
+                    send,
+                    429,
+                    "resource_exhausted",
+                    f"the controller is already receiving {bodies.held} bytes of large requests (the most it"
+                    " holds at once, or the most one client may); try again in a moment (iris and the SDK retry"
+                    " by themselves)",
+                    retry_after_s=1,
+                )
                 return
             # The tick rests between passes only while calls are in flight (see ControlLoop._run);
             # this counter runs on the event loop's one thread, so it needs no lock.
