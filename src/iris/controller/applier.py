@@ -470,7 +470,7 @@ def _end_unschedulable(conn: Connection, changes: list[tr.TaskUnschedulable], re
         pending = {r[0] for r in rows}
         ready = [c for c in ending if c.task_id in pending]
         whole = {(c.reason, c.finished_ms) for c in ready}
-        if len(ready) == len(pending) and len(whole) == 1:  # the usual case: all of it, for one reason
+        if len(whole) == 1 and len(ready) == len(pending) == len({c.task_id for c in ready}):  # all, one reason
             reason, now = whole.pop()
             conn.execute(sql(update + "job_id = :j"), {"e": reason, "now": now, "j": job_id})
         elif ready:
