@@ -295,7 +295,18 @@ def test_job_run_says_why_it_waits_and_list_watch_redraws(controller):
     err = _Reader(follow.stderr)
     try:
         wait_until(lambda: "pending: " in err.text(), timeout=30, message="logs -f to say why the job waits")
-        assert controller.cli("job", "stop", "/alice/queued").returncode == 0
+        # `job wait` of it says so too, on stderr, while its stdout keeps to the jobs that ended.
+        waiter = _spawn(controller, "job", "wait", "queued")
+        waited = _Reader(waiter.stderr)
+        try:
+            wait_until(lambda: "/alice/queued pending: " in waited.text(), timeout=30, message="job wait to say why")
+            assert controller.cli("job", "stop", "/alice/queued").returncode == 0
+            assert waiter.wait(timeout=30) == 1
+            assert "/alice/queued KILLED" in waiter.stdout.read()
+        finally:
+            if waiter.poll() is None:
+                waiter.kill()
+                waiter.wait()
         assert follow.wait(timeout=30) == 0
     finally:
         if follow.poll() is None:

@@ -150,7 +150,8 @@ def _stop_each(obj: CliContext, targets: list[str], reason: str, wait_ended: boo
 @output_option
 @click.pass_obj
 def wait(obj: CliContext, job_ids: tuple[str, ...], timeout: str | None) -> int:
-    """Waits until every JOB has ended, printing each as it ends.
+    """Waits until every JOB has ended, printing each as it ends; a job still waiting to start has
+    its pending reason printed to stderr when it changes.
 
     Exit code: 0 all succeeded, 1 any failed or was killed (or the wait timed out), 2 any was
     unschedulable, 130 Ctrl-C (which stops the waiting only: the jobs keep running).
@@ -168,6 +169,7 @@ def wait(obj: CliContext, job_ids: tuple[str, ...], timeout: str | None) -> int:
     left = list(dict.fromkeys(ids))
     final: dict[str, object] = {}
     seen: dict[str, str] = {}
+    said: dict[str, str] = {}  # the pending reason last printed per job
     delay = 0.05
     try:
         for job_id in left:
@@ -176,6 +178,11 @@ def wait(obj: CliContext, job_ids: tuple[str, ...], timeout: str | None) -> int:
             for job_id in list(left):
                 status = client.status(job_id)
                 seen[job_id] = status.state
+                if status.state == "PENDING" and not obj.json:  # say what it waits for, when that changes
+                    reason = status.pending_reason or "waiting to be scheduled"
+                    if said.get(job_id) != reason:
+                        said[job_id] = reason
+                        click.echo(f"{job_id} pending: {reason}", err=True)
                 if status.state in STATE_EXIT_CODES:
                     final[job_id] = status
                     left.remove(job_id)
