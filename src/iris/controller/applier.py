@@ -145,10 +145,15 @@ def apply(conn: Connection, changes: Iterable[tr.Change]) -> Report:
     for change in changes:
         reason = _APPLY[type(change)](conn, change, report)
         if reason is not None:
-            refusal = Refusal(type(change).__name__, _subject(change), reason)
-            log.debug("refused %s on %s: %s", refusal.change, refusal.subject, refusal.reason)
-            report.refused.append(refusal)
+            _refuse(report, change, reason)
     return report
+
+
+def _refuse(report: Report, change: tr.Change, reason: str) -> None:
+    """Records (and logs at debug) that `change` was not applied, and why."""
+    refusal = Refusal(type(change).__name__, _subject(change), reason)
+    log.debug("refused %s on %s: %s", refusal.change, refusal.subject, refusal.reason)
+    report.refused.append(refusal)
 
 
 def _subject(change: tr.Change) -> str:
@@ -481,9 +486,7 @@ def _end_unschedulable(conn: Connection, changes: list[tr.TaskUnschedulable], re
             report.jobs.append(job_id)
         for c in ending:
             if c.task_id not in pending:
-                refusal = Refusal(type(c).__name__, c.task_id, _not_pending(conn, c.task_id))
-                log.debug("refused %s on %s: %s", refusal.change, refusal.subject, refusal.reason)
-                report.refused.append(refusal)
+                _refuse(report, c, _not_pending(conn, c.task_id))
 
 
 def place(conn: Connection, placement: tr.Placement, now_ms: int) -> Report:
