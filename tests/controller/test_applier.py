@@ -18,8 +18,15 @@ from iris.scheduler import schedule
 from iris.scheduler.snapshot import ScheduleResult, Unschedulable
 
 
-def _submit(db: Database, name: str) -> str:
-    spec = JobSpec(job_id=f"/alice/{name}", user="alice", owner="alice", command=("true",), resources=Resources(cpu=1))
+def _submit(db: Database, name: str, replicas: int = 1) -> str:
+    spec = JobSpec(
+        job_id=f"/alice/{name}",
+        user="alice",
+        owner="alice",
+        command=("true",),
+        resources=Resources(cpu=1),
+        replicas=replicas,
+    )
     with db.write() as conn:
         insert_job(conn, spec, 1)
     return spec.job_id
@@ -77,29 +84,15 @@ def test_roll_up_of_a_child_listed_before_its_failing_parent_still_ends_the_chil
         db.close()
 
 
-def _submit_replicas(db: Database, name: str, replicas: int) -> str:
-    spec = JobSpec(
-        job_id=f"/alice/{name}",
-        user="alice",
-        owner="alice",
-        command=("true",),
-        resources=Resources(cpu=1),
-        replicas=replicas,
-    )
-    with db.write() as conn:
-        insert_job(conn, spec, 1)
-    return spec.job_id
-
-
 def test_unschedulable_tasks_end_a_job_at_a_time_with_the_same_guards_as_one_by_one(tmp_path, caplog):
     """A scheduling result that ends tasks as unschedulable ends each pending one with its own
     reason, refuses one that is no longer pending (naming why), and leaves tasks it does not name."""
     db = Database(tmp_path / "controller.db")
     try:
-        whole = _submit_replicas(db, "whole", 300)
-        raced = _submit_replicas(db, "raced", 3)
-        mixed = _submit_replicas(db, "mixed", 2)
-        part = _submit_replicas(db, "part", 2)
+        whole = _submit(db, "whole", 300)
+        raced = _submit(db, "raced", 3)
+        mixed = _submit(db, "mixed", 2)
+        part = _submit(db, "part", 2)
         with db.write() as conn:  # a placement commits between the snapshot and the apply
             assert applier.place(conn, tr.Placement(f"{raced}/1", "local", "w0"), 2).placed
         ends = [(f"{whole}/{i}", "Not placed within 1s") for i in range(300)]
