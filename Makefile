@@ -30,7 +30,7 @@ lint: env
 UNIT_TESTS := tests/scheduler tests/federation tests/core tests/auth tests/backends/test_staging.py
 
 test: lint
-	@start=$$(date +%s); $(VENV)/bin/pytest -n 2 -q; rc=$$?; \
+	@start=$$(date +%s); $(VENV)/bin/pytest -n 2 -q --durations=15; rc=$$?; \
 	echo "make test: the suite took $$(( $$(date +%s) - start ))s"; exit $$rc
 
 test-fast: lint

@@ -47,11 +47,22 @@ def status(c, job_id: str) -> pb.GetJobStatusResponse:
 
 
 def wait_state(c, job_id: str, states=TERMINAL, timeout: float = 30) -> pb.GetJobStatusResponse:
+    """Waits until `job_id` is in one of `states`; a timeout says where the job was instead."""
+    last: list[pb.GetJobStatusResponse] = []
+
     def check():
         s = status(c, job_id)
+        last[:] = [s]
         return s if s.job.state in states else None
 
-    return wait_until(check, timeout=timeout, message=f"{job_id} to reach {sorted(states)}")
+    try:
+        return wait_until(check, timeout=timeout, message=f"{job_id} to reach {sorted(states)}")
+    except AssertionError as exc:
+        if not last:
+            raise
+        job = last[0].job
+        where = f"{job.state}, pending reason {job.pending_reason!r}, error {job.error!r}"
+        raise AssertionError(f"{exc}; it was {where}; tasks {[t.state for t in last[0].tasks]}") from None
 
 
 def logs(c, job_id: str) -> list[str]:

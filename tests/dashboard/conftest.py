@@ -118,7 +118,13 @@ def site(tmp_path_factory) -> Site:
     base = tmp_path_factory.mktemp("dashboard")
     factory = ControllerFactory(base)
     try:
-        yield _build_site(factory, base)
+        try:
+            site = _build_site(factory, base)
+        except AssertionError as exc:  # a setup that times out says what the home controller logged
+            log = base / "marin" / "controller.log"
+            tail = log.read_text(errors="replace")[-4000:] if log.exists() else "(no log)"
+            raise AssertionError(f"{exc}\n--- the end of marin's log ---\n{tail}") from None
+        yield site
     finally:
         factory.cleanup()
 
