@@ -132,6 +132,13 @@ def job() -> None:
 )
 @click.option("--cancel-on-interrupt", is_flag=True, help="Ctrl-C stops the job (by default it only detaches from it).")
 @click.option("-t", "--timestamps", is_flag=True, help="Prefix each log line with its time.")
+@click.option(
+    "--raw",
+    is_flag=True,
+    help="Print the job's output exactly as it wrote it, escape sequences included. By default every control"
+    " character but tab is shown as an escape (\\x1b), to a terminal or a pipe alike, so no job can"
+    " retitle or redraw the terminal that reads it; -o json always holds the exact text.",
+)
 @output_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
@@ -147,6 +154,7 @@ def run(
     no_wait: bool,
     cancel_on_interrupt: bool,
     timestamps: bool,
+    raw: bool,
     **options: object,
 ) -> int:
     """Submits COMMAND as a job, prints its id, streams its logs and exits with its outcome.
@@ -179,6 +187,7 @@ def run(
         timestamps=timestamps,
         started=started,
         cancel_on_interrupt=cancel_on_interrupt,
+        raw=raw,
     )
 
 
@@ -314,9 +323,18 @@ def describe(obj: CliContext, job_id: str, all_tasks: bool) -> None:
 )
 @click.option("--task", type=click.IntRange(min=0), help="Only this task's lines.")
 @click.option("-t", "--timestamps", is_flag=True, help="Prefix each line with its time.")
+@click.option(
+    "--raw",
+    is_flag=True,
+    help="Print the job's output exactly as it wrote it, escape sequences included. By default every control"
+    " character but tab is shown as an escape (\\x1b), to a terminal or a pipe alike, so no job can"
+    " retitle or redraw the terminal that reads it; -o json always holds the exact text.",
+)
 @output_option
 @click.pass_obj
-def logs(obj: CliContext, job_id: str, follow: bool, tail: int | None, task: int | None, timestamps: bool) -> int:
+def logs(
+    obj: CliContext, job_id: str, follow: bool, tail: int | None, task: int | None, timestamps: bool, raw: bool
+) -> int:
     """Prints a job's logs (stdout to stdout, stderr to stderr); -f follows until the job ends.
 
     When a task ran more than once, a line marks where each attempt begins. With -f, a job still
@@ -356,7 +374,7 @@ def logs(obj: CliContext, job_id: str, follow: bool, tail: int | None, task: int
             if previous is not None and line.attempt != previous:
                 click.echo(f"--- task {line.task_index}: attempt {line.attempt} (attempt {previous} ended) ---")
             seen[line.task_index] = line.attempt
-            write_log_line(line, show_task=show_task, timestamps=timestamps)
+            write_log_line(line, show_task=show_task, timestamps=timestamps, raw=raw)
     except KeyboardInterrupt:
         return 130
     finally:

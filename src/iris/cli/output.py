@@ -330,7 +330,10 @@ def describe_job(resp: Any, now_ms: int | None = None) -> str:
     return "\n".join(out)
 
 
-def format_log_line(line: Any, *, show_task: bool, timestamps: bool) -> str:
+def format_log_line(line: Any, *, show_task: bool, timestamps: bool, raw: bool = False) -> str:
+    """One log line as printed. A job's text may hold escape sequences that would set the reader's
+    window title or redraw their screen, so its control characters but tab are shown as escapes
+    (`\\x1b`) unless `raw`. The stored text is unchanged: `-o json` and `--raw` print it exactly."""
     prefix = ""
     if timestamps:
         prefix += time.strftime("%H:%M:%S", time.localtime(line.ts_ms / 1000)) + f".{line.ts_ms % 1000:03d} "
@@ -338,13 +341,13 @@ def format_log_line(line: Any, *, show_task: bool, timestamps: bool) -> str:
         prefix += f"[{line.task_index}] "
     if line.stream == "iris":
         prefix += "iris: "
-    return prefix + line.text
+    return prefix + (line.text if raw else visible(line.text, keep="\t"))
 
 
-def write_log_line(line: Any, *, show_task: bool, timestamps: bool) -> None:
+def write_log_line(line: Any, *, show_task: bool, timestamps: bool, raw: bool = False) -> None:
     """Task stdout to stdout; task stderr and the controller's own notes to stderr."""
     stream = sys.stdout if line.stream == "stdout" else sys.stderr
-    stream.write(format_log_line(line, show_task=show_task, timestamps=timestamps) + "\n")
+    stream.write(format_log_line(line, show_task=show_task, timestamps=timestamps, raw=raw) + "\n")
     stream.flush()
 
 

@@ -35,6 +35,7 @@ def launch_and_report(
     timestamps: bool,
     started: float,
     cancel_on_interrupt: bool,
+    raw: bool = False,
 ) -> int:
     """Sends a prepared LaunchJobRequest document, prints what `job run` prints, returns its exit code."""
     client = obj.client()
@@ -75,7 +76,7 @@ def launch_and_report(
         # A job refused at submit (no backend or peer can host it) has its outcome already.
         return EXIT_REJECTED if launched["disposition"] == "rejected" else EXIT_OK
     replicas = int(request.get("replicas") or 1)
-    return _follow_to_end(obj, job_id, launched, timestamps, replicas, started, cancel_on_interrupt)
+    return _follow_to_end(obj, job_id, launched, timestamps, replicas, started, cancel_on_interrupt, raw)
 
 
 def _workspace_line(bundle, uploaded: int) -> str:
@@ -93,6 +94,7 @@ def _follow_to_end(
     replicas: int,
     started: float,
     cancel_on_interrupt: bool = False,
+    raw: bool = False,
 ) -> int:
     from iris.cli.output import message_to_dict, write_log_line
 
@@ -104,7 +106,7 @@ def _follow_to_end(
             if obj.json:
                 lines.append(line)
             else:
-                write_log_line(line, show_task=replicas > 1, timestamps=timestamps)
+                write_log_line(line, show_task=replicas > 1, timestamps=timestamps, raw=raw)
         status = client.wait(job_id)
     except KeyboardInterrupt:
         if cancel_on_interrupt:
