@@ -35,6 +35,9 @@ CHROMIUM_ARGS = [
 ]
 FAST = {"tick_interval": "1s", "federation_heartbeat_interval": "0.5s", "federation_sync_interval": "0.5s"}
 SEEDED_JOBS = 120
+# The setup starts three controllers and nine jobs beside the rest of the suite on two cores: its waits
+# allow for a loaded machine (they end as soon as the state is reached).
+SETUP_WAIT_S = 60
 
 
 @pytest.fixture(scope="session")
@@ -217,22 +220,22 @@ def _build_site(factory: ControllerFactory, base: Path) -> Site:
             _sleeper("away", constraints=[pb.Constraint(key="cluster", op="EQ", values=["cw-a100"])])
         ).job_id,
     }
-    wait_state(admin, jobs["hog"], {"RUNNING"})
+    wait_state(admin, jobs["hog"], {"RUNNING"}, timeout=SETUP_WAIT_S)
     jobs["waiting"] = alice.launch_job(_h100("gpu-waiting")).job_id
     jobs["child"] = alice.launch_job(
         pb.LaunchJobRequest(name="helper", parent_job_id=jobs["follow"], command=["sleep", "300"])
     ).job_id
-    wait_state(admin, jobs["done"])
-    wait_state(admin, jobs["failed"])
+    wait_state(admin, jobs["done"], timeout=SETUP_WAIT_S)
+    wait_state(admin, jobs["failed"], timeout=SETUP_WAIT_S)
     for key in ("follow", "victim", "bobs", "child"):
-        wait_state(admin, jobs[key], {"RUNNING"})
+        wait_state(admin, jobs[key], {"RUNNING"}, timeout=SETUP_WAIT_S)
     wait_until(lambda: status(admin, jobs["waiting"]).job.pending_reason, message="a pending reason")
     wait_until(
         lambda: (
             status(admin, jobs["away"]).job.handoff_state == "HANDED_OFF"
             and status(admin, jobs["away"]).job.state == "RUNNING"
         ),
-        timeout=30,
+        timeout=SETUP_WAIT_S,
         message="the pinned job running on the peer",
     )
 
