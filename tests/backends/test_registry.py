@@ -44,13 +44,15 @@ def test_config_without_kind_is_local():
 def test_config_unknown_kind_names_the_key_and_the_known_kinds():
     with pytest.raises(InvalidArgument) as err:
         _config({"id": "cpu", "kind": "slurmm"})
-    assert "backends.0.kind: 'slurmm' is not a backend kind; use one of: local" in err.value.message
+    assert (
+        "backends.0.kind: 'slurmm' is not a backend kind; did you mean 'slurm'? use one of: local" in err.value.message
+    )
 
 
 def test_config_typo_in_a_kind_key_names_the_key_without_the_kind_tag():
     with pytest.raises(InvalidArgument) as err:
         _config({"id": "cpu", "kind": "local", "workrs": 2})
-    assert err.value.message == "config: backends.0.workrs: is not a known key"
+    assert err.value.message == "config: backends.0.workrs: is not a known key; did you mean 'workers'?"
 
 
 def test_every_declared_kind_is_registered_with_its_model():

@@ -32,10 +32,10 @@ def job_states_text(value: str) -> str:
     for part in value.split(","):
         state = part.strip().upper()
         if state not in JOB_STATES:
-            import difflib
+            from iris.core.suggest import closest
 
-            close = difflib.get_close_matches(state, JOB_STATES, n=1, cutoff=0.6)
-            hint = f"did you mean {close[0]}? " if close else ""
+            close = closest(state, JOB_STATES)
+            hint = f"did you mean {close}? " if close else ""
             raise BadValue(
                 f"{part.strip()!r} is not a job state; {hint}states: {', '.join(JOB_STATES)}"
                 " (several may be joined with commas, e.g. PENDING,RUNNING)"

@@ -8,8 +8,9 @@ instead of surfacing later as odd behaviour.
 from __future__ import annotations
 
 import os
+import types
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -25,6 +26,7 @@ from pydantic import (
 
 from iris.core.errors import InvalidArgument
 from iris.core.names import validate_component
+from iris.core.suggest import did_you_mean
 from iris.core.units import parse_duration, parse_size
 
 
@@ -195,7 +197,10 @@ class AuthConfig(_Model):
             raise ValueError("must be a mapping of role to duration, e.g. {user: 30d, admin: 1d}")
         unknown = sorted(set(v) - set(TOKEN_ROLES))
         if unknown:
-            raise ValueError(f"unknown role {unknown[0]!r}; roles are {', '.join(TOKEN_ROLES)}")
+            hint = did_you_mean(unknown[0], TOKEN_ROLES)
+            raise ValueError(
+                f"unknown role {unknown[0]!r}; {hint + ' ' if hint else ''}roles are {', '.join(TOKEN_ROLES)}"
+            )
         out = {k: _duration(d) for k, d in v.items()}
         bad = [k for k, d in out.items() if d <= 0]
         if bad:
@@ -361,6 +366,34 @@ def _without_kind_tags(loc: tuple) -> tuple:
     return loc
 
 
+def _keys_at(loc: tuple) -> set[str]:
+    """The keys the mapping at `loc` (as pydantic reports it, kind tags included) accepts."""
+    types_here: list[Any] = [ClusterConfig]
+    for part in loc:
+        types_here = [child for tp in types_here for child in _children(tp, part)]
+    return {name for tp in types_here if isinstance(tp, type) and issubclass(tp, BaseModel) for name in tp.model_fields}
+
+
+def _children(tp: Any, part: str | int) -> list[Any]:
+    """The types that may sit under key or index `part` of a value of type `tp`."""
+    while get_origin(tp) is Annotated:
+        tp = get_args(tp)[0]
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        members = [arg for arg in get_args(tp) if arg is not type(None)]
+        if isinstance(part, str) and part in BACKEND_CONFIG_MODELS:  # the discriminator's tag
+            return [BACKEND_CONFIG_MODELS[part]]
+        return [child for arg in members for child in _children(arg, part)]
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        field = tp.model_fields.get(str(part))
+        return [field.annotation] if field is not None else []
+    if origin is list and isinstance(part, int):
+        return [get_args(tp)[0]]
+    if origin is dict:
+        return [get_args(tp)[1]]
+    return []
+
+
 def _format_error(exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
@@ -369,7 +402,8 @@ def _format_error(exc: ValidationError) -> str:
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, ") :]
         if err["type"] == "extra_forbidden":
-            msg = "is not a known key"
+            hint = did_you_mean(str(err["loc"][-1]), _keys_at(err["loc"][:-1]))
+            msg = "is not a known key" + (f"; {hint}" if hint else "")
         if err["type"] == "string_pattern_mismatch" and err["ctx"].get("pattern") == CLUSTER_NAME_PATTERN:
             loc = _without_kind_tags(err["loc"])
             if loc[-1] == "[key]":
@@ -381,7 +415,8 @@ def _format_error(exc: ValidationError) -> str:
         if err["type"] == "backend_kind":
             kind = err["input"].get("kind") if isinstance(err["input"], dict) else None
             where += ".kind"
-            msg = f"{kind!r} is not a backend kind; use one of: {', '.join(BACKEND_CONFIG_MODELS)}"
+            hint = did_you_mean(str(kind), BACKEND_CONFIG_MODELS) if kind else ""
+            msg = f"{kind!r} is not a backend kind; {hint + ' ' if hint else ''}use one of: {', '.join(BACKEND_CONFIG_MODELS)}"
         lines.append(f"{where}: {msg}")
     return "; ".join(lines)
 

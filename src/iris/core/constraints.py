@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from iris.core.errors import InvalidArgument
 from iris.core.resources import Resources
+from iris.core.suggest import did_you_mean
 
 
 class Op(str, enum.Enum):
@@ -81,7 +82,10 @@ def spec_for(key: str) -> KeySpec:
         return KeySpec(key, "consumable", frozenset({Op.GE, Op.GT}), False, "advertised free capacity")
     spec = REGISTRY.get(key)
     if spec is None:
-        raise InvalidArgument(f"constraint key {key!r} is not known; known keys: {', '.join(sorted(REGISTRY))}")
+        hint = did_you_mean(key, REGISTRY)
+        raise InvalidArgument(
+            f"constraint key {key!r} is not known; {hint + ' ' if hint else ''}known keys: {', '.join(sorted(REGISTRY))}"
+        )
     return spec
 
 
