@@ -4,7 +4,7 @@
 
 import { ApiError, call } from "./api.js";
 import { confirmAction, mayStop, session } from "./session.js";
-import { TERMINAL, ago, amount, bytes, clock, el, errorBox, jobLink, num, stateBadge, table, taskCounts } from "./ui.js";
+import { TERMINAL, ago, amount, bytes, clock, el, errorBox, jobLink, jobTasks, num, stateBadge, table } from "./ui.js";
 
 const LOG_POLL_MS = 1000;
 const MAX_LOG_LINES = 20000; // kept in the page; older lines are dropped from the view
@@ -64,7 +64,7 @@ export function jobPage(root, route) {
       ["User / owner", `${job.user} / ${job.owner}`],
       ["Cluster", job.cluster || "(choosing a peer)"],
       ["Band", job.priority],
-      ["Tasks", `${job.replicas || 1} replica(s): ${taskCounts(job.taskCounts)}`],
+      ["Tasks", `${job.replicas || 1} replica(s): `, jobTasks(job)],
       ["Resources", [`cpu ${amount(r.cpu)}`, `memory ${bytes(r.memoryBytes)}`, num(r.diskBytes) ? `disk ${bytes(r.diskBytes)}` : "", device]
         .filter(Boolean).join(", ")],
       ["Command", el("code", {}, shellWords(job.command || []))],
@@ -119,7 +119,7 @@ export function jobPage(root, route) {
       parts.push(el("h2", {}, `Children (${kids.total})`),
         table(["Job", "State", "Cluster", "Tasks"], kids.jobs.map((k) => el("tr", {},
           el("td", {}, jobLink(k.jobId)), el("td", {}, stateBadge(k.state)), el("td", {}, k.cluster),
-          el("td", {}, taskCounts(k.taskCounts)))), { id: "job-children" }));
+          el("td", { class: "counts" }, jobTasks(k)))), { id: "job-children" }));
     }
     family.replaceChildren(...parts);
   }

@@ -3,7 +3,7 @@
 
 import { call, callAll } from "./api.js";
 import { session } from "./session.js";
-import { STATES, age, el, jobLink, stateBadge, table, taskCounts } from "./ui.js";
+import { STATES, age, el, jobLink, jobTasks, stateBadge, table } from "./ui.js";
 
 const PAGE_SIZE = 50;
 const FILTERS = ["state", "user", "cluster", "prefix"];
@@ -99,7 +99,7 @@ export function jobsPage(root, route) {
           el("td", {}, j.user),
           el("td", {}, stateBadge(j.state)),
           el("td", {}, j.cluster || "(choosing a peer)", j.stale ? el("span", { class: "stale", title: "the peer has not synced lately" }, " stale") : ""),
-          el("td", { class: "counts" }, taskCounts(j.taskCounts)),
+          el("td", { class: "counts" }, jobTasks(j)),
           el("td", { title: new Date(Number(j.submittedMs)).toLocaleString() }, age(j.submittedMs)),
           el("td", { class: "reason" }, j.pendingReason || (j.state === "FAILED" || j.state === "UNSCHEDULABLE" ? j.error : "")),
         ),

@@ -2,7 +2,7 @@
 // attributes it advertises and its free/total capacity, and the federated jobs it runs for us.
 
 import { call, callAll } from "./api.js";
-import { ago, attributeChips, availabilityMeters, el, jobLink, stateBadge, table, taskCounts } from "./ui.js";
+import { ago, attributeChips, availabilityMeters, el, jobLink, jobTasks, stateBadge, table } from "./ui.js";
 
 export function peersPage(root) {
   const list = el("div", { id: "peers" });
@@ -32,7 +32,7 @@ export function peersPage(root) {
           (jobs.jobs || []).length
             ? table(["Job", "User", "State", "Tasks"], jobs.jobs.map((j) => el("tr", { dataset: { job: j.jobId } },
               el("td", {}, jobLink(j.jobId)), el("td", {}, j.user), el("td", {}, stateBadge(j.state), j.stale ? " (stale)" : ""),
-              el("td", {}, taskCounts(j.taskCounts)))), { class: "peer-jobs" })
+              el("td", {}, jobTasks(j)))), { class: "peer-jobs" })
             : el("p", { class: "muted" }, "none"),
         );
       }),

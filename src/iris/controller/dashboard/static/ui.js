@@ -80,6 +80,20 @@ export function taskCounts(counts) {
   return entries.map(([s, n]) => `${n} ${s}`).join(" · ");
 }
 
+// A job's TASKS cell. A job with no task row (refused at submit, stopped before it was placed, or
+// waiting for a peer to take it) would show an empty cell, which reads as a page still loading; it
+// says instead how many tasks it asked for and that none exists, and why on hover.
+export function jobTasks(job) {
+  const counts = taskCounts(job.taskCounts);
+  if (counts) return counts;
+  const n = job.replicas || 1;
+  const ended = TERMINAL.has(job.state);
+  const why = ended
+    ? `No task was created: the job ended ${job.state} before it was placed`
+    : "No task yet: a job's tasks are created when it is placed (here, or on a peer that takes it)";
+  return el("span", { class: "no-tasks muted", title: why }, `— none of ${n} created${ended ? "" : " yet"}`);
+}
+
 const BAND_ORDER = ["production", "interactive", "batch"];
 
 // One device token's meter: a bar split into what each band holds and what is free, with the
