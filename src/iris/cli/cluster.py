@@ -408,7 +408,10 @@ def stop(obj: CliContext, config_path: str | None, local: bool, port: int | None
 @output_option
 @click.pass_obj
 def status(obj: CliContext, config_path: str | None, local: bool, port: int | None) -> int:
-    """Reports whether the controller answers, what it runs, and its backends' free capacity."""
+    """Reports whether the controller answers, what it runs, and its backends' free capacity.
+
+    A backend's IN USE column counts its live workers only; dead ones are shown apart, not counted.
+    """
     from iris.cli.output import cluster_status_text, message_to_dict
 
     if config_path or local:

@@ -412,11 +412,15 @@ def cluster_status_text(url: str, info: Any, backends: Any, workers: Sequence[An
     if backends.backends:
         rows = []
         for b in backends.backends:
-            mine = [w for w in workers if w.backend_id == b.id]
+            mine = [w for w in workers if w.backend_id == b.id and w.alive]
+            # A dead worker's capacity is not capacity: nothing is placed there. It is shown apart.
+            dead = [w for w in workers if w.backend_id == b.id and not w.alive]
             used = sum(w.used.cpu for w in mine)
             total = sum(w.capacity.cpu for w in mine)
             tasks = sum(w.running_tasks for w in mine)
             use = f"cpu {_num(used)}/{_num(total)}, {tasks} task(s)" if mine else "-"
+            if dead:
+                use += f"; dead: {len(dead)} worker(s), cpu {_num(sum(w.capacity.cpu for w in dead))}, not counted"
             free = (
                 ", ".join(
                     f"{token} {_num(amount)}/{_num(b.availability.total_amounts.get(token, 0))}"
