@@ -128,7 +128,9 @@ def _waiting_for_group(
             slots[ledger.group(w)] += copies(ledger.free[w], shape.need, count)
     if request.pinned_group is not None:
         slots = {request.pinned_group: slots.get(request.pinned_group, 0)}
-    group, most = min(slots.items(), key=lambda item: (-item[1], item[0]))
+    # The group with the most slots, the lowest of those on a tie.
+    most = max(slots.values())
+    group = min([g for g, s in slots.items() if s == most])
     return (
         f"Waiting for {count} replicas of {shape.describe()} to start together in one group of workers; "
         f"at most {most} fit now ({group_label(group)})"

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import gc
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import groupby
-from operator import attrgetter
+from itertools import groupby, islice
+from operator import attrgetter, lt
 
 from iris.scheduler.fit import Shape, ShapeCache
 from iris.scheduler.gating import deadline_passed, effective_band, with_peer_spend
@@ -75,14 +75,18 @@ def pending_by_job(snapshot: SchedulingSnapshot) -> dict[str, list[PendingTask]]
         by_job[job_id].extend(run)
     for tasks in by_job.values():
         if len(tasks) > 1:
-            tasks.sort(key=task_order_key)
+            # Mostly in replica order already: told apart by index alone, they need no sort.
+            indexes = list(map(_index, tasks))
+            if not all(map(lt, indexes, islice(indexes, 1, None))):
+                tasks.sort(key=task_order_key)
     return by_job
 
 
 _job_id = attrgetter("job_id")
+_index = attrgetter("index")
 
 
-def deadlines(tasks: list[PendingTask]) -> list[int | None]:
+def deadlines(tasks: Sequence[PendingTask]) -> list[int | None]:
     """The scheduling deadline of each task (read in C: a tick looks at every pending task)."""
     return list(map(_deadline, tasks))
 
@@ -115,11 +119,13 @@ def build_requests(
             running_groups[job_id] = ledger.group(min(placed)[1])
     requests = []
     now_ms, budgets, default = snapshot.now_ms, snapshot.user_budgets, snapshot.default_budget
+    # Most often no pending task has a deadline: then none is looked at job by job.
+    no_deadlines = deadlines(snapshot.pending).count(None) == len(snapshot.pending)
     for job_id, tasks in by_job.items():
         first = tasks[0]
         band, user = first.band, first.user
         coscheduled = is_coscheduled(first)
-        live, expired = _split_expired(tasks, now_ms)
+        live, expired = (tuple(tasks), ()) if no_deadlines else _split_expired(tasks, now_ms)
         # In the order of JobRequest's fields: a tick builds one per pending job.
         requests.append(
             new_request(
