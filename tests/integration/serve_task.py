@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -78,9 +79,10 @@ def echo(ws):
 
 
 def main() -> None:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    bind = os.environ.get("SERVE_BIND", "127.0.0.1")  # 0.0.0.0 on a worker the controller dials from afar
+    httpd = ThreadingHTTPServer((bind, 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    ws_server = serve(echo, "127.0.0.1", 0)
+    ws_server = serve(echo, bind, 0)
     threading.Thread(target=ws_server.serve_forever, daemon=True).start()
     client = IrisClient()
     client.register_endpoint("web", httpd.server_address[1])

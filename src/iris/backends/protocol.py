@@ -135,6 +135,17 @@ class BackendEvents:
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptHost:
+    """Where an attempt runs, as far as its backend knows: the controller's own host (`local`), or
+    the network address the controller sees that host at (`address`, an IP literal), or neither
+    (`unknown` says why). The controller relays a task's endpoint only to the host it runs on."""
+
+    local: bool = False
+    address: str = ""
+    unknown: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class BackendDescription:
     id: str
     kind: str
@@ -160,6 +171,9 @@ class Backend(Protocol):
 
     def holds(self, attempt_id: str) -> bool:
         """Whether `running` would list this attempt, at the cost of one lookup."""
+
+    def attempt_host(self, attempt_id: str, worker_id: str) -> AttemptHost:
+        """The host attempt `attempt_id` (placed on `worker_id`) runs on now."""
 
     def poll(self) -> BackendEvents:
         """Events not yet acknowledged: the same ones are returned again until `ack`."""
@@ -190,9 +204,10 @@ class WorkerHub(Protocol):
     """A backend that worker daemons join over the API (kind `workers`): the controller's service
     hands it the two worker calls as they arrive, with the caller's principal."""
 
-    def register_worker(self, request: Any, principal: str, admin: bool) -> Any: ...
+    def register_worker(self, request: Any, principal: str, admin: bool, address: str = "") -> Any:
+        """Admits a daemon; `address` is where its call came from (the host its attempts run on)."""
 
-    async def worker_poll(self, request: Any, principal: str, admin: bool) -> Any: ...
+    async def worker_poll(self, request: Any, principal: str, admin: bool, address: str = "") -> Any: ...
 
     def workspace_grant(self, request: Any, principal: str, admin: bool) -> str:
         """The job whose workspace layer the calling worker may fetch (PermissionDenied if none)."""

@@ -528,7 +528,7 @@ class IrisClient:
         self, name: str, port: int, host: str | None = None, *, job: str | None = None, attempt: str | None = None
     ) -> pb.Endpoint:
         """From inside a task: announces that this attempt serves `name` on `host:port` (host defaults
-        to $IRIS_ENDPOINT_HOST, else 127.0.0.1). The endpoint lives until the attempt ends."""
+        to $IRIS_ENDPOINT_HOST, else the host the attempt runs on). The endpoint lives until the attempt ends."""
         job = job or os.environ.get("IRIS_JOB_ID", "")
         attempt = attempt or os.environ.get("IRIS_ATTEMPT_ID", "")
         if not job or not attempt:
@@ -541,7 +541,7 @@ class IrisClient:
             job_id=job,
             attempt_id=attempt,
             name=name,
-            host=host or os.environ.get("IRIS_ENDPOINT_HOST", "127.0.0.1"),
+            host=host or os.environ.get("IRIS_ENDPOINT_HOST", ""),
             port=port,
         )
         return self._transport.call("RegisterEndpoint", request, pb.RegisterEndpointResponse).endpoint

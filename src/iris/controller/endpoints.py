@@ -16,11 +16,16 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 
+from iris.backends.protocol import Backend
+from iris.controller import endpoint_hosts
 from iris.controller.auth import Identity, Role, mint_token, verify_token
 from iris.controller.auth.keys import SigningKey
 from iris.controller.db.database import sql
 from iris.controller.db.jobs import job_not_found
+from iris.controller.endpoint_hosts import Resolver
 from iris.controller.paging import Listing, page_size
 from iris.core.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from iris.core.names import in_job_tree
@@ -36,7 +41,8 @@ AUDIENCE_PREFIX = "iris-endpoint/"
 LIVE_ATTEMPT_STATES = ("ASSIGNED", "BUILDING", "RUNNING")
 
 _LIVE = (
-    "SELECT e.job_id, e.name, e.address, e.attempt_id, e.created_ms FROM endpoints e "
+    "SELECT e.job_id, e.name, e.address, e.attempt_id, e.created_ms, a.backend_id, a.worker_id, a.cluster"
+    " FROM endpoints e "
     "JOIN attempts a ON a.attempt_id = e.attempt_id "
     f"WHERE a.state IN ({','.join(repr(s) for s in LIVE_ATTEMPT_STATES)})"
 )
@@ -62,20 +68,28 @@ def _check_owner(identity: Identity, job_id: str, owner: str, what: str, tasks_m
     )
 
 
-def register(conn, identity: Identity, req: pb.RegisterEndpointRequest, now_ms: int) -> pb.Endpoint:
-    """Records (or moves) the endpoint `req.name` of `req.job_id`, leased to a live attempt of that job."""
+def register(
+    conn,
+    identity: Identity,
+    req: pb.RegisterEndpointRequest,
+    now_ms: int,
+    backends: Mapping[str, Backend],
+    resolver: Resolver = endpoint_hosts.resolve,
+) -> pb.Endpoint:
+    """Records (or moves) the endpoint `req.name` of `req.job_id`, leased to a live attempt of that job,
+    at an address on the host that attempt runs on (`iris.controller.endpoint_hosts`)."""
     name = check_name(req.name)
     if not 0 < req.port < 65536:
         raise InvalidArgument(f"port must be between 1 and 65535, got {req.port}")
-    host = req.host or "127.0.0.1"
-    if not re.match(r"^[A-Za-z0-9.:_-]{1,253}$", host):
+    host = req.host
+    if host and not re.match(r"^[A-Za-z0-9.:_\[\]-]{1,253}$", host):
         raise InvalidArgument(f"host {host!r} is not a host name or IP address")
     job = conn.execute(sql("SELECT owner FROM jobs WHERE job_id = :j"), {"j": req.job_id}).first()
     if job is None:
         raise NotFound(f"no job {req.job_id!r} on this cluster; register from inside the job's task")
     _check_owner(identity, req.job_id, job[0], "register an endpoint", tasks_may=True)
     attempt = conn.execute(
-        sql("SELECT state FROM attempts WHERE attempt_id = :a AND job_id = :j"),
+        sql("SELECT state, backend_id, worker_id, cluster FROM attempts WHERE attempt_id = :a AND job_id = :j"),
         {"a": req.attempt_id, "j": req.job_id},
     ).first()
     if attempt is None:
@@ -94,7 +108,8 @@ def register(conn, identity: Identity, req: pb.RegisterEndpointRequest, now_ms: 
             f"attempt {req.attempt_id} already serves {held} endpoints, the most one attempt may; move one of"
             " them (register it again under its name) instead of adding another"
         )
-    address = f"[{host}]:{req.port}" if ":" in host else f"{host}:{req.port}"
+    where = endpoint_hosts.attempt_host(backends, req.attempt_id, attempt[1], attempt[2], attempt[3])
+    address = endpoint_hosts.relay_address(host, req.port, where, resolver)
     conn.execute(
         sql(
             "INSERT INTO endpoints (name, job_id, address, created_ms, attempt_id) VALUES (:n, :j, :a, :t, :at)"
@@ -131,9 +146,36 @@ def list_live(conn, job_id: str = "", token: str = "", limit: int = 0, within: s
     )
 
 
-def live_address(conn, job_id: str, name: str) -> str | None:
+@dataclass(frozen=True, slots=True)
+class LiveEndpoint:
+    """A live endpoint's stored address and where its attempt was placed."""
+
+    address: str
+    attempt_id: str
+    backend_id: str | None
+    worker_id: str | None
+    cluster: str | None
+
+
+def live_endpoint(conn, job_id: str, name: str) -> LiveEndpoint | None:
     row = conn.execute(sql(_LIVE + " AND e.job_id = :j AND e.name = :n"), {"j": job_id, "n": name}).first()
-    return row[2] if row else None
+    return LiveEndpoint(row[2], row[3], row[5], row[6], row[7]) if row else None
+
+
+def relay_target(
+    endpoint: LiveEndpoint, backends: Mapping[str, Backend], resolver: Resolver = endpoint_hosts.resolve
+) -> str:
+    """The address a relayed request for `endpoint` dials, checked again against where its attempt
+    runs now (a row stored before the rule, or a worker calling from another address since);
+    PermissionDenied when it is no longer on that host."""
+    host, port = endpoint_hosts.split_address(endpoint.address)
+    where = endpoint_hosts.attempt_host(
+        backends, endpoint.attempt_id, endpoint.backend_id, endpoint.worker_id, endpoint.cluster
+    )
+    try:
+        return endpoint_hosts.relay_address(host, port, where, resolver)
+    except InvalidArgument as exc:
+        raise PermissionDenied(f"this endpoint is not relayed: {exc.message}") from None
 
 
 def check_may_mint(conn, identity: Identity, job_id: str, name: str) -> None:
@@ -143,7 +185,7 @@ def check_may_mint(conn, identity: Identity, job_id: str, name: str) -> None:
     if job is None:
         raise job_not_found(job_id)
     _check_owner(identity, job_id, job[0], "mint an endpoint URL")
-    if live_address(conn, job_id, name) is None:
+    if live_endpoint(conn, job_id, name) is None:
         raise NotFound(f"{job_id} has no live endpoint {name!r}; `iris endpoint list {job_id}` shows the live ones")
 
 

@@ -72,6 +72,7 @@ class Proxy:
         self.config = controller.config
         self.db = controller.db
         self.signing_key = controller.auth.signing_key
+        self.backends = controller.backends
         self._client: httpx.AsyncClient | None = None
 
     @property
@@ -101,12 +102,12 @@ class Proxy:
         cluster = self.config.name
         job_id = endpoints.verify_capability(self.signing_key, cluster, token, name)
         with self.db.read() as conn:
-            address = endpoints.live_address(conn, job_id, name)
-        if address is None:
+            endpoint = endpoints.live_endpoint(conn, job_id, name)
+        if endpoint is None:
             raise NotFound(
                 f"endpoint {name!r} of {job_id} is not being served (its task has ended or never registered it)"
             )
-        return f"http://{address}/{path}"
+        return f"http://{endpoints.relay_target(endpoint, self.backends)}/{path}"
 
     async def http(self, request: Request):
         try:

@@ -364,7 +364,9 @@ class ControllerServiceImpl(WorkerCalls):
     @rpc
     def register_endpoint(self, req: pb.RegisterEndpointRequest, identity: Identity) -> pb.RegisterEndpointResponse:
         with self.db.write() as conn:
-            return pb.RegisterEndpointResponse(endpoint=endpoints.register(conn, identity, req, self.now_ms()))
+            return pb.RegisterEndpointResponse(
+                endpoint=endpoints.register(conn, identity, req, self.now_ms(), self.backends)
+            )
 
     @rpc
     def list_endpoints(self, req: pb.ListEndpointsRequest, identity: Identity) -> pb.ListEndpointsResponse:

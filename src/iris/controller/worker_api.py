@@ -22,6 +22,7 @@ from iris.controller import workspace
 from iris.controller.auth import Identity, Role
 from iris.controller.db.database import Database
 from iris.controller.handler import rpc
+from iris.controller.identity import calling_peer
 from iris.core.errors import InvalidArgument, NotFound
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.worker_text import check_fetch, check_poll, check_registration
@@ -43,6 +44,13 @@ def worker_hub(backends: Mapping[str, Backend], backend_id: str) -> WorkerHub:
     return backend
 
 
+def _caller_address() -> str:
+    """The address the current call came from: where a worker's attempts run, and so the only
+    host an endpoint of theirs may be relayed to (see `iris.controller.endpoint_hosts`)."""
+    peer = calling_peer.get()
+    return peer[0] if peer else ""
+
+
 class WorkerCalls:
     """Mixed into the ControllerService implementation, which provides the database and backends."""
 
@@ -59,13 +67,13 @@ class WorkerCalls:
     async def register_worker(self, req: pb.RegisterWorkerRequest, identity: Identity) -> pb.RegisterWorkerResponse:
         check_registration(req)
         hub, principal, admin = self._joined(req.backend_id, identity)
-        return hub.register_worker(req, principal, admin)
+        return hub.register_worker(req, principal, admin, _caller_address())
 
     @rpc
     async def worker_poll(self, req: pb.WorkerPollRequest, identity: Identity) -> pb.WorkerPollResponse:
         check_poll(req)
         hub, principal, admin = self._joined(req.backend_id, identity)
-        return await hub.worker_poll(req, principal, admin)
+        return await hub.worker_poll(req, principal, admin, _caller_address())
 
     @rpc
     async def fetch_bundle(self, req: pb.FetchBundleRequest, identity: Identity) -> pb.FetchBundleResponse:

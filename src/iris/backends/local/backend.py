@@ -56,6 +56,7 @@ from iris.backends.marks import LiveMarks
 from iris.backends.protocol import (
     AdoptRecord,
     AttemptExit,
+    AttemptHost,
     BackendDescription,
     BackendEvents,
     LaunchError,
@@ -281,6 +282,10 @@ class LocalBackend:
     def holds(self, attempt_id: str) -> bool:
         with self._lock:
             return attempt_id in self._attempts
+
+    def attempt_host(self, attempt_id: str, worker_id: str) -> AttemptHost:
+        """Every attempt runs on the controller's own host (its workers are simulated)."""
+        return AttemptHost(local=True)
 
     # -- start / stop --------------------------------------------------------------------------
 

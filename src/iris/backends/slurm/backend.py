@@ -41,6 +41,7 @@ from iris.backends.marks import LiveMarks
 from iris.backends.protocol import (
     AdoptRecord,
     AttemptExit,
+    AttemptHost,
     BackendDescription,
     BackendEvents,
     LaunchError,
@@ -306,6 +307,12 @@ class SlurmBackend:
     def holds(self, attempt_id: str) -> bool:
         with self._lock:
             return attempt_id in self._attempts
+
+    def attempt_host(self, attempt_id: str, worker_id: str) -> AttemptHost:
+        """Unknown: Slurm picks the node inside the partition and Iris does not track which."""
+        return AttemptHost(
+            unknown=f"backend {self.id} is a Slurm partition, and Iris does not know which node runs the attempt"
+        )
 
     def shutdown(self) -> list[str]:
         with self._lock:

@@ -48,6 +48,7 @@ from iris.backends.marks import LiveMarks
 from iris.backends.protocol import (
     AdoptRecord,
     AttemptExit,
+    AttemptHost,
     BackendContext,
     BackendDescription,
     BackendEvents,
@@ -108,6 +109,7 @@ class _Worker:
     next_seq: int = 1
     commands: list[pb.WorkerCommand] = field(default_factory=list)
     waiter: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+    address: str = ""  # the address its latest call came from, as the controller saw it
 
 
 def _notify(worker: _Worker) -> None:
@@ -176,6 +178,17 @@ class WorkersBackend:
     def holds(self, attempt_id: str) -> bool:
         with self._lock:
             return attempt_id in self._attempts or any(e.attempt_id == attempt_id for e in self._exits)
+
+    def attempt_host(self, attempt_id: str, worker_id: str) -> AttemptHost:
+        """The address the controller last saw the attempt's worker call from, while it is alive."""
+        with self._lock:
+            attempt = self._attempts.get(attempt_id)
+            worker = self._workers.get(attempt.worker) if attempt is not None else None
+            if worker is None or not worker.alive:
+                return AttemptHost(unknown=f"attempt {attempt_id} is not running on a connected worker of {self.id}")
+            if not worker.address:
+                return AttemptHost(unknown=f"worker {worker.name} of {self.id} has no known network address")
+            return AttemptHost(address=worker.address)
 
     # -- start / stop (the tick's thread) ---------------------------------------------------------
 
@@ -320,7 +333,9 @@ class WorkersBackend:
 
     # -- the worker calls (the server's event loop) ---------------------------------------------
 
-    def register_worker(self, req: pb.RegisterWorkerRequest, principal: str, admin: bool) -> pb.RegisterWorkerResponse:
+    def register_worker(
+        self, req: pb.RegisterWorkerRequest, principal: str, admin: bool, address: str = ""
+    ) -> pb.RegisterWorkerResponse:
         name, capacity, attributes = self._check_registration(req)
         with self._lock:
             old = self._workers.get(name)
@@ -340,7 +355,7 @@ class WorkersBackend:
             now = time.monotonic()
             worker = _Worker(
                 name, principal, req.boot_id, secrets.token_hex(16), capacity, attributes,
-                req.runtime or "process", now, now_ms(),
+                req.runtime or "process", now, now_ms(), address=address,
             )  # fmt: skip
             self._workers[name] = worker
             if old is not None:
@@ -398,7 +413,9 @@ class WorkersBackend:
         attributes.update(pool=self.id, worker=name, runtime=req.runtime or "process")
         return name, capacity, attributes
 
-    async def worker_poll(self, req: pb.WorkerPollRequest, principal: str, admin: bool) -> pb.WorkerPollResponse:
+    async def worker_poll(
+        self, req: pb.WorkerPollRequest, principal: str, admin: bool, address: str = ""
+    ) -> pb.WorkerPollResponse:
         resp = pb.WorkerPollResponse()
         with self._lock:
             worker = self._session(req, principal, admin)
@@ -406,6 +423,7 @@ class WorkersBackend:
                 return pb.WorkerPollResponse(reregister=True)
             worker.last_contact = time.monotonic()
             worker.last_contact_ms = now_ms()
+            worker.address = address
             worker.commands = [c for c in worker.commands if c.seq > req.acked_seq]
             woke = self._take_reports(worker, req, resp)
             waiter = None
