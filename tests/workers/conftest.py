@@ -62,11 +62,13 @@ class WorkerFactory:
         env: dict | None = None,
         wait: bool = True,
         relative: bool = False,
+        label: str | None = None,
     ):
-        """Starts a daemon; `relative` runs it from the base folder with its --work-dir relative to it."""
-        work_dir = self.base / "workers" / name
+        """Starts a daemon; `relative` runs it from the base folder with its --work-dir relative to it.
+        `label` names its work dir and log instead of `name` (a second daemon asking for a name)."""
+        work_dir = self.base / "workers" / (label or name)
         work_dir.mkdir(parents=True, exist_ok=True)
-        log = self.base / "workers" / f"{name}.log"
+        log = self.base / "workers" / f"{label or name}.log"
         out = open(log, "ab")
         cmd = [sys.executable, "-m", "iris.cli.main", "worker", "start", "--controller", ctl.url]
         cmd += [

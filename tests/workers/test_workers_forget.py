@@ -11,7 +11,7 @@ import pytest
 from iris.core.config import parse_config
 from iris.core.errors import InvalidArgument
 from tests.conftest import wait_until
-from tests.controller.helpers import client, launch, pb, pid_alive, status
+from tests.controller.helpers import client, launch, pb, pid_alive, status, user_token
 from tests.workers.conftest import GRACE
 
 
@@ -61,3 +61,31 @@ def test_workers_forget_dead_after_must_be_a_positive_duration(value, words):
     assert (
         parse_config({**config, "backends": [{"id": "pool", "kind": "workers"}]}).backends[0].forget_dead_after == 3600
     )
+
+
+def test_workers_forgotten_name_stays_its_owners_and_another_principal_is_refused(controller_factory, worker_factory):
+    ctl = controller_factory(
+        "names",
+        backends=[{"id": "pool", "kind": "workers", "forget_dead_after": "3s"}],
+        controller={"tick_interval": "1s", "worker_grace_period": GRACE},
+    )
+    c = client(ctl)
+    host1 = worker_factory(ctl, "host-1", env={"IRIS_TOKEN": user_token(ctl, "host-1", role="worker")})
+    job = launch(c, "ran-there", ["sleep", "300"])
+    wait_until(host1.attempt_pids, message="the attempt to start")
+    host1.signal(signal.SIGSTOP)
+    wait_until(lambda: _workers(c) == {}, message="the dead worker to be forgotten")
+    assert status(c, job).tasks[0].attempts[0].worker_id == "host-1"
+
+    # Another principal's daemon asks for the forgotten name: refused, since the history names it.
+    intruder = worker_factory(
+        ctl, "host-1", env={"IRIS_TOKEN": user_token(ctl, "host-2", role="worker")}, wait=False, label="intruder"
+    )
+    assert intruder.proc.wait(timeout=60) != 0
+    said = intruder.log.read_text()
+    assert "belongs to host-1" in said and "forgotten" in said and "Pick another --name" in said, said
+    assert _workers(c) == {}
+    # Its owner's daemon comes back and takes its name again.
+    host1.signal(signal.SIGCONT)
+    wait_until(lambda: _workers(c) == {"host-1": True}, timeout=60, message="host-1 to register again")
+    c.terminate_job(pb.TerminateJobRequest(job_id=job))

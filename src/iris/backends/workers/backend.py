@@ -132,6 +132,10 @@ class WorkersBackend:
         self._required = {k: str(v).lower() for k, v in config.attributes.items()}
         self._attributes = {**self._required, "pool": config.id}
         self._workers: dict[str, _Worker] = {}
+        # Who registered each forgotten worker's name. Attempts in the database keep naming a
+        # forgotten worker, so its name stays its owner's: a daemon of another principal taking it
+        # would make that history read as if its own host had run them. One string per name.
+        self._forgotten_owners: dict[str, str] = {}
         self._sessions: dict[str, _Worker] = {}  # a session token → the registration it belongs to
         self._attempts: dict[str, _Attempt] = {}
         self._exits: list[AttemptExit] = []
@@ -281,8 +285,9 @@ class WorkersBackend:
 
     def _forget(self, worker: _Worker) -> None:
         """Drops a dead worker's record: its attempts were given up when it died, and those that
-        ran on it keep its name in the database; its name is free to register again."""
+        ran on it keep its name in the database, so the name stays its owner's to register again."""
         del self._workers[worker.name]
+        self._forgotten_owners[worker.name] = worker.principal
         if self._sessions.get(worker.session) is worker:
             del self._sessions[worker.session]
         log.info("worker %s of backend %s is dead for more than %gs: forgotten", worker.name, self.id, self.retention)
@@ -339,12 +344,18 @@ class WorkersBackend:
         name, capacity, attributes = self._check_registration(req)
         with self._lock:
             old = self._workers.get(name)
+            owner = old.principal if old is not None else self._forgotten_owners.get(name)
+            if owner is not None and owner != principal and not admin:
+                history = (
+                    ""
+                    if old is not None
+                    else f" (it was forgotten after {self.retention:g}s dead, and the attempts it ran still name it)"
+                )
+                raise PermissionDenied(
+                    f"worker name {name!r} in backend {self.id} belongs to {owner}{history}; "
+                    f"{principal} may not register as it. Pick another --name"
+                )
             if old is not None:
-                if old.principal != principal and not admin:
-                    raise PermissionDenied(
-                        f"worker name {name!r} in backend {self.id} belongs to {old.principal}; "
-                        f"{principal} may not register as it. Pick another --name"
-                    )
                 if old.alive and req.boot_id != old.boot_id and req.previous_boot_id != old.boot_id:
                     raise AlreadyExists(
                         f"a worker named {name!r} is already connected to backend {self.id} from another daemon; "
@@ -358,6 +369,7 @@ class WorkersBackend:
                 req.runtime or "process", now, now_ms(), address=address,
             )  # fmt: skip
             self._workers[name] = worker
+            self._forgotten_owners.pop(name, None)
             if old is not None:
                 self._sessions.pop(old.session, None)
             self._sessions[worker.session] = worker
