@@ -34,6 +34,18 @@ class Handler(BaseHTTPRequestHandler):
             seen = {k.lower(): v for k, v in self.headers.items()}
             doc = {"path": self.path, "authorization": seen.get("authorization"), "cookie": seen.get("cookie")}
             self._send(200, json.dumps(doc).encode())
+        elif self.path.startswith("/headers"):
+            # Every header as it arrived (names lower-cased, repeats kept), and the raw request target.
+            doc = {"target": self.path, "headers": [[k.lower(), v] for k, v in self.headers.items()]}
+            self._send(200, json.dumps(doc).encode())
+        elif self.path.startswith("/answer-hop"):
+            body = b"{}"
+            self.send_response(200)
+            self.send_header("connection", "x-private")
+            self.send_header("x-private", "upstream-only")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
         elif self.path == "/release":
             RELEASE.set()
             self._send(200, b"{}")

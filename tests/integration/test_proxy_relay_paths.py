@@ -19,6 +19,7 @@ HOSTILE = [
     "/proxy/t/cluster=cw/tok/web/../../../../iris.v1.ControllerService/TerminateJob",
     "/proxy/t/cluster=cw/./../..%2firis.v1.ControllerService/TerminateJob",
     "/proxy/t/cluster=cw/..",
+    "/proxy/t/cluster=cw/%252e%252e/%252E%252E/iris.v1.ControllerService/TerminateJob",
 ]
 
 

@@ -6,12 +6,16 @@ for endpoint `name`, the endpoint is looked up among live attempts, and the requ
 to it. `/proxy/t/cluster=<peer>/<rest>` is relayed to that configured peer's `/proxy/t/<rest>`
 without reading the token: the cluster that minted it is the only one that judges it. A relayed
 path with `.` or `..` segments is refused, so a relay can never reach past the peer's `/proxy/t/`.
+The path is relayed as the client sent it (`raw_path`), percent-encoding and all: relaying the
+decoded one would turn an app's `%2F`, `%3F` or `%23` into a separator, a query or a fragment, so
+the app (or the peer) would be asked for another path than the client asked for.
 
 Bodies are streamed both ways (httpx for HTTP, `websockets` for WebSockets): a request body is
 forwarded as it arrives and a response (chunked, server-sent events, a large download) is passed
 on chunk by chunk, so no body is held whole in the controller. `Authorization` and `Cookie` are
 dropped before forwarding: the capability URL is the credential, and the cluster's own credentials
-never reach a served app. An unknown or ended endpoint answers 404 at once.
+never reach a served app. Hop-by-hop headers, and any header a `Connection` header names, are not
+passed on in either direction (RFC 9110 §7.6.1). An unknown or ended endpoint answers 404 at once.
 
 httpx and `websockets` are imported by the first relayed request, not with this module: together
 they are a tenth of the controller's start-up, and most clusters never relay anything.
@@ -51,6 +55,7 @@ STRIPPED_REQUEST_HEADERS = HOP_HEADERS | {"authorization", "cookie", RELAYED_HEA
 # Not passed back: headers by which a served page would act on the controller's whole origin, and
 # CORS headers, which the relay sets itself for a sandboxed page's calls.
 STRIPPED_RESPONSE_HEADERS = HOP_HEADERS | {
+    "date",  # the controller's server sets its own; two make an invalid answer
     "service-worker-allowed",
     "clear-site-data",
     "access-control-allow-origin",
@@ -88,15 +93,18 @@ class Proxy:
         return self._client
 
     def _target(self, rest: str) -> str:
-        """The upstream http(s) URL for `rest`, the part after /proxy/t/; typed errors otherwise."""
+        """The upstream http(s) URL for `rest`, the part after /proxy/t/ as the client sent it
+        (percent-encoded); typed errors otherwise."""
         if rest.startswith(CLUSTER_TAG):
             peer, _, tail = rest[len(CLUSTER_TAG) :].partition("/")
+            peer = unquote(peer)
             config = self.config.peers.get(peer)
             if config is None:
                 raise NotFound(f"no federation peer named {peer!r} here; this cluster relays only to its peers")
             return config.address.rstrip("/") + relay_path(tail)
         token, _, tail = rest.partition("/")
         name, _, path = tail.partition("/")
+        token, name = unquote(token), unquote(name)
         if not token or not name:
             raise NotFound("a capability URL has the form /proxy/t/<token>/<name>/…; mint one with `iris endpoint url`")
         cluster = self.config.name
@@ -111,14 +119,14 @@ class Proxy:
 
     async def http(self, request: Request):
         try:
-            target = await asyncio.to_thread(self._target, request.path_params["rest"])
+            target = await asyncio.to_thread(self._target, _raw_rest(request.scope))
         except IrisError as exc:
             return _error(exc)
         sandboxed = request.headers.get("origin") == SANDBOXED_ORIGIN
         if sandboxed and request.method == "OPTIONS" and "access-control-request-method" in request.headers:
             return _preflight(request)
         url = target + (f"?{request.url.query}" if request.url.query else "")
-        headers = [(k, v) for k, v in request.headers.items() if k not in STRIPPED_REQUEST_HEADERS]
+        headers = _passed_on(request.headers.items(), STRIPPED_REQUEST_HEADERS)
         headers.append((RELAYED_HEADER, self.config.name))  # never local_admin where it lands
         has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
         upstream_request = self.client.build_request(
@@ -130,7 +138,7 @@ class Proxy:
             upstream = await self.client.send(upstream_request, stream=True)
         except httpx.HTTPError as exc:
             return JSONResponse({"error": f"the endpoint did not answer: {type(exc).__name__}"}, status_code=502)
-        out = [(k, v) for k, v in upstream.headers.multi_items() if k.lower() not in STRIPPED_RESPONSE_HEADERS]
+        out = _passed_on(upstream.headers.multi_items(), STRIPPED_RESPONSE_HEADERS)
         out.append(PAGE_SANDBOX)
         if sandboxed:
             out.extend(_cors())
@@ -142,7 +150,7 @@ class Proxy:
 
     async def websocket(self, ws: WebSocket):
         try:
-            target = await asyncio.to_thread(self._target, ws.path_params["rest"])
+            target = await asyncio.to_thread(self._target, _raw_rest(ws.scope))
         except IrisError as exc:
             await ws.close(code=4404 if isinstance(exc, NotFound) else 4401, reason=exc.message[:120])
             return
@@ -161,14 +169,40 @@ class Proxy:
             await _pump(ws, upstream)
 
 
+def _raw_rest(scope) -> str:
+    """The part of the request's path after /proxy/t/, as the client sent it (percent-encoded).
+    A path that reaches this route only once decoded (`/proxy/%74/…`) names no capability URL."""
+    raw = scope.get("raw_path") or scope["path"].encode()
+    path = raw.decode("latin-1")
+    if not path.startswith(PREFIX):
+        raise NotFound("a capability URL has the form /proxy/t/<token>/<name>/…; mint one with `iris endpoint url`")
+    return path[len(PREFIX) :]
+
+
+def _passed_on(headers, stripped: frozenset[str]) -> list[tuple[str, str]]:
+    """`headers` less those in `stripped` and those a `Connection` header names (hop-by-hop by
+    declaration: a client could otherwise hand the app a header as if the relay had set it)."""
+    pairs = [(k.lower(), v) for k, v in headers]
+    named = {t.strip().lower() for k, v in pairs if k == "connection" for t in v.split(",")}
+    return [(k, v) for k, v in pairs if k not in stripped and k not in named]
+
+
+def _undotted(part: str) -> str:
+    """`part` percent-decoded until nothing changes (a `%252e` is a `.` to a second decoder)."""
+    while (decoded := unquote(part)) != part:
+        part = decoded
+    return part
+
+
 def relay_path(tail: str) -> str:
-    """The peer's `/proxy/t/<tail>`, refusing a tail with `.` or `..` segments (percent-encoded too).
+    """The peer's `/proxy/t/<tail>`, refusing a tail with `.` or `..` segments (percent-encoded,
+    once or more, too).
 
     An HTTP client resolves dot segments before sending (httpx does), so `cluster=<peer>/../../x`
     would reach the peer's `/x`, its API, from this cluster's address, which the peer may trust as
     an admin (loopback is trusted by default): the relay would hand anyone who reaches this URL
     the peer's API. A capability URL never needs such a segment between the tag and its path."""
-    if any(unquote(part) in (".", "..") for part in tail.split("/")):
+    if any(part in (".", "..") for part in _undotted(tail).split("/")):
         raise InvalidArgument(
             "a relayed capability URL may not hold '.' or '..' path segments; use the URL `iris endpoint url` printed"
         )

@@ -1,0 +1,66 @@
+"""What the relay passes on besides the body: the path exactly as the client sent it, and no
+header the client (or the app) declared hop-by-hop, directly and through a parent's `cluster=`
+relay (real controllers, a real task serving HTTP)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from iris.rpc import controller_pb2 as pb
+from tests.conftest import ControllerFactory, wait_until
+from tests.controller.helpers import client, launch, user_token
+
+SERVE = str(Path(__file__).with_name("serve_task.py"))
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A parent relaying to peer `cw`, where alice's task serves; yields the two URLs of its `web`."""
+    factory = ControllerFactory(tmp_path_factory.mktemp("relay-headers"))
+    try:
+        child = factory("cw")
+        parent = factory("marin", start=False)
+        parent.rewrite(peers={"cw": {"address": child.url}})
+        parent.start()
+        alice = client(child, user_token(child, "alice"))
+        job = launch(alice, "serve", [sys.executable, SERVE])
+        listed = lambda: client(child).list_endpoints(pb.ListEndpointsRequest(job_id=job)).endpoints  # noqa: E731
+        wait_until(lambda: len(listed()) == 2, timeout=60, message="endpoints registered")
+        direct = alice.mint_endpoint_url(pb.MintEndpointUrlRequest(job_id=job, name="web", ttl_s=600)).url
+        via_parent = direct.replace(f"{child.url}/proxy/t/", f"{parent.url}/proxy/t/cluster=cw/")
+        yield {"direct": direct, "via a parent": via_parent}
+    finally:
+        factory.cleanup()
+
+
+@pytest.mark.parametrize("route", ["direct", "via a parent"])
+def test_relay_passes_the_path_as_sent_and_drops_headers_named_by_connection(served, route):
+    url = served[route]
+    with httpx.Client(timeout=30) as http:
+        got = http.get(
+            url + "headers/a%2Fb%3Fc%23d?q=1",
+            headers=[
+                ("connection", "keep-alive, x-hop"),
+                ("x-hop", "must not reach the app"),
+                ("x-iris-relayed", "forged"),
+                ("host", "169.254.169.254"),
+                ("x-kept", "1"),
+            ],
+        )
+        assert got.status_code == 200, got.text
+        seen = got.json()
+        # Encoded separators stay data: the app is asked for the path the client asked for.
+        assert seen["target"] == "/headers/a%2Fb%3Fc%23d?q=1"
+        headers = dict(seen["headers"])
+        assert "x-hop" not in headers and headers["x-kept"] == "1"
+        assert [v for k, v in seen["headers"] if k == "x-iris-relayed"] == ["cw"]  # the relay's own, once
+        assert headers["host"].startswith("127.0.0.1:")
+
+        answered = http.get(url + "answer-hop")
+        assert answered.status_code == 200
+        assert "x-private" not in answered.headers  # the app named it in its Connection header
+        assert len(answered.headers.get_list("date")) == 1
