@@ -56,6 +56,20 @@ def test_relay_path_with_dot_segments_is_refused_and_reaches_nothing(pair, path)
     c.terminate_job(pb.TerminateJobRequest(job_id=victim))  # frees its cpu for the next case
 
 
+def test_relay_through_more_clusters_than_a_url_may_chain_is_refused_at_the_first(pair):
+    """Two clusters that are each other's peers would bounce such a URL once per tag."""
+    parent, _ = pair
+    hops = "cluster=cw/" * 5
+    got = subprocess.run(
+        ["curl", "-s", "-w", " %{http_code}", parent.url + f"/proxy/t/{hops}not-a-token/web/hello"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert got.stdout.endswith(" 400"), got.stdout
+    assert "at most 4 clusters, and this one names 5" in got.stdout
+
+
 def test_relay_still_reaches_the_peer_s_capability_urls(pair):
     parent, _ = pair
     got = subprocess.run(

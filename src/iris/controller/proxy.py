@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
@@ -46,6 +47,10 @@ if TYPE_CHECKING:
 PREFIX = "/proxy/t/"
 CLUSTER_TAG = "cluster="
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+# `cluster=` tags one relayed URL may chain. A minted URL holds one; each hop strips one, so two
+# clusters that are each other's peers would otherwise bounce one request between them once per tag
+# in its path, a held connection on both sides per hop: thousands from one request.
+MAX_RELAY_HOPS = 4
 # Not forwarded in either direction: per-connection headers, and the caller's credentials.
 HOP_HEADERS = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding"}
@@ -96,6 +101,12 @@ class Proxy:
         """The upstream http(s) URL for `rest`, the part after /proxy/t/ as the client sent it
         (percent-encoded); typed errors otherwise."""
         if rest.startswith(CLUSTER_TAG):
+            hops = list(itertools.takewhile(lambda part: unquote(part).startswith(CLUSTER_TAG), rest.split("/")))
+            if len(hops) > MAX_RELAY_HOPS:
+                raise InvalidArgument(
+                    f"a relayed capability URL may pass through at most {MAX_RELAY_HOPS} clusters, and this one names"
+                    f" {len(hops)}; use the URL `iris endpoint url` printed"
+                )
             peer, _, tail = rest[len(CLUSTER_TAG) :].partition("/")
             peer = unquote(peer)
             config = self.config.peers.get(peer)
