@@ -16,12 +16,20 @@ export function backendsPage(root) {
     list.replaceChildren(
       ...backends.map((b) => {
         const mine = workers.filter((w) => w.backendId === b.id);
+        const live = mine.filter((w) => w.alive);
+        const dead = mine.filter((w) => !w.alive);
         const meters = availabilityMeters(b.availability);
-        // CPU-only backends report no device amounts: show their cores as the meter instead.
-        if (!meters.length && mine.length) {
-          const total = mine.reduce((s, w) => s + num(w.capacity?.cpu), 0);
-          const used = mine.reduce((s, w) => s + num(w.used?.cpu), 0);
+        // CPU-only backends report no device amounts: show their cores as the meter instead. A dead
+        // worker's cores are no capacity (nothing is placed there): they are named apart.
+        if (!meters.length && live.length) {
+          const total = live.reduce((s, w) => s + num(w.capacity?.cpu), 0);
+          const used = live.reduce((s, w) => s + num(w.used?.cpu), 0);
           meters.push(meter("cpu", total - used, total));
+        }
+        if (dead.length) {
+          const cores = dead.reduce((s, w) => s + num(w.capacity?.cpu), 0);
+          meters.push(el("p", { class: "muted dead-workers" },
+            `${dead.length} dead worker${dead.length === 1 ? "" : "s"} (cpu ${amount(cores)}) not counted`));
         }
         return el(
           "article",
