@@ -18,6 +18,10 @@ Why it is built this way:
   name that resolves elsewhere later (DNS rebinding) cannot move the endpoint.
 - The same function judges an address when a task registers it and again on every relayed request
   (an older row, or a worker now calling from another address, is refused there).
+- A name is resolved before the registration's write transaction (`resolved_host`), never inside
+  it, by at most `RESOLVE_SLOTS` lookups at once, each given up after `RESOLVE_TIMEOUT_S`: a task
+  naming a host whose DNS never answers would otherwise hold the database's write lock, and every
+  submit and scheduling pass behind it, for as long as the lookup takes.
 """
 
 from __future__ import annotations
@@ -25,10 +29,13 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
+import threading
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from iris.backends.protocol import AttemptHost, Backend
-from iris.core.errors import InvalidArgument
+from iris.core.errors import InvalidArgument, Unavailable
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str], Iterable[str]]
@@ -37,13 +44,45 @@ LOOPBACK = ipaddress.ip_address("127.0.0.1")
 _LEGACY_IPV4 = re.compile(r"^(0x[0-9a-f]+|[0-9]+)(\.(0x[0-9a-f]+|[0-9]+)){0,3}\Z", re.IGNORECASE)
 
 
-def resolve(host: str) -> list[str]:
-    """The addresses `host` resolves to on the controller's host."""
+RESOLVE_TIMEOUT_S = 2.0
+RESOLVE_SLOTS = 4
+_lookups = ThreadPoolExecutor(max_workers=RESOLVE_SLOTS, thread_name_prefix="iris-resolve")
+_free = threading.BoundedSemaphore(RESOLVE_SLOTS)  # a slot is held until its lookup ends, answered or not
+
+
+def _getaddrinfo(host: str) -> list[str]:
     try:
-        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        return [str(info[4][0]) for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)]
+    finally:
+        _free.release()
+
+
+def resolve(host: str) -> list[str]:
+    """The addresses `host` resolves to on the controller's host; InvalidArgument when it does not
+    resolve within `RESOLVE_TIMEOUT_S`, Unavailable while `RESOLVE_SLOTS` lookups are still out."""
+    if not _free.acquire(blocking=False):
+        raise Unavailable("the controller is resolving other endpoint hosts; retry, or register an IP address")
+    try:
+        lookup = _lookups.submit(_getaddrinfo, host)
+    except BaseException:
+        _free.release()
+        raise
+    try:
+        return lookup.result(timeout=RESOLVE_TIMEOUT_S)
+    except FutureTimeout:
+        raise InvalidArgument(
+            f"host {host!r} did not resolve within {RESOLVE_TIMEOUT_S:g} s on the controller's host;"
+            " register an IP address, or no host for the one the task runs on"
+        ) from None
     except (OSError, UnicodeError) as exc:
         raise InvalidArgument(f"host {host!r} does not resolve on the controller's host ({exc})") from None
-    return [str(info[4][0]) for info in infos]
+
+
+def resolved_host(host: str, resolver: Resolver = resolve) -> Resolver:
+    """A resolver that answers for `host` what `resolver` answered now: the lookup happens here,
+    before the caller opens its write transaction, and never again inside it."""
+    addresses = list(resolver(host)) if host and parse_ip(host) is None else []
+    return lambda _name: addresses
 
 
 def parse_ip(text: str) -> IPAddress | None:

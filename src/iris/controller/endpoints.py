@@ -68,6 +68,13 @@ def _check_owner(identity: Identity, job_id: str, owner: str, what: str, tasks_m
     )
 
 
+def check_host(host: str) -> str:
+    """`host` when it is spelt as a host name or IP address may be (or empty: the attempt's own host)."""
+    if host and not re.match(r"^[A-Za-z0-9.:_\[\]-]{1,253}$", host):
+        raise InvalidArgument(f"host {host!r} is not a host name or IP address")
+    return host
+
+
 def register(
     conn,
     identity: Identity,
@@ -81,9 +88,7 @@ def register(
     name = check_name(req.name)
     if not 0 < req.port < 65536:
         raise InvalidArgument(f"port must be between 1 and 65535, got {req.port}")
-    host = req.host
-    if host and not re.match(r"^[A-Za-z0-9.:_\[\]-]{1,253}$", host):
-        raise InvalidArgument(f"host {host!r} is not a host name or IP address")
+    host = check_host(req.host)
     job = conn.execute(sql("SELECT owner FROM jobs WHERE job_id = :j"), {"j": req.job_id}).first()
     if job is None:
         raise NotFound(f"no job {req.job_id!r} on this cluster; register from inside the job's task")

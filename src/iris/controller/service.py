@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 from iris import REVISION_DATE, __version__
-from iris.controller import endpoints, waiting
+from iris.controller import endpoint_hosts, endpoints, waiting
 from iris.controller.applier import stop_job
 from iris.controller.auth import Identity, Role, check_may_stop, check_sync_requester
 from iris.controller.auth.policy import check_may_read
@@ -363,9 +363,12 @@ class ControllerServiceImpl(WorkerCalls):
 
     @rpc
     def register_endpoint(self, req: pb.RegisterEndpointRequest, identity: Identity) -> pb.RegisterEndpointResponse:
+        # A host name is looked up before the write, never inside it: a lookup that hangs must not
+        # hold the database's write lock (and every submit and scheduling pass behind it).
+        resolver = endpoint_hosts.resolved_host(endpoints.check_host(req.host))
         with self.db.write() as conn:
             return pb.RegisterEndpointResponse(
-                endpoint=endpoints.register(conn, identity, req, self.now_ms(), self.backends)
+                endpoint=endpoints.register(conn, identity, req, self.now_ms(), self.backends, resolver)
             )
 
     @rpc
