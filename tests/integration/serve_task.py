@@ -87,7 +87,10 @@ class Handler(BaseHTTPRequestHandler):
 
 def echo(ws):
     for message in ws:
-        ws.send(message)
+        if isinstance(message, str) and message.startswith("big:"):
+            ws.send(b"x" * int(message[4:]))  # one message of that many bytes
+        else:
+            ws.send(message)
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
-"""What the relay passes on besides the body: the path exactly as the client sent it, and no
-header the client (or the app) declared hop-by-hop, directly and through a parent's `cluster=`
-relay (real controllers, a real task serving HTTP)."""
+"""What the relay passes on besides the body: the path exactly as the client sent it, no header the
+client (or the app) declared hop-by-hop, and no WebSocket message larger than the controller holds,
+directly and through a parent's `cluster=` relay (real controllers, a real task serving)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
+from iris.controller.proxy import MAX_WS_MESSAGE_BYTES
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import ControllerFactory, wait_until
 from tests.controller.helpers import client, launch, user_token
@@ -31,8 +34,12 @@ def served(tmp_path_factory):
         listed = lambda: client(child).list_endpoints(pb.ListEndpointsRequest(job_id=job)).endpoints  # noqa: E731
         wait_until(lambda: len(listed()) == 2, timeout=60, message="endpoints registered")
         direct = alice.mint_endpoint_url(pb.MintEndpointUrlRequest(job_id=job, name="web", ttl_s=600)).url
-        via_parent = direct.replace(f"{child.url}/proxy/t/", f"{parent.url}/proxy/t/cluster=cw/")
-        yield {"direct": direct, "via a parent": via_parent}
+        ws = alice.mint_endpoint_url(pb.MintEndpointUrlRequest(job_id=job, name="ws", ttl_s=600)).url
+        yield {
+            "direct": direct,
+            "via a parent": direct.replace(f"{child.url}/proxy/t/", f"{parent.url}/proxy/t/cluster=cw/"),
+            "ws": "ws" + ws[len("http") :],
+        }
     finally:
         factory.cleanup()
 
@@ -64,3 +71,12 @@ def test_relay_passes_the_path_as_sent_and_drops_headers_named_by_connection(ser
         assert answered.status_code == 200
         assert "x-private" not in answered.headers  # the app named it in its Connection header
         assert len(answered.headers.get_list("date")) == 1
+
+
+def test_relay_websocket_message_larger_than_the_bound_closes_the_socket(served):
+    with connect(served["ws"], open_timeout=10, max_size=None) as ws:
+        ws.send("big:1000000")
+        assert len(ws.recv(timeout=30)) == 1000000
+        ws.send(f"big:{MAX_WS_MESSAGE_BYTES + 1}")
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=30)

@@ -51,6 +51,10 @@ METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 # clusters that are each other's peers would otherwise bounce one request between them once per tag
 # in its path, a held connection on both sides per hop: thousands from one request.
 MAX_RELAY_HOPS = 4
+# The largest WebSocket message relayed from an endpoint, as uvicorn's default for the other
+# direction: a message is held whole in the controller before it is passed on, so without a bound
+# one served app could make the controller hold any amount. A larger one closes the socket (1009).
+MAX_WS_MESSAGE_BYTES = 16 * 1024 * 1024
 # Not forwarded in either direction: per-connection headers, and the caller's credentials.
 HOP_HEADERS = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding"}
@@ -170,7 +174,10 @@ class Proxy:
 
         try:
             upstream = await websockets.connect(
-                url, max_size=None, open_timeout=10, additional_headers={RELAYED_HEADER: self.config.name}
+                url,
+                max_size=MAX_WS_MESSAGE_BYTES,
+                open_timeout=10,
+                additional_headers={RELAYED_HEADER: self.config.name},
             )
         except (OSError, websockets.WebSocketException, TimeoutError):
             await ws.close(code=1014, reason="the endpoint did not answer")
