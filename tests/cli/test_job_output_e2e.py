@@ -4,6 +4,11 @@ cannot drive the reader's terminal, while `-o json` and `--raw` give the stored 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import wait_until
 
 # Sets the window title, clears the screen, moves the cursor home, then a tab, a bell and a C1 CSI.
 NASTY = "\x1b]0;owned\x07\x1b[2J\x1b[Hhi\tthere\x07\x9b1m"
@@ -35,3 +40,43 @@ def test_job_run_raw_prints_the_output_as_the_job_wrote_it(module_controller):
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines() == ["/alice/rawrun", NASTY]
     assert "err\x1b[31m" in run.stderr
+
+
+def test_a_stop_reason_with_escape_sequences_is_shown_escaped_where_a_job_ends(module_controller):
+    ctl = module_controller
+    empty = ctl.state_dir.parent / "cwd"  # the folder `cli` runs from: the workspace `job run` ships
+    empty.mkdir(parents=True, exist_ok=True)
+    follow = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "iris.cli.main",
+            "job",
+            "run",
+            "--user",
+            "alice",
+            "--job-name",
+            "stopped",
+            "--",
+            "sleep 300",
+        ],
+        env={**os.environ, "IRIS_CONTROLLER": ctl.url},
+        cwd=empty,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(
+            lambda: ctl.cli("job", "describe", "/alice/stopped").stdout.count("RUNNING") > 0, message="the job to run"
+        )
+        stop = ctl.cli("job", "stop", "--reason", "\x1b]0;owned\x07\x1b[2Jbye", "/alice/stopped")
+        assert stop.returncode == 0, stop.stderr
+        _, err = follow.communicate(timeout=60)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+    assert "\x1b" not in err and "\\x1b]0;owned\\x07\\x1b[2Jbye" in err, err
+    ended = ctl.cli("job", "logs", "-f", "/alice/stopped").stderr
+    assert "\x1b" not in ended and "ended KILLED: " in ended and "\\x1b[2Jbye" in ended, ended

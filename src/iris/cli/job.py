@@ -340,7 +340,7 @@ def logs(
     When a task ran more than once, a line marks where each attempt begins. With -f, a job still
     waiting has its pending reason printed to stderr when it changes (and every 30 s).
     """
-    from iris.cli.output import message_to_dict, write_log_line
+    from iris.cli.output import message_to_dict, visible, write_log_line
 
     job_id = resolve_job(obj, job_id)
     client = obj.client()
@@ -383,7 +383,8 @@ def logs(
     if follow:
         final = client.status(job_id)
         if final.state != "SUCCEEDED" and final.error:
-            click.echo(f"{job_id} ended {final.state}: {final.error}", err=True)  # why the lines stop here
+            # why the lines stop here; the error may quote a stop reason, shown escaped as the output is
+            click.echo(f"{job_id} ended {final.state}: {visible(final.error)}", err=True)
     return EXIT_OK
 
 

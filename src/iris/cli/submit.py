@@ -140,7 +140,10 @@ def _follow_to_end(
         )
         return code
     elapsed = time.monotonic() - started
-    detail = status.error or (f"exit code {status.exit_code}" if status.has_exit_code else "")
+    from iris.cli.output import visible
+
+    # The error may quote text a person or a peer wrote (a stop reason): shown escaped, as job output is.
+    detail = visible(status.error) or (f"exit code {status.exit_code}" if status.has_exit_code else "")
     echo(f"{job_id} {status.state}" + (f" ({detail})" if detail else "") + f" after {elapsed:.2f}s", err=True)
     return code
 
