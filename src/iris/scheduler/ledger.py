@@ -22,6 +22,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Callable, KeysView, Mapping, Set
 from functools import partial
+from operator import itemgetter
 
 from iris.core.bands import Band
 from iris.core.constraints import Constraint
@@ -30,6 +31,8 @@ from iris.scheduler.index import ClusterIndex, Keys, Packing, WorkerClass
 from iris.scheduler.snapshot import RunningTask, SchedulingSnapshot
 
 __all__ = ["Ledger", "Pool", "WorkerClass", "best_fit"]
+
+_first = itemgetter(0)
 
 # Takes `times` tasks of a demand from a worker's free capacity (`Ledger.take`).
 Taker = Callable[[int, Vector, int], None]
@@ -263,6 +266,8 @@ class Ledger:
         # the cost of keying by what it may use), and a job asks for its finder on every placement.
         self._finders: dict[tuple, Finder] = {}
         self._evictable: dict[tuple[int, Band], tuple[Vector, tuple[RunningTask, ...]]] = {}
+        # (worker, band) -> (now_ms, `eviction_summary`): dropped with the worker's evictable tasks
+        self._summaries: dict[tuple[int, Band], tuple[int, tuple | None]] = {}
         self._journal: list[tuple] | None = None
 
     def log(self, number: int, members: Set[int] | KeysView[int], inside_trials: bool = True) -> list[int]:
@@ -427,6 +432,7 @@ class Ledger:
     def _forget_evictable(self, w: int) -> None:
         for band in Band:
             self._evictable.pop((w, band), None)
+            self._summaries.pop((w, band), None)
 
     def evictable(self, w: int, band: Band) -> tuple[Vector, tuple[RunningTask, ...]]:
         """The running tasks on a worker that `band` outranks (not yet chosen for eviction), and
@@ -439,6 +445,33 @@ class Ledger:
             for task in tasks:
                 total = add(total, demand(task.resources))
             found = self._evictable[(w, band)] = (total, tasks)
+        return found
+
+    def eviction_summary(self, w: int, band: Band, now_ms: int) -> tuple | None:
+        """Of the tasks on a worker that `band` outranks (see `evictable`): the rank of the lowest
+        band among them, the least work lost (ms at `now_ms`) by one of that band, the most any one
+        of them holds in each dimension, and (work lost, demand) of each of that band, least work
+        first; None when there are none. Kept until the next eviction there: the preemption
+        bounds read it for every request that visits the worker."""
+        known = self._summaries.get((w, band))
+        if known is not None and known[0] == now_ms:
+            return known[1]
+        tasks = self.evictable(w, band)[1]
+        found: tuple | None = None
+        if tasks:
+            low = max(int(t.band) for t in tasks)
+            most = [0, 0, 0, 0]
+            lows = []
+            for task in tasks:
+                held = demand(task.resources)
+                for d in range(4):
+                    if held[d] > most[d]:
+                        most[d] = held[d]
+                if int(task.band) == low:
+                    lows.append((max(0, now_ms - task.started_ms), held))
+            lows.sort(key=_first)
+            found = (low, lows[0][0], tuple(most), tuple(lows))
+        self._summaries[(w, band)] = (now_ms, found)
         return found
 
     def victims_on(self, w: int) -> list[RunningTask]:

@@ -244,12 +244,14 @@ def _trial_floor(ledger: Ledger, members: tuple[int, ...], band: Band, now_ms: i
     if every victim is of the lowest band held there, at least the least work lost among those."""
     low, work = -1, 0
     for w in members:
-        for task in ledger.evictable(w, band)[1]:
-            rank, lost = int(task.band), max(0, now_ms - task.started_ms)
-            if rank > low:
-                low, work = rank, lost
-            elif rank == low and lost < work:
-                work = lost
+        summary = ledger.eviction_summary(w, band, now_ms)
+        if summary is None:
+            continue
+        rank, lost = summary[0], summary[1]
+        if rank > low:
+            low, work = rank, lost
+        elif rank == low and lost < work:
+            work = lost
     return (-low, victims, work)
 
 

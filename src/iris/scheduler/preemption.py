@@ -129,13 +129,11 @@ def victim_bounds(ledger: Ledger, workers: Iterable[int], band: Band, now_ms: in
     So (that band, 1 victim, the least work lost in it, worker) is at most the real cost.
     """
     bounds = []
+    summary_of = ledger.eviction_summary
     for w in workers:
-        candidates = ledger.evictable(w, band)[1]
-        if not candidates:
-            continue
-        low = max(int(t.band) for t in candidates)
-        work = min(max(0, now_ms - t.started_ms) for t in candidates if int(t.band) == low)
-        bounds.append((-low, 1, work, w))
+        summary = summary_of(w, band, now_ms)
+        if summary is not None:
+            bounds.append((-summary[0], 1, summary[1], w))
     bounds.sort()
     return bounds
 
@@ -209,23 +207,17 @@ def _floor(ledger: Ledger, w: int, need: Vector, band: Band, now_ms: int) -> tup
     short = subtract(need, free)
     if short[0] <= 0 and short[1] <= 0 and short[2] <= 0 and short[3] <= 0:
         return None
-    low = max(int(t.band) for t in candidates)
-    most = [0, 0, 0, 0]
-    work = covering = -1
-    for task in candidates:
-        held = demand(task.resources)
-        for d in DIMENSIONS:
-            if held[d] > most[d]:
-                most[d] = held[d]
-        if int(task.band) == low:
-            lost = max(0, now_ms - task.started_ms)
-            if work < 0 or lost < work:
-                work = lost
-            if (covering < 0 or lost < covering) and all(held[d] >= short[d] for d in DIMENSIONS):
-                covering = lost
+    summary = ledger.eviction_summary(w, band, now_ms)
+    if summary is None:
+        return ()
+    low, work, most, lows = summary
     victims = max(-(-short[d] // most[d]) for d in DIMENSIONS if short[d] > 0)
     if victims <= 1:
-        return (-low, 1, covering, w) if covering >= 0 else (-low, 2, work, w)
+        s0, s1, s2, s3 = short
+        for lost, held in lows:  # least work lost first: the first that covers it is the cheapest
+            if held[0] >= s0 and held[1] >= s1 and held[2] >= s2 and held[3] >= s3:
+                return (-low, 1, lost, w)
+        return (-low, 2, work, w)
     return (-low, victims, work, w)
 
 
