@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from itertools import groupby, islice
 from operator import attrgetter, lt
 
+from iris.core.bands import Band
 from iris.scheduler.fit import Shape, ShapeCache
 from iris.scheduler.gating import deadline_passed, effective_band, with_peer_spend
 from iris.scheduler.index import ClusterIndex
@@ -121,11 +122,18 @@ def build_requests(
     now_ms, budgets, default = snapshot.now_ms, snapshot.user_budgets, snapshot.default_budget
     # Most often no pending task has a deadline: then none is looked at job by job.
     no_deadlines = deadlines(snapshot.pending).count(None) == len(snapshot.pending)
+    bands: dict[tuple[Band, str], Band] = {}  # (band, user) -> the band it competes in: users are few
+    keys = []  # each request's `job_order_key`, built here rather than by a call per job
     for job_id, tasks in by_job.items():
         first = tasks[0]
         band, user = first.band, first.user
         coscheduled = is_coscheduled(first)
         live, expired = (tuple(tasks), ()) if no_deadlines else _split_expired(tasks, now_ms)
+        effective = bands.get((band, user))
+        if effective is None:
+            effective = bands[(band, user)] = effective_band(band, user, spend, budgets, default)
+        head = live[0] if live else expired[0]
+        keys.append((effective, -head.depth, head.root_submitted_ms, head.insertion, job_id))
         # In the order of JobRequest's fields: a tick builds one per pending job.
         requests.append(
             new_request(
@@ -134,7 +142,7 @@ def build_requests(
                     live,
                     expired,
                     shapes[job_id],
-                    effective_band(band, user, spend, budgets, default),
+                    effective,
                     band,
                     user,
                     max(first.replicas, len(tasks)),
@@ -143,7 +151,7 @@ def build_requests(
                 )
             )
         )
-    return order_requests(requests)
+    return order_requests(requests, keys)
 
 
 def _place(tick: Tick, memo: Memo, request: JobRequest, outcome: JobOutcome) -> None:
