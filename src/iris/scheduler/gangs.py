@@ -135,12 +135,28 @@ class GangSlots:
     recount of its group. A worker that held none is passed over: the changes counted here (those
     outside a trial, and those of trials kept) only ever shrink free capacity."""
 
-    __slots__ = ("need", "limit", "holds", "group_of", "counts", "dirty", "log", "read", "base", "held", "_ranked")
+    __slots__ = (
+        "need",
+        "limit",
+        "holds",
+        "dims",
+        "group_of",
+        "counts",
+        "dirty",
+        "log",
+        "read",
+        "base",
+        "held",
+        "_ranked",
+    )
 
     def __init__(self, ledger: Ledger, hard: tuple, need: Vector, limit: int) -> None:
         ix = ledger.ix
         self.need, self.limit = need, limit
         self.holds = counter(need, limit)
+        dims = [(d, want) for d, want in enumerate(need) if want > 0]
+        # (dimension, demand) of each of three dimensions the demand asks for, else None
+        self.dims: tuple[int, ...] | None = tuple(v for pair in dims for v in pair) if len(dims) == 3 else None
         _, self.group_of, number = ix.gang_groups(hard)
         slots, ready = ix.gang_counts(hard, need, limit)
         self.counts: Counts = (dict(slots), list(ready))  # the index's are shared with later ticks
@@ -161,17 +177,47 @@ class GangSlots:
             slots = self.counts[0]
             held, base, group_of, holds = self.held, self.base, self.group_of, self.holds
             moved = set()
-            for w in dirty:
-                old = held.get(w)
-                if old is None:
-                    old = held[w] = holds(base[w])
-                if old == 0:
-                    continue  # it held none, and what is kept outside trials only shrinks
-                new = held[w] = holds(free[w])
-                if new != old:
-                    g = group_of[w]
-                    slots[g] += new - old
-                    moved.add(g)
+            dims = self.dims
+            if dims is not None:
+                # `holds` written out for a demand of three dimensions (most are): a call per
+                # worker is a good part of the cost of a count.
+                a, x, b, y, c, z = dims
+                limit = self.limit
+                for w in dirty:
+                    old = held.get(w)
+                    if old is None:
+                        old = held[w] = holds(base[w])
+                    if old == 0:
+                        continue  # it held none, and what is kept outside trials only shrinks
+                    f = free[w]
+                    new = f[a] // x
+                    if new > limit:
+                        new = limit
+                    k = f[b] // y
+                    if k < new:
+                        new = k
+                    k = f[c] // z
+                    if k < new:
+                        new = k
+                    if new < 0:
+                        new = 0
+                    held[w] = new
+                    if new != old:
+                        g = group_of[w]
+                        slots[g] += new - old
+                        moved.add(g)
+            else:
+                for w in dirty:
+                    old = held.get(w)
+                    if old is None:
+                        old = held[w] = holds(base[w])
+                    if old == 0:
+                        continue  # it held none, and what is kept outside trials only shrinks
+                    new = held[w] = holds(free[w])
+                    if new != old:
+                        g = group_of[w]
+                        slots[g] += new - old
+                        moved.add(g)
             dirty.clear()
             if moved:
                 self._ranked = None
