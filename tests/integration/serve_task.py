@@ -43,6 +43,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_response(200)
             self.send_header("connection", "x-private")
             self.send_header("x-private", "upstream-only")
+            self.send_header("set-cookie", "session=app; Path=/")
             self.send_header("content-length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

@@ -62,8 +62,11 @@ HOP_HEADERS = frozenset(
 )
 STRIPPED_REQUEST_HEADERS = HOP_HEADERS | {"authorization", "cookie", RELAYED_HEADER}
 # Not passed back: headers by which a served page would act on the controller's whole origin, and
-# CORS headers, which the relay sets itself for a sandboxed page's calls.
+# CORS headers, which the relay sets itself for a sandboxed page's calls. A cookie would be set for
+# the controller's host name, which browsers send to every port of that host (to other services
+# there too), and it could never come back to the app: the relay drops `Cookie`.
 STRIPPED_RESPONSE_HEADERS = HOP_HEADERS | {
+    "set-cookie",
     "date",  # the controller's server sets its own; two make an invalid answer
     "service-worker-allowed",
     "clear-site-data",
