@@ -26,8 +26,15 @@ BAD_INPUTS = [
     (["job", "run", "-e", "1X=2", "--", "true"], "not an environment variable name"),
     (["job", "run", "--target-cluster", "cw", "--", "true"], "has no federation peers"),
     (["job", "list", "--state", "RUNING"], "did you mean RUNNING?"),
-    (["job", "run", "--cpu", "0", "--", "true"], "asks for no cores"),
-    (["job", "run", "--cpu", "1e9", "--", "true"], "at most 100000"),
+    (["job", "run", "--cpu", "0", "--", "true"], "'--cpu': cpu 0 asks for no cores"),
+    (
+        ["job", "run", "--cpu", "-1", "--", "true"],
+        "'--cpu': cpu -1 is negative; ask for cores like 2 or 0.5 (the default is 1) (see `iris job run --help`)",
+    ),
+    (
+        ["job", "run", "--cpu", "1e9", "--", "true"],
+        "'--cpu': cpu 1e+09 is more than a task may ask for (at most 100000",
+    ),
     (["job", "run", "--memory", "99999999T", "--", "true"], "at most 1024T"),
     (["job", "run", "--disk", "2000T", "--", "true"], "at most 1024T"),
     (["job", "run", "--region", "", "--", "true"], "--region is empty"),

@@ -30,6 +30,7 @@ def _core(name: str):
 _DURATION = checked(_core("iris.core.units.parse_duration"))
 _GPU = checked(_core("iris.core.resources.parse_gpu"))
 _TPU = checked(_core("iris.core.resources.parse_tpu"))
+_CPU = checked(_core("iris.core.resources.check_cpu"))
 _CONSTRAINT = checked(_core("iris.core.constraints.parse_constraint_text"))
 
 
@@ -44,7 +45,7 @@ def job() -> None:
     context_settings={"allow_interspersed_args": False},
     short_help="Submit a job, stream its logs, exit with its outcome.",
 )
-@click.option("--cpu", type=float, help="Cores per task (fractional allowed; default 1).")
+@click.option("--cpu", type=float, callback=_CPU, help="Cores per task (fractional allowed; default 1).")
 @click.option("--memory", metavar="SIZE", callback=size_with_unit, help="Memory per task, e.g. 8G, 512M (default 1G).")
 @click.option("--disk", metavar="SIZE", callback=size_with_unit, help="Disk per task, e.g. 10G.")
 @click.option("--gpu", metavar="SPEC", callback=_GPU, help="GPUs per task: H100x8, 8 (any variant) or H100 (one).")

@@ -111,6 +111,20 @@ class Resources:
         return " ".join(parts)
 
 
+def check_cpu(cpu: float | str) -> float:
+    """The cores one task asks for: a finite number above 0 and at most MAX_TASK_CPU."""
+    cores = float(cpu)
+    if not math.isfinite(cores):
+        raise InvalidArgument(f"cpu {cpu} is not a finite number; ask for cores like 2 or 0.5")
+    if cores < 0:
+        raise InvalidArgument(f"cpu {cores:g} is negative; ask for cores like 2 or 0.5 (the default is 1)")
+    if cores == 0:
+        raise InvalidArgument("cpu 0 asks for no cores; ask for a fraction instead, e.g. 0.1 (the default is 1)")
+    if cores > MAX_TASK_CPU:
+        raise InvalidArgument(f"cpu {cores:g} is more than a task may ask for (at most {MAX_TASK_CPU:g} cores)")
+    return cores
+
+
 def build_resources(
     cpu: float | None = None,
     memory: str | int | None = None,
@@ -123,13 +137,7 @@ def build_resources(
         raise InvalidArgument("ask for --gpu or --tpu, not both")
     device = parse_gpu(gpu) if gpu else parse_tpu(tpu) if tpu else Device()
     if cpu is not None:
-        cores = float(cpu)
-        if not math.isfinite(cores):
-            raise InvalidArgument(f"cpu {cpu} is not a finite number; ask for cores like 2 or 0.5")
-        if cores == 0:
-            raise InvalidArgument("cpu 0 asks for no cores; ask for a fraction instead, e.g. 0.1 (the default is 1)")
-        if cores > MAX_TASK_CPU:
-            raise InvalidArgument(f"cpu {cores:g} is more than a task may ask for (at most {MAX_TASK_CPU:g} cores)")
+        check_cpu(cpu)
     resources = Resources(
         cpu=1.0 if cpu is None else float(cpu),
         memory=1024**3 if memory is None else parse_size(memory),
