@@ -56,6 +56,9 @@ def test_relay_passes_the_path_as_sent_and_drops_headers_named_by_connection(ser
                 ("x-iris-relayed", "forged"),
                 ("host", "169.254.169.254"),
                 ("x-kept", "1"),
+                ("x-forwarded-for", "127.0.0.1"),
+                ("forwarded", "for=127.0.0.1;host=admin.internal"),
+                ("x-real-ip", "127.0.0.1"),
             ],
         )
         assert got.status_code == 200, got.text
@@ -64,6 +67,8 @@ def test_relay_passes_the_path_as_sent_and_drops_headers_named_by_connection(ser
         assert seen["target"] == "/headers/a%2Fb%3Fc%23d?q=1"
         headers = dict(seen["headers"])
         assert "x-hop" not in headers and headers["x-kept"] == "1"
+        # The client's word about where it is never reaches the app as if a proxy had said it.
+        assert not {"x-forwarded-for", "forwarded", "x-real-ip"} & set(headers)
         assert [v for k, v in seen["headers"] if k == "x-iris-relayed"] == ["cw"]  # the relay's own, once
         assert headers["host"].startswith("127.0.0.1:")
 

@@ -60,7 +60,12 @@ HOP_HEADERS = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding"}
     | {"upgrade", "host"}
 )
-STRIPPED_REQUEST_HEADERS = HOP_HEADERS | {"authorization", "cookie", RELAYED_HEADER}
+# Forwarding headers are the client's word about itself, arriving at the app from the relay's
+# loopback address, where apps commonly trust a proxy to have set them: the client may not set them.
+FORWARDING_HEADERS = frozenset(
+    {"forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-forwarded-port", "x-real-ip"}
+)
+STRIPPED_REQUEST_HEADERS = HOP_HEADERS | FORWARDING_HEADERS | {"authorization", "cookie", RELAYED_HEADER}
 # Not passed back: headers by which a served page would act on the controller's whole origin, and
 # CORS headers, which the relay sets itself for a sandboxed page's calls. A cookie would be set for
 # the controller's host name, which browsers send to every port of that host (to other services
