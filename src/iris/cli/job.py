@@ -15,22 +15,34 @@ from iris.cli.values import resolve_job
 from iris.core.errors import InvalidArgument
 
 
-def _core(name: str):
-    """A core parser imported on first use (keeps `iris --help` light)."""
+def _core(name: str, *first: object):
+    """A core check imported on first use (keeps `iris --help` light), called with `first` then the value."""
 
     def parse(value):
         import importlib
 
         module, _, attr = name.rpartition(".")
-        return getattr(importlib.import_module(module), attr)(value)
+        return getattr(importlib.import_module(module), attr)(*first, value)
 
     return parse
 
 
-_DURATION = checked(_core("iris.core.units.parse_duration"))
-_GPU = checked(_core("iris.core.resources.parse_gpu"))
-_TPU = checked(_core("iris.core.resources.parse_tpu"))
+def _then(first, second):
+    """A click callback running `first`, then `second` on what it returned."""
+    return lambda ctx, param, value: second(ctx, param, first(ctx, param, value))
+
+
 _CPU = checked(_core("iris.core.resources.check_cpu"))
+_MEMORY = _then(size_with_unit, checked(_core("iris.core.resources.task_bytes", "memory")))
+_DISK = _then(size_with_unit, checked(_core("iris.core.resources.task_bytes", "disk")))
+_GPU = checked(_core("iris.core.resources.task_gpu"))
+_TPU = checked(_core("iris.core.resources.task_tpu"))
+_REPLICAS = checked(_core("iris.client.launch.check_replicas"))
+_RETRIES = checked(_core("iris.client.launch.check_retries", "max retries"))
+_PREEMPTION_RETRIES = checked(_core("iris.client.launch.check_retries", "max preemption retries"))
+_DURATION = checked(_core("iris.core.units.parse_duration"))
+_TIMEOUT = _then(_DURATION, checked(_core("iris.client.launch.job_seconds", "timeout")))
+_SCHEDULING_TIMEOUT = _then(_DURATION, checked(_core("iris.client.launch.job_seconds", "scheduling timeout")))
 _CONSTRAINT = checked(_core("iris.core.constraints.parse_constraint_text"))
 
 
@@ -46,11 +58,13 @@ def job() -> None:
     short_help="Submit a job, stream its logs, exit with its outcome.",
 )
 @click.option("--cpu", type=float, callback=_CPU, help="Cores per task (fractional allowed; default 1).")
-@click.option("--memory", metavar="SIZE", callback=size_with_unit, help="Memory per task, e.g. 8G, 512M (default 1G).")
-@click.option("--disk", metavar="SIZE", callback=size_with_unit, help="Disk per task, e.g. 10G.")
+@click.option("--memory", metavar="SIZE", callback=_MEMORY, help="Memory per task, e.g. 8G, 512M (default 1G).")
+@click.option("--disk", metavar="SIZE", callback=_DISK, help="Disk per task, e.g. 10G.")
 @click.option("--gpu", metavar="SPEC", callback=_GPU, help="GPUs per task: H100x8, 8 (any variant) or H100 (one).")
 @click.option("--tpu", metavar="SLICE", callback=_TPU, help="A TPU slice, e.g. v5p-8.")
-@click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True, help="Number of tasks.")
+@click.option(
+    "--replicas", type=click.IntRange(min=1), callback=_REPLICAS, default=1, show_default=True, help="Number of tasks."
+)
 @click.option(
     "--priority", type=click.Choice(["production", "interactive", "batch"]), help="Band (default interactive)."
 )
@@ -91,6 +105,7 @@ def job() -> None:
 @click.option(
     "--max-retries",
     type=click.IntRange(min=0),
+    callback=_RETRIES,
     default=0,
     show_default=True,
     help="Retries of a task whose attempt fails.",
@@ -98,18 +113,19 @@ def job() -> None:
 @click.option(
     "--max-retries-preemption",
     type=click.IntRange(min=0),
+    callback=_PREEMPTION_RETRIES,
     help="Retries after preemption or a lost worker (default 100).",
 )
 @click.option(
     "--timeout",
     metavar="DURATION",
-    callback=_DURATION,
+    callback=_TIMEOUT,
     help="Kill the job after this long running, e.g. 30m; 0 (the default): no limit.",
 )
 @click.option(
     "--scheduling-timeout",
     metavar="DURATION",
-    callback=_DURATION,
+    callback=_SCHEDULING_TIMEOUT,
     help="Give up if not placed within this long; 0 (the default): wait as long as it takes.",
 )
 @click.option(

@@ -78,7 +78,25 @@ def parse_constraints(
     return parsed
 
 
-def _seconds(what: str, value: float | str | None) -> float:
+def check_replicas(replicas: int) -> int:
+    """A job's task count: a whole number from 1 to MAX_REPLICAS."""
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise InvalidArgument(f"replicas {replicas!r} must be a whole number of at least 1")
+    if replicas > MAX_REPLICAS:
+        raise InvalidArgument(f"replicas {replicas} is more than a job may have (at most {MAX_REPLICAS})")
+    return replicas
+
+
+def check_retries(what: str, retries: int | None) -> int | None:
+    """A job's retry count (None: the default), from 0 to MAX_RETRIES."""
+    if retries is not None and retries < 0:
+        raise InvalidArgument(f"{what} {retries} must not be negative")
+    if retries is not None and retries > MAX_RETRIES:
+        raise InvalidArgument(f"{what} {retries} is more than a job may have (at most {MAX_RETRIES})")
+    return retries
+
+
+def job_seconds(what: str, value: float | str | None) -> float:
     """A job's timeout in seconds (0: none), at most MAX_TIMEOUT_S."""
     seconds = 0.0 if value in (None, "") else parse_duration(value)
     if seconds > MAX_TIMEOUT_S:
@@ -143,23 +161,17 @@ def build_launch_request(
         if value is not None and not value.strip():
             raise InvalidArgument(f"--{flag} is empty; name one (e.g. --{flag} NAME) or leave the option out")
     resources = build_resources(cpu=cpu, memory=memory, disk=disk, gpu=gpu, tpu=tpu)
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-        raise InvalidArgument(f"replicas {replicas!r} must be a whole number of at least 1")
+    check_replicas(replicas)
     band = Band.parse(priority)
     policy = (existing_job_policy or "error").strip().lower()
     if policy not in EXISTING_JOB_POLICIES:
         raise InvalidArgument(
             f"existing-job policy {existing_job_policy!r} is not one of {', '.join(EXISTING_JOB_POLICIES)}"
         )
-    if replicas > MAX_REPLICAS:
-        raise InvalidArgument(f"replicas {replicas} is more than a job may have (at most {MAX_REPLICAS})")
-    for what, retries in (("max retries", max_retries), ("max preemption retries", max_retries_preemption)):
-        if retries is not None and retries < 0:
-            raise InvalidArgument(f"{what} {retries} must not be negative")
-        if retries is not None and retries > MAX_RETRIES:
-            raise InvalidArgument(f"{what} {retries} is more than a job may have (at most {MAX_RETRIES})")
-    timeout_s = _seconds("timeout", timeout)
-    scheduling_timeout_s = _seconds("scheduling timeout", scheduling_timeout)
+    check_retries("max retries", max_retries)
+    check_retries("max preemption retries", max_retries_preemption)
+    timeout_s = job_seconds("timeout", timeout)
+    scheduling_timeout_s = job_seconds("scheduling timeout", scheduling_timeout)
 
     parsed = parse_constraints(constraints, region, zone, target_cluster)
     env = dict(env or {})

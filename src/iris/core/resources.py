@@ -125,6 +125,35 @@ def check_cpu(cpu: float | str) -> float:
     return cores
 
 
+def check_task_device(device: Device) -> Device:
+    """`device` when one task may ask for that many (at most MAX_TASK_DEVICES)."""
+    if device.count > MAX_TASK_DEVICES:
+        raise InvalidArgument(
+            f"{device.count} {device.kind.upper()}s is more than a task may ask for (at most {MAX_TASK_DEVICES})"
+        )
+    return device
+
+
+def task_gpu(value: str) -> Device:
+    """--gpu of a job: parsed, and at most what one task may ask for."""
+    return check_task_device(parse_gpu(value))
+
+
+def task_tpu(value: str) -> Device:
+    """--tpu of a job: parsed, and at most what one task may ask for."""
+    return check_task_device(parse_tpu(value))
+
+
+def task_bytes(what: str, value: str | int) -> int:
+    """A task's memory or disk in bytes, at most MAX_TASK_BYTES."""
+    amount = parse_size(value)
+    if amount > MAX_TASK_BYTES:
+        raise InvalidArgument(
+            f"{what} {format_size(amount)} is more than a task may ask for (at most {format_size(MAX_TASK_BYTES)})"
+        )
+    return amount
+
+
 def build_resources(
     cpu: float | None = None,
     memory: str | int | None = None,
@@ -135,22 +164,12 @@ def build_resources(
     """Builds a request from CLI-style values, applying defaults (1 core, 1G memory, no disk)."""
     if gpu and tpu:
         raise InvalidArgument("ask for --gpu or --tpu, not both")
-    device = parse_gpu(gpu) if gpu else parse_tpu(tpu) if tpu else Device()
+    device = task_gpu(gpu) if gpu else task_tpu(tpu) if tpu else Device()
     if cpu is not None:
         check_cpu(cpu)
-    resources = Resources(
+    return Resources(
         cpu=1.0 if cpu is None else float(cpu),
-        memory=1024**3 if memory is None else parse_size(memory),
-        disk=0 if disk is None else parse_size(disk),
+        memory=1024**3 if memory is None else task_bytes("memory", memory),
+        disk=0 if disk is None else task_bytes("disk", disk),
         device=device,
     )
-    if device.count > MAX_TASK_DEVICES:
-        raise InvalidArgument(
-            f"{device.count} {device.kind.upper()}s is more than a task may ask for (at most {MAX_TASK_DEVICES})"
-        )
-    for what, amount in (("memory", resources.memory), ("disk", resources.disk)):
-        if amount > MAX_TASK_BYTES:
-            raise InvalidArgument(
-                f"{what} {format_size(amount)} is more than a task may ask for (at most {format_size(MAX_TASK_BYTES)})"
-            )
-    return resources
