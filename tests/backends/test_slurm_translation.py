@@ -67,9 +67,9 @@ def test_sbatch_argv_for_any_gpu_variant_and_no_limits():
 
 
 def test_squeue_rows_parse_with_names_holding_separators():
-    rows = parse_squeue("12|RUNNING|None|0|/a/b/0:1|\n13|FAILED|NonZeroExitCode|768|/x|y/0:0|\ngarbage\n")
+    rows = parse_squeue("12|RUNNING|None|0|node7|/a/b/0:1|\n13|FAILED|NonZeroExitCode|768||/x|y/0:0|\ngarbage\n")
     assert rows == [
-        SlurmJob(12, "/a/b/0:1", "RUNNING", "None", 0),
+        SlurmJob(12, "/a/b/0:1", "RUNNING", "None", 0, "node7"),
         SlurmJob(13, "/x|y/0:0", "FAILED", "NonZeroExitCode", 768),
     ]
 
@@ -81,6 +81,8 @@ def test_sinfo_rows_give_capacity_and_gpus_in_use_by_type():
     assert node.usable
     down = parse_sinfo("n2|0/0/2/2|4000|0|(null)|gpu:0|down*|\n")[0]
     assert not down.usable and down.gpus == {}
+    (named,) = parse_sinfo("h3|0/2/0/2|4000|0|(null)|gpu:0|idle|node3|10.0.0.3|\n")
+    assert (named.name, named.node_name, named.address) == ("h3", "node3", "10.0.0.3")
 
 
 def row(state: str, reason: str = "None", status: int = 0) -> SlurmJob:

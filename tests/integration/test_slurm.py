@@ -12,9 +12,11 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
+import httpx
 import pytest
 from connectrpc.errors import ConnectError
 
@@ -30,6 +32,7 @@ from iris.testing.slurm import SlurmCluster, SlurmError, unavailable_reason
 from tests.conftest import ControllerFactory, wait_until
 from tests.controller.helpers import client, logs, status, user_token, wait_state
 
+SERVE = str(Path(__file__).with_name("serve_task.py"))
 FAST = {"tick_interval": "1s", "federation_heartbeat_interval": "0.5s", "federation_sync_interval": "0.5s"}
 
 
@@ -276,3 +279,34 @@ def test_cpu_parent_hands_a_gpu_job_to_a_peer_whose_backend_is_slurm(slurm, cont
     on_peer = status(client(peer), received_job_id(parent.name, sent.job_id))
     assert on_peer.tasks[0].backend_id == "gpu"
     wait_until(lambda: logs(c, sent.job_id) == ["on cw-slurm gpus=0"], message="logs relayed to the parent")
+
+
+def test_slurm_task_serves_its_endpoint_from_the_node_slurm_runs_it_on(ctl):
+    """The task registers with no host as soon as it starts; the controller learns its node from
+    Slurm (here NodeAddr 127.0.0.1, the controller's own host) and relays to it, and to nothing else."""
+    alice = client(ctl, user_token(ctl, "alice"))
+    request = pb.LaunchJobRequest(
+        name="serve", user="alice", command=[sys.executable, SERVE], resources=pb.Resources(cpu=1)
+    )
+    job_id = alice.launch_job(request).job_id
+    try:
+
+        def live() -> dict[str, pb.Endpoint]:
+            eps = client(ctl).list_endpoints(pb.ListEndpointsRequest(job_id=job_id)).endpoints
+            return {e.name: e for e in eps}
+
+        eps = wait_until(lambda: len(live()) == 2 and live(), timeout=90, message="both endpoints registered")
+        assert eps["web"].address.startswith("127.0.0.1:")
+        port = int(eps["web"].address.rsplit(":", 1)[1])
+        url = alice.mint_endpoint_url(pb.MintEndpointUrlRequest(job_id=job_id, name="web", ttl_s=600)).url
+        with httpx.Client(timeout=30) as http:
+            assert http.get(url + "hello").json()["path"] == "/hello"
+
+        attempt = status(alice, job_id).tasks[0].attempts[-1].attempt_id
+        foreign = pb.RegisterEndpointRequest(job_id=job_id, attempt_id=attempt, name="evil", host="10.1.2.3", port=port)
+        with pytest.raises(ConnectError) as refused:
+            alice.register_endpoint(foreign)
+        assert "is not on the host this attempt runs on" in refused.value.message
+        assert set(live()) == {"web", "ws"}
+    finally:
+        client(ctl).terminate_job(pb.TerminateJobRequest(job_id=job_id))

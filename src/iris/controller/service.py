@@ -41,6 +41,9 @@ from iris.rpc.codec import fill_availability, resources_to_proto
 if TYPE_CHECKING:
     from iris.controller.app import Controller
 
+# How long a registration waits for a backend to say where its attempt runs (Slurm's next answer).
+ATTEMPT_HOST_WAIT_S = 3.0
+
 
 log = logging.getLogger(__name__)
 _JOB_STATES = tuple(s.value for s in JobState)
@@ -366,10 +369,20 @@ class ControllerServiceImpl(WorkerCalls):
         # A host name is looked up before the write, never inside it: a lookup that hangs must not
         # hold the database's write lock (and every submit and scheduling pass behind it).
         resolver = endpoint_hosts.resolved_host(endpoints.check_host(req.host))
+        self._await_attempt_host(req.attempt_id)
         with self.db.write() as conn:
             return pb.RegisterEndpointResponse(
                 endpoint=endpoints.register(conn, identity, req, self.now_ms(), self.backends, resolver)
             )
+
+    def _await_attempt_host(self, attempt_id: str) -> None:
+        """Lets a backend that learns where an attempt runs only by asking (Slurm) find out before
+        the registration's write, which must not wait on it."""
+        with self.db.read() as conn:
+            row = conn.execute(sql("SELECT backend_id FROM attempts WHERE attempt_id = :a"), {"a": attempt_id}).first()
+        wait = getattr(self.backends.get(row[0] if row else ""), "await_attempt_host", None)
+        if wait is not None:
+            wait(attempt_id, ATTEMPT_HOST_WAIT_S)
 
     @rpc
     def list_endpoints(self, req: pb.ListEndpointsRequest, identity: Identity) -> pb.ListEndpointsResponse:

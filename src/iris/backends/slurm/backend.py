@@ -28,8 +28,10 @@ end recorded, and one the database no longer holds at all is cancelled.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import shutil
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -91,6 +93,7 @@ class _Attempt:
     waiting: str = ""
     stop_requested: bool = False
     gpus: tuple[str, int] | None = None  # (GRES type, count) it asked for
+    node: str = ""  # the node Slurm started it on (squeue's NodeList)
     exited: AttemptExit | None = None  # how it ended (Slurm's verdict)
     reported: bool = False  # its exit is handed to the tick (all its output read first)
 
@@ -135,6 +138,8 @@ class SlurmBackend:
         self._closing = threading.Event()
         self._nodes: list[SlurmNode] = []
         self._nodes_ok = False
+        self._node_hosts: dict[str, AttemptHost] = {}  # node name → where its attempts run
+        self._node_ips: dict[str, ipaddress.IPv4Address | ipaddress.IPv6Address] = {}  # NodeAddr → its IP
         self.capacity_error = ""
         self._refresh_capacity()
         self._thread = threading.Thread(target=self._loop, name=f"slurm-{self.id}", daemon=True)
@@ -151,8 +156,26 @@ class SlurmBackend:
                 self._nodes_ok = False
             return
         self.capacity_error = "" if nodes else f"Slurm partition {self.config.partition} has no nodes"
+        hosts = {n.node_name: self._node_host(n) for n in nodes if n.node_name}
         with self._lock:
             self._nodes, self._nodes_ok = nodes, True
+            self._node_hosts = hosts
+
+    def _node_host(self, node: SlurmNode) -> AttemptHost:
+        """Where the controller reaches `node`: its NodeAddr as an IP address (a name is resolved
+        here, on the poller's thread, and the answer kept), loopback meaning the controller's host."""
+        address = node.address or node.name
+        ip = self._node_ips.get(address)
+        if ip is None:
+            try:
+                ip = ipaddress.ip_address(address)
+            except ValueError:
+                try:
+                    ip = ipaddress.ip_address(socket.getaddrinfo(address, None, type=socket.SOCK_STREAM)[0][4][0])
+                except (OSError, UnicodeError, ValueError, IndexError):
+                    return AttemptHost(unknown=f"Slurm node {node.node_name}'s address {address!r} does not resolve")
+            self._node_ips[address] = ip
+        return AttemptHost(local=True) if ip.is_loopback else AttemptHost(address=str(ip))
 
     def _groups(self) -> dict[str, list[SlurmNode]]:
         groups: dict[str, list[SlurmNode]] = {}
@@ -309,10 +332,28 @@ class SlurmBackend:
             return attempt_id in self._attempts
 
     def attempt_host(self, attempt_id: str, worker_id: str) -> AttemptHost:
-        """Unknown: Slurm picks the node inside the partition and Iris does not track which."""
-        return AttemptHost(
-            unknown=f"backend {self.id} is a Slurm partition, and Iris does not know which node runs the attempt"
-        )
+        """The node Slurm started the attempt on, as the last `sinfo` gave its address."""
+        with self._lock:
+            record = self._attempts.get(attempt_id)
+            node = record.node if record is not None else ""
+            host = self._node_hosts.get(node) if node else None
+        if host is None:
+            where = f"on node {node!r}, which partition {self.config.partition} does not list" if node else "yet"
+            return AttemptHost(unknown=f"Slurm has not reported where attempt {attempt_id} runs {where}")
+        return host
+
+    def await_attempt_host(self, attempt_id: str, timeout_s: float) -> None:
+        """Waits, up to `timeout_s`, until Slurm has said which node runs the attempt, asking it now:
+        a task registers its endpoint as soon as it starts, often before the next poll."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                record = self._attempts.get(attempt_id)
+                if record is None or record.node or record.exited is not None:
+                    return
+            self._query_due.set()
+            self._kick.set()
+            time.sleep(0.05)
 
     def shutdown(self) -> list[str]:
         with self._lock:
@@ -395,6 +436,9 @@ class SlurmBackend:
                 self._mark_running(record)
                 self._finish(record, AttemptExit(record.attempt_id, exit_file))
             return True
+        if job.nodes and job.nodes != record.node:
+            with self._lock:
+                record.node = job.nodes
         verdict = judge(job, self.config.partition, exit_file, record.stop_requested)
         if verdict.phase == "waiting":
             if verdict.reason != record.waiting:

@@ -23,8 +23,8 @@ from iris.backends.protocol import LaunchSpec
 from iris.core.config import SlurmBackendConfig
 
 MB = 1024**2
-SQUEUE_FIELDS = "JobID:|,State:|,Reason:|,exit_code:|,Name:|"
-SINFO_FIELDS = "NodeHost:|,CPUsState:|,Memory:|,AllocMem:|,Gres:|,GresUsed:|,StateLong:|"
+SQUEUE_FIELDS = "JobID:|,State:|,Reason:|,exit_code:|,NodeList:|,Name:|"
+SINFO_FIELDS = "NodeHost:|,CPUsState:|,Memory:|,AllocMem:|,Gres:|,GresUsed:|,StateLong:|,NodeList:|,NodeAddr:|"
 # sbatch failures that say Slurm (not the job) is at fault right now: worth retrying.
 _TRANSIENT = re.compile(
     r"timed out|unable to contact|temporarily unavailable|try again|connection refused|"
@@ -49,6 +49,7 @@ class SlurmJob:
     state: str  # PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, …
     reason: str  # None, Resources, Priority, PartitionConfig, …
     exit_status: int  # the raw wait status: exit code << 8, or the signal number
+    nodes: str = ""  # the node it runs on (Slurm's NodeList), once it has started
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,8 @@ class SlurmNode:
     gpus: Mapping[str, int]  # GRES type ("" when untyped) -> count
     gpus_used: Mapping[str, int]
     state: str
+    node_name: str = ""  # the node's name, as squeue's NodeList names it
+    address: str = ""  # where Slurm reaches the node (NodeAddr)
 
     @property
     def usable(self) -> bool:
@@ -86,10 +89,10 @@ def parse_squeue(text: str) -> list[SlurmJob]:
     jobs = []
     for line in text.splitlines():
         parts = line.split("|")
-        if len(parts) < 5 or not parts[0].strip().isdigit():
+        if len(parts) < 6 or not parts[0].strip().isdigit():
             continue
-        # The name is last and may itself hold "|": everything between the fixed fields.
-        name = "|".join(parts[4:-1]) if len(parts) > 5 else parts[4]
+        # The name is last and may itself hold "|": everything after the fixed fields.
+        name = "|".join(parts[5:-1]) if len(parts) > 6 else parts[5]
         status = parts[3].strip()
         jobs.append(
             SlurmJob(
@@ -98,6 +101,7 @@ def parse_squeue(text: str) -> list[SlurmJob]:
                 parts[1].strip(),
                 parts[2].strip(),
                 int(status) if status.lstrip("-").isdigit() else 0,
+                parts[4].strip(),
             )
         )
     return jobs
@@ -134,6 +138,8 @@ def parse_sinfo(text: str) -> list[SlurmNode]:
                 _gres_counts(parts[4]),
                 _gres_counts(parts[5]),
                 parts[6].strip(),
+                parts[7].strip() if len(parts) > 7 else "",
+                parts[8].strip() if len(parts) > 8 else "",
             )
         )
     return nodes
