@@ -65,13 +65,18 @@ class Memo:
     gang_members: dict[tuple, tuple[int, ...]] = field(default_factory=dict)  # (evicts_among, group) -> members
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Placed:
     """The decisions made for one job."""
 
-    assignments: list[Assignment] = field(default_factory=list)
-    preemptions: list[Preemption] = field(default_factory=list)
-    victims: list[RunningTask] = field(default_factory=list)
+    assignments: list[Assignment]
+    preemptions: list[Preemption]
+    victims: list[RunningTask]
+
+    def __init__(self) -> None:
+        # Written out: a tick makes one per job it places, and the generated one asks of each
+        # field whether it was given.
+        self.assignments, self.preemptions, self.victims = [], [], []
 
 
 _task_id = attrgetter("task_id")
