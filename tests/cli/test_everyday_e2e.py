@@ -43,6 +43,10 @@ BAD_INPUTS = [
     (["job", "run", "--region", "", "--", "true"], "--region is empty"),
     (["job", "run", "--zone", " ", "--", "true"], "--zone is empty"),
     (["worker", "start", "--backend", "pool", "--memory", "12"], "write 12M or 12G"),
+    (
+        ["worker", "start", "--backend", "pool", "--work-dir", "/dev/null/work"],
+        "--work-dir /dev/null/work cannot be created: Not a directory; give a folder",
+    ),
     (["worker", "start", "--backend", "pool", "--attr", "zone=a\nb"], "--attr 'zone=a\\nb' holds a control"),
     (["job", "run", "--job-name", "", "--", "true"], "'--job-name': the value is empty"),
     (

@@ -102,7 +102,13 @@ def host_settings(
                 f"{key}={implied[key]}; drop the --attr and say the device with --devices, e.g. gpu:h100:8"
             )
     attributes = {**implied, **given}
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidArgument(
+            f"--work-dir {folder} cannot be created: {exc.strerror}; give a folder this user may create and"
+            " write, or leave --work-dir out for ~/.iris/worker/NAME"
+        ) from None
     capacity = Resources(
         cpu=float(cpu) if cpu else float(os.cpu_count() or 1),
         memory=parse_size(memory) if memory else int(psutil.virtual_memory().total),
