@@ -63,6 +63,8 @@ BAD_INPUTS = [
         "'--scheduling-timeout': scheduling timeout 3651d is longer than a job may wait (at most 10 years)",
     ),
     (["job", "run", "--image", " ", "--", "true"], "'--image': the value is empty"),
+    (["job", "run", "--user", "a b", "--", "true"], "'--user': user 'a b' is not valid: use letters"),
+    (["job", "run", "--job-name", "a/b", "--", "true"], "'--job-name': job name 'a/b' is not valid: use letters"),
     (["job", "run", "--region", "us\x1b[2J", "--", "true"], "--region 'us\\x1b[2J' holds a control character, ESC"),
     (["job", "run", "--constraint", "zone=a\nb", "--", "true"], "--constraint 'zone=a\\nb' holds a control character"),
     (["job", "run", "--image", "busy\x7fbox", "--", "true"], "--image 'busy\\x7fbox' holds a control character, DEL"),

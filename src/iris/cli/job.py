@@ -44,6 +44,8 @@ _DURATION = checked(_core("iris.core.units.parse_duration"))
 _TIMEOUT = _then(_DURATION, checked(_core("iris.client.launch.job_seconds", "timeout")))
 _SCHEDULING_TIMEOUT = _then(_DURATION, checked(_core("iris.client.launch.job_seconds", "scheduling timeout")))
 _CONSTRAINT = checked(_core("iris.core.constraints.parse_constraint_text"))
+_JOB_NAME = _then(not_blank, checked(_core("iris.client.launch.check_job_name")))
+_USER = checked(_core("iris.core.names.validate_component", "user"))
 
 
 @click.group()
@@ -98,10 +100,10 @@ def job() -> None:
 @click.option(
     "--job-name",
     metavar="NAME",
-    callback=not_blank,
+    callback=_JOB_NAME,
     help="Short name (/<user>/<NAME>) or full id; generated when omitted.",
 )
-@click.option("--user", help="The submitting user (default: the token's user, else $USER).")
+@click.option("--user", callback=_USER, help="The submitting user (default: the token's user, else $USER).")
 @click.option(
     "--max-retries",
     type=click.IntRange(min=0),

@@ -96,6 +96,16 @@ def check_retries(what: str, retries: int | None) -> int | None:
     return retries
 
 
+def check_job_name(name: str) -> str:
+    """A job's name as given: a full id (`/alice/train`) or one short name (`train`)."""
+    text = name.strip()
+    if text.startswith("/"):
+        JobName.parse(text)
+    else:
+        validate_component("job name", text)
+    return name
+
+
 def job_seconds(what: str, value: float | str | None) -> float:
     """A job's timeout in seconds (0: none), at most MAX_TIMEOUT_S."""
     seconds = 0.0 if value in (None, "") else parse_duration(value)
