@@ -79,3 +79,37 @@ def test_workers_attempt_keeps_what_left_its_process_group_and_ends_it_with_the_
     finally:
         if pid_alive(escaped):
             os.kill(escaped, 9)
+
+
+def test_workers_a_stopped_worker_leaves_at_once_and_its_attempt_runs_on_another(controller_factory, worker_factory):
+    # A grace period far longer than the test's waits: only the daemon's own word can end it sooner.
+    ctl = controller_factory(
+        "leaving", backends=workers_backends(), controller={"tick_interval": "1s", "worker_grace_period": "300s"}
+    )
+    c = client(ctl)
+    a = worker_factory(ctl, "a")
+    job = launch(c, "long", ["sleep", "300"])
+    wait_state(c, job, {"RUNNING"})
+    assert status(c, job).tasks[0].attempts[-1].worker_id == "a"
+
+    a.proc.terminate()
+    a.proc.wait(timeout=60)
+
+    def gone() -> bool:
+        return any(w.worker_id == "a" and not w.alive for w in c.list_workers(pb.ListWorkersRequest()).workers)
+
+    wait_until(gone, timeout=30, message="worker a shown as gone after its daemon stopped")
+    first = wait_until(
+        lambda: (s := status(c, job)).tasks[0].attempts[0].state not in ("ASSIGNED", "BUILDING", "RUNNING") and s,
+        timeout=30,
+        message="the stopped worker's attempt given up",
+    )
+    assert "worker a was stopped" in first.tasks[0].attempts[0].error, first
+    assert status(c, job).job.state == "PENDING"  # nowhere to run until another worker joins
+
+    worker_factory(ctl, "b")
+    wait_until(
+        lambda: (s := status(c, job)).job.state == "RUNNING" and s.tasks[0].attempts[-1].worker_id == "b",
+        timeout=60,
+        message="the job running again on worker b",
+    )

@@ -959,20 +959,22 @@ class WorkerAttemptExit(_message.Message):
     def __init__(self, attempt_id: _Optional[str] = ..., exit_code: _Optional[int] = ..., has_exit_code: _Optional[bool] = ..., error: _Optional[str] = ..., stdout_size: _Optional[int] = ..., stderr_size: _Optional[int] = ...) -> None: ...
 
 class WorkerPollRequest(_message.Message):
-    __slots__ = ("backend_id", "session", "acked_seq", "wait_ms", "logs", "exits")
+    __slots__ = ("backend_id", "session", "acked_seq", "wait_ms", "logs", "exits", "leaving")
     BACKEND_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     ACKED_SEQ_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     LOGS_FIELD_NUMBER: _ClassVar[int]
     EXITS_FIELD_NUMBER: _ClassVar[int]
+    LEAVING_FIELD_NUMBER: _ClassVar[int]
     backend_id: str
     session: str
     acked_seq: int
     wait_ms: int
     logs: _containers.RepeatedCompositeFieldContainer[WorkerLogBatch]
     exits: _containers.RepeatedCompositeFieldContainer[WorkerAttemptExit]
-    def __init__(self, backend_id: _Optional[str] = ..., session: _Optional[str] = ..., acked_seq: _Optional[int] = ..., wait_ms: _Optional[int] = ..., logs: _Optional[_Iterable[_Union[WorkerLogBatch, _Mapping]]] = ..., exits: _Optional[_Iterable[_Union[WorkerAttemptExit, _Mapping]]] = ...) -> None: ...
+    leaving: bool
+    def __init__(self, backend_id: _Optional[str] = ..., session: _Optional[str] = ..., acked_seq: _Optional[int] = ..., wait_ms: _Optional[int] = ..., logs: _Optional[_Iterable[_Union[WorkerLogBatch, _Mapping]]] = ..., exits: _Optional[_Iterable[_Union[WorkerAttemptExit, _Mapping]]] = ..., leaving: _Optional[bool] = ...) -> None: ...
 
 class WorkerPollResponse(_message.Message):
     __slots__ = ("reregister", "commands", "log_offsets", "accepted_exits")

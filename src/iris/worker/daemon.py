@@ -157,7 +157,7 @@ class WorkerDaemon:
             self._report_now.set()
             reporter.join(timeout=5)
             killed = self.runtime.shutdown()
-            if killed and self._session:
+            if self._session:
                 self._say_lost(killed)
 
     def stop(self) -> None:
@@ -238,6 +238,8 @@ class WorkerDaemon:
                     continue
                 self._acked = cmd.seq
                 if cmd.HasField("start"):
+                    if self._stop.is_set():
+                        continue  # stopping: the leaving report gives it back to be placed elsewhere
                     self._start(cmd.start)
                 elif cmd.stop:
                     self.runtime.stop(cmd.stop)
@@ -358,8 +360,11 @@ class WorkerDaemon:
         return any(len(b.data) >= MAX_BATCH_BYTES for b in req.logs)
 
     def _say_lost(self, attempt_ids: list[str]) -> None:
-        """On a graceful stop: tells the controller at once that these attempts are lost here."""
-        req = pb.WorkerPollRequest(backend_id=self.settings.backend, session=self._session, acked_seq=self._acked)
+        """On a graceful stop: tells the controller that this worker is leaving (it places nothing
+        more here) and that these attempts are lost here, at once instead of a grace period later."""
+        req = pb.WorkerPollRequest(
+            backend_id=self.settings.backend, session=self._session, acked_seq=self._acked, leaving=True
+        )
         for attempt_id in attempt_ids:
             req.exits.add(attempt_id=attempt_id, has_exit_code=False, error=f"worker {self.settings.name} was stopped")
         try:

@@ -283,6 +283,18 @@ class WorkersBackend:
         for a in [a for a in self._attempts.values() if a.adopt_deadline is not None and a.adopt_deadline < now]:
             self._lose(a, f"worker {a.worker} did not reconnect after the controller restarted")
 
+    def _leave(self, worker: _Worker) -> None:
+        """A daemon stopping on purpose says so: it is dead from now on (nothing more is placed on
+        it, as a worker silent past the grace period), and what it still held is given up here at
+        once instead of a grace period later, to be retried elsewhere."""
+        worker.alive = False
+        worker.dead_since = time.monotonic()
+        worker.commands.clear()
+        _notify(worker)
+        log.info("worker %s of backend %s is stopping: it takes no more work", worker.name, self.id)
+        for a in [a for a in self._attempts.values() if a.worker == worker.name]:
+            self._lose(a, f"worker {worker.name} was stopped")
+
     def _forget(self, worker: _Worker) -> None:
         """Drops a dead worker's record: its attempts were given up when it died, and those that
         ran on it keep its name in the database, so the name stays its owner's to register again."""
@@ -438,8 +450,11 @@ class WorkersBackend:
             worker.address = address
             worker.commands = [c for c in worker.commands if c.seq > req.acked_seq]
             woke = self._take_reports(worker, req, resp)
+            if req.leaving:
+                self._leave(worker)
+                woke = True
             waiter = None
-            if not worker.commands and req.wait_ms > 0:
+            if not worker.commands and req.wait_ms > 0 and worker.alive:
                 if worker.waiter is not None:
                     _notify(worker)  # an older held poll of this worker answers now
                 waiter = (asyncio.get_running_loop(), asyncio.Event())
