@@ -48,6 +48,15 @@ _JOB_NAME = _then(not_blank, checked(_core("iris.client.launch.check_job_name"))
 _USER = checked(_core("iris.core.names.validate_component", "user"))
 
 
+raw_option = click.option(
+    "--raw",
+    is_flag=True,
+    help="Print the job's output exactly as it wrote it, escape sequences included. By default every control"
+    " character but tab is shown as an escape (\\x1b), to a terminal or a pipe alike, so no job can"
+    " retitle or redraw the terminal that reads it; -o json always holds the exact text.",
+)
+
+
 @click.group()
 def job() -> None:
     """Submit, list, watch and stop jobs."""
@@ -151,13 +160,7 @@ def job() -> None:
 )
 @click.option("--cancel-on-interrupt", is_flag=True, help="Ctrl-C stops the job (by default it only detaches from it).")
 @click.option("-t", "--timestamps", is_flag=True, help="Prefix each log line with its time.")
-@click.option(
-    "--raw",
-    is_flag=True,
-    help="Print the job's output exactly as it wrote it, escape sequences included. By default every control"
-    " character but tab is shown as an escape (\\x1b), to a terminal or a pipe alike, so no job can"
-    " retitle or redraw the terminal that reads it; -o json always holds the exact text.",
-)
+@raw_option
 @output_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
@@ -342,13 +345,7 @@ def describe(obj: CliContext, job_id: str, all_tasks: bool) -> None:
 )
 @click.option("--task", type=click.IntRange(min=0), help="Only this task's lines.")
 @click.option("-t", "--timestamps", is_flag=True, help="Prefix each line with its time.")
-@click.option(
-    "--raw",
-    is_flag=True,
-    help="Print the job's output exactly as it wrote it, escape sequences included. By default every control"
-    " character but tab is shown as an escape (\\x1b), to a terminal or a pipe alike, so no job can"
-    " retitle or redraw the terminal that reads it; -o json always holds the exact text.",
-)
+@raw_option
 @output_option
 @click.pass_obj
 def logs(
