@@ -230,6 +230,14 @@ def _interrupt_once_connected(controller, *args: str) -> tuple[str, str, int]:
     return out, err, proc.returncode
 
 
+def _calls(pid: int, port: int) -> bool:
+    """Whether process `pid` holds a TCP connection to `port` (on loopback)."""
+    try:
+        return any(c.raddr and c.raddr.port == port for c in psutil.Process(pid).net_connections(kind="tcp"))
+    except psutil.Error:
+        return False
+
+
 def _spawn(controller, *args: str) -> subprocess.Popen:
     env = {**os.environ, "IRIS_CONTROLLER": controller.url, "USER": "alice", "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
@@ -290,6 +298,9 @@ def test_ctrl_c_with_json_output_still_prints_one_document(controller):
                 message="talks to run",
             )
             wait_until(lambda: controller.cli("job", "logs", "/alice/talks").stdout == "hi\n", message="its first line")
+            # The job runs before `logs -f` is even spawned: wait until the command itself calls the
+            # controller, so the Ctrl-C reaches it following rather than still starting up.
+            wait_until(lambda: _calls(proc.pid, controller.port), message="the command to call the controller")
             proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=30)
         finally:
