@@ -271,15 +271,10 @@ class WorkersBackend:
             self._forget(worker)
         for worker in self._workers.values():
             if worker.alive and now - worker.last_contact > self.grace:
-                worker.alive = False
-                worker.dead_since = now
-                worker.commands.clear()
-                _notify(worker)
                 log.warning(
                     "worker %s of backend %s is silent for %.1fs: declared dead", worker.name, self.id, self.grace
                 )
-                for a in [a for a in self._attempts.values() if a.worker == worker.name]:
-                    self._lose(a, f"worker {worker.name} stopped answering for more than {self.grace:g}s")
+                self._declare_dead(worker, now, f"worker {worker.name} stopped answering for more than {self.grace:g}s")
         for a in [a for a in self._attempts.values() if a.adopt_deadline is not None and a.adopt_deadline < now]:
             self._lose(a, f"worker {a.worker} did not reconnect after the controller restarted")
 
@@ -287,13 +282,17 @@ class WorkersBackend:
         """A daemon stopping on purpose says so: it is dead from now on (nothing more is placed on
         it, as a worker silent past the grace period), and what it still held is given up here at
         once instead of a grace period later, to be retried elsewhere."""
+        log.info("worker %s of backend %s is stopping: it takes no more work", worker.name, self.id)
+        self._declare_dead(worker, time.monotonic(), f"worker {worker.name} was stopped")
+
+    def _declare_dead(self, worker: _Worker, now: float, why: str) -> None:
+        """Nothing more is placed on `worker`, its held poll answers, and its attempts are given up."""
         worker.alive = False
-        worker.dead_since = time.monotonic()
+        worker.dead_since = now
         worker.commands.clear()
         _notify(worker)
-        log.info("worker %s of backend %s is stopping: it takes no more work", worker.name, self.id)
         for a in [a for a in self._attempts.values() if a.worker == worker.name]:
-            self._lose(a, f"worker {worker.name} was stopped")
+            self._lose(a, why)
 
     def _forget(self, worker: _Worker) -> None:
         """Drops a dead worker's record: its attempts were given up when it died, and those that
