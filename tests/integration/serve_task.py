@@ -9,11 +9,21 @@ import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.server import serve
 
 from iris.client.client import IrisClient
 
 RELEASE = threading.Event()
+SUBPROTOCOL = "iris.echo.v1"
+LAST_CLOSE: dict[str, object] = {}  # how the last WebSocket client closed: code, reason
+# Where /redirect/<kind> sends the client: the Host the request came to stands for the app's own URL.
+REDIRECTS = {
+    "abs": "/hello?via=abs",
+    "own": "http://{host}/hello?via=own",
+    "rel": "hello?via=rel",
+    "away": "https://example.org/elsewhere",
+}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -47,6 +57,13 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("content-length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+        elif self.path.startswith("/redirect/") and self.path[len("/redirect/") :] in REDIRECTS:
+            self.send_response(302)
+            self.send_header("location", REDIRECTS[self.path[len("/redirect/") :]].format(host=self.headers["host"]))
+            self.send_header("content-length", "0")
+            self.end_headers()
+        elif self.path == "/ws-closed":
+            self._send(200, json.dumps(LAST_CLOSE).encode())
         elif self.path == "/release":
             RELEASE.set()
             self._send(200, b"{}")
@@ -87,18 +104,32 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def echo(ws):
-    for message in ws:
-        if isinstance(message, str) and message.startswith("big:"):
-            ws.send(b"x" * int(message[4:]))  # one message of that many bytes
-        else:
-            ws.send(message)
+    try:
+        for message in ws:
+            if isinstance(message, str) and message.startswith("big:"):
+                ws.send(b"x" * int(message[4:]))  # one message of that many bytes
+            elif message == "subprotocol?":
+                ws.send(ws.subprotocol or "")
+            elif isinstance(message, str) and message.startswith("close:"):
+                _, code, reason = message.split(":", 2)
+                ws.close(int(code), reason)
+            else:
+                ws.send(message)
+    except ConnectionClosed:  # a close code other than 1000/1001
+        pass
+    LAST_CLOSE.update(code=ws.close_code, reason=ws.close_reason)
+
+
+def pick_subprotocol(ws, offered):
+    """The app's subprotocol where the client offers it; none otherwise (the handshake goes on)."""
+    return SUBPROTOCOL if SUBPROTOCOL in offered else None
 
 
 def main() -> None:
     bind = os.environ.get("SERVE_BIND", "127.0.0.1")  # 0.0.0.0 on a worker the controller dials from afar
     httpd = ThreadingHTTPServer((bind, 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    ws_server = serve(echo, bind, 0)
+    ws_server = serve(echo, bind, 0, select_subprotocol=pick_subprotocol)
     threading.Thread(target=ws_server.serve_forever, daemon=True).start()
     client = IrisClient()
     client.register_endpoint("web", httpd.server_address[1])

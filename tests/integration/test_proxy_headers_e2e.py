@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -39,6 +40,7 @@ def served(tmp_path_factory):
             "direct": direct,
             "via a parent": direct.replace(f"{child.url}/proxy/t/", f"{parent.url}/proxy/t/cluster=cw/"),
             "ws": "ws" + ws[len("http") :],
+            "ws via a parent": "ws" + ws.replace(f"{child.url}/proxy/t/", f"{parent.url}/proxy/t/cluster=cw/")[4:],
         }
     finally:
         factory.cleanup()
@@ -86,3 +88,43 @@ def test_relay_websocket_message_larger_than_the_bound_closes_the_socket(served)
         ws.send(f"big:{MAX_WS_MESSAGE_BYTES + 1}")
         with pytest.raises(ConnectionClosed):
             ws.recv(timeout=30)
+
+
+@pytest.mark.parametrize("route", ["direct", "via a parent"])
+def test_relay_keeps_an_apps_redirect_inside_the_capability_url(served, route):
+    url = served[route]
+    mount = urlsplit(url).path  # /proxy/t/…/web/, as the client used it
+    with httpx.Client(timeout=30) as http:
+        where = {kind: http.get(url + f"redirect/{kind}").headers["location"] for kind in ("abs", "own", "rel", "away")}
+        # An absolute path or the app's own address would leave the capability URL: both are moved under it.
+        assert where["abs"] == mount + "hello?via=abs"
+        assert where["own"] == mount + "hello?via=own"
+        # Relative to where the client is, or another site: passed on as the app said.
+        assert where["rel"] == "hello?via=rel"
+        assert where["away"] == "https://example.org/elsewhere"
+        followed = http.get(url + "redirect/abs", follow_redirects=True)
+        assert followed.status_code == 200 and followed.json()["path"] == "/hello?via=abs"
+
+
+@pytest.mark.parametrize("route", ["ws", "ws via a parent"])
+def test_relay_websocket_negotiates_the_apps_subprotocol_and_passes_close_codes_both_ways(served, route):
+    with connect(served[route], open_timeout=10, subprotocols=["other", "iris.echo.v1"]) as ws:
+        assert ws.subprotocol == "iris.echo.v1"  # the app's choice, relayed in the handshake
+        ws.send("subprotocol?")
+        assert ws.recv(timeout=10) == "iris.echo.v1"  # and the app was offered it
+        ws.send("close:4001:done here")
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=30)
+    assert closed.value.rcvd is not None and (closed.value.rcvd.code, closed.value.rcvd.reason) == (4001, "done here")
+
+    with connect(served[route], open_timeout=10) as ws:
+        assert ws.subprotocol is None  # none offered: the app goes on without one
+        ws.send("ping")
+        assert ws.recv(timeout=10) == "ping"
+        ws.close(4002, "client leaves")
+    web = served["direct"]
+    with httpx.Client(timeout=30) as http:
+        wait_until(
+            lambda: http.get(web + "ws-closed").json() == {"code": 4002, "reason": "client leaves"},
+            message="the app to see the client's close code",
+        )

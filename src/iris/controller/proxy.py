@@ -17,6 +17,14 @@ dropped before forwarding: the capability URL is the credential, and the cluster
 never reach a served app. Hop-by-hop headers, and any header a `Connection` header names, are not
 passed on in either direction (RFC 9110 §7.6.1). An unknown or ended endpoint answers 404 at once.
 
+An app knows nothing of the path it is served under, so a redirect it answers with (`Location:
+/login`, or its own `http://127.0.0.1:8888/login`) would send the browser out of the capability URL
+to the controller's own `/login`. Such a `Location` is rewritten to the same place under the URL the
+client used; a relative one, or one to another host, passes unchanged. Through a `cluster=` relay,
+the peer has already rewritten it under its own `/proxy/t/`, and the relay puts its tag back in front.
+A WebSocket's subprotocols are negotiated with the app (the client offers, the app picks), and the
+code and reason either side closes with reach the other.
+
 httpx and `websockets` are imported by the first relayed request, not with this module: together
 they are a tenth of the controller's start-up, and most clusters never relay anything.
 """
@@ -26,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
@@ -87,6 +96,27 @@ PAGE_SANDBOX = (
 SANDBOXED_ORIGIN = "null"
 
 
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """Where one relayed request goes (`url`), and how the app's redirects map back: a `Location`
+    under `origin` (the app's own address, or the peer's `/proxy/t/`) is moved under `mount`, the
+    part of the client's path that names the endpoint (or the relay tag)."""
+
+    url: str
+    origin: str
+    mount: str
+
+    def location(self, value: str) -> str:
+        """`value`, an app's `Location`, under the URL the client used where it points at the app."""
+        if value.startswith(self.origin) and value[len(self.origin) : len(self.origin) + 1] in ("", "/", "?"):
+            value = value[len(self.origin) :] or "/"
+            if value.startswith("?"):
+                value = "/" + value
+        elif not value.startswith("/") or value.startswith("//"):
+            return value  # relative to where the client is, or another host: unchanged
+        return self.mount + value
+
+
 class Proxy:
     """Resolves a `/proxy/t/…` path to an upstream URL and relays one request or WebSocket to it."""
 
@@ -109,9 +139,9 @@ class Proxy:
             )
         return self._client
 
-    def _target(self, rest: str) -> str:
-        """The upstream http(s) URL for `rest`, the part after /proxy/t/ as the client sent it
-        (percent-encoded); typed errors otherwise."""
+    def _target(self, rest: str) -> Upstream:
+        """Where `rest`, the part after /proxy/t/ as the client sent it (percent-encoded), is
+        relayed to; typed errors otherwise."""
         if rest.startswith(CLUSTER_TAG):
             hops = list(itertools.takewhile(lambda part: unquote(part).startswith(CLUSTER_TAG), rest.split("/")))
             if len(hops) > MAX_RELAY_HOPS:
@@ -119,15 +149,17 @@ class Proxy:
                     f"a relayed capability URL may pass through at most {MAX_RELAY_HOPS} clusters, and this one names"
                     f" {len(hops)}; use the URL `iris endpoint url` printed"
                 )
-            peer, _, tail = rest[len(CLUSTER_TAG) :].partition("/")
-            peer = unquote(peer)
+            tag, _, tail = rest.partition("/")
+            peer = unquote(tag[len(CLUSTER_TAG) :])
             config = self.config.peers.get(peer)
             if config is None:
                 raise NotFound(f"no federation peer named {peer!r} here; this cluster relays only to its peers")
-            return config.address.rstrip("/") + relay_path(tail)
-        token, _, tail = rest.partition("/")
-        name, _, path = tail.partition("/")
-        token, name = unquote(token), unquote(name)
+            address = config.address.rstrip("/")
+            # The peer answers redirects under its /proxy/t/ (as an absolute path): the tag goes back in.
+            return Upstream(address + relay_path(tail), PREFIX[:-1], PREFIX + tag)
+        raw_token, _, tail = rest.partition("/")
+        raw_name, _, path = tail.partition("/")
+        token, name = unquote(raw_token), unquote(raw_name)
         if not token or not name:
             raise NotFound("a capability URL has the form /proxy/t/<token>/<name>/…; mint one with `iris endpoint url`")
         cluster = self.config.name
@@ -138,17 +170,18 @@ class Proxy:
             raise NotFound(
                 f"endpoint {name!r} of {job_id} is not being served (its task has ended or never registered it)"
             )
-        return f"http://{endpoints.relay_target(endpoint, self.backends)}/{path}"
+        origin = f"http://{endpoints.relay_target(endpoint, self.backends)}"
+        return Upstream(f"{origin}/{path}", origin, f"{PREFIX}{raw_token}/{raw_name}")
 
     async def http(self, request: Request):
         try:
-            target = await asyncio.to_thread(self._target, _raw_rest(request.scope))
+            upstream_at = await asyncio.to_thread(self._target, _raw_rest(request.scope))
         except IrisError as exc:
             return _error(exc)
         sandboxed = request.headers.get("origin") == SANDBOXED_ORIGIN
         if sandboxed and request.method == "OPTIONS" and "access-control-request-method" in request.headers:
             return _preflight(request)
-        url = target + (f"?{request.url.query}" if request.url.query else "")
+        url = upstream_at.url + (f"?{request.url.query}" if request.url.query else "")
         headers = _passed_on(request.headers.items(), STRIPPED_REQUEST_HEADERS)
         headers.append((RELAYED_HEADER, self.config.name))  # never local_admin where it lands
         has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
@@ -161,7 +194,10 @@ class Proxy:
             upstream = await self.client.send(upstream_request, stream=True)
         except httpx.HTTPError as exc:
             return JSONResponse({"error": f"the endpoint did not answer: {type(exc).__name__}"}, status_code=502)
-        out = _passed_on(upstream.headers.multi_items(), STRIPPED_RESPONSE_HEADERS)
+        out = [
+            (k, upstream_at.location(v) if k == "location" else v)
+            for k, v in _passed_on(upstream.headers.multi_items(), STRIPPED_RESPONSE_HEADERS)
+        ]
         out.append(PAGE_SANDBOX)
         if sandboxed:
             out.extend(_cors())
@@ -173,24 +209,27 @@ class Proxy:
 
     async def websocket(self, ws: WebSocket):
         try:
-            target = await asyncio.to_thread(self._target, _raw_rest(ws.scope))
+            target = (await asyncio.to_thread(self._target, _raw_rest(ws.scope))).url
         except IrisError as exc:
             await ws.close(code=4404 if isinstance(exc, NotFound) else 4401, reason=exc.message[:120])
             return
         url = "ws" + target[len("http") :] + (f"?{ws.url.query}" if ws.url.query else "")
         import websockets
+        from websockets.typing import Subprotocol
 
+        offered = [Subprotocol(p.strip()) for p in ws.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
         try:
             upstream = await websockets.connect(
                 url,
                 max_size=MAX_WS_MESSAGE_BYTES,
                 open_timeout=10,
+                subprotocols=offered or None,
                 additional_headers={RELAYED_HEADER: self.config.name},
             )
         except (OSError, websockets.WebSocketException, TimeoutError):
             await ws.close(code=1014, reason="the endpoint did not answer")
             return
-        await ws.accept()
+        await ws.accept(subprotocol=upstream.subprotocol)
         async with upstream:
             await _pump(ws, upstream)
 
@@ -235,33 +274,57 @@ def relay_path(tail: str) -> str:
     return PREFIX + tail
 
 
+# Close codes that may not be sent in a close frame (RFC 6455 §7.4.1): what each side is told instead.
+_UNSENDABLE_CLOSE = {1005: 1000, 1006: 1001, 1015: 1001}
+
+
+def _close_code(code: int | None) -> int:
+    """`code`, as one side closed, in a form the other side may be sent."""
+    if code is None:
+        return 1001
+    if code in _UNSENDABLE_CLOSE:
+        return _UNSENDABLE_CLOSE[code]
+    return code if 1000 <= code <= 4999 else 1001
+
+
 async def _pump(ws: WebSocket, upstream) -> None:
+    """Relays messages both ways until one side closes, then closes the other with its code and reason."""
     import websockets
 
+    closed: dict[str, tuple[int | None, str]] = {}
+
     async def client_to_upstream():
-        with contextlib.suppress(WebSocketDisconnect):
+        try:
             while True:
                 message = await ws.receive()
                 if message["type"] == "websocket.disconnect":
+                    closed["client"] = (message.get("code", 1000), message.get("reason") or "")
                     return
                 await upstream.send(message["bytes"] if message.get("bytes") is not None else message["text"])
+        except WebSocketDisconnect as exc:
+            closed["client"] = (exc.code, exc.reason or "")
+        except websockets.ConnectionClosed:
+            return
 
     async def upstream_to_client():
         with contextlib.suppress(websockets.ConnectionClosed):
-            async for message in upstream:
+            async for message in upstream:  # ends once the app has closed
                 if isinstance(message, bytes):
                     await ws.send_bytes(message)
                 else:
                     await ws.send_text(message)
+        # The app's close frame (its answer to the relay's 1009 for a message over the bound, too).
+        closed["upstream"] = (upstream.close_code, upstream.close_reason or "")
 
     tasks = [asyncio.ensure_future(client_to_upstream()), asyncio.ensure_future(upstream_to_client())]
     _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for task in pending:
         task.cancel()
+    code, reason = closed.get("client") or closed.get("upstream") or (1001, "")
     with contextlib.suppress(Exception):
-        await upstream.close()
+        await upstream.close(code=_close_code(code), reason=reason)
     with contextlib.suppress(Exception):
-        await ws.close()
+        await ws.close(code=_close_code(code), reason=reason)
 
 
 def _cors() -> list[tuple[str, str]]:
