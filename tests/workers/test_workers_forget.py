@@ -89,3 +89,37 @@ def test_workers_forgotten_name_stays_its_owners_and_another_principal_is_refuse
     host1.signal(signal.SIGCONT)
     wait_until(lambda: _workers(c) == {"host-1": True}, timeout=60, message="host-1 to register again")
     c.terminate_job(pb.TerminateJobRequest(job_id=job))
+
+
+def test_workers_name_stays_its_owners_across_a_controller_restart_before_its_daemon_reconnects(
+    controller_factory, worker_factory
+):
+    ctl = controller_factory(
+        "restarts",
+        backends=[{"id": "pool", "kind": "workers"}],
+        controller={"tick_interval": "1s", "worker_grace_period": GRACE},
+    )
+    c = client(ctl)
+    host1 = worker_factory(ctl, "host-1", env={"IRIS_TOKEN": user_token(ctl, "host-1", role="worker")})
+    job = launch(c, "runs-there", ["sleep", "300"])
+    pid = wait_until(host1.attempt_pids, message="the attempt to start")[0]
+    host1.signal(signal.SIGSTOP)  # its daemon cannot reconnect before the intruder asks
+    try:
+        ctl.kill()
+        ctl.start()
+        c = client(ctl)
+        # A daemon of another principal asks for the name before its owner is back: refused, so it is
+        # never handed the attempt the restarted controller holds for host-1.
+        intruder = worker_factory(
+            ctl, "host-1", env={"IRIS_TOKEN": user_token(ctl, "host-2", role="worker")}, wait=False, label="intruder"
+        )
+        assert intruder.proc.wait(timeout=60) != 0
+        said = intruder.log.read_text()
+        assert "belongs to host-1" in said and "Pick another --name" in said, said
+    finally:
+        host1.signal(signal.SIGCONT)
+    # Its owner reconnects and keeps its attempt.
+    wait_until(lambda: _workers(c) == {"host-1": True}, timeout=60, message="host-1 to register again")
+    assert pid_alive(pid)
+    assert [a.state for a in status(c, job).tasks[0].attempts] == ["RUNNING"]
+    c.terminate_job(pb.TerminateJobRequest(job_id=job))

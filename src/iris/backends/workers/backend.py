@@ -36,6 +36,7 @@ gave up.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import secrets
@@ -43,6 +44,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from iris.backends.marks import LiveMarks
 from iris.backends.protocol import (
@@ -59,6 +61,7 @@ from iris.backends.protocol import (
     WorkerSnapshot,
 )
 from iris.backends.spool import line_pieces, truncation_marker
+from iris.backends.staging import safe_dirname
 from iris.core.config import WorkersBackendConfig
 from iris.core.errors import AlreadyExists, InvalidArgument, PermissionDenied
 from iris.core.names import validate_worker_name
@@ -118,6 +121,37 @@ def _notify(worker: _Worker) -> None:
         loop.call_soon_threadsafe(event.set)
 
 
+class NameOwners:
+    """Worker name → the principal that registered it, in one JSON file written whole on change
+    (a name is registered once per owner, so writes are rare). An unreadable file is a fault of the
+    state folder, not something to paper over: the controller does not start."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            loaded = json.loads(path.read_text())
+        except FileNotFoundError:
+            loaded = {}
+        if not isinstance(loaded, dict) or not all(isinstance(v, str) for v in loaded.values()):
+            raise ValueError(f"{path} does not hold worker name owners")
+        self._owners: dict[str, str] = loaded
+
+    def get(self, name: str) -> str | None:
+        return self._owners.get(name)
+
+    def set(self, name: str, principal: str) -> None:
+        if self._owners.get(name) == principal:
+            return
+        self._owners[name] = principal
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(self._owners, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+
 class WorkersBackend:
     kind = "workers"
     runs_images = True  # on its workers started with --runtime docker
@@ -132,10 +166,11 @@ class WorkersBackend:
         self._required = {k: str(v).lower() for k, v in config.attributes.items()}
         self._attributes = {**self._required, "pool": config.id}
         self._workers: dict[str, _Worker] = {}
-        # Who registered each forgotten worker's name. Attempts in the database keep naming a
-        # forgotten worker, so its name stays its owner's: a daemon of another principal taking it
-        # would make that history read as if its own host had run them. One string per name.
-        self._forgotten_owners: dict[str, str] = {}
+        # Who registered each worker name, kept in the state folder: attempts in the database keep
+        # naming a worker after it is forgotten, and the controller restarts before its daemons
+        # reconnect, so a name stays its owner's: a daemon of another principal taking it would make
+        # that history read as if its own host had run them, and would be handed its attempts.
+        self._owners = NameOwners(context.state_dir / "workers" / "owners" / f"{safe_dirname(config.id)}.json")
         self._sessions: dict[str, _Worker] = {}  # a session token → the registration it belongs to
         self._attempts: dict[str, _Attempt] = {}
         self._exits: list[AttemptExit] = []
@@ -298,7 +333,6 @@ class WorkersBackend:
         """Drops a dead worker's record: its attempts were given up when it died, and those that
         ran on it keep its name in the database, so the name stays its owner's to register again."""
         del self._workers[worker.name]
-        self._forgotten_owners[worker.name] = worker.principal
         if self._sessions.get(worker.session) is worker:
             del self._sessions[worker.session]
         log.info("worker %s of backend %s is dead for more than %gs: forgotten", worker.name, self.id, self.retention)
@@ -355,12 +389,14 @@ class WorkersBackend:
         name, capacity, attributes = self._check_registration(req)
         with self._lock:
             old = self._workers.get(name)
-            owner = old.principal if old is not None else self._forgotten_owners.get(name)
+            owner = old.principal if old is not None else self._owners.get(name)
             if owner is not None and owner != principal and not admin:
                 history = (
                     ""
                     if old is not None
-                    else f" (it was forgotten after {self.retention:g}s dead, and the attempts it ran still name it)"
+                    else " (it registered here before: it was forgotten after"
+                    f" {self.retention:g}s dead, or has not reconnected since a restart, and the attempts"
+                    " it ran still name it)"
                 )
                 raise PermissionDenied(
                     f"worker name {name!r} in backend {self.id} belongs to {owner}{history}; "
@@ -380,7 +416,7 @@ class WorkersBackend:
                 req.runtime or "process", now, now_ms(), address=address,
             )  # fmt: skip
             self._workers[name] = worker
-            self._forgotten_owners.pop(name, None)
+            self._owners.set(name, principal)
             if old is not None:
                 self._sessions.pop(old.session, None)
             self._sessions[worker.session] = worker
