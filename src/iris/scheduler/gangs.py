@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Mapping
+from operator import neg
 from typing import TYPE_CHECKING
 
 from iris.scheduler.fit import Vector, copies
@@ -148,6 +149,7 @@ class GangSlots:
         "base",
         "held",
         "_ranked",
+        "_roomiest",
     )
 
     def __init__(self, ledger: Ledger, hard: tuple, need: Vector, limit: int) -> None:
@@ -166,6 +168,7 @@ class GangSlots:
         self.log = ledger.log(number, self.group_of.keys(), inside_trials=False)  # changed from now on
         self.read = len(self.log)
         self._ranked: list[tuple[int, Group]] | None = None
+        self._roomiest: tuple[int, Group] | None = None
 
     def refresh(self, free: list[Vector]) -> dict[Group, int]:
         """The count per group, moved by every worker that changed since the last call."""
@@ -220,7 +223,7 @@ class GangSlots:
                         moved.add(g)
             dirty.clear()
             if moved:
-                self._ranked = None
+                self._ranked = self._roomiest = None
                 _push_ready(self.counts, moved, self.limit)
         return self.counts[0]
 
@@ -230,6 +233,19 @@ class GangSlots:
         if self._ranked is None:
             self._ranked = sorted((-s, g) for g, s in self.counts[0].items())
         return self._ranked
+
+    def roomiest_group(self) -> tuple[int, Group]:
+        """(the most slots of any group, the lowest group with that many), as of the last
+        `refresh`; kept until a count moves."""
+        found = self._roomiest
+        if found is None:
+            slots = self.counts[0]
+            if self._ranked is not None:
+                negative, group = self._ranked[0]
+            else:
+                negative, group = min(zip(map(neg, slots.values()), slots))
+            found = self._roomiest = (-negative, group)
+        return found
 
     def tightest(self) -> Group | None:
         """The group that holds all `limit` tasks with the fewest slots (then the lowest group)."""

@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from iris.scheduler.fit import DEVICES, DIMENSIONS, Shape, amount, copies, fits
-from iris.scheduler.gangs import Group
+from iris.scheduler.gangs import GangSlots, Group
 from iris.scheduler.gating import over_budget_note
 from iris.scheduler.ledger import Ledger, WorkerClass
 from iris.scheduler.ordering import JobRequest
@@ -116,21 +116,25 @@ def _waiting_for_one(ledger: Ledger, stats: PoolStats, shape: Shape, members: li
 
 
 def _waiting_for_group(
-    ledger: Ledger, request: JobRequest, members: list[int], count: int, counted: Mapping[Group, int] | None
+    ledger: Ledger, request: JobRequest, members: list[int], count: int, counted: GangSlots | None
 ) -> str:
     shape = request.shape
     slots: Mapping[Group, int]
-    if counted is not None:
-        slots = counted
+    if counted is not None and request.pinned_group is None:
+        # Kept by the counts while they do not change: requests of one demand share it.
+        most, group = counted.roomiest_group()
     else:
-        slots = defaultdict(int)
-        for w in members:
-            slots[ledger.group(w)] += copies(ledger.free[w], shape.need, count)
-    if request.pinned_group is not None:
-        slots = {request.pinned_group: slots.get(request.pinned_group, 0)}
-    # The group with the most slots, the lowest of those on a tie.
-    most = max(slots.values())
-    group = min([g for g, s in slots.items() if s == most])
+        if counted is not None:
+            slots = counted.counts[0]
+        else:
+            slots = defaultdict(int)
+            for w in members:
+                slots[ledger.group(w)] += copies(ledger.free[w], shape.need, count)
+        if request.pinned_group is not None:
+            slots = {request.pinned_group: slots.get(request.pinned_group, 0)}
+        # The group with the most slots, the lowest of those on a tie.
+        most = max(slots.values())
+        group = min([g for g, s in slots.items() if s == most])
     return (
         f"Waiting for {count} replicas of {shape.describe()} to start together in one group of workers; "
         f"at most {most} fit now ({group_label(group)})"
@@ -138,11 +142,11 @@ def _waiting_for_group(
 
 
 def waiting_reason(
-    ledger: Ledger, stats: PoolStats, request: JobRequest, count: int, counted: Mapping[Group, int] | None = None
+    ledger: Ledger, stats: PoolStats, request: JobRequest, count: int, counted: GangSlots | None = None
 ) -> str:
     """One sentence on what `count` still-pending tasks of `request` wait for. `counted`, for a
-    coscheduled request, is how many of `count` replicas each group holds now, when the pass
-    already keeps that count (`gangs.GangSlots`); it is counted here otherwise."""
+    coscheduled request, holds how many of `count` replicas each group holds now, refreshed, when
+    the pass already keeps that count; it is counted here otherwise."""
     shape = request.shape
     if not any(ledger.alive):
         sentence = "Waiting for a worker to come up; no worker is alive"

@@ -228,11 +228,10 @@ def _explain_waits(tick: Tick, memo: Memo) -> None:
         )
         sentence = sentences.get(key)
         if sentence is None:
-            counted = None
             gang = memo.gangs.get((request.shape.hard, request.shape.need, count)) if request.coscheduled else None
             if gang is not None:
-                counted = gang.refresh(tick.ledger.free)
-            sentence = sentences[key] = waiting_reason(tick.ledger, stats, request, count, counted)
+                gang.refresh(tick.ledger.free)
+            sentence = sentences[key] = waiting_reason(tick.ledger, stats, request, count, gang)
         if waiting > 0:
             outcome.pending_reason = sentence
         if request.expired:
