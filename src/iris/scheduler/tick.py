@@ -184,6 +184,12 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
     # The same, by (shape identity, replicas): the requests hold their shapes while this runs, and
     # a shape's hash is a Python call.
     verdicts: dict[tuple[int, int], str | None] = {}
+    # (shape identity, band) of the independent jobs that placed fewer than all their tasks: no
+    # worker had room for that shape and nothing that band may evict was left, and within a tick
+    # free capacity and evictable work only shrink, so every later job of the same shape and band
+    # places nothing either. Behind a backlog that fills the cluster, that is every job after the
+    # first few, and each is passed over without a placement attempt (the plain pass still tries).
+    exhausted: set[tuple[int, Band]] = set()
     for request in build_requests(snapshot, ledger, by_job, job_shapes):
         outcome = tick.outcomes[request.job_id] = JobOutcome(request)
         replicas = request.replicas if request.coscheduled else 1
@@ -198,8 +204,13 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
         outcome.unschedulable = verdict
         if verdict is not None:
             tick.unschedulable.extend(Unschedulable(t.task_id, verdict) for t in request.tasks)
-        elif request.tasks:
+        elif request.coscheduled or plain:
+            if request.tasks:
+                _place(tick, memo, request, outcome)
+        elif request.tasks and (kind := (id(request.shape), request.band)) not in exhausted:
             _place(tick, memo, request, outcome)
+            if outcome.placed < len(request.tasks):
+                exhausted.add(kind)
     _explain_waits(tick, memo)
     return tick
 
