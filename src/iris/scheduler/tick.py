@@ -229,13 +229,16 @@ def _explain_waits(tick: Tick, memo: Memo) -> None:
         count = max(waiting, len(request.expired))
         if count <= 0:
             continue
+        # By the shape's identity (its hash is a Python call, and a backlog asks once per job): the
+        # requests hold their shapes while this runs, and equal shapes have equal sentences.
+        downgraded = request.band is not request.requested_band
         key = (
-            request.shape,
+            id(request.shape),
             request.coscheduled,
             request.pinned_group,
             count if request.coscheduled else 0,
-            request.downgraded,
-            request.user if request.downgraded else "",
+            downgraded,
+            request.user if downgraded else "",
         )
         sentence = sentences.get(key)
         if sentence is None:
