@@ -4,6 +4,7 @@ directly and through a parent's `cluster=` relay (real controllers, a real task 
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -128,3 +129,20 @@ def test_relay_websocket_negotiates_the_apps_subprotocol_and_passes_close_codes_
             lambda: http.get(web + "ws-closed").json() == {"code": 4002, "reason": "client leaves"},
             message="the app to see the client's close code",
         )
+
+
+@pytest.mark.parametrize("offered", ["chat, not a token", "x@y", "é", "chat, {json}", "a/b", "(x)"])
+def test_relay_refuses_a_websocket_handshake_whose_subprotocol_is_not_a_token_and_serves_on(served, offered):
+    url = urlsplit(served["ws"])
+    handshake = (
+        f"GET {url.path} HTTP/1.1\r\nHost: {url.netloc}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        f"Sec-WebSocket-Protocol: {offered}\r\n\r\n"
+    )
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        sock.sendall(handshake.encode())
+        status_line = sock.makefile("rb").readline().decode()
+    assert status_line.split()[1] in ("400", "403"), status_line  # refused, by the server or the relay
+    with connect(served["ws"], open_timeout=10) as ws:
+        ws.send("still here")
+        assert ws.recv(timeout=10) == "still here"

@@ -226,6 +226,9 @@ class Proxy:
                 subprotocols=offered or None,
                 additional_headers={RELAYED_HEADER: self.config.name},
             )
+        except ValueError:  # a subprotocol that is not a token (the server refuses those first)
+            await ws.close(code=1002, reason="Sec-WebSocket-Protocol holds a value that is not a token")
+            return
         except (OSError, websockets.WebSocketException, TimeoutError):
             await ws.close(code=1014, reason="the endpoint did not answer")
             return
