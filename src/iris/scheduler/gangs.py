@@ -189,7 +189,20 @@ class GangSlots:
                 for w in dirty:
                     old = held.get(w)
                     if old is None:
-                        old = held[w] = holds(base[w])
+                        # What it held before the tick, worked out as below.
+                        f = base[w]
+                        old = f[a] // x
+                        if old > limit:
+                            old = limit
+                        k = f[b] // y
+                        if k < old:
+                            old = k
+                        k = f[c] // z
+                        if k < old:
+                            old = k
+                        if old < 0:
+                            old = 0
+                        held[w] = old
                     if old == 0:
                         continue  # it held none, and what is kept outside trials only shrinks
                     f = free[w]
