@@ -7,7 +7,9 @@ scheduler chose from a snapshot loses to a cancel committed after that snapshot 
 refusal is returned with its reason, logged at debug, and counted by the caller; it is not an
 error, only a decision that no longer applies.
 
-All functions take an open write transaction (`Database.write()`); the caller commits. A job's
+All functions take an open write transaction (`Database.write()`); the caller commits. The
+statements every job pays for (an attempt placed, ended, its job rolled up) run on the driver's
+connection (`run`), which costs a fraction of SQLAlchemy's statement path. A job's
 roll-up runs after any change to its tasks, so the stored `jobs.state` never drifts from what its
 tasks derive, and an ended job's descendants are killed and rolled up in the same transaction.
 """
@@ -22,7 +24,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from iris.controller import transitions as tr
-from iris.controller.db.database import sql
+from iris.controller.db.database import run, sql
 from iris.controller.db.literals import JOB_PENDING, LIVE_TASKS, PENDING, SENT, TERMINAL_JOBS, TERMINAL_TASKS, quoted
 from iris.core.names import AttemptName, TaskName
 from iris.core.states import JobState, RetryBudget, TaskState
@@ -74,15 +76,14 @@ class Report:
 
 
 def load_attempt(conn: Connection, attempt_id: str) -> tuple[tr.AttemptRow, tr.TaskRow, RetryBudget] | None:
-    row = conn.execute(
-        sql(
-            "SELECT a.task_id, a.job_id, a.state, a.attempt, t.idx, t.state, t.attempt, t.failure_count,"
-            " t.preemption_count, t.error, c.max_retries_failure, c.max_retries_preemption"
-            " FROM attempts a JOIN tasks t ON t.task_id = a.task_id JOIN job_config c ON c.job_id = a.job_id"
-            " WHERE a.attempt_id = :a"
-        ),
+    row = run(
+        conn,
+        "SELECT a.task_id, a.job_id, a.state, a.attempt, t.idx, t.state, t.attempt, t.failure_count,"
+        " t.preemption_count, t.error, c.max_retries_failure, c.max_retries_preemption"
+        " FROM attempts a JOIN tasks t ON t.task_id = a.task_id JOIN job_config c ON c.job_id = a.job_id"
+        " WHERE a.attempt_id = :a",
         {"a": attempt_id},
-    ).first()
+    ).fetchone()
     if row is None:
         return None
     attempt = tr.AttemptRow(attempt_id, row[0], row[1], row[3], TaskState(row[2]))
@@ -99,7 +100,7 @@ def live_descendants(conn: Connection, job_id: str) -> tuple[str, ...]:
         rows = [
             r
             for parent in level
-            for r in conn.execute(sql("SELECT job_id, state FROM jobs WHERE parent_job_id = :p"), {"p": parent})
+            for r in run(conn, "SELECT job_id, state FROM jobs WHERE parent_job_id = :p", {"p": parent}).fetchall()
         ]
         out += [r[0] for r in rows if not JobState(r[1]).is_terminal]
         level = [r[0] for r in rows]
@@ -109,15 +110,14 @@ def live_descendants(conn: Connection, job_id: str) -> tuple[str, ...]:
 def load_job(conn: Connection, job_id: str, descendants: bool = True) -> tr.JobRow | None:
     """The job's row; `descendants` False leaves `live_descendants` empty (a roll-up loads them
     only for a job its tasks end)."""
-    row = conn.execute(
-        sql(
-            "SELECT state, started_ms, error, cancel_requested,"
-            " EXISTS (SELECT 1 FROM federated_jobs f WHERE f.job_id = jobs.job_id"
-            f" AND f.direction = {SENT})"
-            " FROM jobs WHERE job_id = :j"
-        ),
+    row = run(
+        conn,
+        "SELECT state, started_ms, error, cancel_requested,"
+        " EXISTS (SELECT 1 FROM federated_jobs f WHERE f.job_id = jobs.job_id"
+        f" AND f.direction = {SENT})"
+        " FROM jobs WHERE job_id = :j",
         {"j": job_id},
-    ).first()
+    ).fetchone()
     if row is None:
         return None
     state = JobState(row[0])
@@ -126,13 +126,12 @@ def load_job(conn: Connection, job_id: str, descendants: bool = True) -> tr.JobR
 
 
 def load_tasks(conn: Connection, job_id: str) -> tuple[tr.TaskRow, ...]:
-    rows = conn.execute(
-        sql(
-            "SELECT task_id, idx, state, attempt, failure_count, preemption_count, error FROM tasks"
-            " WHERE job_id = :j ORDER BY idx"
-        ),
+    rows = run(
+        conn,
+        "SELECT task_id, idx, state, attempt, failure_count, preemption_count, error FROM tasks"
+        " WHERE job_id = :j ORDER BY idx",
         {"j": job_id},
-    ).all()
+    ).fetchall()
     return tuple(tr.TaskRow(r[0], job_id, r[1], TaskState(r[2]), r[3], r[4], r[5], r[6]) for r in rows)
 
 
@@ -164,11 +163,10 @@ def _subject(change: tr.Change) -> str:
 
 
 def _attempt_ended(conn: Connection, c: tr.AttemptEnded, report: Report) -> str | None:
-    n = conn.execute(
-        sql(
-            "UPDATE attempts SET state = :s, exit_code = :c, finished_ms = :now, error = :e"
-            f" WHERE attempt_id = :a AND state IN {ACTIVE}"
-        ),
+    n = run(
+        conn,
+        "UPDATE attempts SET state = :s, exit_code = :c, finished_ms = :now, error = :e"
+        f" WHERE attempt_id = :a AND state IN {ACTIVE}",
         {"s": c.state.value, "c": c.exit_code, "now": c.finished_ms, "e": c.error, "a": c.attempt_id},
     ).rowcount
     if not n:
@@ -205,11 +203,10 @@ def _task_retry_scheduled(conn: Connection, c: tr.TaskRetryScheduled, report: Re
 
 
 def _task_ended(conn: Connection, c: tr.TaskEnded, report: Report) -> str | None:
-    n = conn.execute(
-        sql(
-            "UPDATE tasks SET state = :s, failure_count = :f, preemption_count = :p, exit_code = :c,"
-            f" finished_ms = :now, error = :e WHERE task_id = :t AND attempt = :n AND state IN {ACTIVE}"
-        ),
+    n = run(
+        conn,
+        "UPDATE tasks SET state = :s, failure_count = :f, preemption_count = :p, exit_code = :c,"
+        f" finished_ms = :now, error = :e WHERE task_id = :t AND attempt = :n AND state IN {ACTIVE}",
         {
             "s": c.state.value,
             "f": c.failure_count,
@@ -225,12 +222,11 @@ def _task_ended(conn: Connection, c: tr.TaskEnded, report: Report) -> str | None
 
 
 def _job_rolled_up(conn: Connection, c: tr.JobRolledUp, report: Report) -> str | None:
-    n = conn.execute(
-        sql(
-            "UPDATE jobs SET state = :s, started_ms = :st, finished_ms = :fin,"
-            f" pending_reason = CASE WHEN :s = {JOB_PENDING} THEN pending_reason ELSE '' END"
-            " WHERE job_id = :j AND state = :from"
-        ),
+    n = run(
+        conn,
+        "UPDATE jobs SET state = :s, started_ms = :st, finished_ms = :fin,"
+        f" pending_reason = CASE WHEN :s = {JOB_PENDING} THEN pending_reason ELSE '' END"
+        " WHERE job_id = :j AND state = :from",
         {"s": c.state.value, "st": c.started_ms, "fin": c.finished_ms, "j": c.job_id, "from": c.from_state.value},
     ).rowcount
     if not n:
@@ -294,25 +290,23 @@ def _task_unschedulable(conn: Connection, c: tr.TaskUnschedulable, report: Repor
 
 
 def _attempt_placed(conn: Connection, c: tr.AttemptPlaced, report: Report) -> str | None:
-    row = conn.execute(
-        sql(
-            f"UPDATE tasks SET state = {quoted(TaskState.ASSIGNED)}, attempt = attempt + 1, backend_id = :b,"
-            " worker_id = :w, error = '', exit_code = NULL"
-            f" WHERE task_id = :t AND state = {PENDING} AND EXISTS (SELECT 1 FROM jobs j"
-            f" WHERE j.job_id = tasks.job_id AND j.cancel_requested = 0 AND j.state NOT IN {TERMINAL_JOBS})"
-            " RETURNING job_id, idx, attempt"
-        ),
+    row = run(
+        conn,
+        f"UPDATE tasks SET state = {quoted(TaskState.ASSIGNED)}, attempt = attempt + 1, backend_id = :b,"
+        " worker_id = :w, error = '', exit_code = NULL"
+        f" WHERE task_id = :t AND state = {PENDING} AND EXISTS (SELECT 1 FROM jobs j"
+        f" WHERE j.job_id = tasks.job_id AND j.cancel_requested = 0 AND j.state NOT IN {TERMINAL_JOBS})"
+        " RETURNING job_id, idx, attempt",
         {"b": c.backend_id, "w": c.worker_id, "t": c.task_id},
-    ).first()
+    ).fetchone()
     if row is None:
         return _not_pending(conn, c.task_id)
     job_id, idx, attempt = row
     attempt_id = str(TaskName.parse(c.task_id).attempt(attempt))
-    conn.execute(
-        sql(
-            "INSERT INTO attempts (attempt_id, task_id, job_id, idx, attempt, state, backend_id, worker_id, created_ms)"
-            f" VALUES (:id, :t, :j, :i, :a, {quoted(TaskState.ASSIGNED)}, :b, :w, :now)"
-        ),
+    run(
+        conn,
+        "INSERT INTO attempts (attempt_id, task_id, job_id, idx, attempt, state, backend_id, worker_id, created_ms)"
+        f" VALUES (:id, :t, :j, :i, :a, {quoted(TaskState.ASSIGNED)}, :b, :w, :now)",
         {
             "id": attempt_id,
             "t": c.task_id,

@@ -258,12 +258,11 @@ class SnapshotLoader:
     def _peer_spend(self, conn) -> dict[str, int]:
         """Per owner, the resource value of the live mirrored tasks of root jobs handed to peers
         (outside the batch band): federated work is charged on this cluster, where it was submitted."""
-        rows = conn.execute(
-            sql(
-                "SELECT t.job_id, j.user, j.band, j.insertion FROM tasks t JOIN jobs j ON j.job_id = t.job_id"
-                f" WHERE t.state IN {LIVE_TASKS} AND t.cluster IS NOT NULL AND t.cluster != ''"
-            )
-        ).all()
+        rows = run(
+            conn,
+            "SELECT t.job_id, j.user, j.band, j.insertion FROM tasks t JOIN jobs j ON j.job_id = t.job_id"
+            f" WHERE t.state IN {LIVE_TASKS} AND t.cluster IS NOT NULL AND t.cluster != ''",
+        ).fetchall()
         spend: dict[str, int] = {}
         for job_id, user, band, insertion in rows:
             if Band.parse(band) is Band.BATCH:
@@ -276,17 +275,16 @@ class SnapshotLoader:
         return spend
 
     def _running(self, conn) -> tuple[RunningTask, ...]:
-        rows = conn.execute(
-            sql(
-                "SELECT t.task_id, t.job_id, t.worker_id, COALESCE(t.started_ms, j.submitted_ms), j.band, j.user,"
-                " j.insertion FROM tasks t JOIN jobs j ON j.job_id = t.job_id"
-                f" WHERE t.state IN {LIVE_TASKS} AND t.cluster IS NULL"
-            )
-        ).all()
+        rows = run(
+            conn,
+            "SELECT t.task_id, t.job_id, t.worker_id, COALESCE(t.started_ms, j.submitted_ms), j.band, j.user,"
+            " j.insertion FROM tasks t JOIN jobs j ON j.job_id = t.job_id"
+            f" WHERE t.state IN {LIVE_TASKS} AND t.cluster IS NULL",
+        ).fetchall()
         running = []
         known, fresh = self._running_rows, {}
         for r in rows:
-            row = tuple(r)
+            row = r
             cached = known.get(row[0])
             if cached is not None and cached[0] == row:
                 running.append(cached[1])

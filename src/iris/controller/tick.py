@@ -468,13 +468,12 @@ class ControlLoop:
         """Stops attempts that must not run, and ends attempts past their timeout or lost."""
         held = {bid: b.running() for bid, b in self.backends.items()}
         with self.db.read() as conn:
-            live = conn.execute(
-                sql(
-                    "SELECT a.attempt_id, a.backend_id, a.started_ms, c.timeout_s, a.state FROM attempts a"
-                    " JOIN job_config c ON c.job_id = a.job_id"
-                    f" WHERE a.state IN {LIVE_ATTEMPTS} AND a.cluster IS NULL"
-                )
-            ).all()
+            live = run(
+                conn,
+                "SELECT a.attempt_id, a.backend_id, a.started_ms, c.timeout_s, a.state FROM attempts a"
+                " JOIN job_config c ON c.job_id = a.job_id"
+                f" WHERE a.state IN {LIVE_ATTEMPTS} AND a.cluster IS NULL",
+            ).fetchall()
         live_ids = {r[0] for r in live}
         self._stop_attempts([(b, a) for b, attempt_ids in held.items() for a in attempt_ids - live_ids])
         now = self.now_ms()
