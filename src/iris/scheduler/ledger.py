@@ -26,7 +26,7 @@ from operator import itemgetter
 
 from iris.core.bands import Band
 from iris.core.constraints import Constraint
-from iris.scheduler.fit import Shape, Vector, add, copies, demand, fits
+from iris.scheduler.fit import Shape, Vector, add, demand, fits
 from iris.scheduler.index import ClusterIndex, Keys, Packing, WorkerClass
 from iris.scheduler.snapshot import RunningTask, SchedulingSnapshot
 
@@ -176,7 +176,22 @@ class Pool:
             if take is None:
                 found.append((w, 0))
                 return found
-            k = 1 if want == 1 else copies(free[w], need, want) or 1
+            k = 1
+            if want > 1:
+                # `copies(free[w], need, want) or 1`, written out: a tick fills a worker for
+                # every run of tasks it places.
+                f = free[w]
+                k = want
+                if n0 > 0 and f[0] // n0 < k:
+                    k = f[0] // n0
+                if c > 0 and f[1] // c < k:
+                    k = f[1] // c
+                if m > 0 and f[2] // m < k:
+                    k = f[2] // m
+                if d > 0 and f[3] // d < k:
+                    k = f[3] // d
+                if k < 1:
+                    k = 1
             take(w, need, k)
             found.append((w, k))
             want -= k
