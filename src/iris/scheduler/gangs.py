@@ -148,6 +148,9 @@ class GangSlots:
         "read",
         "base",
         "held",
+        "before",
+        "now",
+        "version",
         "_ranked",
         "_roomiest",
     )
@@ -164,6 +167,8 @@ class GangSlots:
         self.counts: Counts = (dict(slots), list(ready))  # the index's are shared with later ticks
         self.base = ix.free  # the free capacity the index's counts reflect
         self.held: dict[int, int] = {}  # per worker changed this tick, what it holds as counted
+        self.before, self.now = ledger.holding(need)
+        self.version = ledger.version
         self.dirty = ledger.changed_among(self.group_of)  # changed before now, not yet counted
         self.log = ledger.log(number, self.group_of.keys(), inside_trials=False)  # changed from now on
         self.read = len(self.log)
@@ -184,40 +189,48 @@ class GangSlots:
             if dims is not None:
                 # `holds` written out for a demand of three dimensions (most are): a call per
                 # worker is a good part of the cost of a count.
+                # What a worker holds without a limit is shared by every request of the demand
+                # (see `Ledger.holding`); each request's limit caps it.
                 a, x, b, y, c, z = dims
                 limit = self.limit
+                before, now, version = self.before, self.now, self.version
                 for w in dirty:
                     old = held.get(w)
                     if old is None:
-                        # What it held before the tick, worked out as below.
-                        f = base[w]
-                        old = f[a] // x
-                        if old > limit:
-                            old = limit
-                        k = f[b] // y
-                        if k < old:
-                            old = k
-                        k = f[c] // z
-                        if k < old:
-                            old = k
-                        if old < 0:
-                            old = 0
-                        held[w] = old
+                        held_then = before.get(w)
+                        if held_then is None:
+                            # What it held before the tick, worked out as below.
+                            f = base[w]
+                            held_then = f[a] // x
+                            k = f[b] // y
+                            if k < held_then:
+                                held_then = k
+                            k = f[c] // z
+                            if k < held_then:
+                                held_then = k
+                            if held_then < 0:
+                                held_then = 0
+                            before[w] = held_then
+                        old = held[w] = held_then if held_then < limit else limit
                     if old == 0:
                         continue  # it held none, and what is kept outside trials only shrinks
-                    f = free[w]
-                    new = f[a] // x
-                    if new > limit:
-                        new = limit
-                    k = f[b] // y
-                    if k < new:
-                        new = k
-                    k = f[c] // z
-                    if k < new:
-                        new = k
-                    if new < 0:
-                        new = 0
-                    held[w] = new
+                    stamp = version[w]
+                    known = now.get(w)
+                    if known is not None and known[0] == stamp:
+                        holds_now = known[1]
+                    else:
+                        f = free[w]
+                        holds_now = f[a] // x
+                        k = f[b] // y
+                        if k < holds_now:
+                            holds_now = k
+                        k = f[c] // z
+                        if k < holds_now:
+                            holds_now = k
+                        if holds_now < 0:
+                            holds_now = 0
+                        now[w] = (stamp, holds_now)
+                    new = held[w] = holds_now if holds_now < limit else limit
                     if new != old:
                         g = group_of[w]
                         slots[g] += new - old

@@ -284,6 +284,11 @@ class Ledger:
         # (worker, band) -> (now_ms, `eviction_summary`): dropped with the worker's evictable tasks
         self._summaries: dict[tuple[int, Band], tuple[int, tuple | None]] = {}
         self._journal: list[tuple] | None = None
+        # Per demand (coscheduled requests, `gangs.GangSlots`): how many tasks of it each worker
+        # held before the tick, and ((its stamp, how many) it holds) as last worked out, without
+        # a limit per worker; every request of that demand reads them, whatever its constraints
+        # and replica count.
+        self._holding: dict[Vector, tuple[dict[int, int], dict[int, tuple[int, int]]]] = {}
 
     def log(self, number: int, members: Set[int] | KeysView[int], inside_trials: bool = True) -> list[int]:
         """The log of the workers of set `number` (`members`) whose free capacity changes from now
@@ -315,6 +320,16 @@ class Ledger:
                     if entry[1] is not None:
                         kept.append(entry[1])
             found = self._sinks[w] = (every, kept)
+        return found
+
+    def holding(self, need: Vector) -> tuple[dict[int, int], dict[int, tuple[int, int]]]:
+        """For one demand: per worker, how many tasks of it the worker held before the tick,
+        and (its stamp, how many it holds then) as last worked out; filled by their readers.
+        A stamp names one state of a worker (see `version`), so an entry whose stamp is the
+        worker's own is current."""
+        found = self._holding.get(need)
+        if found is None:
+            found = self._holding[need] = ({}, {})
         return found
 
     def changed_among(self, workers: Mapping[int, object]) -> set[int]:
