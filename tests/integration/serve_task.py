@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from websockets.exceptions import ConnectionClosed
@@ -17,11 +18,17 @@ from iris.client.client import IrisClient
 RELEASE = threading.Event()
 SUBPROTOCOL = "iris.echo.v1"
 LAST_CLOSE: dict[str, object] = {}  # how the last WebSocket client closed: code, reason
+CONNECTIONS = {"open": 0, "opened": 0}  # WebSocket connections open now, and ever opened
+COUNT = threading.Lock()
 # Where /redirect/<kind> sends the client: the Host the request came to stands for the app's own URL.
 REDIRECTS = {
     "abs": "/hello?via=abs",
     "own": "http://{host}/hello?via=own",
     "rel": "hello?via=rel",
+    "dots": "/../../../../hello?via=dots",
+    "schemeless": "//{host}/hello?via=schemeless",
+    # Not ASCII, as raw UTF-8 on the wire (what `send_header` writes as latin-1).
+    "utf8": "/日本?x=é".encode().decode("latin-1"),
     "away": "https://example.org/elsewhere",
 }
 
@@ -64,6 +71,9 @@ class Handler(BaseHTTPRequestHandler):
             self.end_headers()
         elif self.path == "/ws-closed":
             self._send(200, json.dumps(LAST_CLOSE).encode())
+        elif self.path == "/ws-connections":
+            with COUNT:
+                self._send(200, json.dumps(CONNECTIONS).encode())
         elif self.path == "/release":
             RELEASE.set()
             self._send(200, b"{}")
@@ -104,6 +114,17 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def echo(ws):
+    with COUNT:
+        CONNECTIONS["open"] += 1
+        CONNECTIONS["opened"] += 1
+    try:
+        _echo(ws)
+    finally:
+        with COUNT:
+            CONNECTIONS["open"] -= 1
+
+
+def _echo(ws):
     try:
         for message in ws:
             if isinstance(message, str) and message.startswith("big:"):
@@ -120,6 +141,12 @@ def echo(ws):
     LAST_CLOSE.update(code=ws.close_code, reason=ws.close_reason)
 
 
+def slow_handshake(ws, request):
+    """A handshake to /slow is answered 3 s late: time for a client to leave the relay meanwhile."""
+    if request.path.startswith("/slow"):
+        time.sleep(3)
+
+
 def pick_subprotocol(ws, offered):
     """The app's subprotocol where the client offers it; none otherwise (the handshake goes on)."""
     return SUBPROTOCOL if SUBPROTOCOL in offered else None
@@ -129,7 +156,7 @@ def main() -> None:
     bind = os.environ.get("SERVE_BIND", "127.0.0.1")  # 0.0.0.0 on a worker the controller dials from afar
     httpd = ThreadingHTTPServer((bind, 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    ws_server = serve(echo, bind, 0, select_subprotocol=pick_subprotocol)
+    ws_server = serve(echo, bind, 0, select_subprotocol=pick_subprotocol, process_request=slow_handshake)
     threading.Thread(target=ws_server.serve_forever, daemon=True).start()
     client = IrisClient()
     client.register_endpoint("web", httpd.server_address[1])

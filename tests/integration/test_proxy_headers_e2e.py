@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -96,10 +97,17 @@ def test_relay_keeps_an_apps_redirect_inside_the_capability_url(served, route):
     url = served[route]
     mount = urlsplit(url).path  # /proxy/t/…/web/, as the client used it
     with httpx.Client(timeout=30) as http:
-        where = {kind: http.get(url + f"redirect/{kind}").headers["location"] for kind in ("abs", "own", "rel", "away")}
-        # An absolute path or the app's own address would leave the capability URL: both are moved under it.
+        kinds = ("abs", "own", "rel", "away", "dots", "schemeless", "utf8")
+        where = {kind: http.get(url + f"redirect/{kind}").headers.get_list("location") for kind in kinds}
+        where = {kind: v[0] if len(v) == 1 else v for kind, v in where.items()}
+        # An absolute path or the app's own address would leave the capability URL: both are moved under it,
+        # dot segments resolved first (a browser would climb out of it otherwise).
         assert where["abs"] == mount + "hello?via=abs"
         assert where["own"] == mount + "hello?via=own"
+        assert where["dots"] == mount + "hello?via=dots"
+        assert where["schemeless"] == mount + "hello?via=schemeless"
+        # Not ASCII: passed on byte for byte (the UTF-8 the app sent, which httpx decodes).
+        assert where["utf8"] == mount + "日本?x=é"
         # Relative to where the client is, or another site: passed on as the app said.
         assert where["rel"] == "hello?via=rel"
         assert where["away"] == "https://example.org/elsewhere"
@@ -146,3 +154,41 @@ def test_relay_refuses_a_websocket_handshake_whose_subprotocol_is_not_a_token_an
     with connect(served["ws"], open_timeout=10) as ws:
         ws.send("still here")
         assert ws.recv(timeout=10) == "still here"
+
+
+@pytest.mark.parametrize("route", ["ws", "ws via a parent"])
+def test_relay_closes_its_connection_to_the_app_when_the_client_leaves_during_the_handshake(served, route):
+    web = served["direct"]
+    with httpx.Client(timeout=30) as http:
+        before = http.get(web + "ws-connections").json()["opened"]
+        url = urlsplit(served[route] + "slow")
+        for _ in range(2):  # the app answers these handshakes 3 s late; each client leaves before that
+            with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+                sock.sendall(
+                    f"GET {url.path} HTTP/1.1\r\nHost: {url.netloc}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+                )
+                time.sleep(0.3)
+        wait_until(
+            lambda: http.get(web + "ws-connections").json()["opened"] >= before + 2,
+            timeout=30,
+            message="the app to finish both handshakes",
+        )
+        wait_until(
+            lambda: http.get(web + "ws-connections").json()["open"] == 0,
+            timeout=30,
+            message="the relay to close its connections to the app",
+        )
+
+
+@pytest.mark.parametrize("route", ["ws", "ws via a parent"])
+def test_relay_offers_the_app_every_subprotocol_header_line(served, route):
+    url = urlsplit(served[route])
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        sock.sendall(
+            f"GET {url.path} HTTP/1.1\r\nHost: {url.netloc}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+            "Sec-WebSocket-Protocol: chat\r\nSec-WebSocket-Protocol: iris.echo.v1\r\n\r\n".encode()
+        )
+        head = sock.recv(4096).decode(errors="replace").lower()
+    assert head.startswith("http/1.1 101") and "sec-websocket-protocol: iris.echo.v1" in head, head

@@ -107,14 +107,20 @@ class Upstream:
     mount: str
 
     def location(self, value: str) -> str:
-        """`value`, an app's `Location`, under the URL the client used where it points at the app."""
-        if value.startswith(self.origin) and value[len(self.origin) : len(self.origin) + 1] in ("", "/", "?"):
-            value = value[len(self.origin) :] or "/"
-            if value.startswith("?"):
-                value = "/" + value
-        elif not value.startswith("/") or value.startswith("//"):
-            return value  # relative to where the client is, or another host: unchanged
-        return self.mount + value
+        """`value`, an app's `Location`, under the URL the client used where it points at the app
+        (its own address, with or without the scheme, or an absolute path); dot segments are
+        resolved first, as the browser would against the app, so none climbs out of the mount."""
+        lowered, origin = value.lower(), self.origin.lower()
+        rest = None
+        for prefix in (origin, origin[len("http:") :] if origin.startswith("http://") else ""):
+            if prefix and lowered.startswith(prefix) and value[len(prefix) : len(prefix) + 1] in ("", "/", "?", "#"):
+                rest = "/" + value[len(prefix) :].lstrip("/")
+                break
+        if rest is None:
+            if not value.startswith("/") or value[1:2] in ("/", "\\"):
+                return value  # relative to where the client is, or another host: unchanged
+            rest = value
+        return self.mount + _without_dot_segments(rest)
 
 
 class Proxy:
@@ -194,9 +200,11 @@ class Proxy:
             upstream = await self.client.send(upstream_request, stream=True)
         except httpx.HTTPError as exc:
             return JSONResponse({"error": f"the endpoint did not answer: {type(exc).__name__}"}, status_code=502)
+        # As bytes, each read as latin-1: an app's header that is not ASCII passes on unchanged.
+        raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in upstream.headers.raw]
         out = [
             (k, upstream_at.location(v) if k == "location" else v)
-            for k, v in _passed_on(upstream.headers.multi_items(), STRIPPED_RESPONSE_HEADERS)
+            for k, v in _passed_on(raw, STRIPPED_RESPONSE_HEADERS)
         ]
         out.append(PAGE_SANDBOX)
         if sandboxed:
@@ -217,7 +225,8 @@ class Proxy:
         import websockets
         from websockets.typing import Subprotocol
 
-        offered = [Subprotocol(p.strip()) for p in ws.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+        lines = ws.headers.getlist("sec-websocket-protocol")
+        offered = [Subprotocol(p.strip()) for line in lines for p in line.split(",") if p.strip()]
         try:
             upstream = await websockets.connect(
                 url,
@@ -232,8 +241,8 @@ class Proxy:
         except (OSError, websockets.WebSocketException, TimeoutError):
             await ws.close(code=1014, reason="the endpoint did not answer")
             return
-        await ws.accept(subprotocol=upstream.subprotocol)
-        async with upstream:
+        async with upstream:  # closed however this ends: a client gone before the accept too
+            await ws.accept(subprotocol=upstream.subprotocol)
             await _pump(ws, upstream)
 
 
@@ -260,6 +269,24 @@ def _undotted(part: str) -> str:
     while (decoded := unquote(part)) != part:
         part = decoded
     return part
+
+
+def _without_dot_segments(target: str) -> str:
+    """An absolute path (with its query and fragment) with `.` and `..` segments resolved, as
+    RFC 3986 §5.2.4 does and a browser would (percent-encoded dots and `\\` as a separator too)."""
+    cut = min((i for i in (target.find("?"), target.find("#")) if i >= 0), default=len(target))
+    parts = target[:cut].replace("\\", "/").split("/")[1:]
+    out: list[str] = []
+    for i, part in enumerate(parts):
+        dots = _undotted(part)
+        if dots in (".", ".."):
+            if dots == ".." and out:
+                out.pop()
+            if i == len(parts) - 1:
+                out.append("")  # `/a/..` is `/`, a folder
+            continue
+        out.append(part)
+    return "/" + "/".join(out) + target[cut:]
 
 
 def relay_path(tail: str) -> str:
