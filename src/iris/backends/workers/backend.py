@@ -122,34 +122,61 @@ def _notify(worker: _Worker) -> None:
 
 
 class NameOwners:
-    """Worker name → the principal that registered it, in one JSON file written whole on change
-    (a name is registered once per owner, so writes are rare). An unreadable file is a fault of the
-    state folder, not something to paper over: the controller does not start."""
+    """Worker name → the principal that first registered it, in one JSON file written whole (and
+    synced) when a name is first bound, so writes are rare.
+
+    A file that cannot be read as such (a disk fault, a hand edit) is moved aside with a warning
+    and the bindings start empty, as they were before they were kept: the controller still starts,
+    and each name is bound again by the first daemon that registers it."""
 
     def __init__(self, path: Path):
         self.path = path
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._owners: dict[str, str] = {}
         try:
             loaded = json.loads(path.read_text())
         except FileNotFoundError:
-            loaded = {}
+            return
+        except (OSError, ValueError) as exc:
+            self._set_aside(f"{type(exc).__name__}: {exc}")
+            return
         if not isinstance(loaded, dict) or not all(isinstance(v, str) for v in loaded.values()):
-            raise ValueError(f"{path} does not hold worker name owners")
-        self._owners: dict[str, str] = loaded
+            self._set_aside("not a mapping of worker names to principals")
+            return
+        self._owners = loaded
+
+    def _set_aside(self, why: str) -> None:
+        aside = self.path.with_name(f"{self.path.name}.unreadable-{int(time.time())}")
+        try:
+            os.replace(self.path, aside)
+        except OSError:
+            aside = self.path
+        log.warning(
+            "cannot read the worker name owners in %s (%s): kept as %s; names are bound again as workers register",
+            self.path, why, aside,
+        )  # fmt: skip
 
     def get(self, name: str) -> str | None:
         return self._owners.get(name)
 
-    def set(self, name: str, principal: str) -> None:
-        if self._owners.get(name) == principal:
+    def bind(self, name: str, principal: str) -> None:
+        """Binds an unbound `name` to `principal`, durably before it returns (OSError otherwise,
+        with nothing bound)."""
+        if name in self._owners:
             return
-        self._owners[name] = principal
+        owners = {**self._owners, name: principal}
         tmp = self.path.with_name(self.path.name + ".tmp")
         with open(tmp, "w") as f:
-            json.dump(self._owners, f)
+            json.dump(owners, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
+        folder = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+        self._owners = owners
 
 
 class WorkersBackend:
@@ -389,7 +416,8 @@ class WorkersBackend:
         name, capacity, attributes = self._check_registration(req)
         with self._lock:
             old = self._workers.get(name)
-            owner = old.principal if old is not None else self._owners.get(name)
+            # An admin's daemon may take any name, and leaves it bound to whoever had it.
+            owner = self._owners.get(name) or (old.principal if old is not None else None)
             if owner is not None and owner != principal and not admin:
                 history = (
                     ""
@@ -402,12 +430,13 @@ class WorkersBackend:
                     f"worker name {name!r} in backend {self.id} belongs to {owner}{history}; "
                     f"{principal} may not register as it. Pick another --name"
                 )
+            if old is not None and old.alive and req.boot_id != old.boot_id and req.previous_boot_id != old.boot_id:
+                raise AlreadyExists(
+                    f"a worker named {name!r} is already connected to backend {self.id} from another daemon; "
+                    "give this one another --name (or stop the other one)"
+                )
+            self._owners.bind(name, principal)  # first: a write that fails leaves everything as it was
             if old is not None:
-                if old.alive and req.boot_id != old.boot_id and req.previous_boot_id != old.boot_id:
-                    raise AlreadyExists(
-                        f"a worker named {name!r} is already connected to backend {self.id} from another daemon; "
-                        "give this one another --name (or stop the other one)"
-                    )
                 old.alive = False
                 _notify(old)
             now = time.monotonic()
@@ -416,7 +445,6 @@ class WorkersBackend:
                 req.runtime or "process", now, now_ms(), address=address,
             )  # fmt: skip
             self._workers[name] = worker
-            self._owners.set(name, principal)
             if old is not None:
                 self._sessions.pop(old.session, None)
             self._sessions[worker.session] = worker
