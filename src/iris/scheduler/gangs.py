@@ -31,6 +31,8 @@ Group = tuple[str, str]
 # Slots per group, and a heap of (slots, group) for the groups holding all. The heap may hold
 # entries a recount has since made stale: an entry counts only while its slots are the group's.
 Counts = tuple[dict[Group, int], list[tuple[int, Group]]]
+# A limit no worker reaches: what a worker holds of a demand before each request's own limit caps it.
+_UNCAPPED = 1 << 62
 
 
 def count(free: list[Vector], members: Iterable[int], need: Vector, limit: int) -> int:
@@ -193,24 +195,13 @@ class GangSlots:
                 # (see `Ledger.holding`); each request's limit caps it.
                 a, x, b, y, c, z = dims
                 limit = self.limit
-                before, now, version = self.before, self.now, self.version
+                before, now, version, need = self.before, self.now, self.version, self.need
                 for w in dirty:
                     old = held.get(w)
                     if old is None:
                         held_then = before.get(w)
-                        if held_then is None:
-                            # What it held before the tick, worked out as below.
-                            f = base[w]
-                            held_then = f[a] // x
-                            k = f[b] // y
-                            if k < held_then:
-                                held_then = k
-                            k = f[c] // z
-                            if k < held_then:
-                                held_then = k
-                            if held_then < 0:
-                                held_then = 0
-                            before[w] = held_then
+                        if held_then is None:  # once per worker and demand in a tick: a call will do
+                            held_then = before[w] = copies(base[w], need, _UNCAPPED)
                         old = held[w] = held_then if held_then < limit else limit
                     if old == 0:
                         continue  # it held none, and what is kept outside trials only shrinks

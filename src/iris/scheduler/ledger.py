@@ -446,31 +446,10 @@ class Ledger:
         self.version[w] = self._stamp
 
     def take(self, w: int, need: Vector, times: int = 1) -> None:
-        # `set_free` written out: a tick takes capacity for every placement.
-        free = self.free
-        old = free[w]
-        new = (old[0] - need[0] * times, old[1] - need[1] * times, old[2] - need[2] * times, old[3] - need[3] * times)
-        if old == new:
-            return
-        journal = self._journal
-        sinks = self._sinks.get(w)
-        if sinks is None:
-            sinks = self._sinks_of(w)
-        for log in sinks[0]:
-            log.append(w)
-        if journal is None:
-            for log in sinks[1]:
-                log.append(w)
-        else:
-            journal.append(("free", w, old, self.version[w]))
-        self._changed.add(w)
-        free[w] = new
-        packed = self._packed.get(new)
-        if packed is None:
-            packed = self._packed[new] = self._pack(new, 0)
-        self.key[w] = packed | w
-        stamp = self._stamp = self._stamp + 1
-        self.version[w] = stamp
+        f = self.free[w]
+        self.set_free(
+            w, (f[0] - need[0] * times, f[1] - need[1] * times, f[2] - need[2] * times, f[3] - need[3] * times)
+        )
 
     def evict(self, w: int, task_id: str) -> None:
         self.evicted.add(task_id)

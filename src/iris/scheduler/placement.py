@@ -219,25 +219,8 @@ def _reclaim(ledger: Ledger, memo: Memo, shape: Shape, group: Group, band: Band,
     version = ledger.version
     state = max([version[w] for w in workers], default=-1)
     if known is None or known[0] != state:
-        # `copies(reclaimable(ledger, w, band)[0], need, _UNBOUNDED)` per worker, written out: a
-        # tick counts a group's workers this way for every preempting request that reaches it.
-        n0, n1, n2, n3 = shape.need
-        free, evictable = ledger.free, ledger.evictable
-        counted = []
-        for w in workers:
-            f = free[w]
-            total = evictable(w, band)[0]
-            best = _UNBOUNDED
-            if n0 > 0 and (f[0] + total[0]) // n0 < best:
-                best = (f[0] + total[0]) // n0
-            if n1 > 0 and (f[1] + total[1]) // n1 < best:
-                best = (f[1] + total[1]) // n1
-            if n2 > 0 and (f[2] + total[2]) // n2 < best:
-                best = (f[2] + total[2]) // n2
-            if n3 > 0 and (f[3] + total[3]) // n3 < best:
-                best = (f[3] + total[3]) // n3
-            counted.append(best if best > 0 else 0)
-        held = tuple(counted)
+        need = shape.need
+        held = tuple(copies(reclaimable(ledger, w, band)[0], need, _UNBOUNDED) for w in workers)
         known = memo.gang_reclaim[key] = (state, held, sum(held))
     return sum(c if c < n else n for c in known[1]), known[2]
 

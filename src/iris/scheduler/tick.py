@@ -231,7 +231,7 @@ def _explain_waits(tick: Tick, memo: Memo) -> None:
             continue
         # By the shape's identity (its hash is a Python call, and a backlog asks once per job): the
         # requests hold their shapes while this runs, and equal shapes have equal sentences.
-        downgraded = request.band is not request.requested_band
+        downgraded = request.downgraded
         key = (
             id(request.shape),
             request.coscheduled,
