@@ -119,3 +119,61 @@ def test_joined_writes_drop_what_comes_after_the_connection_is_closed():
         assert recorder.writes == []
     finally:
         loop.close()
+
+
+class Counting:
+    """A real transport, counting the writes that go through it (the rest go to the socket)."""
+
+    def __init__(self, transport) -> None:
+        self.transport = transport
+        self.writes: list[bytes] = []
+
+    def write(self, data) -> None:
+        self.writes.append(bytes(data))
+        self.transport.write(data)
+
+    def __getattr__(self, name: str):
+        return getattr(self.transport, name)
+
+
+def _served(writes: list[bytes]) -> tuple[bytes, Counting]:
+    """What a client reads from a uvloop server (the controller's loop) whose connection writes
+    `writes` through JoinedWrites, then closes; and the transport's count of what it was given."""
+    import uvloop
+
+    counted: list[Counting] = []
+
+    class Answering(asyncio.Protocol):
+        def connection_made(self, transport) -> None:
+            counted.append(Counting(transport))
+            joined = JoinedWrites(counted[-1], asyncio.get_running_loop())
+            for data in writes:
+                joined.write(data)
+            joined.close()
+
+    async def main() -> bytes:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(Answering, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        data = await reader.read()
+        writer.close()
+        server.close()
+        return data
+
+    return uvloop.run(main()), counted[0]
+
+
+def test_joined_writes_send_an_answer_on_the_socket_itself_and_keep_order_when_it_is_full():
+    small = [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n", b"ok"]
+    data, transport = _served(small)
+    assert data == b"".join(small)
+    assert transport.writes == []  # sent without the event loop's write (which holds the interpreter)
+
+    # More than a loopback socket takes at once: the rest queues in the transport, and what is
+    # written after it queues behind it.
+    large = [b"HTTP/1.1 200 OK\r\ncontent-length: 33554432\r\n\r\n", bytes(range(256)) * 131072, b"tail"]
+    data, transport = _served(large)
+    assert data == b"".join(large)
+    assert transport.writes and transport.writes[-1] == b"tail"
+    assert 0 < sum(map(len, transport.writes)) < len(data)

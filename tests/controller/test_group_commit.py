@@ -304,3 +304,24 @@ def test_group_commit_async_item_queued_behind_a_thread_leader_is_still_written(
     assert outcomes == {"leader": "leader"} and _stored(db) == {"leader", "late"}
     assert (commits.groups, commits.items) == (2, 2)
     commits.close()
+
+
+def test_group_commit_groups_keep_one_connection_and_a_failed_commit_takes_a_fresh_one(db):
+    from sqlalchemy import event
+
+    checkouts: list[int] = []
+    event.listen(db.engine, "checkout", lambda dbapi_conn, record, proxy: checkouts.append(id(dbapi_conn)))
+    commits = GroupCommit(db)
+    for key in ("a", "b", "c"):
+        assert commits.run(_insert(key)) == key
+    assert len(checkouts) == 1  # one connection for every group, not one from the pool for each
+
+    def orphan(conn):  # refused only by the commit itself
+        conn.execute(sql("INSERT INTO child (id, pid) VALUES ('c1', 'nobody')"))
+
+    with pytest.raises(IntegrityError):
+        commits.run(orphan)
+    assert commits.run(_insert("d")) == "d" and len(checkouts) == 2
+    assert _stored(db) == {"a", "b", "c", "d"}
+    commits.close()
+    assert db.engine.pool.checkedout() == 0

@@ -13,7 +13,7 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, cast
 
@@ -40,12 +40,13 @@ class Database:
         migrate(self.engine)
 
     @contextmanager
-    def write(self) -> Iterator[Connection]:
+    def write(self, kept: Connection | None = None) -> Iterator[Connection]:
         """One write transaction: committed on exit, rolled back on an exception. A full disk
         raises DiskFull: the transaction is rolled back whole, and the same write works again
-        once space is freed."""
+        once space is freed. `kept`: a connection its caller keeps open between transactions
+        (left open), instead of one taken from the pool for this one."""
         try:
-            with self._write_lock, self.engine.connect() as conn:
+            with self._write_lock, nullcontext(kept) if kept is not None else self.engine.connect() as conn:
                 with conn.begin():
                     yield conn
         except OperationalError as exc:
