@@ -325,3 +325,12 @@ def test_group_commit_groups_keep_one_connection_and_a_failed_commit_takes_a_fre
     assert _stored(db) == {"a", "b", "c", "d"}
     commits.close()
     assert db.engine.pool.checkedout() == 0
+
+
+def test_group_commit_closed_twice_stops_its_writer_once_and_refuses_more_async_work(db):
+    commits = GroupCommit(db)
+    assert _gather_async(commits, [_insert("a")])[0] == ["a"]
+    commits.close()
+    commits.close()
+    outcomes, _ = _gather_async(commits, [_insert("b")])
+    assert isinstance(outcomes[0], RuntimeError) and _stored(db) == {"a"}

@@ -205,6 +205,10 @@ class GroupCommit:
 
     def settle(self, note: Announcement) -> None:
         """Withdraws `note` if its work was never queued (its caller answered without an insert)."""
+        if not note.pending:
+            # Queued (or withdrawn) already: `pending` never turns true again, so this needs no
+            # lock, which the writer may hold; a submit passes here twice after its work is queued.
+            return
         with self._cond:
             if note.pending:
                 note.pending = False
@@ -260,7 +264,7 @@ class GroupCommit:
     def close(self) -> None:
         """Stops the writer thread once the groups queued to it are written."""
         with self._cond:
-            writer, self._closed = self._writer, True
+            writer, self._writer, self._closed = self._writer, None, True  # stopped once, however often closed
         if writer is not None:
             writer.stop()
         self._drop_connection()
