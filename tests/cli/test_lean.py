@@ -391,6 +391,20 @@ def test_lean_job_list_as_a_program_imports_neither_click_nor_protobuf(list_clus
             assert runs[True][2] == runs[False][2] and "showing 2 of" in runs[True][2]
 
 
+# What the lean `job list` leaves unimported, beside click and protobuf: most of its time as a
+# process went to start-up, and these are what the SDK's request builders and dataclasses bring.
+LIST_SPARED = ("re", "enum", "dataclasses", "threading", "functools", "iris.client.client", "iris.core.names")
+
+
+def test_lean_job_list_as_a_program_imports_no_regular_expressions_dataclasses_or_sdk(list_cluster, listed, tmp_path):
+    for argv in (["job", "list", "--user", "lister"], ["-o", "json", "job", "list", "--state", "failed"]):
+        runs = _both(list_cluster.url, tmp_path, argv)
+        assert runs[True][:3] == runs[False][:3] and runs[True][0] == 0, runs[True][2]
+        assert set(LIST_SPARED) <= runs[False][3]  # the names are real modules the click command imports
+        loaded = runs[True][3] & set(LIST_SPARED)
+        assert not loaded, loaded
+
+
 # `iris job describe` forms the lean path runs itself, and those it leaves to click. Each runs with
 # bob's token ({bob}): alice's jobs are another user's. {alice} is alice's token.
 DESCRIBE_TAKEN = [

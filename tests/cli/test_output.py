@@ -274,3 +274,70 @@ def test_dump_json_writes_what_json_dumps_writes(doc):
 )
 def test_dump_json_of_anything_else_writes_what_json_dumps_writes(doc):
     assert dump_json(doc) == json.dumps(doc, indent=2, default=str)
+
+
+# Cells as a listing's rows hold them: names, states and reasons, with control characters, text
+# that is not ASCII (some of it not printable either), trailing spaces, numbers and empty cells.
+_CELL = st.one_of(
+    st.none(),
+    st.integers(-5, 10**6),
+    st.text(alphabet=st.sampled_from("ab/-_ é日\t\n\x1b\x7f\x85\u00a0\u2028"), max_size=8),
+)
+
+
+def _table_as_specified(headers, rows) -> list[str]:
+    """render_table's documented layout, worked out cell by cell: escaped cells, each column as
+    wide as its widest cell, two spaces between columns, the last unpadded, trailing blanks cut."""
+    from iris.cli.output import visible
+
+    cells = [list(headers)] + [["" if c is None else visible(str(c)) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return [
+        "  ".join(c if i == len(row) - 1 else c + " " * (widths[i] - len(c)) for i, c in enumerate(row)).rstrip()
+        for row in cells
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 6).flatmap(lambda n: st.tuples(st.just(n), st.lists(st.lists(_CELL, min_size=n, max_size=n)))))
+def test_render_table_lays_out_any_cells_as_specified(shape):
+    n, rows = shape
+    headers = [f"H{i}" for i in range(n)]
+    assert render_table(headers, rows).split("\n") == _table_as_specified(headers, rows)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["PENDING", "RUNNING", "SUCCEEDED", "FAILED"]),
+            st.dictionaries(st.sampled_from(["PENDING", "RUNNING", "SUCCEEDED", "FAILED"]), st.integers(0, 3)),
+            st.integers(0, 3),
+            st.integers(0, 10**9),
+            st.text(alphabet=st.sampled_from("ab \n\x1b"), max_size=4),
+        ),
+        max_size=40,
+    )
+)
+def test_jobs_table_has_a_row_per_job_from_the_row_formatters(jobs):
+    messages = [
+        pb.JobStatus(
+            job_id=f"/u/j{i}",
+            state=state,
+            cluster="c" * (i % 3),
+            task_counts=counts,
+            replicas=replicas,
+            submitted_ms=NOW - ago if ago % 5 else 0,
+            pending_reason=text,
+            error=text[::-1],
+        )
+        for i, (state, counts, replicas, ago, text) in enumerate(jobs)
+    ]
+    from iris.cli.output import job_reason
+
+    rows = [
+        (j.job_id, j.state, j.cluster or "-", format_tasks(j), format_age(j.submitted_ms, NOW), job_reason(j))
+        for j in messages
+    ]
+    headers = ("JOB", "STATE", "CLUSTER", "TASKS", "AGE", "REASON")
+    assert jobs_table(messages, NOW).split("\n") == _table_as_specified(headers, rows)

@@ -45,7 +45,7 @@ def job_list(obj: CliContext, opts: dict) -> int | None:
         if limit < 0 or not 0 <= page_size <= MAX_PAGE or (limit and opts.get("everything")):
             return None
         prefix, user = opts.get("prefix"), opts.get("user")
-        client = obj.client()
+        client = obj.transport()
         request = {"state": state, "prefix": prefix, "user": user}
 
         def fetch(token: str, size: int) -> _Page:

@@ -19,10 +19,10 @@ named, and none of them imports the server (pydantic, SQLAlchemy, uvicorn) at mo
 
 from __future__ import annotations
 
+import _thread
 import gc
 import os
 import sys
-import threading
 from types import ModuleType
 
 from iris.core.errors import InvalidArgument, IrisError, NotFound, Unauthenticated, Unavailable
@@ -91,22 +91,36 @@ class CliContext:
     def client_for(self, url: str | None):  # -> IrisClient
         """A client of `url` (None: the SDK default) sending --token, else $IRIS_TOKEN, else the stored token."""
         from iris.client.client import IrisClient, default_url
-        from iris.client.tokens import token_for
 
         if url is None:  # nothing chose a cluster: the default address, or a listed cluster if it is down
             from iris.client.clusters import unchosen_unreachable
+            from iris.client.tokens import token_for
 
             url = default_url()
             return IrisClient(url, token=token_for(url, self.token), on_unreachable=unchosen_unreachable)
+        return IrisClient(url, **self._connection(url))
+
+    def transport(self):  # -> ConnectTransport, or IrisClient where no URL was chosen
+        """What the lean paths call (`call_bytes`): the transport an IrisClient of the same URL, token
+        and errors would use, without importing the SDK (its request builders import most of iris.core)."""
+        url = self.controller_url()
+        if url is None:
+            return self.client()
+        from iris.rpc.transport import ConnectTransport
+
+        return ConnectTransport(url, **self._connection(url))
+
+    def _connection(self, url: str) -> dict:
+        """The token and the error for an unreachable controller that a client of `url` is given."""
+        from iris.client.tokens import token_for
+
         named = self.named
         if named is None or url != named.url:
-            return IrisClient(url, token=token_for(url, self.token))
+            return {"token": token_for(url, self.token)}
         from iris.client.clusters import unreachable_error
 
         # A named cluster that is down: say which, where, and how to start it or pick another.
-        return IrisClient(
-            url, token=token_for(url, self.token), on_unreachable=lambda _u, why: unreachable_error(named, why)
-        )
+        return {"token": token_for(url, self.token), "on_unreachable": lambda _u, why: unreachable_error(named, why)}
 
     def emit(self, doc: object) -> None:
         """Prints the one JSON document of a command run with -o json."""
@@ -215,7 +229,7 @@ class _Deferred(ModuleType):
         return getattr(real, attr)
 
 
-_DEFERRED_LOCK = threading.Lock()
+_DEFERRED_LOCK = _thread.allocate_lock()  # threading.Lock, without importing threading's own imports
 
 
 def _run(args: list[str], lean: bool = True) -> None:

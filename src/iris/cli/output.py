@@ -10,10 +10,6 @@ from __future__ import annotations
 import sys
 import time
 
-from iris.core.names import TaskName
-from iris.core.printable import CONTROL as _CONTROL
-from iris.core.units import format_size
-
 TYPE_CHECKING = False  # typing's own constant costs `import typing`: `job run -o json` prints through here
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -39,7 +35,10 @@ def dump_json(doc: Any) -> str:
     third of that. A document holding anything but dicts with string keys, lists, tuples, strings,
     ints, floats, booleans and None goes to `json.dumps` itself.
     """
-    from json.encoder import encode_basestring_ascii
+    try:  # the C escaper itself: the `json` package imports `re` (for its decoder), a few ms of `job list -o json`
+        from _json import encode_basestring_ascii
+    except ImportError:
+        from json.encoder import encode_basestring_ascii
 
     out: list[str] = []
     try:
@@ -121,16 +120,47 @@ def visible(text: str, keep: str = "") -> str:
     What one user typed (a region, a constraint value) reaches other users' tables through the
     reasons the controller writes; a newline there would forge rows, and an escape sequence would
     drive their terminal."""
-    if _CONTROL.search(text) is None:
+    if not has_control(text):
         return text
-    return _CONTROL.sub(lambda m: m.group() if m.group() in keep else repr(m.group())[1:-1], text)
+    from iris.core.printable import CONTROL
+
+    return CONTROL.sub(lambda m: m.group() if m.group() in keep else repr(m.group())[1:-1], text)
+
+
+def has_control(text: str) -> bool:
+    """Whether `text` holds a control character (C0, DEL or C1), as `iris.core.printable.CONTROL` matches.
+
+    ASCII text holds one exactly when it is not printable, which `str.isprintable` answers in C;
+    only other text is searched with the expression, so the common case imports no `re`."""
+    if text.isascii():
+        return not text.isprintable()
+    from iris.core.printable import CONTROL
+
+    return CONTROL.search(text) is not None
 
 
 def render_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """Left-aligned columns separated by two spaces; the last column is not padded. Control
-    characters in a cell are shown as escapes, so no value can break a row or reach the terminal."""
-    cells = [[str(h) for h in headers]] + [["" if c is None else visible(str(c)) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    characters in a cell are shown as escapes, so no value can break a row or reach the terminal.
+
+    A listing's table has thousands of cells: they are checked for control characters all at once
+    (escaped one by one only when some cell holds one), and each line is written by one format."""
+    head = [str(h) for h in headers]
+    cells = [["" if c is None else c if c.__class__ is str else str(c) for c in row] for row in rows]
+    if has_control("".join(["".join(row) for row in cells])):
+        cells = [[visible(c) for c in row] for row in cells]
+    cells.insert(0, head)
+    n = len(head)
+    if n == 0 or any(len(row) != n for row in cells):
+        return _uneven_table(cells, n)
+    widths = [max(map(len, column)) for column in zip(*cells)]
+    line = "  ".join([f"{{:<{w}}}" if w else "{}" for w in widths[:-1]] + ["{}"])
+    return "\n".join([line.format(*row).rstrip() for row in cells])
+
+
+def _uneven_table(cells: list[list[str]], n: int) -> str:
+    """`render_table`'s layout for rows whose cell counts differ from the headers'."""
+    widths = [max(len(r[i]) for r in cells) for i in range(n)]
     lines = []
     for row in cells:
         parts = [c.ljust(widths[i]) if i < len(row) - 1 else c for i, c in enumerate(row)]
@@ -178,6 +208,8 @@ def format_time(ms: int) -> str:
 
 
 def format_resources(resources: Any) -> str:
+    from iris.core.units import format_size
+
     parts = [f"cpu={resources.cpu:g}", f"memory={format_size(resources.memory_bytes)}"]
     if resources.disk_bytes:
         parts.append(f"disk={format_size(resources.disk_bytes)}")
@@ -197,12 +229,14 @@ def format_constraint(c: Any) -> str:
 
 def format_tasks(job: Any) -> str:
     """The TASKS column: `succeeded/total`, with what the rest are doing when not all are done."""
-    counts = dict(job.task_counts)
+    counts = job.task_counts
     total = sum(counts.values()) or job.replicas
     done = counts.get("SUCCEEDED", 0)
-    others = [f"{n} {s.lower()}" for s, n in sorted(counts.items()) if s != "SUCCEEDED" and n]
     text = f"{done}/{total}"
-    if others and done != total:
+    if done == total:
+        return text
+    others = [f"{n} {s.lower()}" for s, n in sorted(counts.items()) if s != "SUCCEEDED" and n]
+    if others:
         text += " (" + ", ".join(others) + ")"
     return text
 
@@ -215,10 +249,20 @@ def job_reason(job: Any) -> str:
 
 
 def jobs_table(jobs: Sequence[Any], now_ms: int | None = None) -> str:
-    rows = [
-        (j.job_id, j.state, j.cluster or "-", format_tasks(j), format_age(j.submitted_ms, now_ms), job_reason(j))
-        for j in jobs
-    ]
+    """The `job list` table. A page holds a thousand jobs, most alike in their task counts: each
+    distinct TASKS cell is worked out once, and the ages all count from one reading of the clock."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    tasks: dict[tuple, str] = {}
+    rows = []
+    for j in jobs:
+        counts = j.task_counts
+        key = (j.replicas, *counts.items())
+        cell = tasks.get(key)
+        if cell is None:
+            cell = tasks[key] = format_tasks(j)
+        state = j.state
+        reason = (j.pending_reason or "waiting for the scheduler") if state == "PENDING" else j.error
+        rows.append((j.job_id, state, j.cluster or "-", cell, format_age(j.submitted_ms, now), reason))
     return render_table(("JOB", "STATE", "CLUSTER", "TASKS", "AGE", "REASON"), rows)
 
 
@@ -297,7 +341,7 @@ def describe_job(resp: Any, now_ms: int | None = None) -> str:
             out += ["", "Attempts:"]
             rows = [
                 (
-                    a.attempt_id or str(TaskName.parse(t.task_id).attempt(a.attempt)),
+                    a.attempt_id or _attempt_name(t.task_id, a.attempt),
                     a.state,
                     a.backend_id or "-",
                     a.worker_id or "-",
@@ -481,6 +525,12 @@ def _cell(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
+
+
+def _attempt_name(task_id: str, attempt: int) -> str:
+    from iris.core.names import TaskName
+
+    return str(TaskName.parse(task_id).attempt(attempt))
 
 
 def _indent(text: str, by: str = "  ") -> str:

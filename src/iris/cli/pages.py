@@ -8,8 +8,6 @@ stderr, so `-o json` output on stdout stays one document.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from iris.cli.main import echo
 
 TYPE_CHECKING = False  # typing's own constant costs `import typing`: the lean `job list` pages through here
@@ -20,13 +18,18 @@ if TYPE_CHECKING:
 MAX_PAGE = 5000  # the server's largest page (iris.controller.paging.MAX_PAGE)
 
 
-@dataclass(frozen=True)
 class Collected:
-    """The rows gathered, how many the list holds in all, and whether some were left unfetched."""
+    """The rows gathered, how many the list holds in all, and whether some were left unfetched.
 
-    rows: list[Any]
-    total: int
-    more: bool
+    A plain class: `dataclasses` (with `re` and `enum` under it) would be most of what the lean
+    `job list` imports."""
+
+    __slots__ = ("rows", "total", "more")
+
+    def __init__(self, rows: list[Any], total: int, more: bool):
+        self.rows = rows
+        self.total = total
+        self.more = more
 
 
 def collect(

@@ -9,12 +9,10 @@ anything they refuse to the click command, which then reports it.
 
 from __future__ import annotations
 
-import re
-
 from iris.core.errors import IrisError
 
 JOB_STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE")
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+_ENV_KEY = r"^[A-Za-z_][A-Za-z0-9_]*\Z"  # compiled on first use: `job list` reads states here and no env
 
 
 class BadValue(Exception):
@@ -56,6 +54,8 @@ def size_text(value: str) -> str:
         raise BadValue(exc.message) from None
     if size <= 0:
         raise BadValue(f"{text!r} is zero; ask for more than nothing, e.g. 512M or 4G")
+    import re
+
     if re.fullmatch(r"[0-9.]+", text):
         raise BadValue(f"{text!r} has no unit, so it would mean {text} bytes; write {text}M or {text}G")
     return text
@@ -100,7 +100,9 @@ def env_pairs(values: tuple[str, ...] | list[str], env_file: str | None) -> dict
 
 
 def _env_key(key: str, flag: str) -> str:
-    if not _ENV_KEY.match(key):
+    import re
+
+    if not re.match(_ENV_KEY, key):
         raise BadValue(
             f"{key!r} is not an environment variable name (letters, digits and _, not starting with a digit)", flag
         )

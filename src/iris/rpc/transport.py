@@ -25,7 +25,7 @@ hang or a client out of memory.
 
 from __future__ import annotations
 
-import threading
+import _thread  # `threading` itself imports functools and collections: a few ms of every CLI command
 import time
 
 from iris.core import errors
@@ -104,8 +104,8 @@ class ConnectTransport:
         self._on_unreachable = on_unreachable  # (url, reason) -> what a failed connection raises
         self.token = token
         self._headers = {"Connect-Protocol-Version": "1", "User-Agent": "iris-client"}
-        self._local = threading.local()
-        self._lock = threading.Lock()
+        self._local = _thread._local()  # what threading.local and threading.Lock are
+        self._lock = _thread.allocate_lock()
         self._open: set[Connection] = set()  # every thread's, for close()
 
     def call(self, method: str, request: Message, response_type: type[_M], token: str | None = None) -> _M:
