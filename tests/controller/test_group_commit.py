@@ -334,3 +334,52 @@ def test_group_commit_closed_twice_stops_its_writer_once_and_refuses_more_async_
     commits.close()
     outcomes, _ = _gather_async(commits, [_insert("b")])
     assert isinstance(outcomes[0], RuntimeError) and _stored(db) == {"a"}
+
+
+class _CountingCondition(threading.Condition):
+    """A condition counting how often its waiters were woken (or timed out)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wakes = 0
+
+    def wait(self, timeout=None):
+        woken = super().wait(timeout)
+        self.wakes += 1
+        return woken
+
+
+def test_group_commit_leader_is_woken_once_every_announced_caller_has_queued(db):
+    import time
+
+    commits = GroupCommit(db, max_wait_s=3600)
+    commits._cond = cond = _CountingCondition()
+    outcomes: dict = {}
+    gates = [threading.Event() for _ in range(3)]
+
+    def announced(key: str, go: threading.Event) -> threading.Thread:
+        def call() -> None:
+            with commits.announced() as note:
+                go.wait(30)
+                outcomes[key] = commits.run(_insert(key), note)
+
+        return threading.Thread(target=call)
+
+    callers = [announced(f"late{i}", go) for i, go in enumerate(gates)]
+    for t in callers:
+        t.start()
+    wait_until(lambda: commits.announced_waiting() == 3, message="three callers announced")
+    leader = _leader(commits, outcomes)
+    leader.start()
+    wait_until(lambda: commits.waiting() == 1, message="the leader queued its own work and waits")
+    before = cond.wakes
+    for i, go in enumerate(gates[:2]):
+        go.set()
+        wait_until(lambda i=i: commits.waiting() == 2 + i, message="the next caller queued")
+    time.sleep(0.2)
+    assert cond.wakes == before  # two of three queued: no one had a reason to look yet
+    gates[2].set()
+    for t in (*callers, leader):
+        t.join(timeout=30)
+    assert outcomes == {"leader": "leader", "late0": "late0", "late1": "late1", "late2": "late2"}
+    assert (commits.groups, commits.items) == (1, 4)

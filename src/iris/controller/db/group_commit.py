@@ -213,7 +213,7 @@ class GroupCommit:
             if note.pending:
                 note.pending = False
                 self._expected -= 1
-                self._cond.notify_all()
+                self._wake_leader()
 
     def _enqueue(self, item: _Item, note: Announcement | None) -> None:
         """Queues `item` in place of its caller's announcement (the caller holds the condition)."""
@@ -221,7 +221,15 @@ class GroupCommit:
         if note is not None and note.pending:
             note.pending = False
             self._expected -= 1
-        self._cond.notify_all()  # a leader waiting for company looks again
+        self._wake_leader()
+
+    def _wake_leader(self) -> None:
+        """(Holding `_cond`.) Wakes a leader waiting for company (`_await_announced`) once it has
+        no more reason to wait: nothing announced is still to come, or its group is full. Not
+        before: a wake-up is a system call made holding the interpreter lock, and the woken leader
+        would only look and sleep again, once for each submit of a burst."""
+        if self._expected <= 0 or len(self._queue) >= self.max_group:
+            self._cond.notify_all()
 
     def run(self, work: Callable[[Connection], Any], note: Announcement | None = None) -> Any:
         """Runs `work(conn)` inside a write transaction, maybe shared with other callers' work;
