@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 from google.protobuf.message import DecodeError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from iris.cli.lean_docs import Unprintable, message_doc, view
 from iris.cli.output import describe_job, jobs_table, message_to_dict
@@ -221,3 +223,21 @@ def test_wire_reads_a_wide_map_value_at_int32_as_protobuf_does(value):
     entry = bytes([0x0A, 0x01]) + b"X" + bytes([0x10]) + _varint(value)
     data = bytes([0x3A]) + _varint(len(entry)) + entry  # task_counts {"X": value}
     assert wire.decode(data, wire.JOB_STATUS)["task_counts"] == dict(pb.JobStatus.FromString(data).task_counts)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.dictionaries(st.sampled_from(["SUCCEEDED", "FAILED", "PENDING", "é"]), st.integers(-2, 2**31 - 1)),
+            st.text(alphabet=st.sampled_from("ab/é日\n"), max_size=200),
+        ),
+        max_size=30,
+    )
+)
+def test_wire_reads_a_page_whose_jobs_repeat_and_vary_their_task_counts_as_protobuf_does(jobs):
+    message = pb.ListJobsResponse(
+        jobs=[pb.JobStatus(job_id=f"/u/{i}", task_counts=counts, error=text) for i, (counts, text) in enumerate(jobs)]
+    )
+    decoded = wire.decode(message.SerializeToString(), wire.LIST_JOBS_RESPONSE)
+    assert message_doc(decoded, wire.LIST_JOBS_RESPONSE) == message_to_dict(message)

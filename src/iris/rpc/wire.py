@@ -230,12 +230,13 @@ def decode(data: bytes, fields: tuple) -> dict[str, Any]:
     """The fields present in `data`, a message of table `fields`, by name; values typed as protobuf
     reads them (a nested message as a dict, a repeated one as a list of dicts, a map as a dict)."""
     try:
-        return _decode(data, 0, len(data), _index(fields))
+        return _decode(data, 0, len(data), _index(fields), {})
     except (IndexError, UnicodeDecodeError, struct.error) as exc:
         raise Unreadable(f"not a message of this table: {exc}") from None
 
 
-def _decode(buf: bytes, pos: int, end: int, index: _Index) -> dict[str, Any]:
+def _decode(buf: bytes, pos: int, end: int, index: _Index, seen: dict[bytes, tuple]) -> dict[str, Any]:
+    """`decode` of buf[pos:end]; `seen` holds the map entries already decoded in this answer."""
     by_key, numbers = index
     out: dict[str, Any] = {}
     while pos < end:
@@ -261,6 +262,27 @@ def _decode(buf: bytes, pos: int, end: int, index: _Index) -> dict[str, Any]:
             pos = _skip(buf, pos, end, key & 7)  # a field this table does not know: protobuf keeps it unseen
             continue
         name, code, nested = field
+        if code == _STR:  # most fields of a listing: its length (one byte, mostly) and the text
+            size = buf[pos]
+            pos += 1
+            if size >= 0x80:
+                size &= 0x7F
+                shift = 7
+                while True:
+                    byte = buf[pos]
+                    pos += 1
+                    size |= (byte & 0x7F) << shift
+                    if byte < 0x80:
+                        break
+                    shift += 7
+                    if shift > 63:
+                        raise Unreadable(_LONG_VARINT)
+            start = pos
+            pos += size
+            if pos > end:
+                raise Unreadable("a field runs past the end of its message")
+            out[name] = buf[start:pos].decode()
+            continue
         if code == _FLOAT:
             if pos + 8 > end:
                 raise Unreadable("a field runs past the end of its message")
@@ -299,22 +321,26 @@ def _decode(buf: bytes, pos: int, end: int, index: _Index) -> dict[str, Any]:
         pos += value
         if pos > end:
             raise Unreadable("a field runs past the end of its message")
-        if code == _STR:
-            out[name] = buf[start:pos].decode()
-        elif code == _MESSAGES:
+        if code == _MESSAGES:
             if name in out:
-                out[name].append(_decode(buf, start, pos, nested))
+                out[name].append(_decode(buf, start, pos, nested, seen))
             else:
-                out[name] = [_decode(buf, start, pos, nested)]
+                out[name] = [_decode(buf, start, pos, nested, seen)]
         elif code == _MESSAGE:
             if name in out:
                 raise Unreadable(f"message field {name!r} came twice")  # protobuf merges; no server sends it
-            out[name] = _decode(buf, start, pos, nested)
+            out[name] = _decode(buf, start, pos, nested, seen)
         elif code == _STRS:
             out.setdefault(name, []).append(buf[start:pos].decode())
         else:
-            entry = _decode(buf, start, pos, nested)
-            out.setdefault(name, {})[entry.get("key", "")] = entry.get("value", 0)
+            # A page's task counts repeat a few entries ("SUCCEEDED": 1) a thousand times: each
+            # distinct entry is decoded once per answer.
+            raw = buf[start:pos]
+            pair = seen.get(raw)
+            if pair is None:
+                entry = _decode(buf, start, pos, nested, {})
+                pair = seen[raw] = (entry.get("key", ""), entry.get("value", 0))
+            out.setdefault(name, {})[pair[0]] = pair[1]
     if pos != end:
         raise Unreadable("the last field runs past the end of its message")
     return out
