@@ -30,30 +30,62 @@ def message_doc(decoded: dict[str, Any], fields: tuple) -> dict[str, Any]:
     """What `message_to_dict` prints for the message `decoded` (as `iris.rpc.wire.decode` returns it)."""
     held: dict[str, Any] = {}
     unset: dict[str, Any] = {}
-    for _, name, kind in fields:
-        value = decoded.get(name)
-        if kind.__class__ is tuple:
+    get = decoded.get
+    for name, code, default, nested in _plan(fields):
+        value = get(name)
+        if code == _SCALAR:
+            if value:
+                held[name] = value
+            else:
+                unset[name] = default
+            continue
+        if code == _MESSAGE:
             if value is not None:
-                held[name] = message_doc(value, kind)
+                held[name] = message_doc(value, nested)
             continue  # an unset message is left out
-        if kind.__class__ is list:
-            value = [message_doc(item, kind[0]) for item in value] if value else []
-        elif kind == "strs" or kind == "map":
-            value = value or ([] if kind == "strs" else {})
+        if code == _MESSAGES:
+            value = [message_doc(item, nested) for item in value] if value else []
+        elif code == _COLLECTION:
+            value = value or default.copy()
         elif value is None:
-            value = _DEFAULTS[kind]
-        elif kind == "int64":
+            value = default
+        elif code == _INT64:
             if float(value) != value:
                 value = str(value)  # past what a double holds exactly, protobuf's printer quotes it
-        elif kind == "float":
-            if not math.isfinite(value):
-                raise Unprintable(f"{name} is {value}")
-            if value == 0.0 and math.copysign(1.0, value) < 0:
-                held[name] = value  # -0.0 is not the default: protobuf holds it
-                continue
+        elif not math.isfinite(value):  # a double
+            raise Unprintable(f"{name} is {value}")
+        elif value == 0.0 and math.copysign(1.0, value) < 0:
+            held[name] = value  # -0.0 is not the default: protobuf holds it
+            continue
         (held if value else unset)[name] = value
     held.update(unset)
     return held
+
+
+# How `message_doc` treats a field, by its kind: a scalar printed as it is (or its default), an
+# int64 (quoted past 2**53), a double (checked), a repeated string or a map, a message, or a
+# repeated message. A table's plan is worked out once.
+_SCALAR, _INT64, _FLOAT, _COLLECTION, _MESSAGE, _MESSAGES = range(6)
+_PLANS: dict[int, tuple] = {}
+
+
+def _plan(fields: tuple) -> tuple:
+    plan = _PLANS.get(id(fields))
+    if plan is None:
+        steps: list[tuple[str, int, Any, Any]] = []
+        for _, name, kind in fields:
+            if kind.__class__ is tuple:
+                steps.append((name, _MESSAGE, None, kind))
+            elif kind.__class__ is list:
+                steps.append((name, _MESSAGES, None, kind[0]))
+            elif kind == "strs" or kind == "map":
+                steps.append((name, _COLLECTION, [] if kind == "strs" else {}, None))
+            elif kind == "int64" or kind == "float":
+                steps.append((name, _INT64 if kind == "int64" else _FLOAT, _DEFAULTS[kind], None))
+            else:
+                steps.append((name, _SCALAR, _DEFAULTS[kind], None))
+        plan = _PLANS[id(fields)] = tuple(steps)
+    return plan
 
 
 def view(decoded: dict[str, Any], fields: tuple) -> Any:

@@ -42,7 +42,7 @@ def dump_json(doc: Any) -> str:
 
     out: list[str] = []
     try:
-        _write_json(doc, "\n", out, encode_basestring_ascii)
+        _write_json(doc, "\n", out, encode_basestring_ascii, {})
     except _NotPlain:
         import json
 
@@ -54,8 +54,12 @@ class _NotPlain(Exception):
     """A value `_write_json` leaves to `json.dumps`."""
 
 
-def _write_json(value: Any, newline: str, out: list[str], quote: Any) -> None:
-    """Appends `value` as `json.dumps(indent=2)` writes it at the depth whose line start is `newline`."""
+_CONSTANTS = {True: "true", False: "false", None: "null"}  # looked up by identity of value: 1 is not True here
+
+
+def _write_json(value: Any, newline: str, out: list[str], quote: Any, keys: dict[str, str]) -> None:
+    """Appends `value` as `json.dumps(indent=2)` writes it at the depth whose line start is `newline`;
+    `keys` holds each key already written, quoted (a listing repeats the same keys a thousand times)."""
     kind = value.__class__
     if kind is dict:
         if not value:
@@ -64,16 +68,25 @@ def _write_json(value: Any, newline: str, out: list[str], quote: Any) -> None:
         inner = newline + "  "
         sep = "{" + inner
         for key, item in value.items():
-            if key.__class__ is not str:
-                raise _NotPlain()
-            # Strings and ints, most of a document, are written here rather than by a call each.
-            if item.__class__ is str:
-                out.append(f"{sep}{quote(key)}: {quote(item)}")
-            elif item.__class__ is int:
-                out.append(f"{sep}{quote(key)}: {int.__repr__(item)}")
+            name = keys.get(key)
+            if name is None:
+                if key.__class__ is not str:
+                    raise _NotPlain()
+                name = keys[key] = quote(key) + ": "
+            # Strings, ints, constants and empty lists, most of a document, are written here rather
+            # than by a call each.
+            cls = item.__class__
+            if cls is str:
+                out.append(sep + name + quote(item))
+            elif cls is int:
+                out.append(sep + name + int.__repr__(item))
+            elif cls is bool or item is None:
+                out.append(sep + name + _CONSTANTS[item])
+            elif cls is list and not item:
+                out.append(sep + name + "[]")
             else:
-                out.append(f"{sep}{quote(key)}: ")
-                _write_json(item, inner, out, quote)
+                out.append(sep + name)
+                _write_json(item, inner, out, quote, keys)
             sep = "," + inner
         out.append(newline + "}")
     elif kind is list or kind is tuple:
@@ -87,7 +100,7 @@ def _write_json(value: Any, newline: str, out: list[str], quote: Any) -> None:
                 out.append(sep + quote(item))
             else:
                 out.append(sep)
-                _write_json(item, inner, out, quote)
+                _write_json(item, inner, out, quote, keys)
             sep = "," + inner
         out.append(newline + "]")
     elif kind is str:
