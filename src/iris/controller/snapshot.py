@@ -28,6 +28,7 @@ one job; one bad row never stops the scheduling of the others.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from operator import attrgetter
@@ -79,14 +80,23 @@ def parse_constraints(raw: str) -> tuple[Constraint, ...]:
     return tuple(Constraint(k, Op(op), tuple(vals), bool(pref)) for k, op, vals, pref in json.loads(raw))
 
 
-_PENDING_SQL = (
+_PENDING_COLUMNS = (
     "SELECT t.task_id, t.job_id, t.idx, j.band, j.user, j.depth, j.root_submitted_ms, j.insertion,"
     " j.replicas, j.scheduling_deadline_ms, p.state, t.failure_count,"
     " CASE WHEN t.failure_count > 0 THEN"
     " (SELECT a.finished_ms FROM attempts a WHERE a.attempt_id = t.task_id || ':' || t.attempt) END"
-    " FROM tasks t JOIN jobs j ON j.job_id = t.job_id"
+)
+_PENDING_SQL = (
+    f"{_PENDING_COLUMNS} FROM tasks t JOIN jobs j ON j.job_id = t.job_id"
     " LEFT JOIN jobs p ON p.job_id = j.parent_job_id"
     f" WHERE t.state = {PENDING} AND t.cluster IS NULL"
+)
+# The rows of the tasks stamped since a version (see `iris.controller.db.schema.SCHEDULE_CHANGES`),
+# pending or not: the last column says whether each is pending now.
+_CHANGED_SQL = (
+    f"{_PENDING_COLUMNS}, t.state = {PENDING} AND t.cluster IS NULL AND j.job_id IS NOT NULL"
+    " FROM schedule_changes c JOIN tasks t ON t.task_id = c.task_id LEFT JOIN jobs j ON j.job_id = t.job_id"
+    " LEFT JOIN jobs p ON p.job_id = j.parent_job_id WHERE c.stamp >= ?"
 )
 
 
@@ -122,8 +132,16 @@ class SnapshotLoader:
         self.poisoned: dict[str, str] = {}
         # Jobs left out of the last snapshot because a failed task waits out its retry backoff.
         self.backing_off: dict[str, str] = {}
-        # task id -> (its row, the task built from it) as of the last load
-        self._pending_rows: dict[str, tuple[tuple, PendingTask]] = {}
+        # task id -> (its row, the task built from it, None until built) of every pending task as of
+        # the last load; of those, the tasks with no failed attempt (`_ready`), and the others, whose
+        # retry backoff the clock ends or whose config could not be built (`_others`)
+        self._pending_rows: dict[str, tuple[tuple, PendingTask | None]] = {}
+        self._ready: dict[str, PendingTask] = {}
+        self._others: set[str] = set()
+        # (inputs version, deletes) the last load read at: rows stamped since are read again
+        self._seen: tuple[int, int] | None = None
+        self.rows_read = 0  # pending rows read from the database, over every load
+        self._lock = threading.Lock()  # the tick and an explain call may load at once
         self._running_rows: dict[str, tuple[tuple, RunningTask]] = {}
         self._index: ClusterIndex | None = None
 
@@ -171,24 +189,30 @@ class SnapshotLoader:
     def load_versioned(self, now_ms: int, workers: tuple[WorkerSnapshot, ...]) -> Loaded:
         """The snapshot, with the inputs version it was read at and when the clock alone changes it
         (returned, not kept: `explain` loads from an API thread while the tick loads)."""
-        with self.db.read() as conn:
-            version = _read_version(conn)
+        with self._lock, self.db.read() as conn:
+            version, deletes = run(conn, "SELECT version, deletes FROM schedule_inputs WHERE id = 0").fetchone()
             running = self._running(conn)
             peer_spend = self._peer_spend(conn)
-            # On the driver (plain tuples): every pending task's row is read on every pass, and
-            # SQLAlchemy's row objects cost more than the query for a backlog of thousands.
-            rows = run(conn, _PENDING_SQL).fetchall()
-            pending = []
+            if self._seen is None or self._seen[1] != deletes:
+                # Every pending row (the first load, or tasks were deleted): on the driver, as plain
+                # tuples, since SQLAlchemy's row objects cost more than the query for thousands.
+                known, self._pending_rows, self._ready, self._others = self._pending_rows, {}, {}, set()
+                rows = run(conn, _PENDING_SQL).fetchall()
+                for row in rows:
+                    self._put(conn, row, known.get(row[0]))
+            else:
+                rows = run(conn, _CHANGED_SQL, (self._seen[0],)).fetchall()
+                for row in rows:
+                    old = self._drop(row[0])
+                    if row[13]:
+                        self._put(conn, row[:13], old)
+            self._seen = (version, deletes)
+            self.rows_read += len(rows)
+            pending = list(self._ready.values())
             self.backing_off = {}
             due: list[int] = []
-            known, self._pending_rows = self._pending_rows, {}
-            for r in rows:
-                row = r
-                cached = known.get(row[0])
-                if cached is not None and cached[0] == row and row[12] is None:
-                    pending.append(cached[1])
-                    self._pending_rows[row[0]] = cached
-                    continue
+            for task_id in list(self._others):
+                r, task = self._pending_rows[task_id]
                 if r[12] is not None:
                     wait_s = retry_backoff_s(r[11])
                     if now_ms < r[12] + wait_s * 1000:
@@ -198,32 +222,16 @@ class SnapshotLoader:
                             " before retrying"
                         )
                         continue
-                try:
-                    cfg = self.config(conn, r[1], r[7])
-                    task = PendingTask(
-                        task_id=r[0],
-                        job_id=r[1],
-                        index=r[2],
-                        resources=cfg.resources,
-                        constraints=cfg.constraints,
-                        band=Band.parse(r[3]),
-                        user=r[4],
-                        depth=r[5],
-                        root_submitted_ms=r[6],
-                        insertion=r[7],
-                        replicas=r[8],
-                        coschedule=cfg.coschedule,
-                        scheduling_deadline_ms=r[9],
-                        parent_running=r[10] == "RUNNING",
-                    )
-                except Exception as exc:
-                    self._poison(r[1], exc)
-                    continue
+                if task is None:
+                    task = self._build(conn, r)
+                    if task is None:
+                        continue
+                    self._pending_rows[task_id] = (r, task)
                 pending.append(task)
-                self._pending_rows[row[0]] = (row, task)
-        self._forget_finished({t.job_id for t in running} | {t.job_id for t in pending})
+        if len(self._configs) > 1000:  # else never more than the live jobs allow (see `_forget_finished`)
+            self._forget_finished({t.job_id for t in running} | {t.job_id for t in pending})
         # A deadline already passed changes nothing later: the scheduler ends its task now.
-        due += [d for d in map(_deadline, pending) if d is not None and d > now_ms]
+        due += [d for d in filter(None, map(_deadline, pending)) if d > now_ms]
         if self._index is None:
             self._index = ClusterIndex(workers, running)
         else:
@@ -239,6 +247,48 @@ class SnapshotLoader:
             peer_spend=peer_spend,
         )
         return Loaded(snapshot, version, min(due, default=None))
+
+    def _put(self, conn, row: tuple, old: tuple[tuple, PendingTask | None] | None) -> None:
+        """Takes `row` as a pending task's: the task built from it is handed on while its row is unchanged.
+        One that failed before (its retry backoff) or whose config cannot be built waits in `_others`."""
+        task_id = row[0]
+        task = old[1] if old is not None and old[0] == row else None
+        if task is None and row[12] is None:
+            task = self._build(conn, row)
+        self._pending_rows[task_id] = (row, task)
+        if task is not None and row[12] is None:
+            self._ready[task_id] = task
+        else:
+            self._others.add(task_id)
+
+    def _drop(self, task_id: str) -> tuple[tuple, PendingTask | None] | None:
+        self._ready.pop(task_id, None)
+        self._others.discard(task_id)
+        return self._pending_rows.pop(task_id, None)
+
+    def _build(self, conn, r: tuple) -> PendingTask | None:
+        """The pending task of row `r`, or None (its job poisoned) when its config cannot be used."""
+        try:
+            cfg = self.config(conn, r[1], r[7])
+            return PendingTask(
+                task_id=r[0],
+                job_id=r[1],
+                index=r[2],
+                resources=cfg.resources,
+                constraints=cfg.constraints,
+                band=Band.parse(r[3]),
+                user=r[4],
+                depth=r[5],
+                root_submitted_ms=r[6],
+                insertion=r[7],
+                replicas=r[8],
+                coschedule=cfg.coschedule,
+                scheduling_deadline_ms=r[9],
+                parent_running=r[10] == "RUNNING",
+            )
+        except Exception as exc:
+            self._poison(r[1], exc)
+            return None
 
     def _forget_finished(self, active: set[str]) -> None:
         """Drops cached configs of jobs that no longer run or wait, once they outnumber the live ones."""
