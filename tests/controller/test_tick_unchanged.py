@@ -200,3 +200,18 @@ def test_tick_unchanged_the_version_ignores_reasons_and_output_but_moves_on_task
         conn.execute(sql("UPDATE tasks SET failure_count = 1 WHERE job_id = :j"), {"j": job})
     assert loop.loader.inputs_version() > version
     db.close()
+
+
+def test_a_pass_that_stores_an_exit_schedules_without_reading_the_inputs_version(tmp_path):
+    db, backend, clock, loop = _setup(tmp_path)
+    first, second = _submit(db, clock, "first"), _submit(db, clock, "second")
+    loop.tick_once()
+    (attempt,) = backend.live
+    reads = []
+    version = loop.loader.inputs_version
+    loop.loader.inputs_version = lambda: reads.append(1) or version()  # type: ignore[method-assign]
+    backend.exit(attempt, 0)
+    loop.tick_once()
+    assert reads == [] and _state(db, first) == "SUCCEEDED" and _state(db, second) == "RUNNING"
+    loop.tick_once()  # nothing new: the version is read, and the step skipped
+    assert reads == [1] and _settle(loop) == 0

@@ -373,7 +373,7 @@ class ControlLoop:
         with spans.span("tick.reconcile"):
             self._reconcile()
         with spans.span("tick.schedule"):
-            pending, assigned = self._schedule_and_start()
+            pending, assigned = self._schedule_and_start(stored_exits=exits > 0)
         if self.federation is not None:
             self._plan()
         return TickStats((time.perf_counter() - t0) * 1000, pending, assigned, exits)
@@ -516,10 +516,12 @@ class ControlLoop:
             return False
         return self.loader.inputs_version() == version
 
-    def _schedule_and_start(self) -> tuple[int, int]:
+    def _schedule_and_start(self, stored_exits: bool = False) -> tuple[int, int]:
+        """Schedules and starts what can run. `stored_exits`: this pass stored an attempt's exit,
+        which moved the inputs version, so the step runs without reading it first."""
         now = self.now_ms()
         workers = tuple(w for b in self.backends.values() for w in b.workers())
-        if self._unchanged(now, workers):
+        if not stored_exits and self._unchanged(now, workers):
             spans.add("tick.schedule.unchanged", 0.0, 0.0)
             return self._backlog, 0
         self._scheduled = None  # until this step completes: a step that raises is retried whole
