@@ -60,6 +60,17 @@ def test_spawner_runs_the_command_with_its_env_folder_umask_and_files_and_report
     assert oct(out.stat().st_mode & 0o777) == "0o600"
 
 
+def test_spawned_process_and_its_children_hold_the_process_limit_it_is_given(spawner, tmp_path):
+    out = tmp_path / "out"
+    # The shell's child (`cat`) reads its own limits: inherited from the process the helper started.
+    started = spawner.spawn(
+        ["/bin/sh", "-c", "/bin/cat /proc/self/limits; true"], {}, str(tmp_path), str(out), str(out), nproc=77
+    )
+    assert _exit_of(spawner, started) == 0
+    (line,) = [line for line in out.read_text().splitlines() if line.startswith("Max processes")]
+    assert line.split()[2:4] == ["77", "77"], line
+
+
 def test_spawned_process_leads_its_own_session_and_a_signal_is_reported_as_negative(spawner, tmp_path):
     started = spawner.spawn(["/bin/sleep", "300"], {}, str(tmp_path), os.devnull, os.devnull)
     assert os.getsid(started.pid) == started.pid

@@ -299,6 +299,7 @@ class LocalBackend:
             for name in ("pid", "exit", "stdout", "stderr"):
                 (folder / name).unlink(missing_ok=True)
         as_task = spec.uid is not None
+        nproc = 0
         command = shell_argv(spec.command)
         home = folder / "work"
         if spec.uid is not None:
@@ -311,11 +312,11 @@ class LocalBackend:
             home.mkdir(mode=0o700, exist_ok=True)
             os.chown(home, spec.uid, gid)
             command = [SETPRIV, f"--reuid={spec.uid}", f"--regid={gid}", "--clear-groups", "--", *command]
-            if spec.max_processes:
-                # Counted over all of the uid's processes: one user's tasks forking without end
-                # stop at it, and the host keeps room for the controller and everyone else.
-                nproc = spec.max_processes
-                command = [PRLIMIT, f"--nproc={nproc}:{nproc}", "--", *command]
+            # Counted over all of the uid's processes: one user's tasks forking without end stop at
+            # it, and the host keeps room for the controller and everyone else. Set by the spawner
+            # in the wrapper (root, which it does not hold) for the command to inherit; started
+            # directly, the command runs under `prlimit`.
+            nproc = spec.max_processes
         devices = self._take_devices(
             spec.worker_id, spec.resources.device.count if spec.resources.device.kind == "gpu" else 0
         )
@@ -368,7 +369,7 @@ class LocalBackend:
                 spawner.submit(
                     record, wrapper_argv(folder, "", argv), env, workdir, str(folder / "stdout"),
                     str(folder / "stderr"), cgroup=cgroup, umask=umask,
-                    subreaper=self.containment.kind == "subreaper",
+                    subreaper=self.containment.kind == "subreaper", nproc=nproc,
                 )  # fmt: skip
                 # Its pid comes back as an event (see `poll`) once the helper has answered, read
                 # by the tick's next pass, which the note makes come within its delay.
@@ -379,6 +380,8 @@ class LocalBackend:
                     self._attempts.pop(spec.attempt_id, None)
                     record.awaiting = False
                 self._spawner_gone(spawner)
+        if nproc:
+            argv = [str(len(layers)), *layers, PRLIMIT, f"--nproc={nproc}:{nproc}", "--", *command]
         try:
             pid, popen = start_wrapper(None, self.containment, folder, cgroup, argv, workdir, env, umask=umask)
         except OSError as exc:

@@ -117,6 +117,7 @@ def _request(
     umask: int,
     subreaper: bool,
     early: bool,
+    nproc: int = 0,
 ) -> dict:
     return {
         "argv": argv,
@@ -128,6 +129,7 @@ def _request(
         "umask": umask,
         "subreaper": subreaper,
         "early": early,
+        "nproc": nproc,
     }
 
 
@@ -201,6 +203,7 @@ class Spawner:
         umask: int = -1,
         subreaper: bool = False,
         early: bool = False,
+        nproc: int = 0,
     ) -> Spawned:
         """A new process running `argv`, in a session of its own with stdin from /dev/null
         and stdout/stderr appended to the named files; in `cgroup` (a folder) from birth, or a child
@@ -212,8 +215,12 @@ class Spawner:
         host, most of a start's wall time), and a set-up that fails is reported with the exit, as
         code 127 and the reason `start_error` gives for its serial.
 
+        With `nproc`, the process and its children may hold at most that many processes of their
+        uid (RLIMIT_NPROC, soft and hard): a root process is exempt, a command that drops to its
+        task's uid is held to it, as under `prlimit --nproc`, without that program's exec.
+
         Waits for the helper's answer; a spawner serves either these calls or `submit`, not both."""
-        request = _request(argv, env, cwd, stdout, stderr, cgroup, umask, subreaper, early)
+        request = _request(argv, env, cwd, stdout, stderr, cgroup, umask, subreaper, early, nproc)
         with self._lock:
             try:
                 _send(self._requests, request)
@@ -235,6 +242,7 @@ class Spawner:
         cgroup: str = "",
         umask: int = -1,
         subreaper: bool = False,
+        nproc: int = 0,
     ) -> None:
         """Asks for a process as `spawn(..., early=True)` does, without waiting for the answer:
         `read_answers` hands it back with `token`. SpawnerGone when the helper has exited (the
@@ -243,7 +251,7 @@ class Spawner:
         A start then costs its caller one write to a socket: the helper's clone, and the thread
         switches of waiting for it, happen while the caller goes on (the control tick commits
         and starts the rest of its pass meanwhile)."""
-        request = _request(argv, env, cwd, stdout, stderr, cgroup, umask, subreaper, True)
+        request = _request(argv, env, cwd, stdout, stderr, cgroup, umask, subreaper, True, nproc)
         data = json.dumps(request).encode()
         with self._lock:
             self._unanswered.append(token)
@@ -488,6 +496,8 @@ def _child(request: dict, err_w: int, joined: bool, libc) -> None:
         os.chdir(request["cwd"])
         if request["umask"] >= 0:
             os.umask(request["umask"])
+        if request.get("nproc"):
+            resource.setrlimit(resource.RLIMIT_NPROC, (request["nproc"], request["nproc"]))
         # What Python and this helper ignore or catch goes back to the default, as for Popen.
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
