@@ -549,3 +549,5 @@ def test_lean_job_describe_as_a_program_imports_neither_click_nor_protobuf(auth_
         assert "click" in runs[False][3] and "google.protobuf" in runs[False][3]  # the listing is real
         spared = {m.partition(".")[0] for m in runs[True][3]} & set(SPARED)
         assert not spared, spared
+        # It calls through the transport: the SDK's client module and its request builders stay unread.
+        assert "iris.client.client" in runs[False][3] and "iris.client.client" not in runs[True][3]

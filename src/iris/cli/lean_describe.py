@@ -60,7 +60,7 @@ def job_describe(obj: CliContext, job: str, all_tasks: bool) -> int | None:
     from iris.rpc.wire import GET_JOB_STATUS_RESPONSE
 
     try:
-        resp = fetch(obj.client(), resolve_job(obj, job), all_tasks)
+        resp = fetch(obj.transport(), resolve_job(obj, job), all_tasks)
         if obj.json:
             from iris.cli.lean_docs import message_doc
             from iris.cli.output import dump_json
