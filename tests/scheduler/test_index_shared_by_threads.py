@@ -14,6 +14,8 @@ from iris.scheduler.index import ClusterIndex
 from iris.scheduler.tick import run_tick
 from tests.scheduler.test_scheduler_fast_paths import plain, random_snapshot
 
+pytestmark = pytest.mark.usefixtures("searches")
+
 SEEDS = range(40)  # enough clusters, coscheduled and constrained, that half-filled caches are met
 
 

@@ -17,6 +17,8 @@ from iris.scheduler import PendingTask, RunningTask, ScheduleResult, SchedulingS
 from iris.scheduler.index import ClusterIndex
 from iris.scheduler.tick import run_tick
 
+pytestmark = pytest.mark.usefixtures("searches")
+
 G = 1024**3
 REGIONS = ("us", "eu", "asia")
 CPU_SHAPES = [Resources(cpu=c, memory=m * G) for c in (0.5, 1, 2, 4) for m in (1, 4, 16)]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import pytest
+
 from iris.core.bands import Band
 from iris.core.constraints import Constraint, Op
 from iris.scheduler import PendingTask, SchedulingSnapshot
@@ -21,6 +23,8 @@ from tests.scheduler.test_scheduler_fast_paths import (
     random_running,
     random_workers,
 )
+
+pytestmark = pytest.mark.usefixtures("searches")
 
 
 def mixed_snapshot(seed: int) -> SchedulingSnapshot:

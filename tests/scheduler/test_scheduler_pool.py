@@ -11,9 +11,10 @@ import pytest
 
 from iris.scheduler.fit import ShapeCache
 from iris.scheduler.index import ClusterIndex
-from iris.scheduler.ledger import Ledger, best_fit, scanned_best_fit
+from iris.scheduler.ledger import _SCANNED, Ledger, best_fit, scanned_best_fit
+from iris.scheduler.tick import run_tick
 
-from .test_scheduler_fast_paths import random_snapshot
+from .test_scheduler_fast_paths import plain, random_snapshot
 
 
 def _check_pool_searches(ledger: Ledger, shapes: list, rng: random.Random) -> int:
@@ -47,3 +48,18 @@ def test_pool_search_same_as_scan(seed):
     for index in (None, carried.advance(snap.workers, snap.running)):
         ledger = Ledger(replace(snap, index=index))
         assert _check_pool_searches(ledger, shapes, rng) > 0
+
+
+def test_searches_over_few_workers_scan_them_without_pools():
+    """A shape or group with few workers is searched by looking at each of them: the tick keeps no
+    sorted pools for it (and passes no changes on to them), with the plain pass's decisions."""
+    checked = 0
+    for seed in range(40):
+        snap = random_snapshot(seed)
+        if len(snap.workers) > _SCANNED or not snap.pending:
+            continue
+        tick = run_tick(snap)
+        assert tick.ledger._pools == {}, f"seed {seed}"
+        assert tick.result() == plain(snap), f"seed {seed}"
+        checked += 1
+    assert checked >= 10, checked

@@ -206,8 +206,17 @@ class Pool:
             best = min([current[x] for x in kept]) if kept else None
 
 
+# Workers a shape may use (in all its levels, or within one group) up to which a best-fit search
+# looks at each of them instead of keeping sorted pools: for a few workers the look costs less than
+# making the pools, and than passing every later change of those workers on to them.
+_SCANNED = 40
 _NONE: set[int] = set()  # no candidates (never added to)
 _FEW = 16  # changes since a search below which they are looked at one by one
+
+
+def _scanned(levels: list[tuple[int, ...]]) -> bool:
+    """Whether a search over these levels scans them rather than keeping pools (see `_SCANNED`)."""
+    return sum(map(len, levels)) <= _SCANNED
 
 
 def best_fit(plan: list[Pool], need: Vector, free: list[Vector]) -> int | None:
@@ -374,7 +383,10 @@ class Ledger:
         return plan
 
     def only_pool(self, shape: Shape) -> Pool | None:
-        """The one pool a shape searches, or None when it has preference levels to go through."""
+        """The one pool a shape searches, or None when it has preference levels to go through or
+        few workers (see `finder`)."""
+        if _scanned(self.ix.levels(shape)):
+            return None
         plan = self.plan(shape)
         return plan[0] if len(plan) == 1 else None
 
@@ -399,12 +411,12 @@ class Ledger:
 
     def finder(self, shape: Shape, group: tuple[str, str] | None = None, plain: bool = False) -> Finder:
         """How to find the best fit for `shape` (within `group` when given): through the pools,
-        or, `plain`, by scanning its preference levels."""
+        or, `plain` or where it may use few workers, by scanning its preference levels."""
         key = (shape, group, plain)
         find = self._finders.get(key)
         if find is None:
-            if plain:
-                levels = self.ix.levels(shape) if group is None else self.group_levels(shape)[group]
+            levels = self.ix.levels(shape) if group is None else self.group_levels(shape)[group]
+            if plain or _scanned(levels):
                 find = partial(scanned_best_fit, levels)
             else:
                 plan = self.plan(shape) if group is None else self.group_plan(shape, group)
