@@ -9,11 +9,13 @@ from dataclasses import replace
 
 import pytest
 
+from iris.core.constraints import Op
 from iris.scheduler.fit import ShapeCache
 from iris.scheduler.index import ClusterIndex
-from iris.scheduler.ledger import _SCANNED, Ledger, best_fit, scanned_best_fit
+from iris.scheduler.ledger import _SCANNED, Ledger, Pool, best_fit, scanned_best_fit
 from iris.scheduler.tick import run_tick
 
+from .scheduler_builders import cpu_request, cpu_worker, job, prefer, snapshot
 from .test_scheduler_fast_paths import plain, random_snapshot
 
 
@@ -63,3 +65,18 @@ def test_searches_over_few_workers_scan_them_without_pools():
         assert tick.result() == plain(snap), f"seed {seed}"
         checked += 1
     assert checked >= 10, checked
+
+
+def test_run_spilling_to_a_later_preference_level_searches_each_level_once(monkeypatch):
+    """An independent job whose run fills its preferred workers and goes on to the rest places
+    with one search per preference level, not one per worker it fills, and as the plain pass."""
+    workers = [cpu_worker(f"w{i:02d}", cpu=4, zone="a" if i % 3 == 0 else "b") for i in range(60)]
+    tasks = job("/p/spill", cpu_request(cpu=1), replicas=120, constraints=(prefer("zone", Op.EQ, "a"),))
+    snap = snapshot(workers, [tasks])
+    searches = []
+    fill = Pool.fill
+    monkeypatch.setattr(Pool, "fill", lambda pool, *args: searches.append(pool) or fill(pool, *args))
+    result = run_tick(snap).result()
+    assert len(result.assignments) == 120
+    assert len(searches) == 2
+    assert result == plain(snap)

@@ -382,13 +382,10 @@ class Ledger:
             plan = self._plans[key] = [self.pool(m) for m in self.ix.search_sets(shape)]
         return plan
 
-    def only_pool(self, shape: Shape) -> Pool | None:
-        """The one pool a shape searches, or None when it has preference levels to go through or
-        few workers (see `finder`)."""
-        if _scanned(self.ix.levels(shape)):
-            return None
-        plan = self.plan(shape)
-        return plan[0] if len(plan) == 1 else None
+    def pools(self, shape: Shape) -> list[Pool] | None:
+        """The pools a shape searches, in preference order, or None when it may use few workers
+        (see `finder`)."""
+        return None if _scanned(self.ix.levels(shape)) else self.plan(shape)
 
     def group_levels(self, shape: Shape) -> dict[tuple[str, str], list[tuple[int, ...]]]:
         """Per coscheduling group (shared `tpu-name`, `pool`, or backend), the workers a shape may

@@ -109,22 +109,24 @@ def place_independent(
     entry = memo.independent.get(id(shape))
     if entry is None:
         plain = memo.plain
-        pool = None if plain else ledger.only_pool(shape)
-        entry = memo.independent[id(shape)] = [ledger.finder(shape, None, plain), pool, shape in memo.no_fit, shape]
-    find, pool, no_fit, _ = entry
+        pools = None if plain else ledger.pools(shape)
+        entry = memo.independent[id(shape)] = [ledger.finder(shape, None, plain), pools, shape in memo.no_fit, shape]
+    find, pools, no_fit, _ = entry
     need = shape.need
     i, n = 0, len(tasks)
     free, hosts, assigned = ledger.free, ledger.workers, placed.assignments
-    if no_fit:
-        pool = None
-    if pool is not None:
-        # One call places the run over as many workers as it takes, each the best fit in turn.
-        for filled, k in pool.fill(need, free, n, ledger.take):
-            worker = hosts[filled]
-            assigned.extend(
-                assignments(map(_task_id, tasks if k == n else tasks[i : i + k]), worker.worker_id, worker.backend_id)
-            )
-            i += k
+    if pools is not None and not no_fit:
+        # One call per preference level places the run over as many of its workers as it takes,
+        # each the best fit in turn; a level is searched once those before it hold no more (free
+        # capacity only shrinks while a job is placed, so none of them holds more later).
+        for pool in pools:
+            for filled, k in pool.fill(need, free, n - i, ledger.take):
+                worker = hosts[filled]
+                run = tasks if k == n else tasks[i : i + k]
+                assigned.extend(assignments(map(_task_id, run), worker.worker_id, worker.backend_id))
+                i += k
+            if i == n:
+                break
         no_fit = i < n
     while i < n:
         w = None if no_fit else find(need, free)
