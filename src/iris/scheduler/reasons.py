@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 
-from iris.scheduler.fit import DEVICES, DIMENSIONS, Shape, amount, copies, fits
+from iris.scheduler.fit import DEVICES, DIMENSIONS, Shape, Vector, amount, copies, fits
 from iris.scheduler.gangs import GangSlots, Group
 from iris.scheduler.gating import over_budget_note
 from iris.scheduler.ledger import Ledger, WorkerClass
@@ -83,17 +83,12 @@ class PoolStats:
         """For the workers `members` (named by `key`, what selects them), per backend the most free."""
         found = self._by_members.get(key)
         if found is None:
-            found = {}
+            by_backend: dict[str, list[Vector]] = defaultdict(list)
+            workers, free = ledger.workers, ledger.free
             for w in members:
-                backend = ledger.workers[w].backend_id
-                free = ledger.free[w]
-                best = found.get(backend)
-                if best is None:
-                    found[backend] = list(free)
-                else:
-                    for d in DIMENSIONS:
-                        if free[d] > best[d]:
-                            best[d] = free[d]
+                by_backend[workers[w].backend_id].append(free[w])
+            # Per dimension, the most of its column (in C: a backlog's reasons read every worker).
+            found = {backend: list(map(max, zip(*vectors))) for backend, vectors in by_backend.items()}
             self._by_members[key] = found
         return found
 
