@@ -227,9 +227,10 @@ class ClusterIndex:
         self._moved: set[int] = set()
         self.never: dict[tuple, str | None] = {}
         self.shapes = ShapeCache()  # compiled requests: a function of the request alone
-        # Worker sets (levels, and levels within a group) are numbered, and each worker lists the
-        # numbers of the sets it belongs to: hashing a set of thousands of workers costs too much
-        # to do on every change of free capacity.
+        # Worker sets that keep a change log in a tick (a pool's, a group count's) are numbered on
+        # first use (`register`), and each worker lists the numbers of the sets it belongs to:
+        # hashing a set of thousands of workers costs too much to do on every change of free
+        # capacity.
         self.set_ids: dict[tuple[int, ...], int] = {}
         self.member_of: defaultdict[int, list[int]] = defaultdict(list)
 
@@ -398,7 +399,6 @@ class ClusterIndex:
         found = self._levels.get(key)
         if found is None:
             found = self._levels[key] = self._split(shape, self.matching(shape.hard))
-            self._register(found)
         return found
 
     def search_sets(self, shape: Shape) -> list[tuple[int, ...]]:
@@ -434,7 +434,6 @@ class ClusterIndex:
         for level in levels:
             joined = level if not joined else tuple(sorted(joined + level))
             sets.append(joined)
-        self._register(sets)
         return sets
 
     def group_levels(self, shape: Shape) -> list[tuple[tuple[str, str], list[tuple[int, ...]]]]:
@@ -446,21 +445,24 @@ class ClusterIndex:
             for w in self.matching(shape.hard):
                 by_group[self.group_of[w]].append(w)
             found = self._group_levels[key] = [(g, self._split(shape, by_group[g])) for g in sorted(by_group)]
-            self._register(levels for _, group in found for levels in group)
         return found
 
-    def _register(self, worker_sets: Iterable[tuple[int, ...]]) -> None:
-        # Under a lock, and a set's number is published only once its workers list it: `explain`
-        # may fill these caches while the tick reads them, and a change log kept for a number that
-        # some of its workers do not list yet would miss their changes.
-        with _REGISTERING:
-            for members in worker_sets:
-                if members in self.set_ids:
-                    continue
-                number = len(self.set_ids)
-                for w in members:
-                    self.member_of[w].append(number)
-                self.set_ids[members] = number
+    def register(self, members: tuple[int, ...]) -> int:
+        """The number of a worker set, given on its first use (see `set_ids`): only sets that
+        keep a change log are numbered, so a worker lists only those."""
+        number = self.set_ids.get(members)
+        if number is None:
+            # Under a lock, and a set's number is published only once its workers list it:
+            # `explain` may number sets while the tick reads them, and a change log kept for a
+            # number that some of its workers do not list yet would miss their changes.
+            with _REGISTERING:
+                number = self.set_ids.get(members)
+                if number is None:
+                    number = len(self.set_ids)
+                    for w in members:
+                        self.member_of[w].append(number)
+                    self.set_ids[members] = number
+        return number
 
     def preemptible_workers(self, shape: Shape) -> tuple[int, ...]:
         """Alive workers matching `shape` on which it may evict lower-band work (same device variant)."""
@@ -476,17 +478,19 @@ class ClusterIndex:
         self, hard: tuple[Constraint, ...]
     ) -> tuple[dict[tuple[str, str], tuple[int, ...]], dict[int, tuple[str, str]], int]:
         """The alive workers matching `hard` per coscheduling group, each worker's group, and the
-        number of the whole set (see `_register`)."""
+        number of the whole set (see `register`)."""
         found = self._gang_groups.get(hard)
         if found is None:
             members = self.matching(hard)
             by_group: dict[tuple[str, str], list[int]] = defaultdict(list)
             for w in members:
                 by_group[self.group_of[w]].append(w)
-            whole = tuple(members)
-            self._register((whole,))
             groups = {g: tuple(ws) for g, ws in by_group.items()}
-            found = self._gang_groups[hard] = (groups, {w: self.group_of[w] for w in members}, self.set_ids[whole])
+            found = self._gang_groups[hard] = (
+                groups,
+                {w: self.group_of[w] for w in members},
+                self.register(tuple(members)),
+            )
         return found
 
     def gang_counts(self, hard: tuple[Constraint, ...], need: Vector, limit: int) -> Counts:

@@ -364,7 +364,7 @@ class Ledger:
         pool = self._pools.get(members)
         if pool is None:
             ix = self.ix
-            log = self.log(ix.set_ids[members], ix.member_set(members))  # a set has one pool: its own log
+            log = self.log(ix.register(members), ix.member_set(members))  # a set has one pool: its own log
             pool = self._pools[members] = Pool(members, ix.sorted_keys(members), ix.key, self.key, ix.packing, log)
             changed = self._changed
             if len(members) < len(changed):
