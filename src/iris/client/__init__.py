@@ -21,11 +21,25 @@ _MODULES = {
 
 
 def __getattr__(name: str) -> object:
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'iris.client' has no attribute {name!r}")
+    """A public name, imported now; or a submodule (`iris.client.launch`), as the package's import
+    of these names once made every one they come from an attribute of it."""
     import importlib
 
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    module = _MODULES.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+    if not name.startswith("_") and name in _submodules():
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'iris.client' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(({*globals(), *__all__, *_submodules()}) - {"TYPE_CHECKING"})
+
+
+def _submodules() -> set[str]:
+    import pkgutil
+
+    return {m.name for m in pkgutil.iter_modules(__path__)}
