@@ -293,7 +293,10 @@ class SnapshotLoader:
     def _forget_finished(self, active: set[str]) -> None:
         """Drops cached configs of jobs that no longer run or wait, once they outnumber the live ones."""
         if len(self._configs) > 2 * len(active) + 1000:
-            self._configs = {j: c for j, c in self._configs.items() if j in active}
+            # An explain call caches configs from an API thread without the load lock: walking a copy
+            # (taken in one C call) keeps its insert from breaking the walk; a config it adds meanwhile
+            # may be dropped, and is read again when next needed.
+            self._configs = {j: c for j, c in self._configs.copy().items() if j in active}
 
     def load_running(self) -> tuple[RunningTask, ...]:
         with self.db.read() as conn:
