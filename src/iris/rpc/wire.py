@@ -240,21 +240,12 @@ def _decode(buf: bytes, pos: int, end: int, index: _Index, seen: dict[bytes, tup
     by_key, numbers = index
     out: dict[str, Any] = {}
     while pos < end:
-        # Varints are read inline: this loop runs once per field of every message of a page.
+        # A varint's first byte is read inline (this loop runs once per field of every message of a
+        # page, and keys, lengths and small numbers fit in one byte); `_varint_rest` reads the rest.
         key = buf[pos]
         pos += 1
         if key >= 0x80:
-            key &= 0x7F
-            shift = 7
-            while True:
-                byte = buf[pos]
-                pos += 1
-                key |= (byte & 0x7F) << shift
-                if byte < 0x80:
-                    break
-                shift += 7
-                if shift > 63:
-                    raise Unreadable(_LONG_VARINT)
+            key, pos = _varint_rest(buf, pos, key)
         field = by_key.get(key)
         if field is None:
             if key >> 3 in numbers:
@@ -266,17 +257,7 @@ def _decode(buf: bytes, pos: int, end: int, index: _Index, seen: dict[bytes, tup
             size = buf[pos]
             pos += 1
             if size >= 0x80:
-                size &= 0x7F
-                shift = 7
-                while True:
-                    byte = buf[pos]
-                    pos += 1
-                    size |= (byte & 0x7F) << shift
-                    if byte < 0x80:
-                        break
-                    shift += 7
-                    if shift > 63:
-                        raise Unreadable(_LONG_VARINT)
+                size, pos = _varint_rest(buf, pos, size)
             start = pos
             pos += size
             if pos > end:
@@ -292,17 +273,7 @@ def _decode(buf: bytes, pos: int, end: int, index: _Index, seen: dict[bytes, tup
         value = buf[pos]
         pos += 1
         if value >= 0x80:
-            value &= 0x7F
-            shift = 7
-            while True:
-                byte = buf[pos]
-                pos += 1
-                value |= (byte & 0x7F) << shift
-                if byte < 0x80:
-                    break
-                shift += 7
-                if shift > 63:
-                    raise Unreadable(_LONG_VARINT)
+            value, pos = _varint_rest(buf, pos, value)
         if code == _INT64:
             value &= 0xFFFFFFFFFFFFFFFF  # a tenth byte's bits past the 64th are dropped, as protobuf drops them
             out[name] = value - 0x10000000000000000 if value >= 0x8000000000000000 else value
@@ -346,6 +317,21 @@ def _decode(buf: bytes, pos: int, end: int, index: _Index, seen: dict[bytes, tup
     return out
 
 
+def _varint_rest(buf: bytes, pos: int, first: int) -> tuple[int, int]:
+    """A varint whose first byte, `first` (at least 0x80), came just before `pos`: its value and where
+    the bytes after it start."""
+    value, shift = first & 0x7F, 7
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise Unreadable(_LONG_VARINT)
+
+
 def _skip(buf: bytes, pos: int, end: int, wire: int) -> int:
     """Where a field of an unknown number ends, its value starting at `pos`."""
     if wire == _VARINT:
@@ -360,14 +346,9 @@ def _skip(buf: bytes, pos: int, end: int, wire: int) -> int:
     if wire == _FIXED32:
         return pos + 4
     if wire == _LENGTH:
-        size, shift = 0, 0
-        while True:
-            byte = buf[pos]
-            pos += 1
-            size |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                return pos + size
-            shift += 7
-            if shift > 63:
-                raise Unreadable(_LONG_VARINT)
+        size = buf[pos]
+        pos += 1
+        if size >= 0x80:
+            size, pos = _varint_rest(buf, pos, size)
+        return pos + size
     raise Unreadable(f"wire type {wire} is not one this reader takes")
