@@ -47,6 +47,8 @@ def message_doc(decoded: dict[str, Any], fields: tuple) -> dict[str, Any]:
             value = [message_doc(item, nested) for item in value] if value else []
         elif code == _COLLECTION:
             value = value or default.copy()
+        elif code == _MAP:
+            value = dict(sorted(value.items())) if value else {}  # by key, as `message_to_dict` prints it
         elif value is None:
             value = default
         elif code == _INT64:
@@ -63,9 +65,9 @@ def message_doc(decoded: dict[str, Any], fields: tuple) -> dict[str, Any]:
 
 
 # How `message_doc` treats a field, by its kind: a scalar printed as it is (or its default), an
-# int64 (quoted past 2**53), a double (checked), a repeated string or a map, a message, or a
+# int64 (quoted past 2**53), a double (checked), a repeated string, a map (printed by key), a message, or a
 # repeated message. A table's plan is worked out once.
-_SCALAR, _INT64, _FLOAT, _COLLECTION, _MESSAGE, _MESSAGES = range(6)
+_SCALAR, _INT64, _FLOAT, _COLLECTION, _MAP, _MESSAGE, _MESSAGES = range(7)
 _PLANS: dict[int, tuple] = {}
 
 
@@ -78,8 +80,10 @@ def _plan(fields: tuple) -> tuple:
                 steps.append((name, _MESSAGE, None, kind))
             elif kind.__class__ is list:
                 steps.append((name, _MESSAGES, None, kind[0]))
-            elif kind == "strs" or kind == "map":
-                steps.append((name, _COLLECTION, [] if kind == "strs" else {}, None))
+            elif kind == "strs":
+                steps.append((name, _COLLECTION, [], None))
+            elif kind == "map":
+                steps.append((name, _MAP, None, None))
             elif kind == "int64" or kind == "float":
                 steps.append((name, _INT64 if kind == "int64" else _FLOAT, _DEFAULTS[kind], None))
             else:

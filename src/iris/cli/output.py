@@ -17,14 +17,54 @@ if TYPE_CHECKING:
 
 
 def message_to_dict(message: Any) -> dict[str, Any]:
+    """`message` as a JSON document: every field by its proto name, a map's entries by key (protobuf
+    keeps a decoded map in an order that changes from one process to the next)."""
     from google.protobuf import json_format
 
-    return json_format.MessageToDict(
+    doc = json_format.MessageToDict(
         message,
         always_print_fields_with_no_presence=True,
         preserving_proto_field_name=True,
         unquote_int64_if_possible=True,
     )
+    _sort_maps(message, doc)
+    return doc
+
+
+def _sort_maps(message: Any, doc: dict[str, Any]) -> None:
+    for name, is_map, nested in _map_paths(message.DESCRIPTOR):
+        value = doc.get(name)
+        if not value:
+            continue
+        if is_map:
+            doc[name] = dict(sorted(value.items()))
+        elif nested.is_repeated:
+            for item, item_doc in zip(getattr(message, name), value, strict=True):
+                _sort_maps(item, item_doc)
+        else:
+            _sort_maps(getattr(message, name), value)
+
+
+_MAP_PATHS: dict[Any, tuple] = {}
+
+
+def _map_paths(descriptor: Any) -> tuple:
+    """The fields of messages of `descriptor` that hold a map, or a message that does (with the field
+    itself as its third item), worked out once per message type."""
+    paths = _MAP_PATHS.get(descriptor)
+    if paths is None:
+        _MAP_PATHS[descriptor] = ()  # a message type that holds itself adds nothing while it is worked out
+        found = []
+        for field in descriptor.fields:
+            kind = field.message_type
+            if kind is None:
+                continue
+            if kind.GetOptions().map_entry:
+                found.append((field.name, True, field))
+            elif _map_paths(kind):
+                found.append((field.name, False, field))
+        paths = _MAP_PATHS[descriptor] = tuple(found)
+    return paths
 
 
 def dump_json(doc: Any) -> str:
