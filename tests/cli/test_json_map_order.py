@@ -50,3 +50,14 @@ def test_the_same_answer_prints_the_same_document_in_every_process():
     }
     assert len(printed) == 1
     assert list(json.loads(printed.pop())["jobs"][1]["task_counts"]) == sorted(STATES)
+
+
+def test_well_known_types_print_as_protobuf_prints_them():
+    """A raw query's rows are ListValues (of Values, which may hold a Struct): protobuf prints them as
+    plain JSON lists and objects, which the ordering of maps leaves as they are."""
+    resp = pb.ExecuteRawQueryResponse(columns=["a", "b"])
+    row = resp.rows.add()
+    row.values.add().string_value = "x"
+    row.values.add().struct_value.update({"z": 1, "fields": [1, 2], "a": {"b": 2}})
+    doc = message_to_dict(pb.ExecuteRawQueryResponse.FromString(resp.SerializeToString()))
+    assert doc["rows"] == [["x", {"z": 1.0, "fields": [1.0, 2.0], "a": {"b": 2.0}}]]

@@ -57,8 +57,8 @@ def _map_paths(descriptor: Any) -> tuple:
         found = []
         for field in descriptor.fields:
             kind = field.message_type
-            if kind is None:
-                continue
+            if kind is None or kind.full_name.startswith("google.protobuf."):
+                continue  # a well-known type prints as a plain JSON value (a Struct as an object), its maps included
             if kind.GetOptions().map_entry:
                 found.append((field.name, True, field))
             elif _map_paths(kind):
