@@ -35,9 +35,9 @@ def _stale_peers(conn: Connection) -> frozenset[str]:
     return frozenset(r[0] for r in conn.execute(sql("SELECT peer_id FROM federation_sync_state WHERE stale = 1")))
 
 
-def _waiting(row) -> bool:
+def _waiting(state: str, cancel_requested) -> bool:
     """Pending, or live but stopping (a cancel its peer has not confirmed yet): the reason says why."""
-    return row["state"] == "PENDING" or (row["state"] == "RUNNING" and bool(row["cancel_requested"]))
+    return state == "PENDING" or (state == "RUNNING" and bool(cancel_requested))
 
 
 def _job_message(
@@ -61,7 +61,7 @@ def _job_message(
         submitted_ms=row["submitted_ms"],
         started_ms=row["started_ms"] or 0,
         finished_ms=row["finished_ms"] or 0,
-        pending_reason=row["pending_reason"] if _waiting(row) else "",
+        pending_reason=row["pending_reason"] if _waiting(row["state"], row["cancel_requested"]) else "",
         error=row["error"] or "",
         parent_job_id=row["parent_job_id"] or "",
     )
@@ -102,19 +102,22 @@ def _for_jobs(conn: Connection, query: str, job_ids: list[str]) -> list:
     return out
 
 
-def _counts(conn: Connection, job_ids: list[str]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {j: {} for j in job_ids}
-    query = "SELECT job_id, state, COUNT(*) FROM tasks WHERE job_id IN ({ids}) GROUP BY job_id, state"
-    for job_id, state, n in _for_jobs(conn, query, job_ids):
-        out[job_id][state] = n
-    return out
-
-
-def _exit_codes(conn: Connection, rows) -> dict[str, int]:
-    """The exit code of each single-task job of `rows` whose task has one (a job of several has none)."""
-    single = [r["job_id"] for r in rows if r["replicas"] == 1]
-    query = "SELECT job_id, exit_code FROM tasks WHERE idx = 0 AND exit_code IS NOT NULL AND job_id IN ({ids})"
-    return {job_id: code for job_id, code in _for_jobs(conn, query, single)}
+def _counts_and_codes(
+    conn: Connection, job_ids: list[str], single: set[str]
+) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    """Per job of `job_ids`, its tasks counted by state, and the exit code of each job of `single`
+    (its single-task jobs: a job of several has none) whose task has one, from one grouped query."""
+    counts: dict[str, dict[str, int]] = {j: {} for j in job_ids}
+    codes: dict[str, int] = {}
+    query = (
+        "SELECT job_id, state, COUNT(*), MAX(CASE WHEN idx = 0 THEN exit_code END) FROM tasks"
+        " WHERE job_id IN ({ids}) GROUP BY job_id, state"
+    )
+    for job_id, state, n, code in _for_jobs(conn, query, job_ids):
+        counts[job_id][state] = n
+        if code is not None and job_id in single:
+            codes[job_id] = code
+    return counts, codes
 
 
 def _handles(conn: Connection, job_ids: list[str]) -> dict[str, dict[str, str]]:
@@ -133,8 +136,8 @@ def get_job(conn: Connection, job_id: str, local_cluster: str) -> pb.JobStatus:
         .mappings()
         .first()
     )
-    code = _exit_codes(conn, [row]).get(job_id)
-    msg = _job_message(row, _counts(conn, [job_id])[job_id], cfg, fed, local_cluster, _stale_peers(conn), code)
+    counts, codes = _counts_and_codes(conn, [job_id], {job_id} if row["replicas"] == 1 else set())
+    msg = _job_message(row, counts[job_id], cfg, fed, local_cluster, _stale_peers(conn), codes.get(job_id))
     if fed is not None:
         msg.last_sync_ms = _last_sync_ms(conn, fed["peer_id"])
     return msg
@@ -227,17 +230,7 @@ def _add_page(conn: Connection, jobs: Any, rows: Sequence[tuple], local_cluster:
     answer) from its row unpacked by position, and the task counts and exit codes come from one
     grouped query: the page is built in about a third of the time that `_job_message` per row took."""
     ids = [r[0] for r in rows]
-    counts: dict[str, dict[str, int]] = {j: {} for j in ids}
-    codes: dict[str, int] = {}
-    single = {r[0] for r in rows if r[7] == 1}  # a job of several tasks has no exit code
-    query = (
-        "SELECT job_id, state, COUNT(*), MAX(CASE WHEN idx = 0 THEN exit_code END) FROM tasks"
-        " WHERE job_id IN ({ids}) GROUP BY job_id, state"
-    )
-    for job_id, state, n, code in _for_jobs(conn, query, ids):
-        counts[job_id][state] = n
-        if code is not None and job_id in single:
-            codes[job_id] = code
+    counts, codes = _counts_and_codes(conn, ids, {r[0] for r in rows if r[7] == 1})
     handles = _handles(conn, ids)
     stale = _stale_peers(conn)
     add = jobs.add
@@ -258,7 +251,6 @@ def _add_page(conn: Connection, jobs: Any, rows: Sequence[tuple], local_cluster:
         parent_job_id,
         cancel_requested,
     ) in rows:
-        waiting = state == "PENDING" or (state == "RUNNING" and bool(cancel_requested))  # as `_waiting` says
         msg = add(
             job_id=job_id,
             state=state,
@@ -271,7 +263,7 @@ def _add_page(conn: Connection, jobs: Any, rows: Sequence[tuple], local_cluster:
             submitted_ms=submitted_ms,
             started_ms=started_ms or 0,
             finished_ms=finished_ms or 0,
-            pending_reason=pending_reason if waiting else "",
+            pending_reason=pending_reason if _waiting(state, cancel_requested) else "",
             error=error or "",
             parent_job_id=parent_job_id or "",
         )
