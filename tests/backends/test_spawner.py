@@ -8,6 +8,7 @@ import errno
 import os
 import select
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from iris.backends.local.backend import LocalBackend
 from iris.backends.local.containment import Containment
 from iris.backends.local.spawner import Spawned, Spawner, SpawnerGone
+from iris.backends.local.wrapper import start_wrapper
 from iris.backends.protocol import AttemptExit, LaunchSpec
 from iris.core.config import LocalBackendConfig
 from iris.core.resources import Resources
@@ -69,6 +71,26 @@ def test_spawned_process_and_its_children_hold_the_process_limit_it_is_given(spa
     assert _exit_of(spawner, started) == 0
     (line,) = [line for line in out.read_text().splitlines() if line.startswith("Max processes")]
     assert line.split()[2:4] == ["77", "77"], line
+
+
+@pytest.mark.parametrize("kind", ["cgroup", "subreaper"])
+def test_wrapper_started_directly_hands_its_command_the_process_limit(tmp_path, kind):
+    containment = Containment(tmp_path)
+    if kind == "subreaper":  # contained by its own pre-exec step, which the limit must not replace
+        containment.base, containment.kind = None, "subreaper"
+    elif containment.base is None:
+        pytest.skip("no writable cgroup v2 here")
+    folder = tmp_path / "attempt"
+    folder.mkdir()
+    argv = ["0", "/bin/cat", "/proc/self/limits"]
+    cgroup = containment.prepare(folder.name)
+    pid, popen = start_wrapper(None, containment, folder, cgroup, argv, str(tmp_path), {}, nproc=77)
+    assert isinstance(popen, subprocess.Popen) and popen.wait(timeout=30) == 0
+    out = (folder / "stdout").read_text()
+    (line,) = [line for line in out.splitlines() if line.startswith("Max processes")]
+    assert line.split()[2:4] == ["77", "77"], line
+    assert (folder / "exit").read_text().strip() == "0"
+    containment.end(folder.name, "attempt")
 
 
 def test_spawned_process_leads_its_own_session_and_a_signal_is_reported_as_negative(spawner, tmp_path):

@@ -80,7 +80,6 @@ _SPAWNER = object()  # the selector's key for the spawner's exit reports
 MARKS = ".live"  # under the attempts root: each backend's markers of the attempts it has not seen end
 _SHELL_CHARS = re.compile(r"[\s;&|<>$`'\"*?(){}]")
 SETPRIV = "/usr/bin/setpriv"  # util-linux: runs a command under another uid, gid and no extra groups
-PRLIMIT = "/usr/bin/prlimit"  # util-linux: runs a command with other resource limits
 STOP_GRACE_S = 10.0
 PUMP_INTERVAL_S = 0.1
 THREAD_STALL_S = 60.0  # a loop iteration of a backend thread longer than this is a stall
@@ -313,9 +312,8 @@ class LocalBackend:
             os.chown(home, spec.uid, gid)
             command = [SETPRIV, f"--reuid={spec.uid}", f"--regid={gid}", "--clear-groups", "--", *command]
             # Counted over all of the uid's processes: one user's tasks forking without end stop at
-            # it, and the host keeps room for the controller and everyone else. Set by the spawner
-            # in the wrapper (root, which it does not hold) for the command to inherit; started
-            # directly, the command runs under `prlimit`.
+            # it, and the host keeps room for the controller and everyone else. Set in the wrapper
+            # (root, which it does not hold) before its exec, for the command to inherit.
             nproc = spec.max_processes
         devices = self._take_devices(
             spec.worker_id, spec.resources.device.count if spec.resources.device.kind == "gpu" else 0
@@ -380,10 +378,10 @@ class LocalBackend:
                     self._attempts.pop(spec.attempt_id, None)
                     record.awaiting = False
                 self._spawner_gone(spawner)
-        if nproc:
-            argv = [str(len(layers)), *layers, PRLIMIT, f"--nproc={nproc}:{nproc}", "--", *command]
         try:
-            pid, popen = start_wrapper(None, self.containment, folder, cgroup, argv, workdir, env, umask=umask)
+            pid, popen = start_wrapper(
+                None, self.containment, folder, cgroup, argv, workdir, env, umask=umask, nproc=nproc
+            )
         except OSError as exc:
             raise self._not_started(spec, folder, devices, workdir, exc) from None
         assert isinstance(popen, subprocess.Popen)  # started without a spawner

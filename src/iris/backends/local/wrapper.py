@@ -10,6 +10,7 @@ way so that a restarted controller, or a restarted daemon, finds them by the sam
 from __future__ import annotations
 
 import logging
+import resource
 import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -61,11 +62,14 @@ def start_wrapper(
     umask: int = -1,
     gone: Callable[[Spawner], None] = lambda spawner: None,
     early: bool = False,
+    nproc: int = 0,
 ) -> tuple[int, Spawned | subprocess.Popen]:
     """Starts the wrapper of the attempt in `folder` on `argv` (the layer count, the layers, the
     command): through `spawner`, born in `cgroup`, or without one (or once it has gone, which
     `gone` is told) directly. Returns its pid and what started it; OSError when it cannot start.
-    With `early`, a spawner answers before the wrapper has exec'd (see `Spawner.spawn`)."""
+    With `early`, a spawner answers before the wrapper has exec'd (see `Spawner.spawn`). With
+    `nproc`, the wrapper and what it runs inherit that process limit (see `Spawner.spawn`), set in
+    the child on both paths."""
     if spawner is not None:
         try:
             spawned = spawner.spawn(
@@ -78,6 +82,7 @@ def start_wrapper(
                 umask=umask,
                 subreaper=containment.kind == "subreaper",
                 early=early,
+                nproc=nproc,
             )
             return spawned.pid, spawned
         except SpawnerGone:
@@ -92,7 +97,22 @@ def start_wrapper(
             env=env,
             start_new_session=True,
             close_fds=True,
-            preexec_fn=containment.preexec(),
+            preexec_fn=_preexec(containment.preexec(), nproc),
             umask=umask,
         )
     return popen.pid, popen
+
+
+def _preexec(then: Callable[[], None] | None, nproc: int) -> Callable[[], None] | None:
+    """What the directly started wrapper runs before its exec: `then`, after setting the process
+    limit `nproc` (none when 0), which its root self is exempt from and a command that drops to a
+    task's uid is held to."""
+    if not nproc:
+        return then
+
+    def limit() -> None:  # runs in the child between fork and exec
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        if then is not None:
+            then()
+
+    return limit
