@@ -120,3 +120,28 @@ def test_sync_reports_each_jobs_last_log_line_and_the_parent_relays_every_line(c
     last = peer.fetch_logs(pb.FetchLogsRequest(job_id=on_peer(chatty), task_index=-1)).lines[-1].seq
     assert full.reports_log_heads
     assert dict(full.log_heads) == {on_peer(quiet): 0, on_peer(chatty): last}
+
+
+def test_syncs_of_a_handed_off_job_update_its_mirrored_tasks_in_place_and_never_force_a_full_pending_read(
+    controller_factory, tmp_path
+):
+    marin, _, token = start_pair(controller_factory)
+    c = client(marin, token)
+    flag = tmp_path / "finish"
+    wait = ("sh", "-c", f"while [ ! -f {flag} ]; do sleep 0.1; done")
+    job = c.launch_job(gpu_job("away", "h100", count=1, replicas=2, command=wait)).job_id
+    wait_until(
+        lambda: [t.state for t in status(c, job).tasks] == ["RUNNING", "RUNNING"],
+        timeout=60,
+        message="both tasks running on the peer, as mirrored here",
+    )
+    flag.touch()
+    done = wait_state(c, job, timeout=30)
+    assert done.job.state == "SUCCEEDED"
+    assert [(t.state, t.cluster) for t in done.tasks] == [("SUCCEEDED", "cw-h100")] * 2
+    # Deleting a task is the one write the scheduler's loader answers with a read of every pending
+    # task; the syncs that took the mirrored tasks from pending to running to done deleted none.
+    deletes = client(marin).execute_raw_query(
+        pb.ExecuteRawQueryRequest(sql="SELECT deletes FROM schedule_inputs WHERE id = 0")
+    )
+    assert int(deletes.rows[0].values[0].number_value) == 0

@@ -6,12 +6,12 @@ controller has one: on the parent of a burst they otherwise took the write lock 
 of the submits still arriving, each a transaction of its own that the next group waited behind.
 
 `apply_sync` folds a peer's report into mirrored rows (job, tasks, attempts stamped with the
-peer's name) and advances the cursor in the same transaction, so a crash between the two can only
-make the next sync repeat work, never skip it. A job this cluster cancelled never moves back to a
-live state because a report from before the cancel arrives late. A report of a job whose states
-this cluster does not know (a peer of another version) or whose tasks are not that job's is
-skipped with a warning: it would otherwise write rows that stopping or rolling up the job cannot
-read.
+peer's name; tasks and attempts written in place, see `_MirroredRows`) and advances the cursor in
+the same transaction, so a crash between the two can only make the next sync repeat work, never
+skip it. A job this cluster cancelled never moves back to a live state because a report from
+before the cancel arrives late. A report of a job whose states this cluster does not know (a peer
+of another version) or whose tasks are not that job's is skipped with a warning: it would
+otherwise write rows that stopping or rolling up the job cannot read.
 """
 
 from __future__ import annotations
@@ -328,15 +328,61 @@ _MIRROR_JOB_SQL = (
     "UPDATE jobs SET state = :s, started_ms = :st, finished_ms = :fin, error = :e, pending_reason = :r,"
     " cluster = :p WHERE job_id = :j"
 )
-_INSERT_TASK_SQL = (
-    "INSERT INTO tasks (task_id, job_id, idx, state, attempt, backend_id, worker_id, failure_count,"
-    " preemption_count, exit_code, started_ms, finished_ms, error, cluster)"
-    " VALUES (:t, :j, :i, :s, :a, :b, :w, :f, :pc, :c, :st, :fin, :e, :p)"
+
+
+class _MirroredRows:
+    """Writes a job's mirrored rows of one table in place: a reported row that is new is inserted,
+    one that differs from the stored row is updated, and a stored row the report no longer names is
+    deleted (`first_only` columns keep the value first written).
+
+    In place and only where changed: deleting a job's mirrored tasks and inserting them again sent
+    the snapshot loader back to a read of every pending task after each sync of a handed-off job
+    (a deleted task is a change its stamps cannot name; see `SCHEDULE_CHANGES`), and rewriting an
+    unchanged row stamps its task and moves the scheduler's inputs for nothing. Not an UPSERT:
+    SQLite applies an outer statement's conflict clause to the statements of the triggers it
+    fires, and the stamp trigger's INSERT OR REPLACE then fails on a task stamped before."""
+
+    def __init__(self, table: str, key: str, columns: tuple[str, ...], first_only: tuple[str, ...] = ()):
+        self.key = key
+        changed = [c for c in columns if c != key and c not in first_only]
+        self._keys_sql = f"SELECT {key} FROM {table} WHERE job_id = :j"
+        self._delete_sql = f"DELETE FROM {table} WHERE {key} = :{key}"
+        self._insert_sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(f':{c}' for c in columns)})"
+        self._update_sql = (
+            f"UPDATE {table} SET {', '.join(f'{c} = :{c}' for c in changed)} WHERE {key} = :{key}"
+            f" AND ({', '.join(changed)}) IS NOT ({', '.join(f':{c}' for c in changed)})"
+        )
+
+    def write(self, conn, job_id: str, rows: list[dict]) -> None:
+        stored = {r[0] for r in run(conn, self._keys_sql, {"j": job_id})}
+        reported = {r[self.key] for r in rows}
+        gone = [{self.key: k} for k in stored - reported]  # rare: a report names every row of its job
+        if gone:
+            run_many(conn, self._delete_sql, gone)
+        known = [r for r in rows if r[self.key] in stored]
+        if known:
+            run_many(conn, self._update_sql, known)
+        new = [r for r in rows if r[self.key] not in stored]
+        if new:
+            run_many(conn, self._insert_sql, new)
+
+
+_MIRRORED_TASKS = _MirroredRows(
+    "tasks",
+    "task_id",
+    tuple(
+        "task_id job_id idx state attempt backend_id worker_id failure_count preemption_count exit_code started_ms"
+        " finished_ms error cluster".split()
+    ),
 )
-_INSERT_ATTEMPT_SQL = (
-    "INSERT INTO attempts (attempt_id, task_id, job_id, idx, attempt, state, backend_id, worker_id,"
-    " exit_code, created_ms, started_ms, finished_ms, error, cluster)"
-    " VALUES (:id, :t, :j, :i, :a, :s, :b, :w, :c, :now, :st, :fin, :e, :p)"
+_MIRRORED_ATTEMPTS = _MirroredRows(
+    "attempts",
+    "attempt_id",
+    tuple(
+        "attempt_id task_id job_id idx attempt state backend_id worker_id exit_code created_ms started_ms finished_ms"
+        " error cluster".split()
+    ),
+    first_only=("created_ms",),
 )
 _REARM_CANCEL_SQL = (
     "UPDATE federated_jobs SET cancel_intent_version = cancel_intent_version + 1"
@@ -386,52 +432,48 @@ def _mirror_job(conn, peer_id: str, synced: pb.SyncedJob, now_ms: int) -> None:
             "j": job.job_id,
         }
         run(conn, _MIRROR_JOB_SQL, params)
-    run(conn, "DELETE FROM tasks WHERE job_id = :j", {"j": job.job_id})
-    run(conn, "DELETE FROM attempts WHERE job_id = :j", {"j": job.job_id})
     tasks: list[dict] = []
     attempts: list[dict] = []
     for t in synced.tasks:
         tasks.append(
             {
-                "t": t.task_id,
-                "j": job.job_id,
-                "i": t.index,
-                "s": t.state,
-                "a": t.attempt,
-                "b": t.backend_id,
-                "w": t.worker_id,
-                "f": t.failure_count,
-                "pc": t.preemption_count,
-                "c": t.exit_code if t.has_exit_code else None,
-                "st": t.started_ms or None,
-                "fin": t.finished_ms or None,
-                "e": t.error,
-                "p": peer_id,
+                "task_id": t.task_id,
+                "job_id": job.job_id,
+                "idx": t.index,
+                "state": t.state,
+                "attempt": t.attempt,
+                "backend_id": t.backend_id,
+                "worker_id": t.worker_id,
+                "failure_count": t.failure_count,
+                "preemption_count": t.preemption_count,
+                "exit_code": t.exit_code if t.has_exit_code else None,
+                "started_ms": t.started_ms or None,
+                "finished_ms": t.finished_ms or None,
+                "error": t.error,
+                "cluster": peer_id,
             }
         )
         attempts.extend(
             {
-                "id": a.attempt_id,
-                "t": t.task_id,
-                "j": job.job_id,
-                "i": t.index,
-                "a": a.attempt,
-                "s": a.state,
-                "b": a.backend_id,
-                "w": a.worker_id,
-                "c": a.exit_code if a.has_exit_code else None,
-                "now": now_ms,
-                "st": a.started_ms or None,
-                "fin": a.finished_ms or None,
-                "e": a.error,
-                "p": peer_id,
+                "attempt_id": a.attempt_id,
+                "task_id": t.task_id,
+                "job_id": job.job_id,
+                "idx": t.index,
+                "attempt": a.attempt,
+                "state": a.state,
+                "backend_id": a.backend_id,
+                "worker_id": a.worker_id,
+                "exit_code": a.exit_code if a.has_exit_code else None,
+                "created_ms": now_ms,
+                "started_ms": a.started_ms or None,
+                "finished_ms": a.finished_ms or None,
+                "error": a.error,
+                "cluster": peer_id,
             }
             for a in t.attempts
         )
-    if tasks:
-        run_many(conn, _INSERT_TASK_SQL, tasks)
-    if attempts:
-        run_many(conn, _INSERT_ATTEMPT_SQL, attempts)
+    _MIRRORED_TASKS.write(conn, job.job_id, tasks)
+    _MIRRORED_ATTEMPTS.write(conn, job.job_id, attempts)
     run(conn, _REPORTED_SQL, {"now": now_ms, "j": job.job_id})
 
 

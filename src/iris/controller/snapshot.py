@@ -141,6 +141,7 @@ class SnapshotLoader:
         # (inputs version, deletes) the last load read at: rows stamped since are read again
         self._seen: tuple[int, int] | None = None
         self.rows_read = 0  # pending rows read from the database, over every load
+        self.full_reads = 0  # loads that read every pending row (the first, and any after a delete)
         self._lock = threading.Lock()  # the tick and an explain call may load at once
         self._running_rows: dict[str, tuple[tuple, RunningTask]] = {}
         self._index: ClusterIndex | None = None
@@ -198,6 +199,7 @@ class SnapshotLoader:
                 # tuples, since SQLAlchemy's row objects cost more than the query for thousands.
                 known, self._pending_rows, self._ready, self._others = self._pending_rows, {}, {}, set()
                 rows = run(conn, _PENDING_SQL).fetchall()
+                self.full_reads += 1
                 for row in rows:
                     self._put(conn, row, known.get(row[0]))
             else:
