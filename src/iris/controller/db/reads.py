@@ -122,6 +122,10 @@ def _counts_and_codes(
 
 def _handles(conn: Connection, job_ids: list[str]) -> dict[str, dict[str, str]]:
     """The handoff state and peer of each job of `job_ids` this cluster sent to a peer."""
+    # A cluster that never sent a job (most) answers from the index at once, instead of binding a
+    # page's ids to a query (0.3 ms of a 1,000-job page).
+    if run(conn, f"SELECT 1 FROM federated_jobs WHERE direction = {SENT} LIMIT 1").fetchone() is None:
+        return {}
     query = (
         f"SELECT job_id, handoff_state, peer_id FROM federated_jobs WHERE direction = {SENT} AND job_id IN ({{ids}})"
     )
@@ -228,7 +232,9 @@ def _add_page(conn: Connection, jobs: Any, rows: Sequence[tuple], local_cluster:
 
     A page holds a thousand jobs, so each is built in place (`add`, not a message copied into the
     answer) from its row unpacked by position, and the task counts and exit codes come from one
-    grouped query: the page is built in about a third of the time that `_job_message` per row took."""
+    grouped query: the page is built in about a third of the time that `_job_message` per row took.
+    Fields are set one by one, and those whose value is the default (an empty error, no start yet)
+    not at all: as keywords of `add` every field cost more (1,000 jobs: 1.5 against 1.0 ms)."""
     ids = [r[0] for r in rows]
     counts, codes = _counts_and_codes(conn, ids, {r[0] for r in rows if r[7] == 1})
     handles = _handles(conn, ids)
@@ -251,29 +257,37 @@ def _add_page(conn: Connection, jobs: Any, rows: Sequence[tuple], local_cluster:
         parent_job_id,
         cancel_requested,
     ) in rows:
-        msg = add(
-            job_id=job_id,
-            state=state,
-            user=user,
-            owner=owner,
-            priority=band,
-            cluster=cluster if cluster is not None else local_cluster,
-            stale=cluster in stale,
-            replicas=replicas,
-            submitted_ms=submitted_ms,
-            started_ms=started_ms or 0,
-            finished_ms=finished_ms or 0,
-            pending_reason=pending_reason if _waiting(state, cancel_requested) else "",
-            error=error or "",
-            parent_job_id=parent_job_id or "",
-        )
+        msg = add()
+        msg.job_id = job_id
+        msg.state = state
+        msg.user = user
+        msg.owner = owner
+        msg.priority = band
+        msg.replicas = replicas
+        msg.submitted_ms = submitted_ms
+        if cluster is None:
+            msg.cluster = local_cluster
+        else:
+            msg.cluster = cluster
+            msg.stale = cluster in stale
+        if started_ms:
+            msg.started_ms = started_ms
+        if finished_ms:
+            msg.finished_ms = finished_ms
+        if pending_reason and _waiting(state, cancel_requested):
+            msg.pending_reason = pending_reason
+        if error:
+            msg.error = error
+        if parent_job_id:
+            msg.parent_job_id = parent_job_id
         task_counts = msg.task_counts
         for name, n in counts[job_id].items():  # item by item: the map's update() is a Python loop of abc checks
             task_counts[name] = n
-        fed = handles.get(job_id)
-        if fed is not None:
-            msg.handoff_state = fed["handoff_state"]
-            msg.peer_id = fed["peer_id"]
+        if handles:
+            fed = handles.get(job_id)
+            if fed is not None:
+                msg.handoff_state = fed["handoff_state"]
+                msg.peer_id = fed["peer_id"]
         code = codes.get(job_id)
         if code is not None:
             msg.exit_code, msg.has_exit_code = code, True
