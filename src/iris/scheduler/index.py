@@ -227,6 +227,9 @@ class ClusterIndex:
         self._moved: set[int] = set()
         self.never: dict[tuple, str | None] = {}
         self.shapes = ShapeCache()  # compiled requests: a function of the request alone
+        # The last tick's requests (`tick.Requests`, with its shapes from `shapes`): the next tick
+        # takes them when its pending tasks and gating are the same, which it checks itself.
+        self.requests: object | None = None
         # Worker sets that keep a change log in a tick (a pool's, a group count's) are numbered on
         # first use (`register`), and each worker lists the numbers of the sets it belongs to:
         # hashing a set of thousands of workers costs too much to do on every change of free
@@ -324,6 +327,7 @@ class ClusterIndex:
             nxt._gangs = {}
             nxt._carried_gangs = self._gangs
             nxt._touched = {}
+            nxt.requests = self.requests
         nxt._carried = self._sorted
         nxt._carried_key = self.key
         nxt._moved = {w for w in changed if nxt.free[w] != self.free[w]}

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import groupby, islice
-from operator import attrgetter, lt
+from operator import attrgetter, is_, lt
 
 from iris.core.bands import Band
 from iris.scheduler.fit import Shape, ShapeCache
@@ -106,28 +106,64 @@ def _split_expired(tasks: list[PendingTask], now_ms: int) -> tuple[tuple[Pending
     return tuple(live), tuple(expired)
 
 
+@dataclass(frozen=True, slots=True)
+class Requests:
+    """A tick's pending jobs as placement takes them, and the gating they were decided by.
+
+    Kept in the worker index (`ClusterIndex.requests`) for the next tick: the controller hands on
+    a pending task as the same object while its row is unchanged, so a queue that only waits is
+    the same tasks tick after tick, and the grouping by job, the shapes and the order are taken as
+    they are when gating decides the same again (the same band for every user, the same groups
+    for coscheduled jobs with running replicas, and deadlines judged at the same time). Checking
+    that costs a pass over the bands and users, not over the tasks.
+    """
+
+    pending: tuple[PendingTask, ...]  # the snapshot's, whose tasks these are (compared by identity)
+    by_job: dict[str, list[PendingTask]]  # never changed once made: read by later ticks
+    shapes: dict[str, Shape]
+    now_ms: int | None  # the time deadlines were judged at; None when no task has a deadline
+    bands: dict[tuple[Band, str], Band]  # (band, user) -> the band it competes in
+    pinned: dict[str, tuple[str, str]]  # coscheduled job -> the group its running replicas are in
+    ordered: list[JobRequest]
+
+    def same_tasks(self, pending: tuple[PendingTask, ...]) -> bool:
+        """Whether `pending` holds the very tasks these requests were made from, in order."""
+        return pending is self.pending or (len(pending) == len(self.pending) and all(map(is_, pending, self.pending)))
+
+
 def build_requests(
-    snapshot: SchedulingSnapshot, ledger: Ledger, by_job: dict[str, list[PendingTask]], shapes: dict[str, Shape]
-) -> list[JobRequest]:
+    snapshot: SchedulingSnapshot,
+    ledger: Ledger,
+    by_job: dict[str, list[PendingTask]],
+    shapes: dict[str, Shape],
+    carried: Requests | None = None,
+) -> Requests:
     """Gating: applies budgets and deadlines to each pending job (whose shape is `shapes[job]`),
-    and orders the jobs."""
+    and orders the jobs; `carried` (made from the same tasks) is taken when gating decides as it did."""
     spend = with_peer_spend(ledger.ix.spend, snapshot.peer_spend)
     job_workers = ledger.ix.job_workers
-    running_groups: dict[str, tuple[str, str]] = {}
+    pinned: dict[str, tuple[str, str]] = {}
     for job_id in by_job.keys() & job_workers.keys():
         placed = [(t, w) for t, w in job_workers[job_id].items() if w is not None]
-        if placed:
-            running_groups[job_id] = ledger.group(min(placed)[1])
-    requests = []
+        if placed and is_coscheduled(by_job[job_id][0]):
+            pinned[job_id] = ledger.group(min(placed)[1])
     now_ms, budgets, default = snapshot.now_ms, snapshot.user_budgets, snapshot.default_budget
     # Most often no pending task has a deadline: then none is looked at job by job.
     no_deadlines = deadlines(snapshot.pending).count(None) == len(snapshot.pending)
+    judged = None if no_deadlines else now_ms
+    if (
+        carried is not None
+        and carried.now_ms == judged
+        and carried.pinned == pinned
+        and all(effective_band(b, u, spend, budgets, default) is e for (b, u), e in carried.bands.items())
+    ):
+        return carried
     bands: dict[tuple[Band, str], Band] = {}  # (band, user) -> the band it competes in: users are few
+    requests = []
     keys = []  # each request's `job_order_key`, built here rather than by a call per job
     for job_id, tasks in by_job.items():
         first = tasks[0]
         band, user = first.band, first.user
-        coscheduled = is_coscheduled(first)
         live, expired = (tuple(tasks), ()) if no_deadlines else _split_expired(tasks, now_ms)
         effective = bands.get((band, user))
         if effective is None:
@@ -146,12 +182,12 @@ def build_requests(
                     band,
                     user,
                     max(first.replicas, len(tasks)),
-                    coscheduled,
-                    running_groups.get(job_id) if coscheduled else None,
+                    is_coscheduled(first),
+                    pinned.get(job_id),
                 )
             )
         )
-    return order_requests(requests, keys)
+    return Requests(snapshot.pending, by_job, shapes, judged, bands, pinned, order_requests(requests, keys))
 
 
 def _place(tick: Tick, memo: Memo, request: JobRequest, outcome: JobOutcome) -> None:
@@ -173,11 +209,20 @@ def _place(tick: Tick, memo: Memo, request: JobRequest, outcome: JobOutcome) -> 
 def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
     """Runs the whole pipeline and keeps what `explain` needs to look at afterwards. `plain` runs
     it without the pass's indexes (see `placement.Memo`): the same decisions, found by scanning."""
-    by_job = pending_by_job(snapshot)
-    shapes = snapshot.index.shapes if isinstance(snapshot.index, ClusterIndex) else ShapeCache()
-    job_shapes = {job_id: shapes.of(tasks[0]) for job_id, tasks in by_job.items()}
+    index = snapshot.index if isinstance(snapshot.index, ClusterIndex) else None
+    carried = index.requests if index is not None else None
+    if isinstance(carried, Requests) and carried.same_tasks(snapshot.pending):
+        by_job, job_shapes = carried.by_job, carried.shapes
+    else:
+        carried = None
+        by_job = pending_by_job(snapshot)
+        shapes = index.shapes if index is not None else ShapeCache()
+        job_shapes = {job_id: shapes.of(tasks[0]) for job_id, tasks in by_job.items()}
     pins_worker = any(c.key == "worker" for shape in job_shapes.values() for c in shape.hard)
     ledger = Ledger(snapshot, per_worker=pins_worker)
+    requests = build_requests(snapshot, ledger, by_job, job_shapes, carried)
+    if index is not None:
+        index.requests = requests  # one object, replaced whole: `explain` may read it meanwhile
     tick = Tick(snapshot, ledger)
     memo = Memo(plain=plain)
     never = ledger.ix.never  # a function of the workers alone: kept across ticks with them
@@ -190,7 +235,7 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
     # places nothing either. Behind a backlog that fills the cluster, that is every job after the
     # first few, and each is passed over without a placement attempt (the plain pass still tries).
     exhausted: set[tuple[int, Band]] = set()
-    for request in build_requests(snapshot, ledger, by_job, job_shapes):
+    for request in requests.ordered:
         outcome = tick.outcomes[request.job_id] = JobOutcome(request)
         replicas = request.replicas if request.coscheduled else 1
         mine = (id(request.shape), replicas)
