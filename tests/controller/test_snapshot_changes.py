@@ -197,3 +197,22 @@ def test_every_kind_of_write_leaves_the_loader_seeing_what_a_fresh_load_sees(tmp
         else:
             _write(db, "DELETE FROM tasks WHERE job_id = :j AND idx = 1", j=job)
         assert _view(kept, now) == _view(SnapshotLoader(db), now), f"after step {step} ({kind})"
+
+
+def test_the_configs_of_a_burst_of_new_jobs_are_read_in_one_statement_and_a_bad_one_fails_alone(tmp_path):
+    db = Database(tmp_path / "controller.db")
+    loader = SnapshotLoader(db)
+    _submit(db, "first")
+    assert len(loader.load(10, WORKERS).pending) == 1
+    reads = loader.config_reads
+    for i in range(200):
+        _submit(db, f"b{i}", replicas=2)
+    assert len(loader.load(20, WORKERS).pending) == 1 + 2 * 200
+    assert loader.config_reads == reads + 1
+    again = [_submit(db, f"c{i}") for i in range(20)]
+    _write(db, 'UPDATE job_config SET resources = \'{"cpu": "lots"}\' WHERE job_id = :j', j=again[7])
+    pending = loader.load(30, WORKERS).pending
+    assert len(pending) == 1 + 2 * 200 + 19
+    assert {t.resources.cpu for t in pending} == {1}
+    assert list(loader.poisoned) == [again[7]] and "lots" in loader.poisoned[again[7]]
+    db.close()

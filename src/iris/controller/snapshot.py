@@ -23,6 +23,10 @@ from the last tick's, redoing only the workers whose running tasks changed.
 A row the loader cannot turn into a sane config (unparseable JSON, a number that is not finite or
 is out of range) is left out of the snapshot and reported in `poisoned`, for the tick to fail that
 one job; one bad row never stops the scheduling of the others.
+
+The configs of the jobs new to a load are read in one statement, not one per job: a burst of
+submits brings hundreds of jobs to the tick at once, and reading their configs one by one was
+about a tenth of the controller's CPU per submitted job with 4 clients submitting.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from iris.backends.protocol import WorkerSnapshot
-from iris.controller.db.database import Database, run, sql
+from iris.controller.db.database import Database, run
 from iris.controller.db.literals import LIVE_TASKS, PENDING
 from iris.core.bands import Band
 from iris.core.constraints import Constraint, Op
@@ -78,6 +82,29 @@ def check_stored_resources(r: Resources) -> None:
 
 def parse_constraints(raw: str) -> tuple[Constraint, ...]:
     return tuple(Constraint(k, Op(op), tuple(vals), bool(pref)) for k, op, vals, pref in json.loads(raw))
+
+
+_CONFIG_COLUMNS = (
+    "command, resources, constraints, env, workdir, coschedule, image, bundle_id, workdir_files, timeout_s"
+)
+
+
+def _parse_config(row: tuple) -> JobConfig:
+    """A job's config from its `job_config` row (`_CONFIG_COLUMNS`); raises when it cannot be used."""
+    config = JobConfig(
+        tuple(json.loads(row[0])),
+        parse_resources(row[1]),
+        parse_constraints(row[2]),
+        json.loads(row[3]),
+        row[4],
+        bool(row[5]),
+        row[6],
+        row[7],
+        row[8] if row[8].startswith("sha256:") else "",  # '{}': a job from before files ids
+        float(row[9] or 0),
+    )
+    check_stored_resources(config.resources)
+    return config
 
 
 _PENDING_COLUMNS = (
@@ -127,7 +154,7 @@ class SnapshotLoader:
         self.db = db
         self.user_budgets = dict(user_budgets or {})
         self.default_budget = default_budget
-        self._configs: dict[str, tuple[int, JobConfig]] = {}
+        self._configs: dict[str, tuple[int | None, JobConfig]] = {}
         # Jobs whose stored config could not be loaded, with why; the tick fails them and drains this.
         self.poisoned: dict[str, str] = {}
         # Jobs left out of the last snapshot because a failed task waits out its retry backoff.
@@ -142,6 +169,7 @@ class SnapshotLoader:
         self._seen: tuple[int, int] | None = None
         self.rows_read = 0  # pending rows read from the database, over every load
         self.full_reads = 0  # loads that read every pending row (the first, and any after a delete)
+        self.config_reads = 0  # statements that read job configs, over every load
         self._lock = threading.Lock()  # the tick and an explain call may load at once
         self._running_rows: dict[str, tuple[tuple, RunningTask]] = {}
         self._index: ClusterIndex | None = None
@@ -154,32 +182,39 @@ class SnapshotLoader:
     def config(self, conn, job_id: str, insertion: int | None = None) -> JobConfig:
         """The parsed config of `job_id`; `insertion` (when the caller has it) saves a lookup."""
         if insertion is None:
-            insertion = conn.execute(sql("SELECT insertion FROM jobs WHERE job_id = :j"), {"j": job_id}).scalar()
+            found = run(conn, "SELECT insertion FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+            insertion = found[0] if found is not None else None
         cached = self._configs.get(job_id)
         if cached is not None and cached[0] == insertion:
             return cached[1]
-        row = conn.execute(
-            sql(
-                "SELECT command, resources, constraints, env, workdir, coschedule, image, bundle_id, workdir_files,"
-                " timeout_s FROM job_config WHERE job_id = :j"
-            ),
-            {"j": job_id},
-        ).first()
-        config = JobConfig(
-            tuple(json.loads(row[0])),
-            parse_resources(row[1]),
-            parse_constraints(row[2]),
-            json.loads(row[3]),
-            row[4],
-            bool(row[5]),
-            row[6],
-            row[7],
-            row[8] if row[8].startswith("sha256:") else "",  # '{}': a job from before files ids
-            float(row[9] or 0),
-        )
-        check_stored_resources(config.resources)
+        self.config_reads += 1
+        row = run(conn, f"SELECT {_CONFIG_COLUMNS} FROM job_config WHERE job_id = ?", (job_id,)).fetchone()
+        config = _parse_config(row)
         self._configs[job_id] = (insertion, config)
         return config
+
+    def _read_configs(self, conn, rows) -> None:
+        """Caches, in one statement, the configs of the jobs of pending-task `rows` not cached yet
+        (a burst of submits brings hundreds of new jobs to one load). A config that cannot be parsed
+        is left out, for `config` to read again and report."""
+        wanted = {}
+        for row in rows:
+            cached = self._configs.get(row[1])
+            if cached is None or cached[0] != row[7]:
+                wanted[row[1]] = row[7]
+        if len(wanted) < 2:
+            return  # one job's config costs the same read either way
+        self.config_reads += 1
+        found = run(
+            conn,
+            f"SELECT job_id, {_CONFIG_COLUMNS} FROM job_config WHERE job_id IN (SELECT value FROM json_each(?))",
+            (json.dumps(list(wanted)),),
+        ).fetchall()
+        for row in found:
+            try:
+                self._configs[row[0]] = (wanted[row[0]], _parse_config(row[1:]))
+            except Exception:  # `config` reads it again and the job is poisoned there
+                continue
 
     def _poison(self, job_id: str, exc: Exception) -> None:
         self.poisoned[job_id] = f"its stored request cannot be used ({type(exc).__name__}: {exc})"
@@ -200,10 +235,12 @@ class SnapshotLoader:
                 known, self._pending_rows, self._ready, self._others = self._pending_rows, {}, {}, set()
                 rows = run(conn, _PENDING_SQL).fetchall()
                 self.full_reads += 1
+                self._read_configs(conn, rows)
                 for row in rows:
                     self._put(conn, row, known.get(row[0]))
             else:
                 rows = run(conn, _CHANGED_SQL, (self._seen[0],)).fetchall()
+                self._read_configs(conn, [row for row in rows if row[13]])
                 for row in rows:
                     old = self._drop(row[0])
                     if row[13]:
