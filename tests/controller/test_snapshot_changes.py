@@ -132,6 +132,24 @@ def test_syncs_of_a_handed_off_job_read_only_its_changed_rows_not_every_pending_
     db.close()
 
 
+def test_a_report_of_a_handed_off_job_that_changes_nothing_moves_no_scheduling_input(tmp_path):
+    db = Database(tmp_path / "controller.db")
+    store = ControllerFederationStore(db, "marin", lambda: 1_000)
+    away = _hand_off(db, store, "chatty")
+    loader = SnapshotLoader(db)
+    report = _report(away, "RUNNING", [("RUNNING", 1), ("SUCCEEDED", 0)])
+    store.apply_sync("cw-h100", pb.FederationSyncResponse(cursor=1, jobs=[report]))
+    version = loader.inputs_version()
+    # The peer reports the job again for what is not mirrored here (its output grew): nothing moves.
+    store.apply_sync("cw-h100", pb.FederationSyncResponse(cursor=2, jobs=[report]))
+    assert loader.inputs_version() == version
+    assert store.sync_cursor("cw-h100") == 2
+    report.tasks[0].state = "SUCCEEDED"
+    store.apply_sync("cw-h100", pb.FederationSyncResponse(cursor=3, jobs=[report]))
+    assert loader.inputs_version() > version
+    db.close()
+
+
 def test_every_kind_of_write_leaves_the_loader_seeing_what_a_fresh_load_sees(tmp_path):
     db = Database(tmp_path / "controller.db")
     rng = random.Random(7)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from iris.controller.auth import load_or_create_signing_key, public_key_pem
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import start_together, wait_until
-from tests.controller.helpers import client, status, user_token, wait_state
+from tests.controller.helpers import client, logs, status, user_token, wait_state
 from tests.integration.test_federation import FAST, gpu_backend, gpu_job, on_peer
 
 
@@ -141,7 +141,31 @@ def test_syncs_of_a_handed_off_job_update_its_mirrored_tasks_in_place_and_never_
     assert [(t.state, t.cluster) for t in done.tasks] == [("SUCCEEDED", "cw-h100")] * 2
     # Deleting a task is the one write the scheduler's loader answers with a read of every pending
     # task; the syncs that took the mirrored tasks from pending to running to done deleted none.
-    deletes = client(marin).execute_raw_query(
-        pb.ExecuteRawQueryRequest(sql="SELECT deletes FROM schedule_inputs WHERE id = 0")
-    )
-    assert int(deletes.rows[0].values[0].number_value) == 0
+    assert schedule_inputs(marin)[1] == 0
+
+
+def schedule_inputs(ctl) -> tuple[int, int]:
+    """The version every change to what the scheduler reads moves, and how many tasks were deleted."""
+    sql = "SELECT version, deletes FROM schedule_inputs WHERE id = 0"
+    row = client(ctl).execute_raw_query(pb.ExecuteRawQueryRequest(sql=sql)).rows[0]
+    return int(row.values[0].number_value), int(row.values[1].number_value)
+
+
+def test_syncs_of_a_handed_off_job_that_only_prints_move_nothing_the_parents_scheduler_reads(
+    controller_factory, tmp_path
+):
+    marin, _, token = start_pair(controller_factory)
+    c = client(marin, token)
+    flag = tmp_path / "finish"
+    chatty = ("sh", "-c", f"while [ ! -f {flag} ]; do echo line; sleep 0.05; done")
+    job = c.launch_job(gpu_job("chatty", "h100", count=1, command=chatty)).job_id
+    wait_until(lambda: [t.state for t in status(c, job).tasks] == ["RUNNING"], timeout=60, message="running")
+    wait_until(lambda: logs(c, job), timeout=30, message="first lines relayed")
+    before = schedule_inputs(marin)
+    # Each batch of lines the peer stores makes it report the job again; its state stays as it was.
+    seen = len(logs(c, job))
+    wait_until(lambda: len(logs(c, job)) >= seen + 40, timeout=30, message="more lines relayed, over several syncs")
+    assert status(c, job).job.state == "RUNNING"
+    assert schedule_inputs(marin) == before
+    flag.touch()
+    assert wait_state(c, job, timeout=30).job.state == "SUCCEEDED"

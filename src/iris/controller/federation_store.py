@@ -323,10 +323,17 @@ _HANDLE_SQL = (
     f"SELECT handoff_state FROM federated_jobs WHERE job_id = :j AND direction = {SENT} AND peer_id = :p"
     " AND withdraw_reason = ''"
 )
-_STOPPING_SQL = "UPDATE jobs SET state = :s, started_ms = :st, pending_reason = :r, cluster = :p WHERE job_id = :j"
+# Each a job's row, written only where it differs: a peer reports a job again for a change this
+# cluster does not mirror (its output's size moves with each batch of log lines), and rewriting the
+# row unchanged would move the scheduler's inputs (`SCHEDULE_INPUTS`) at every sync of a chatty job.
+_STOPPING_SQL = (
+    "UPDATE jobs SET state = :s, started_ms = :st, pending_reason = :r, cluster = :p"
+    " WHERE job_id = :j AND (state, started_ms, pending_reason, cluster) IS NOT (:s, :st, :r, :p)"
+)
 _MIRROR_JOB_SQL = (
     "UPDATE jobs SET state = :s, started_ms = :st, finished_ms = :fin, error = :e, pending_reason = :r,"
     " cluster = :p WHERE job_id = :j"
+    " AND (state, started_ms, finished_ms, error, pending_reason, cluster) IS NOT (:s, :st, :fin, :e, :r, :p)"
 )
 
 
