@@ -48,7 +48,8 @@ class Memo:
     no_fit: set[Shape] = field(default_factory=set)
     # By a shape's identity (a shape's hash is a Python call, and a tick looks its shape up for
     # every job; the entry holds the shape, so no other object takes its identity while it is
-    # kept): [its finder, its one pool (or None), whether it fitted nowhere, the shape].
+    # kept): [its finder (None where it searches pools), its pools (or None), whether it fitted
+    # nowhere, the shape].
     independent: dict[int, list] = field(default_factory=dict)
     no_preempt: set[tuple[Shape, Band]] = field(default_factory=set)
     no_gang: set[tuple] = field(default_factory=set)
@@ -110,7 +111,9 @@ def place_independent(
     if entry is None:
         plain = memo.plain
         pools = None if plain else ledger.pools(shape)
-        entry = memo.independent[id(shape)] = [ledger.finder(shape, None, plain), pools, shape in memo.no_fit, shape]
+        # A search through pools needs no finder: once they hold no more, the shape fits nowhere.
+        find = ledger.finder(shape, None, plain) if pools is None else None
+        entry = memo.independent[id(shape)] = [find, pools, shape in memo.no_fit, shape]
     find, pools, no_fit, _ = entry
     need = shape.need
     i, n = 0, len(tasks)
@@ -129,7 +132,7 @@ def place_independent(
                 break
         no_fit = i < n
     while i < n:
-        w = None if no_fit else find(need, free)
+        w = None if no_fit or find is None else find(need, free)
         if w is not None:
             # One search, then as many of the run as the worker holds (it stays the best fit).
             k = copies(free[w], need, n - i) or 1
