@@ -21,6 +21,12 @@ def test_rest_before_pass_only_while_submits_wait_behind_a_backlog():
     assert rest_before_pass(1, 7, 50, 0.5, 9.0, 9.0) == 0.0  # already rested long enough
 
 
+def test_a_burst_behind_a_backlog_leaves_the_tick_at_most_a_sixth_of_the_time():
+    cost = 0.04  # a pass over a large backlog
+    rest = rest_before_pass(4, 100, 4000, cost, 0.0, 9.0)
+    assert cost / (cost + rest) <= 1 / 6
+
+
 def test_queue_drains_through_one_slot_on_exit_wakeups_alone(controller_factory):
     # An hour between timed passes: only submits and exits wake the tick.
     ctl = controller_factory("drain", backends=ONE_SLOT, controller={"tick_interval": "1h"})

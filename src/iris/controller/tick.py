@@ -70,11 +70,14 @@ DIE_BEFORE_STOP_ENV = "IRIS_TEST_DIE_BEFORE_STOP"
 
 
 # While a burst of submits waits behind a backlog, the loop rests this many times as long as its
-# last pass took: the tick then takes at most a quarter of the process, the rest is the API's.
+# last pass took: the tick then takes at most a sixth of the process, the rest is the API's.
 # Measured with 4 SDK clients submitting to 2 busy slots (bench/submit.py row a): at 1 (half the
 # process) the controller spent 1.0-1.1 ms of CPU per submitted job, half of it re-ranking a backlog
-# that had nowhere to go; at 3, 0.75-0.8 ms.
-BURST_REST_FACTOR = 3.0
+# that had nowhere to go; at 3, 0.75-0.8 ms. Once passes cost less (a burst's new configs read in one
+# statement), at 3 they came more often (105-110 passes for 4,000 submits, where 27-110 before) and
+# spent what they saved again (0.79-0.94 ms per job); at 5 they come about as often as before
+# (27-72) and the controller spends 0.69-0.80 ms per job where it spent 0.72-0.87 (4 interleaved runs).
+BURST_REST_FACTOR = 5.0
 # A backend's note (an attempt's process now runs) is stored by the next pass, or by a light pass
 # this long after it: a short job's exit, which wakes a whole pass, mostly comes first and carries
 # it, so most attempts cost no pass of their own; a longer one shows RUNNING this much later, with
