@@ -22,6 +22,7 @@ from iris.controller.auth.policy import check_may_read
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db import federation as fed
 from iris.controller.db import handoff_stops, reads
+from iris.controller.db.answers import Answers
 from iris.controller.db.database import sql
 from iris.controller.db.jobs import require_job
 from iris.controller.handler import rpc
@@ -75,6 +76,7 @@ class ControllerServiceImpl(WorkerCalls):
         settings = controller.config.controller
         self.submit_rate = SubmitRate(settings.submit_rate, settings.submit_burst)
         self.inbound = InboundPeers(controller.config.auth.federation_peers, controller.now_ms)
+        self.listings: Answers[pb.ListJobsResponse] = Answers(controller.db)
 
     @rpc
     async def launch_job(self, req: pb.LaunchJobRequest, identity: Identity) -> pb.LaunchJobResponse:
@@ -135,6 +137,11 @@ class ControllerServiceImpl(WorkerCalls):
                 scoped.CopyFrom(req)
                 scoped.prefix = within
                 req = scoped
+        return self.listings.get(
+            (req.SerializeToString(deterministic=True), within), lambda: self._list_jobs(req, within)
+        )
+
+    def _list_jobs(self, req: pb.ListJobsRequest, within: str) -> pb.ListJobsResponse:
         with self.db.read() as conn:
             return reads.list_jobs(conn, req, self.name, within)
 

@@ -37,6 +37,10 @@ class Database:
         self.path = path
         self.engine = open_engine(path)
         self._write_lock = threading.RLock()
+        # How many write transactions have ended (committed or not). Each one ends before `write`
+        # returns to its caller, so a read that began at the generation still current has seen
+        # every write anyone was told of (`iris.controller.db.answers` keeps reads on it).
+        self.generation = 0
         migrate(self.engine)
 
     @contextmanager
@@ -47,8 +51,11 @@ class Database:
         (left open), instead of one taken from the pool for this one."""
         try:
             with self._write_lock, nullcontext(kept) if kept is not None else self.engine.connect() as conn:
-                with conn.begin():
-                    yield conn
+                try:
+                    with conn.begin():
+                        yield conn
+                finally:
+                    self.generation += 1
         except OperationalError as exc:
             if is_disk_full(exc):
                 raise self.disk_full() from None
