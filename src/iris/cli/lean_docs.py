@@ -13,10 +13,9 @@ formatter serves both paths.
 
 from __future__ import annotations
 
-import math
-
 TYPE_CHECKING = False  # typing's own constant costs `import typing` on the lean paths
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any
 
 _DEFAULTS: dict[str, object] = {"str": "", "int32": 0, "int64": 0, "uint32": 0, "float": 0.0, "bool": False}
@@ -54,11 +53,14 @@ def message_doc(decoded: dict[str, Any], fields: tuple) -> dict[str, Any]:
         elif code == _INT64:
             if float(value) != value:
                 value = str(value)  # past what a double holds exactly, protobuf's printer quotes it
-        elif not math.isfinite(value):  # a double
-            raise Unprintable(f"{name} is {value}")
-        elif value == 0.0 and math.copysign(1.0, value) < 0:
-            held[name] = value  # -0.0 is not the default: protobuf holds it
-            continue
+        else:  # a double
+            from math import copysign, isfinite  # here: a listing's jobs hold none, and its table needs no math
+
+            if not isfinite(value):
+                raise Unprintable(f"{name} is {value}")
+            if value == 0.0 and copysign(1.0, value) < 0:
+                held[name] = value  # -0.0 is not the default: protobuf holds it
+                continue
         (held if value else unset)[name] = value
     held.update(unset)
     return held
@@ -99,6 +101,18 @@ def view(decoded: dict[str, Any], fields: tuple) -> Any:
     return obj
 
 
+def views(decoded: Iterable[dict[str, Any]], fields: tuple) -> list[Any]:
+    """`view` of each message of `decoded`, all of table `fields` (a page's jobs: its class looked up once)."""
+    cls = _view_class(fields)
+    new = object.__new__
+    out: list[Any] = []
+    for item in decoded:
+        obj: Any = new(cls)
+        obj.__dict__ = item
+        out.append(obj)
+    return out
+
+
 _CLASSES: dict[int, type] = {}
 
 
@@ -124,7 +138,7 @@ def _message_property(name: str, kind: tuple | list) -> property:
         item_fields = kind[0]
 
         def repeated(self: Any) -> list[Any]:
-            return [view(item, item_fields) for item in self.__dict__.get(name, ())]
+            return views(self.__dict__.get(name, ()), item_fields)
 
         return property(repeated)
 

@@ -21,11 +21,11 @@ class _Page:
     """One ListJobs answer, as `collect` reads a page: its jobs as views of the decoded messages."""
 
     def __init__(self, data: bytes):
-        from iris.cli.lean_docs import view
+        from iris.cli.lean_docs import views
         from iris.rpc.wire import JOB_STATUS, LIST_JOBS_RESPONSE, decode
 
         page = decode(data, LIST_JOBS_RESPONSE)
-        self.jobs = [view(job, JOB_STATUS) for job in page.get("jobs", ())]
+        self.jobs = views(page.get("jobs", ()), JOB_STATUS)
         self.next_page_token = page.get("next_page_token", "")
         self.total = page.get("total", 0)
 
@@ -34,12 +34,13 @@ def job_list(obj: CliContext, opts: dict) -> int | None:
     """`iris job list` with the options `iris.cli.lean` read, or None when click must run it."""
     from iris.cli.main import echo
     from iris.cli.pages import MAX_PAGE, collect, hint
-    from iris.cli.values import job_states_text
     from iris.rpc.wire import LIST_JOBS_REQUEST, encode
 
     try:
         state = opts.get("state")
         if state is not None:
+            from iris.cli.values import job_states_text
+
             state = job_states_text(state)  # what it refuses, click reports
         limit, page_size = int(opts.get("limit", "0")), int(opts.get("page_size", "0"))
         if limit < 0 or not 0 <= page_size <= MAX_PAGE or (limit and opts.get("everything")):

@@ -23,9 +23,14 @@ import _thread
 import gc
 import os
 import sys
-from types import ModuleType
 
 from iris.core.errors import InvalidArgument, IrisError, NotFound, Unauthenticated, Unavailable
+
+TYPE_CHECKING = False  # typing's own constant costs `import typing` on every command
+if TYPE_CHECKING:
+    from types import ModuleType
+else:
+    ModuleType = type(sys)  # read off a module at hand: `types` would be one more import of every command
 
 EXIT_OK = 0
 EXIT_FAILED = 1
