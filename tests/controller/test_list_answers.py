@@ -4,6 +4,8 @@ the writes its caller was told of."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from iris.controller.db.answers import Answers
 from iris.controller.db.database import Database, sql
 from iris.rpc import controller_pb2 as pb
@@ -58,6 +60,38 @@ def test_answers_read_across_a_write_is_not_handed_out_after_it(tmp_path):
 
     before = answers.get("a", read_across_a_write)
     assert answers.get("a", lambda: _version(db)) == before + 1
+    db.close()
+
+
+class _Watched(Database):
+    """A database that runs `on_move` each time its generation is about to move: the last moment
+    of a write, after its commit, when other reads already see what it wrote."""
+
+    on_move: Callable[[], None] = staticmethod(lambda: None)
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    @generation.setter
+    def generation(self, value: int) -> None:
+        self.on_move()
+        self._generation = value
+
+
+def test_answers_show_a_write_as_soon_as_another_read_sees_it(tmp_path):
+    db = _Watched(tmp_path / "controller.db")
+    answers: Answers[int] = Answers(db)
+    answers.get("a", lambda: _version(db))
+    seen: list[tuple[int, int]] = []  # (what a plain read sees, the answer handed out) at each move
+
+    def read_both() -> None:
+        seen.append((_version(db), answers.get("a", lambda: _version(db))))
+
+    db.on_move = read_both
+    _write(db)
+    db.on_move = lambda: None
+    assert seen and all(answer == current for current, answer in seen), seen
     db.close()
 
 

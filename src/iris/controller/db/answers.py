@@ -9,11 +9,13 @@ a time: an answer is never older than the latest write a caller was told of, so 
 changes no answer, only when it is worked out.
 
 Why that holds: the generation is read before the read's snapshot begins, and an answer is handed
-out only while the generation is still the one read then. A write bumps the generation as its
-transaction ends, before its caller hears back; so any write acknowledged before a request came has
-moved the generation past every answer whose snapshot might not hold it. A read that overlaps a
-write may keep an answer under the older generation, which is then never handed out again.
-Only the latest generation's answers are held, at most `MOST_ANSWERS` of them.
+out only while the generation is still the one read then. A write moves the generation to odd as it
+begins and to even once its transaction has ended, before its caller hears back; while it is odd no
+answer is kept or handed out, since the commit shows to other reads (a job's status, another
+listing) before the write ends. So any write that a request, or anything its caller saw before it,
+could have seen has moved the generation past every answer whose snapshot might not hold it. A read
+that overlaps a write may keep an answer under the older generation, which is then never handed
+out again. Only the latest generation's answers are held, at most `MOST_ANSWERS` of them.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ class Answers(Generic[T]):
         earlier call while nothing has been written since, else read now (and kept). A kept
         answer is shared between callers, which must not change it."""
         generation = self._db.generation
+        if generation % 2:  # a write is under way: what it commits shows before the generation moves on
+            return read()
         held_generation, held = self._held
         if held_generation == generation:
             found = held.get(key)

@@ -37,9 +37,11 @@ class Database:
         self.path = path
         self.engine = open_engine(path)
         self._write_lock = threading.RLock()
-        # How many write transactions have ended (committed or not). Each one ends before `write`
-        # returns to its caller, so a read that began at the generation still current has seen
-        # every write anyone was told of (`iris.controller.db.answers` keeps reads on it).
+        # Moved twice by each write transaction: to odd as it begins, to even once it has ended
+        # (committed or not), before `write` returns to its caller. A commit shows to other reads
+        # while the generation is still odd, so a read that began at an even generation still
+        # current has seen every write anyone could see (`iris.controller.db.answers` keeps
+        # reads on it).
         self.generation = 0
         migrate(self.engine)
 
@@ -51,6 +53,7 @@ class Database:
         (left open), instead of one taken from the pool for this one."""
         try:
             with self._write_lock, nullcontext(kept) if kept is not None else self.engine.connect() as conn:
+                self.generation += 1
                 try:
                     with conn.begin():
                         yield conn
