@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from iris.core.bands import Band
+from iris.core.constraints import Constraint, Op
 from iris.scheduler import RunningTask, SchedulingSnapshot, schedule
 from iris.scheduler.index import ClusterIndex
 from tests.scheduler.scheduler_builders import G, cpu_request, cpu_worker, job, running, snapshot
@@ -26,6 +27,19 @@ def test_carried_requests_taken_when_the_same_tasks_wait():
     again = replace(snap, now_ms=snap.now_ms + 1, pending=tuple(snap.pending), index=carried)
     assert schedule(again) == result
     assert carried.requests is first.requests is not None
+
+
+def test_carried_requests_keep_a_job_pinned_to_its_worker():
+    workers = (cpu_worker("w0", cpu=2, memory=8 * G), cpu_worker("w1", cpu=4, memory=8 * G))
+    pinned = job("/u/pinned", cpu_request(1), constraints=(Constraint("worker", Op.EQ, ("w1",)),))
+    snap = snapshot(workers, [*pinned, *job("/u/free", cpu_request(1), replicas=2)])
+    first = ClusterIndex(snap.workers, snap.running)
+    result = schedule(replace(snap, index=first))
+    assert ("/u/pinned/0", "w1") in {(a.task_id, a.worker_id) for a in result.assignments}
+    # The same tasks wait (the decisions not applied yet): the pin still holds each worker apart.
+    again = replace(snap, now_ms=snap.now_ms + 1, index=first.advance(snap.workers, snap.running))
+    assert schedule(again) == result
+    assert again.index.requests is first.requests
 
 
 def test_carried_requests_follow_a_user_going_over_budget():

@@ -125,6 +125,7 @@ class Requests:
     bands: dict[tuple[Band, str], Band]  # (band, user) -> the band it competes in
     pinned: dict[str, tuple[str, str]]  # coscheduled job -> the group its running replicas are in
     ordered: list[JobRequest]
+    pins_worker: bool  # whether some shape pins a `worker` (placement then classes every worker alone)
 
     def same_tasks(self, pending: tuple[PendingTask, ...]) -> bool:
         """Whether `pending` holds the very tasks these requests were made from, in order."""
@@ -187,7 +188,9 @@ def build_requests(
                 )
             )
         )
-    return Requests(snapshot.pending, by_job, shapes, judged, bands, pinned, order_requests(requests, keys))
+    return Requests(
+        snapshot.pending, by_job, shapes, judged, bands, pinned, order_requests(requests, keys), ledger.ix.per_worker
+    )
 
 
 def _place(tick: Tick, memo: Memo, request: JobRequest, outcome: JobOutcome) -> None:
@@ -212,13 +215,13 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
     index = snapshot.index if isinstance(snapshot.index, ClusterIndex) else None
     carried = index.requests if index is not None else None
     if isinstance(carried, Requests) and carried.same_tasks(snapshot.pending):
-        by_job, job_shapes = carried.by_job, carried.shapes
+        by_job, job_shapes, pins_worker = carried.by_job, carried.shapes, carried.pins_worker
     else:
         carried = None
         by_job = pending_by_job(snapshot)
         shapes = index.shapes if index is not None else ShapeCache()
         job_shapes = {job_id: shapes.of(tasks[0]) for job_id, tasks in by_job.items()}
-    pins_worker = any(c.key == "worker" for shape in job_shapes.values() for c in shape.hard)
+        pins_worker = any(c.key == "worker" for shape in job_shapes.values() for c in shape.hard)
     ledger = Ledger(snapshot, per_worker=pins_worker)
     requests = build_requests(snapshot, ledger, by_job, job_shapes, carried)
     if index is not None:
@@ -235,6 +238,9 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
     # places nothing either. Behind a backlog that fills the cluster, that is every job after the
     # first few, and each is passed over without a placement attempt (the plain pass still tries).
     exhausted: set[tuple[int, Band]] = set()
+    # The outcomes `_explain_waits` gives reasons for: behind a backlog the cluster has room for,
+    # most jobs place every task and need none.
+    left: list[JobOutcome] = []
     for request in requests.ordered:
         outcome = tick.outcomes[request.job_id] = JobOutcome(request)
         replicas = request.replicas if request.coscheduled else 1
@@ -256,15 +262,18 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
             _place(tick, memo, request, outcome)
             if outcome.placed < len(request.tasks):
                 exhausted.add(kind)
-    _explain_waits(tick, memo)
+        if outcome.placed < len(request.tasks) or request.expired:
+            left.append(outcome)
+    _explain_waits(tick, memo, left)
     return tick
 
 
-def _explain_waits(tick: Tick, memo: Memo) -> None:
-    """Pending reasons for jobs with tasks left, and reasons for tasks past their deadline."""
+def _explain_waits(tick: Tick, memo: Memo, outcomes: list[JobOutcome]) -> None:
+    """Pending reasons for jobs with tasks left, and reasons for tasks past their deadline, of
+    `outcomes` (in the order of the tick's, and holding every one with either)."""
     stats = PoolStats()
     sentences: dict[tuple, str] = {}
-    for outcome in tick.outcomes.values():
+    for outcome in outcomes:
         request = outcome.request
         waiting = len(request.tasks) - outcome.placed
         if outcome.unschedulable is not None:
