@@ -15,7 +15,7 @@ from iris.scheduler.index import ClusterIndex
 from iris.scheduler.ledger import _SCANNED, Ledger, Pool, best_fit, scanned_best_fit
 from iris.scheduler.tick import run_tick
 
-from .scheduler_builders import cpu_request, cpu_worker, job, prefer, snapshot
+from .scheduler_builders import G, cpu_request, cpu_worker, job, prefer, snapshot
 from .test_scheduler_fast_paths import plain, random_snapshot
 
 
@@ -50,6 +50,21 @@ def test_pool_search_same_as_scan(seed):
     for index in (None, carried.advance(snap.workers, snap.running)):
         ledger = Ledger(replace(snap, index=index))
         assert _check_pool_searches(ledger, shapes, rng) > 0
+
+
+def test_pool_search_steps_over_workers_of_one_free_capacity_to_the_best_fit():
+    # Many workers with the same free capacity, short of memory, sort before the few that fit.
+    short = [cpu_worker(f"a{i:02}", cpu=2, memory=G // 2) for i in range(_SCANNED + 5)]
+    roomy = [cpu_worker(f"b{i}", cpu=4) for i in range(3)]
+    snap = snapshot(short + roomy, [job("/u/j", cpu_request(1), replicas=5)])
+    ledger = Ledger(snap)
+    shape = ShapeCache().of(snap.pending[0])
+    (pool,) = ledger.plan(shape)
+    placed = pool.fill(shape.need, ledger.free, 5, ledger.take)
+    assert [(ledger.workers[w].worker_id, k) for w, k in placed] == [("b0", 4), ("b1", 1)]
+    assert best_fit(ledger.plan(shape), shape.need, ledger.free) == scanned_best_fit(
+        ledger.ix.levels(shape), shape.need, ledger.free
+    )
 
 
 def test_searches_over_few_workers_scan_them_without_pools():

@@ -153,11 +153,16 @@ class Pool:
             # the first that fits, or where a candidate sorts first.
             if best is None:
                 while i < n:
-                    f = free[keys[i] & mask]
+                    key = keys[i]
+                    f = free[key & mask]
                     if f[1] >= c and f[2] >= m and f[3] >= d:
-                        best = keys[i]
+                        best = key
                         break
                     i += 1
+                    if i < n and keys[i] <= key | mask:
+                        # The next entries hold the same free capacity (their keys differ only in
+                        # the position): as short, so stepped over together.
+                        i = bisect_left(keys, (key | mask) + 1, i + 1)
             else:
                 while i < n:
                     key = keys[i]
