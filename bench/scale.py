@@ -19,6 +19,9 @@ Then, on the filled controller:
     the controller's CPU per call (its process's CPU over those calls, the tick's included);
   - `iris job list` and `iris job describe <id>`, each also with `-o json`, as fresh processes
     (from cached bytecode, as an installed `iris` runs), beside a bare `python -c pass`;
+  - `IrisClient.list()` and `iris job list` again with a job submitted (untimed) before each call:
+    a controller keeps a listing's answer until its database is next written, so these rows show
+    what a listing costs on a cluster that is being written to;
   - the tick: GetClusterInfo's `last_tick_ms` (where the revision reports it) and the controller's
     CPU per second while only the tick runs (a 1 s tick interval, 10,000 pending, both slots busy);
   - the database on disk (controller.db with its -wal and -shm).
@@ -215,11 +218,14 @@ class Cluster:
         return sum(p.stat().st_size for p in self.state.glob("controller.db*"))
 
 
-def timed(fn, runs: int, budget_s: float = 30.0) -> list[float]:
-    """Milliseconds per call of `fn`, `runs` times (fewer, at least 3, when the calls outrun `budget_s`)."""
+def timed(fn, runs: int, budget_s: float = 30.0, before=None) -> list[float]:
+    """Milliseconds per call of `fn`, `runs` times (fewer, at least 3, when the calls outrun `budget_s`);
+    with `before`, that is called (untimed) ahead of each call."""
     out: list[float] = []
     began = time.perf_counter()
     for i in range(runs):
+        if before is not None:
+            before()
         t0 = time.perf_counter()
         fn()
         out.append((time.perf_counter() - t0) * 1000)
@@ -329,11 +335,20 @@ def measure(cluster: Cluster, args: argparse.Namespace) -> dict:
             c0 = cluster.cpu_s()
             figures[key] = timed(call, args.runs)
             figures[key.replace("_ms", "_cpu_ms")] = (cluster.cpu_s() - c0) * 1000 / len(figures[key])
+        # A controller keeps a listing's answer until its database is next written: on a busy
+        # cluster most listings come after a write. These rows submit a job before each call.
+        pokes = iter(range(10**9))
+
+        def write() -> None:
+            client.submit(["sleep", "100000"], name=f"/u9/poke-{next(pokes):06d}", user="u9", cpu=1)
+
+        figures["sdk_list_written_ms"] = timed(client.list, args.runs, before=write)
         figures["python_pass_ms"] = timed(lambda: run([py, "-c", "pass"]), args.cli_runs)
         for cli_args in CLI_ROWS.values():  # fill the bytecode cache
             run([iris, *cli_args(some_job)])
         for key, cli_args in CLI_ROWS.items():
             figures[key] = timed(lambda cli_args=cli_args: run([iris, *cli_args(some_job)]), args.cli_runs)
+        figures["cli_list_written_ms"] = timed(lambda: run([iris, "job", "list"]), args.cli_runs, before=write)
         figures["rss_after_runs_kb"] = cluster.status_kb()
         info = client.cluster_info()
         figures["job_counts"] = dict(info.job_counts)
@@ -367,6 +382,7 @@ def report(args: argparse.Namespace, fills: dict, figures: dict) -> None:
         ("SDK list(state=PENDING)", pp("sdk_list_pending_ms")),
         ("SDK list(user=u3)", pp("sdk_list_user_ms")),
         ("SDK describe(job)", pp("sdk_describe_ms")),
+        ("SDK list(), a submit before each", pp("sdk_list_written_ms")),
         ("python -c pass", pp("python_pass_ms")),
         *(
             (
@@ -374,6 +390,10 @@ def report(args: argparse.Namespace, fills: dict, figures: dict) -> None:
                 pp(key) + f"   {percentile(figures[key], 50) / py:.1f}× python",
             )
             for key in CLI_ROWS
+        ),
+        (
+            "iris job list, a submit before each",
+            pp("cli_list_written_ms") + f"   {percentile(figures['cli_list_written_ms'], 50) / py:.1f}× python",
         ),
         (
             "tick (last pass)",
