@@ -84,6 +84,52 @@ def test_group_commit_failing_item_undoes_its_own_writes_and_the_rest_commit(db)
     assert commits.groups == 1
 
 
+def test_group_commit_item_refused_before_writing_costs_its_group_no_savepoint_and_no_second_run(db):
+    from sqlalchemy import event
+
+    statements: list[str] = []
+    event.listen(
+        db.engine, "checkout", lambda dbapi_conn, record, proxy: dbapi_conn.set_trace_callback(statements.append)
+    )
+    runs: list[str] = []
+
+    def counted(key: str, refuse: bool = False):
+        def work(conn):
+            runs.append(key)
+            if refuse:  # as a duplicate submit is refused: after its reads, before any write
+                conn.execute(sql("SELECT id FROM parent WHERE id = :k"), {"k": key}).first()
+                raise InvalidArgument(f"{key} is refused")
+            return _insert(key)(conn)
+
+        return work
+
+    commits = GroupCommit(db)
+    outcomes = _run_together(db, commits, [counted("a"), counted("dup", refuse=True), counted("c")])
+    assert outcomes[0] == "a" and outcomes[2] == "c"
+    assert isinstance(outcomes[1], InvalidArgument) and "dup is refused" in str(outcomes[1])
+    assert _stored(db) == {"a", "c"} and commits.groups == 1
+    assert runs == ["a", "dup", "c"]
+    assert not [s for s in statements if "SAVEPOINT" in s.upper()], statements
+
+
+def test_group_commit_item_failing_after_its_writes_has_the_group_written_again_without_them(db):
+    runs: list[str] = []
+
+    def counted(key: str, fail: bool = False):
+        def work(conn):
+            runs.append(key)
+            return _insert(key, fail=fail)(conn)
+
+        return work
+
+    commits = GroupCommit(db)
+    outcomes = _run_together(db, commits, [counted("a"), counted("bad", fail=True), counted("c")])
+    assert outcomes[0] == "a" and outcomes[2] == "c" and isinstance(outcomes[1], InvalidArgument)
+    assert _stored(db) == {"a", "c"} and commits.groups == 1
+    # The first run stopped at the failure that wrote; the second wrote each item in a savepoint.
+    assert runs == ["a", "bad", "a", "bad", "c"]
+
+
 def test_group_commit_failed_commit_fails_every_item_and_keeps_nothing(db):
     commits = GroupCommit(db)
 

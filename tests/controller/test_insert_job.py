@@ -42,3 +42,26 @@ def test_insert_job_numbers_new_jobs_in_order_and_a_replacement_after_every_othe
     with db.read() as conn:
         assert loop.loader.config(conn, "/alice/c").command == ("echo",)
     db.close()
+
+
+def test_replaced_job_keeps_none_of_the_workdir_files_of_the_job_it_replaced(tmp_path):
+    from iris.controller import workspace
+
+    db = Database(tmp_path / "controller.db")
+    with db.write() as conn:
+        insert_job(conn, _spec("w"), 1000)
+        workspace.store_files(conn, "/alice/w", {"old.txt": b"old", "both.txt": b"1"})
+        conn.execute(sql("UPDATE jobs SET state = 'SUCCEEDED' WHERE job_id = '/alice/w'"))
+        conn.execute(sql("UPDATE tasks SET state = 'SUCCEEDED' WHERE job_id = '/alice/w'"))
+    with db.write() as conn:
+        insert_job(conn, _spec("w"), 2000, existing_policy="replace")
+        workspace.store_files(conn, "/alice/w", {"both.txt": b"2"})
+    with db.read() as conn:
+        assert workspace.job_files(conn, "/alice/w") == {"both.txt": b"2"}
+    with db.write() as conn:
+        conn.execute(sql("UPDATE jobs SET state = 'SUCCEEDED' WHERE job_id = '/alice/w'"))
+        insert_job(conn, _spec("w"), 3000, existing_policy="replace")
+        workspace.store_files(conn, "/alice/w", {})
+    with db.read() as conn:
+        assert workspace.job_files(conn, "/alice/w") == {}
+    db.close()

@@ -31,7 +31,7 @@ from iris.backends.staging import (
     unpack_bundle,
     write_files,
 )
-from iris.controller.db.database import run, run_many, sql
+from iris.controller.db.database import run_many, sql
 from iris.core.errors import InvalidArgument
 from iris.core.states import TERMINAL_JOB_STATES
 
@@ -77,8 +77,8 @@ def store_bundle(conn: Connection, info: BundleInfo, data: bytes, now_ms: int) -
 
 
 def store_files(conn: Connection, job_id: str, files: dict[str, bytes]) -> None:
-    # On the driver (`database.run`): every submitted job pays for the delete.
-    run(conn, "DELETE FROM job_files WHERE job_id = :j", {"j": job_id})
+    """Stores the workdir files of a job `insert_job` has just created, which holds none yet: a
+    replaced job's went with its tree (`delete_job_tree`). A job without files costs no statement."""
     if files:
         run_many(
             conn,

@@ -91,6 +91,12 @@ def _driver(conn: Connection) -> sqlite3.Connection:
     return cast(sqlite3.Connection, conn.connection.driver_connection)
 
 
+def rows_written(conn: Connection) -> int:
+    """Rows the connection's INSERT, UPDATE and DELETE statements (their triggers' included) have
+    written since it was opened; a statement that failed wrote none."""
+    return _driver(conn).total_changes
+
+
 def run(conn: Connection, statement: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> sqlite3.Cursor:
     """Executes one statement of the open transaction on its driver connection.
 

@@ -53,7 +53,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
 
-from iris.controller.db.database import Database, is_disk_full, savepoint
+from iris.controller.db.database import Database, is_disk_full, rows_written, savepoint
 from iris.core import spans
 
 log = logging.getLogger(__name__)
@@ -153,6 +153,10 @@ class _Writer:
                 drain()
             except Exception:  # the thread must go on for the hand-offs after this one
                 log.exception("writing a submit group failed")
+
+
+class _WriteAgain(Exception):
+    """An item of a group raised after writing rows: the group's transaction is rolled back."""
 
 
 class Announcement:
@@ -351,24 +355,12 @@ class GroupCommit:
                 # (the tick may hold it for a pass) joins this group.
                 with self._cond:
                     group, self._queue = self._queue[: self.max_group], self._queue[self.max_group :]
-                if len(group) == 1:
-                    # Alone, an item needs no savepoint: if it raises, the whole transaction
-                    # is rolled back (below), which undoes its writes and raises its error to
-                    # its caller alone all the same, two statements cheaper.
-                    group[0].value = group[0].work(conn)
-                else:
-                    for item in group:
-                        try:
-                            with savepoint(conn):
-                                item.value = item.work(conn)
-                        except Exception as error:  # this item's writes are undone; its group goes on
-                            item.error = self.db.disk_full() if _disk_full(error) else error
+                self._write_items(conn, group)
+        except _WriteAgain:
+            # Rolled back: written again in a transaction of its own, each item in a savepoint.
+            self._write_group_isolated(group)
         except BaseException as failure:  # the commit (or the begin) failed: nothing was kept
-            self._drop_connection()  # the next group starts on a fresh one, whatever this one's state
-            failed = self.db.disk_full() if _disk_full(failure) else failure
-            for item in group:
-                if item.error is None:
-                    item.value, item.error = None, failed
+            failed = self._fail(group, failure)
             if not group:
                 # Even the begin failed: fail the caller's own item (or, for the writer thread,
                 # everything queued) rather than spin on it.
@@ -380,6 +372,59 @@ class GroupCommit:
                         group = [mine]
                 for item in group:
                     item.error = failed
+        self._finish(group)
+
+    def _write_items(self, conn: Connection, group: list[_Item]) -> None:
+        """Runs a group's items in its transaction, none in a savepoint of its own: an item that
+        raises before writing a row (a refused submit) leaves nothing to undo, and one that raises
+        after writing raises `_WriteAgain`, which rolls the whole transaction back. A savepoint
+        and its release were two of a submitted job's seven statements, and each statement hands
+        the interpreter lock to the API's thread and back while SQLite runs it.
+
+        Alone, an item's error rolls the transaction back all the same, which undoes its writes."""
+        if len(group) == 1:
+            group[0].value = group[0].work(conn)
+            return
+        for item in group:
+            written = rows_written(conn)
+            try:
+                item.value = item.work(conn)
+            except Exception as error:
+                # A full disk may have rolled the transaction back already: redone, as a write.
+                if _disk_full(error) or rows_written(conn) != written:
+                    raise _WriteAgain() from error
+                item.error = error
+
+    def _write_group_isolated(self, group: list[_Item]) -> None:
+        """Writes a group that `_write_items` rolled back: in one transaction again, each item in a
+        savepoint, so that an item's error undoes its own writes alone and the rest commit. Its
+        items' work runs a second time (the first run's writes were rolled back)."""
+        for item in group:
+            item.value, item.error = None, None
+        try:
+            assert self._conn is not None
+            with spans.span("submit.insert.group"), self.db.write(self._conn) as conn:
+                for item in group:
+                    try:
+                        with savepoint(conn):
+                            item.value = item.work(conn)
+                    except Exception as error:  # this item's writes are undone; its group goes on
+                        item.error = self.db.disk_full() if _disk_full(error) else error
+        except BaseException as failure:  # the commit (or the begin) failed: nothing was kept
+            self._fail(group, failure)
+
+    def _fail(self, group: list[_Item], failure: BaseException) -> BaseException:
+        """Fails every item of a group whose transaction failed (none of its writes were kept);
+        returns the error they get."""
+        self._drop_connection()  # the next group starts on a fresh one, whatever this one's state
+        failed = self.db.disk_full() if _disk_full(failure) else failure
+        for item in group:
+            if item.error is None:
+                item.value, item.error = None, failed
+        return failed
+
+    def _finish(self, group: list[_Item]) -> None:
+        """Hands a written (or failed) group's outcomes to its callers."""
         with self._cond:
             for item in group:
                 item.done = True

@@ -56,7 +56,7 @@ def descendant_ids(conn: Connection, job_id: str) -> list[str]:
 
 def delete_job_tree(conn: Connection, job_id: str) -> None:
     ids = [job_id, *descendant_ids(conn, job_id)]
-    for table in ("logs", "attempts", "tasks", "job_config", "federated_jobs", "endpoints", "jobs"):
+    for table in ("logs", "attempts", "tasks", "job_config", "job_files", "federated_jobs", "endpoints", "jobs"):
         conn.execute(sql(f"DELETE FROM {table} WHERE job_id IN ({_placeholders(ids)})"), _params(ids))
 
 
