@@ -123,10 +123,11 @@ class Pool:
             start, seen, held = probe, 0, None
         else:
             start, seen, held, probe = known
+        i = bisect_left(keys, start)
         changes = len(log) - seen
         if changes and start != probe:
-            if changes > _FEW and changes > bisect_left(keys, start) - bisect_left(keys, probe):
-                start, held = probe, None  # stepping over what lies before start again costs less
+            if changes > _FEW and changes > i - (first := bisect_left(keys, probe)):
+                start, held, i = probe, None, first  # stepping over what lies before start again costs less
             else:
                 held = held.union(log[seen:]) if held else set(log[seen:])
         best = None
@@ -145,7 +146,7 @@ class Pool:
                         if best is None or key < best:
                             best = key
         mask, end = self.packing.mask, self.packing.end
-        i, n = bisect_left(keys, start), len(keys)
+        n = len(keys)
         found: list[tuple[int, int]] = []
         while True:
             # Entries at or after `start` have enough devices; one by one (measured on the
@@ -216,6 +217,7 @@ class Pool:
 # making the pools, and than passing every later change of those workers on to them.
 _SCANNED = 40
 _NONE: set[int] = set()  # no candidates (never added to)
+_RUN = 8  # entries after a run's second that a first bisection looks at (see `Pool.fill`)
 _FEW = 16  # changes since a search below which they are looked at one by one
 
 
