@@ -3,12 +3,14 @@ had, so the tick's per-job config cache (keyed on it) never serves the old job's
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import insert_job
 from iris.controller.tick import ControlLoop
-from iris.core.errors import AlreadyExists
+from iris.core.errors import AlreadyExists, FailedPrecondition
 from iris.core.job import JobSpec
 from iris.core.resources import Resources
 
@@ -64,4 +66,51 @@ def test_replaced_job_keeps_none_of_the_workdir_files_of_the_job_it_replaced(tmp
         workspace.store_files(conn, "/alice/w", {})
     with db.read() as conn:
         assert workspace.job_files(conn, "/alice/w") == {}
+    db.close()
+
+
+def test_new_job_is_stored_without_looking_its_id_up_and_a_taken_id_is_still_refused_or_kept(tmp_path):
+    db = Database(tmp_path / "controller.db")
+    statements: list[str] = []
+    with db.write() as conn:
+        conn.connection.driver_connection.set_trace_callback(statements.append)
+        assert insert_job(conn, _spec("new"), 1000) == ("PENDING", True)
+        conn.connection.driver_connection.set_trace_callback(None)
+    # (A statement whose triggers run is traced once more for each of them.)
+    assert list(dict.fromkeys(s.split(" (")[0] for s in statements)) == [
+        "INSERT INTO jobs",
+        "INSERT INTO job_config",
+        "INSERT INTO tasks",
+    ], statements
+    with db.write() as conn:
+        with pytest.raises(AlreadyExists, match="/alice/new already exists"):
+            insert_job(conn, _spec("new", command="echo"), 2000)
+        assert insert_job(conn, _spec("new", command="echo"), 2000, existing_policy="keep") == ("PENDING", False)
+    with db.read() as conn:
+        assert conn.execute(sql("SELECT command FROM job_config")).scalar_one() == '["true"]'
+    db.close()
+
+
+def test_taken_child_id_under_a_finished_parent_is_answered_as_taken_and_a_new_one_refused(tmp_path):
+    db = Database(tmp_path / "controller.db")
+    child = JobSpec(
+        job_id="/alice/p/c",
+        user="alice",
+        owner="alice",
+        command=("true",),
+        resources=Resources(cpu=1),
+        parent_job_id="/alice/p",
+        root_job_id="/alice/p",
+        depth=2,
+    )
+    with db.write() as conn:
+        insert_job(conn, _spec("p"), 1000)
+        insert_job(conn, child, 1000)
+        conn.execute(sql("UPDATE jobs SET state = 'SUCCEEDED' WHERE job_id = '/alice/p'"))
+    with db.write() as conn:
+        assert insert_job(conn, child, 2000, existing_policy="keep") == ("PENDING", False)
+        with pytest.raises(AlreadyExists):
+            insert_job(conn, child, 2000)
+        with pytest.raises(FailedPrecondition, match="parent job /alice/p has already finished"):
+            insert_job(conn, replace(child, job_id="/alice/p/d"), 2000)
     db.close()

@@ -8,13 +8,17 @@ and written by `controller/applier.py` alone, so the state rules live in one pla
 
 from __future__ import annotations
 
+import functools
+
 from sqlalchemy.engine import Connection
 
 from iris.controller.db.database import dumps, run, run_many, sql
 from iris.controller.db.literals import TERMINAL_JOBS, quoted
+from iris.core.constraints import Constraint
 from iris.core.errors import AlreadyExists, FailedPrecondition, NotFound
 from iris.core.job import JobSpec
 from iris.core.names import JobName, TaskName
+from iris.core.resources import Resources
 from iris.core.states import JobState, TaskState
 
 TERMINAL_JOB_SQL = TERMINAL_JOBS
@@ -80,60 +84,40 @@ def insert_job(
 
     `existing_policy`: error (default) refuses a duplicate id; keep returns the existing job;
     replace deletes a finished job of that id first (a live one must be stopped first).
+
+    A new id (nearly every submit) is found new by its insert itself, which writes nothing when
+    the id is taken: one statement, not a look-up and then the insert.
     """
-    found = run(conn, "SELECT state FROM jobs WHERE job_id = :j", {"j": spec.job_id}).fetchone()
-    insertion = None  # a new id: numbered by the insert itself, one statement fewer per submit
-    if found is not None:
-        # Taken before a replaced job is deleted, so a replacement always gets a new, higher
-        # insertion (what the tick's config cache keys on) even when the old job was the newest.
-        insertion = run(conn, "SELECT COALESCE(MAX(insertion), 0) + 1 FROM jobs").fetchone()[0]
-        existing = found[0]
-        if existing_policy == "keep":
-            return existing, False
-        if existing_policy == "replace":
-            if not JobState(existing).is_terminal:
-                raise FailedPrecondition(
-                    f"job {spec.job_id} is still {existing}; stop it first (`iris job stop {spec.job_id}`) before replacing it"
+    parent = require_job(conn, spec.parent_job_id) if spec.parent_job_id else None
+    root_submitted_ms = parent["root_submitted_ms"] if parent is not None else now_ms
+    # A duplicate under a finished parent is answered as a duplicate: looked up before any insert.
+    finished_parent = parent is not None and JobState(parent["state"]).is_terminal
+    if finished_parent or not _insert_row(conn, spec, None, now_ms, root_submitted_ms, cluster):
+        found = run(conn, "SELECT state FROM jobs WHERE job_id = :j", {"j": spec.job_id}).fetchone()
+        insertion = None
+        if found is not None:
+            # Taken before a replaced job is deleted, so a replacement always gets a new, higher
+            # insertion (what the tick's config cache keys on) even when the old job was the newest.
+            insertion = run(conn, "SELECT COALESCE(MAX(insertion), 0) + 1 FROM jobs").fetchone()[0]
+            existing = found[0]
+            if existing_policy == "keep":
+                return existing, False
+            if existing_policy == "replace":
+                if not JobState(existing).is_terminal:
+                    raise FailedPrecondition(
+                        f"job {spec.job_id} is still {existing}; stop it first (`iris job stop {spec.job_id}`) before replacing it"
+                    )
+                delete_job_tree(conn, spec.job_id)
+            else:
+                raise AlreadyExists(
+                    f"job {spec.job_id} already exists ({existing}); choose another name, or say what to do with it:"
+                    ' --existing keep|replace (SDK: existing_job_policy="keep" or "replace")'
                 )
-            delete_job_tree(conn, spec.job_id)
-        else:
-            raise AlreadyExists(
-                f"job {spec.job_id} already exists ({existing}); choose another name, or say what to do with it:"
-                ' --existing keep|replace (SDK: existing_job_policy="keep" or "replace")'
-            )
-    root_submitted_ms = now_ms
-    if spec.parent_job_id:
-        parent = require_job(conn, spec.parent_job_id)
-        if JobState(parent["state"]).is_terminal:
+        if parent is not None and finished_parent:
             raise FailedPrecondition(
                 f"parent job {spec.parent_job_id} has already finished ({parent['state']}); a finished job cannot start children"
             )
-        root_submitted_ms = parent["root_submitted_ms"]
-    deadline = int(now_ms + spec.scheduling_timeout_s * 1000) if spec.scheduling_timeout_s > 0 else None
-    run(
-        conn,
-        "INSERT INTO jobs (job_id, insertion, parent_job_id, root_job_id, depth, user, owner, band, state,"
-        " replicas, cluster, submitted_ms, root_submitted_ms, scheduling_deadline_ms, pending_reason)"
-        f" VALUES (:job_id, COALESCE(:insertion, (SELECT COALESCE(MAX(insertion), 0) + 1 FROM jobs)), :parent, :root, :depth, :user, :owner, :band, {quoted(JobState.PENDING)}, :replicas,"
-        " :cluster, :now, :root_now, :deadline, :reason)",
-        {
-            "job_id": spec.job_id,
-            "insertion": insertion,
-            "parent": spec.parent_job_id,
-            "root": spec.root_job_id or spec.job_id,
-            "depth": spec.depth,
-            "user": spec.user,
-            "owner": spec.owner,
-            "band": spec.band.label,
-            "replicas": spec.replicas,
-            "cluster": cluster,
-            "now": now_ms,
-            "root_now": root_submitted_ms,
-            "deadline": deadline,
-            "reason": "Waiting for the scheduler's next pass",
-        },
-    )
-    r = spec.resources
+        _insert_row(conn, spec, insertion, now_ms, root_submitted_ms, cluster)
     run(
         conn,
         "INSERT INTO job_config (job_id, command, resources, constraints, env, workdir, bundle_id,"
@@ -142,21 +126,9 @@ def insert_job(
         {
             "j": spec.job_id,
             "cmd": dumps(list(spec.command)),
-            "res": dumps(
-                {
-                    "cpu": r.cpu,
-                    "memory": r.memory,
-                    "disk": r.disk,
-                    "device": {
-                        "kind": r.device.kind,
-                        "variant": r.device.variant,
-                        "count": r.device.count,
-                        "topology": r.device.topology,
-                    },
-                }
-            ),
-            "cons": dumps([[c.key, c.op.value, list(c.values), c.preferred] for c in spec.constraints]),
-            "env": dumps(dict(spec.env)),
+            "res": _resources_json(spec.resources),
+            "cons": _constraints_json(spec.constraints),
+            "env": dumps(dict(spec.env)) if spec.env else "{}",
             "wd": spec.workdir,
             "b": spec.bundle_id,
             "f": spec.files_id,
@@ -175,3 +147,52 @@ def insert_job(
             [{"t": str(TaskName(job, i)), "j": spec.job_id, "i": i} for i in range(spec.replicas)],
         )
     return JobState.PENDING.value, True
+
+
+# A burst of submits mostly asks for a few shapes: each one's stored text is made once.
+@functools.lru_cache(maxsize=1024)
+def _resources_json(r: Resources) -> str:
+    device = {
+        "kind": r.device.kind,
+        "variant": r.device.variant,
+        "count": r.device.count,
+        "topology": r.device.topology,
+    }
+    return dumps({"cpu": r.cpu, "memory": r.memory, "disk": r.disk, "device": device})
+
+
+@functools.lru_cache(maxsize=1024)
+def _constraints_json(constraints: tuple[Constraint, ...]) -> str:
+    return dumps([[c.key, c.op.value, list(c.values), c.preferred] for c in constraints])
+
+
+def _insert_row(
+    conn: Connection, spec: JobSpec, insertion: int | None, now_ms: int, root_submitted_ms: int, cluster: str | None
+) -> bool:
+    """Inserts the job's row unless its id is taken; returns whether it did. `insertion`: its
+    number, or None for the next one (numbered by the insert itself)."""
+    deadline = int(now_ms + spec.scheduling_timeout_s * 1000) if spec.scheduling_timeout_s > 0 else None
+    cursor = run(
+        conn,
+        "INSERT INTO jobs (job_id, insertion, parent_job_id, root_job_id, depth, user, owner, band, state,"
+        " replicas, cluster, submitted_ms, root_submitted_ms, scheduling_deadline_ms, pending_reason)"
+        f" VALUES (:job_id, COALESCE(:insertion, (SELECT COALESCE(MAX(insertion), 0) + 1 FROM jobs)), :parent, :root, :depth, :user, :owner, :band, {quoted(JobState.PENDING)}, :replicas,"
+        " :cluster, :now, :root_now, :deadline, :reason) ON CONFLICT (job_id) DO NOTHING",
+        {
+            "job_id": spec.job_id,
+            "insertion": insertion,
+            "parent": spec.parent_job_id,
+            "root": spec.root_job_id or spec.job_id,
+            "depth": spec.depth,
+            "user": spec.user,
+            "owner": spec.owner,
+            "band": spec.band.label,
+            "replicas": spec.replicas,
+            "cluster": cluster,
+            "now": now_ms,
+            "root_now": root_submitted_ms,
+            "deadline": deadline,
+            "reason": "Waiting for the scheduler's next pass",
+        },
+    )
+    return cursor.rowcount == 1
