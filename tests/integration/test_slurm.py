@@ -8,12 +8,14 @@ share one). Where Slurm cannot start here, every test is skipped with the reason
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import httpx
@@ -136,8 +138,11 @@ def test_iris_job_stop_cancels_the_slurm_job_and_its_processes(ctl, slurm):
     running = wait_state(c, job_id, states={"RUNNING"})
     slurm_id = running.tasks[0].attempts[0].pid
     wait_until(lambda: slurm.job_pids(slurm_id), message="the job's processes to start")
-    result = ctl.cli("job", "stop", job_id)
+    t0 = time.perf_counter()
+    result = ctl.cli("job", "stop", "--wait", job_id)
+    print(f"iris job stop --wait on a running Slurm job: {time.perf_counter() - t0:.2f}s")
     assert result.returncode == 0, result.stderr
+    assert f"{job_id} KILLED" in result.stdout
     assert wait_state(c, job_id).job.state == "KILLED"
     wait_until(lambda: slurm.state(slurm_id) == "" and not slurm.job_pids(slurm_id), message="processes gone")
 
@@ -199,6 +204,43 @@ def gone(slurm: SlurmCluster, slurm_id: int) -> bool:
     return slurm.state(slurm_id) in ("", "CANCELLED") and not slurm.job_pids(slurm_id)
 
 
+def losing_scancel(folder: Path) -> tuple[str, Path]:
+    """A PATH whose `scancel` loses the first cancel asked of it (exits 0 having done nothing, as
+    Slurm does with a cancel that lands while a batch step is still starting) and hands every
+    later one to Slurm's own `scancel`; and the file the lost call's arguments are written to."""
+    real = shutil.which("scancel")
+    assert real, "Slurm's scancel"
+    bin_dir, lost = folder / "bin", folder / "lost"
+    bin_dir.mkdir()
+    shim = bin_dir / "scancel"
+    shim.write_text(
+        f'#!/bin/sh\nif mkdir "{lost}" 2>/dev/null; then echo "$@" > "{lost}/args"; exit 0; fi\nexec "{real}" "$@"\n'
+    )
+    shim.chmod(0o755)
+    return f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", lost / "args"
+
+
+def test_stopped_slurm_job_whose_cancel_slurm_lost_is_cancelled_again(slurm, controller_factory, tmp_path):
+    path, lost = losing_scancel(tmp_path)
+    ctl = controller_factory("lossy", backends=[slurm_backend(slurm)], start=False)
+    ctl.env = {**os.environ, "PATH": path}
+    ctl.start()
+    c = client(ctl)
+    job_id = c.launch_job(job("lost-cancel", "sleep 300")).job_id
+    slurm_id = wait_state(c, job_id, states={"RUNNING"}).tasks[0].attempts[0].pid
+    wait_until(lambda: len(slurm.job_pids(slurm_id)) >= 2, timeout=60, message="the wrapper and `sleep` to start")
+    t0 = time.perf_counter()
+    result = ctl.cli("job", "stop", "--wait", job_id)
+    assert result.returncode == 0, result.stderr
+    assert lost.read_text().split() == [str(slurm_id)], "the stop's first cancel was the one lost"
+    wait_until(lambda: gone(slurm, slurm_id), timeout=60, message="the Slurm job to be cancelled again")
+    print(f"a Slurm job whose first cancel was lost ended {time.perf_counter() - t0:.2f}s after iris job stop")
+    final = status(c, job_id)
+    assert final.job.state == "KILLED" and [a.state for a in final.tasks[0].attempts] == ["KILLED"]
+    marks = ctl.state_dir / "slurm" / ".live" / "slurm"
+    wait_until(lambda: not any(marks.iterdir()), message="the attempt's end reported by the backend and stored")
+
+
 def test_stop_committed_before_a_controller_crash_cancels_the_slurm_job_after_the_restart(slurm, controller_factory):
     ctl = controller_factory("crashy", backends=[slurm_backend(slurm)], start=False)
     ctl.env = {**os.environ, DIE_BEFORE_STOP_ENV: "1"}
@@ -247,7 +289,33 @@ def test_slurm_job_of_an_attempt_the_database_no_longer_holds_is_cancelled_on_ad
         second.adopt([])  # the database holds nothing of it
         # scancel returns before Slurm has ended the job; on a loaded host slurmd takes its time.
         wait_until(lambda: gone(slurm, slurm_id), timeout=60, message="the leftover Slurm job to be cancelled")
-        assert second.leftovers() == frozenset() and second.running() == frozenset()
+        wait_until(lambda: second.leftovers() == frozenset(), message="its marker to go once Slurm has ended it")
+        assert second.running() == frozenset()
+    finally:
+        second.shutdown()
+        slurm.scancel(slurm_id)
+
+
+def test_leftover_slurm_job_whose_cancel_slurm_lost_is_cancelled_again(slurm, tmp_path, monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="iris.slurm")
+    path, lost = losing_scancel(tmp_path)
+    config = SlurmBackendConfig.model_validate(slurm_backend(slurm))
+    first = SlurmBackend(config, "orphans", tmp_path / "state")
+    spec = LaunchSpec("/alice/stray/0:0", "/alice/stray", 0, 0, "slurm", ("sleep", "300"), {}, Resources(cpu=1))
+    slurm_id = first.start(spec).pid
+    wait_until(lambda: len(slurm.job_pids(slurm_id)) >= 2, timeout=60, message="the wrapper and `sleep` to start")
+    first._closing.set()  # the controller dies: its backend stops polling and cancels nothing
+
+    monkeypatch.setenv("PATH", path)  # the next controller's first scancel is lost
+    second = SlurmBackend(config, "orphans", tmp_path / "state")
+    try:
+        assert second.leftovers() == {spec.attempt_id}
+        second.adopt([])  # the database holds nothing of it
+        assert lost.read_text().split() == [str(slurm_id)]
+        wait_until(lambda: gone(slurm, slurm_id), timeout=60, message="the leftover Slurm job to be cancelled again")
+        wait_until(lambda: second.leftovers() == frozenset(), message="its marker to go once Slurm has ended it")
+        resent = [r.getMessage() for r in caplog.records if "again" in r.getMessage()]
+        assert resent and f"Slurm job {slurm_id} of attempt {spec.attempt_id} again" in resent[0]
     finally:
         second.shutdown()
         slurm.scancel(slurm_id)

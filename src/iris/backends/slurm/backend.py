@@ -17,6 +17,14 @@ stdout and stderr files (written by Slurm into the staging folder) through the s
 spool, as the local backend does. Events are kept until the tick acknowledges them (`ack`), and an
 exit is reported only once all of its output has been read.
 
+Stop: a stop sends one `scancel` at once. Slurm can lose it (a cancel that lands while the batch
+step is still starting, a controller that restarts), so as long as that same `squeue` still lists a
+stopped job as waiting or running, the poller cancels it again, 1 s after the first, then 2 s, 4 s,
+8 s and every 10 s, until Slurm no longer lists it alive. A job Slurm has itself already marked
+cancelled (COMPLETING) refuses any further cancel or signal, so there the resends are harmless and
+few, and the job leaves once its node reports its processes gone. The jobs of attempts the database
+no longer holds (found on restart) are cancelled the same way before their markers go.
+
 Restart: a Slurm job is named by its attempt id, and the attempt row is committed before `sbatch`
 runs; the Slurm job id is committed after. A restarted controller adopts attempts by job id, and
 looks the ones without an id up by name, so a crash between `sbatch` and the commit leaves no
@@ -52,8 +60,8 @@ from iris.backends.protocol import (
     Started,
     WorkerSnapshot,
 )
-from iris.backends.slurm.commands import MB, SlurmCommandError, SlurmCommands, SlurmNode, sbatch_argv
-from iris.backends.slurm.states import judge
+from iris.backends.slurm.commands import MB, SlurmCommandError, SlurmCommands, SlurmJob, SlurmNode, sbatch_argv
+from iris.backends.slurm.states import RUNNING, WAITING, judge
 from iris.backends.spool import OutputSpool
 from iris.backends.staging import publish_folder, safe_dirname
 from iris.core.config import SlurmBackendConfig
@@ -74,6 +82,8 @@ echo $rc > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"
 exit $rc
 """
 TAIL_INTERVAL_S = 0.1
+RESEND_FIRST_S = 1.0  # a stopped job Slurm still lists alive is cancelled again after this,
+RESEND_MAX_S = 10.0  # then after twice as long each time, up to this
 CAPACITY_INTERVAL_S = 10.0
 MAX_PENDING_LINES = 100_000  # lines read but not yet stored: tailing waits beyond this
 DISK = 1 << 50  # Slurm does not schedule disk, so Iris must not gate on it either
@@ -81,6 +91,28 @@ DISK = 1 << 50  # Slurm does not schedule disk, so Iris must not gate on it eith
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+@dataclass
+class _Resend:
+    """When a stopped job that Slurm still lists alive is cancelled again: `delay` after the last
+    cancel, the delay doubling each time up to RESEND_MAX_S, so a job stuck in Slurm costs a
+    bounded number of `scancel` calls."""
+
+    at: float
+    delay: float = RESEND_FIRST_S
+
+    @classmethod
+    def after_cancel(cls) -> _Resend:
+        return cls(time.monotonic() + RESEND_FIRST_S, RESEND_FIRST_S)
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now < self.at:
+            return False
+        self.delay = min(self.delay * 2, RESEND_MAX_S)
+        self.at = now + self.delay
+        return True
 
 
 @dataclass
@@ -92,6 +124,7 @@ class _Attempt:
     running: bool = False
     waiting: str = ""
     stop_requested: bool = False
+    resend: _Resend | None = None  # set with stop_requested once a cancel went out
     gpus: tuple[str, int] | None = None  # (GRES type, count) it asked for
     node: str = ""  # the node Slurm started it on (squeue's NodeList)
     exited: AttemptExit | None = None  # how it ended (Slurm's verdict)
@@ -127,6 +160,9 @@ class SlurmBackend:
         self._attributes.setdefault("pool", config.id)
         self._attributes["slurm-partition"] = config.partition
         self._attempts: dict[str, _Attempt] = {}
+        # Jobs of attempts the database no longer holds: attempt id -> (Slurm job id, resend), cancelled
+        # until Slurm no longer lists them alive, then their markers go.
+        self._strays: dict[str, tuple[int | None, _Resend]] = {}
         self._started: list[str] = []
         self._waiting: list[tuple[str, str]] = []
         self._exits: list[AttemptExit] = []
@@ -320,6 +356,9 @@ class SlurmBackend:
         except SlurmCommandError:
             with self._lock:
                 record.stop_requested = False  # retried by the tick's next reconcile
+        else:
+            with self._lock:
+                record.resend = _Resend.after_cancel()  # the poller cancels again while Slurm lists it alive
         self._query_due.set()
         self._kick.set()
 
@@ -366,6 +405,7 @@ class SlurmBackend:
         with self._lock:
             for a in live:
                 a.stop_requested = True
+                a.resend = a.resend or _Resend.after_cancel()
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and any(a.exited is None for a in live):
             self._query_due.set()
@@ -402,10 +442,11 @@ class SlurmBackend:
     def _query(self) -> None:
         with self._lock:
             live = [a for a in self._attempts.values() if a.exited is None]
-        if not live:
+            strays = dict(self._strays)
+        if not live and not strays:
             return
-        ids = [a.slurm_id for a in live if a.slurm_id]
-        names = [a.attempt_id for a in live if not a.slurm_id]
+        ids = [a.slurm_id for a in live if a.slurm_id] + [i for i, _ in strays.values() if i]
+        names = [a.attempt_id for a in live if not a.slurm_id] + [a for a, (i, _) in strays.items() if not i]
         try:
             rows = self.slurm.squeue(job_ids=ids) if ids else []
             if names:
@@ -423,10 +464,34 @@ class SlurmBackend:
                 record.slurm_id = by_name[record.attempt_id]
             job = by_id.get(record.slurm_id) if record.slurm_id else None
             changed |= self._apply(record, job)
+        for attempt_id, (slurm_id, resend) in strays.items():
+            job = by_id.get(slurm_id or by_name.get(attempt_id, 0))
+            if job is not None and (job.state in WAITING or job.state in RUNNING):
+                self._cancel_again(attempt_id, job, resend)
+                continue
+            with self._lock:
+                del self._strays[attempt_id]
+            self.marks.drop(attempt_id)  # Slurm has ended it (or forgotten it): nothing of it runs
         if changed:
             self._wake()
 
-    def _apply(self, record: _Attempt, job) -> bool:
+    def _cancel_again(self, attempt_id: str, job: SlurmJob, resend: _Resend) -> None:
+        """Slurm still lists a job alive after its cancel: cancel it again, if its resend is due."""
+        if not resend.due():
+            return
+        log.info(
+            "cancelling Slurm job %d of attempt %s again: Slurm still lists it %s (next try in %gs)",
+            job.job_id,
+            attempt_id,
+            job.state,
+            resend.delay,
+        )
+        try:
+            self.slurm.scancel(job_ids=[job.job_id])
+        except SlurmCommandError as exc:
+            log.info("cancelling Slurm job %d of attempt %s again failed: %s", job.job_id, attempt_id, exc)
+
+    def _apply(self, record: _Attempt, job: SlurmJob | None) -> bool:
         exit_file = self._exit_file(record)
         if job is None:
             # Slurm no longer knows it (or never did): the wrapper's exit file says how it ended.
@@ -440,6 +505,8 @@ class SlurmBackend:
             with self._lock:
                 record.node = job.nodes
         verdict = judge(job, self.config.partition, exit_file, record.stop_requested)
+        if verdict.phase in ("waiting", "running") and record.resend is not None:
+            self._cancel_again(record.attempt_id, job, record.resend)
         if verdict.phase == "waiting":
             if verdict.reason != record.waiting:
                 record.waiting = verdict.reason
@@ -577,7 +644,7 @@ class SlurmBackend:
     def adopt(self, records: list[AdoptRecord], settled: frozenset[str] = frozenset()) -> None:
         """Takes over `records` (found by Slurm job id, or by name where none was stored); a leftover
         whose end is stored (`settled`) is forgotten, and one the database no longer holds at all is
-        cancelled in Slurm."""
+        cancelled in Slurm, again while Slurm still lists it alive, and forgotten once it does not."""
         kept = set()
         for rec in records:
             kept.add(rec.attempt_id)
@@ -594,9 +661,10 @@ class SlurmBackend:
         try:
             self.slurm.scancel(job_ids=[i for i in strays.values() if i], names=[a for a, i in strays.items() if not i])
         except SlurmCommandError as exc:
+            # The poller asks Slurm about them and cancels again those it still lists alive.
             log.warning("could not cancel the Slurm jobs of attempts no longer held: %s", exc)
-            if exc.transient:
-                return  # their markers stay: the next restart tries again
-            # Otherwise Slurm refused (a job it no longer knows): nothing of them is left to stop.
-        for attempt_id in strays:
-            self.marks.drop(attempt_id)
+        with self._lock:
+            for attempt_id, slurm_id in strays.items():
+                self._strays[attempt_id] = (slurm_id, _Resend.after_cancel())
+        self._query_due.set()
+        self._kick.set()

@@ -224,7 +224,12 @@ class SlurmCommands:
             argv.append("--jobs=" + ",".join(map(str, job_ids)))
         if names:
             argv.append("--name=" + ",".join(names))
-        return parse_squeue(self.run(argv))
+        try:
+            return parse_squeue(self.run(argv))
+        except SlurmCommandError as exc:
+            if job_ids and "invalid job id" in str(exc).lower():
+                return []  # Slurm knows none of the ids asked about (it has forgotten them all)
+            raise
 
     def sinfo(self, partition: str) -> list[SlurmNode]:
         return parse_sinfo(
