@@ -200,15 +200,33 @@ class Pool:
                     k = 1
             take(w, need, k)
             found.append((w, k))
+            via_scan = w not in kept
+            if via_scan:
+                # The scan found `w` at `i`: its entry moves to its new key now, where its place is
+                # known, rather than at the next `refresh`, which would bisect for it. The key only
+                # shrank, so only entries before `i` move and those after it keep their places.
+                new = current[w]
+                if new < best:
+                    if not self.owned:
+                        keys = self.keys = list(keys)
+                        self.placed = list(self.placed)
+                        self.owned = True
+                    j = bisect_left(keys, new, 0, i)
+                    if j == i:
+                        keys[i] = new
+                    else:
+                        del keys[i]
+                        keys.insert(j, new)
+                    self.placed[w] = new
             want -= k
             if want <= 0:
                 return found
             # `w` is full for `need` now: the next search looks at the other candidates and at
             # the entries after the one it stopped on (`w`'s, when the scan found it).
-            if w in kept:
-                kept.discard(w)
-            else:
+            if via_scan:
                 i += 1
+            else:
+                kept.discard(w)
             best = min([current[x] for x in kept]) if kept else None
 
 
@@ -462,10 +480,28 @@ class Ledger:
         self.version[w] = self._stamp
 
     def take(self, w: int, need: Vector, times: int = 1) -> None:
-        f = self.free[w]
-        self.set_free(
-            w, (f[0] - need[0] * times, f[1] - need[1] * times, f[2] - need[2] * times, f[3] - need[3] * times)
-        )
+        # `set_free` written out (a tick takes once per worker it fills, mostly outside a trial).
+        free = self.free
+        old = free[w]
+        new = (old[0] - need[0] * times, old[1] - need[1] * times, old[2] - need[2] * times, old[3] - need[3] * times)
+        if old == new or self._journal is not None:
+            self.set_free(w, new)
+            return
+        sinks = self._sinks.get(w)
+        if sinks is None:
+            sinks = self._sinks_of(w)
+        for log in sinks[0]:
+            log.append(w)
+        for log in sinks[1]:
+            log.append(w)
+        self._changed.add(w)
+        free[w] = new
+        packed = self._packed.get(new)
+        if packed is None:
+            packed = self._packed[new] = self._pack(new, 0)
+        self.key[w] = packed | w
+        self._stamp = stamp = self._stamp + 1
+        self.version[w] = stamp
 
     def evict(self, w: int, task_id: str) -> None:
         self.evicted.add(task_id)

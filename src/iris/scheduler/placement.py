@@ -102,11 +102,19 @@ def _preempt_one(ledger: Ledger, placed: Placed, shape: Shape, task: PendingTask
 
 
 def place_independent(
-    ledger: Ledger, memo: Memo, shape: Shape, band: Band, tasks: Sequence[PendingTask], now_ms: int
+    ledger: Ledger,
+    memo: Memo,
+    shape: Shape,
+    band: Band,
+    tasks: Sequence[PendingTask],
+    now_ms: int,
+    placed: Placed | None = None,
 ) -> Placed:
     """Places as many of `tasks` as fit, in order, each on its best-fit worker, preempting when
-    allowed; stops at the first task that cannot be placed."""
-    placed = Placed()
+    allowed; stops at the first task that cannot be placed. The decisions are added to `placed`
+    when given (a tick passes its own lists), else to a new `Placed`."""
+    if placed is None:
+        placed = Placed()
     entry = memo.independent.get(id(shape))
     if entry is None:
         plain = memo.plain

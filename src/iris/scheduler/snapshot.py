@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from itertools import repeat
 from typing import NamedTuple
 
@@ -94,12 +93,13 @@ class Assignment(NamedTuple):
     backend_id: str
 
 
-_new_assignment = partial(tuple.__new__, Assignment)
+_tuple_new = tuple.__new__
 
 
 def assignments(task_ids: Iterable[str], worker_id: str, backend_id: str) -> Iterator[Assignment]:
     """One `Assignment` per task of `task_ids`, all to the same worker."""
-    return map(_new_assignment, zip(task_ids, repeat(worker_id), repeat(backend_id)))
+    # `tuple.__new__(Assignment, fields)` per task, called by `map` itself (no `partial` between).
+    return map(_tuple_new, repeat(Assignment), zip(task_ids, repeat(worker_id), repeat(backend_id)))
 
 
 @dataclass(frozen=True, slots=True)

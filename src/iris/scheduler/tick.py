@@ -227,6 +227,7 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
     if index is not None:
         index.requests = requests  # one object, replaced whole: `explain` may read it meanwhile
     tick = Tick(snapshot, ledger)
+    now_ms = snapshot.now_ms
     memo = Memo(plain=plain)
     never = ledger.ix.never  # a function of the workers alone: kept across ticks with them
     # The same, by (shape identity, replicas): the requests hold their shapes while this runs, and
@@ -241,6 +242,11 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
     # The outcomes `_explain_waits` gives reasons for: behind a backlog the cluster has room for,
     # most jobs place every task and need none.
     left: list[JobOutcome] = []
+    # Independent jobs add their decisions to the tick's own lists (their counts are read off the
+    # lengths): a tick places one per pending job, and copying each job's over costs more.
+    assigned, preempted = tick.assignments, tick.preemptions
+    into = Placed()
+    into.assignments, into.preemptions = assigned, preempted
     for request in requests.ordered:
         outcome = tick.outcomes[request.job_id] = JobOutcome(request)
         replicas = request.replicas if request.coscheduled else 1
@@ -259,7 +265,11 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
             if request.tasks:
                 _place(tick, memo, request, outcome)
         elif request.tasks and (kind := (id(request.shape), request.band)) not in exhausted:
-            _place(tick, memo, request, outcome)
+            before, evicting = len(assigned), len(preempted)
+            place_independent(ledger, memo, request.shape, request.band, request.tasks, now_ms, into)
+            outcome.placed = len(assigned) - before
+            outcome.preempted = len(preempted) - evicting
+            into.victims.clear()  # read only by a coscheduled trial
             if outcome.placed < len(request.tasks):
                 exhausted.add(kind)
         if outcome.placed < len(request.tasks) or request.expired:
