@@ -56,9 +56,11 @@ def copies(free: Vector, need: Vector, limit: int) -> int:
         best = f0 // n0
     if n1 > 0 and f1 // n1 < best:
         best = f1 // n1
-    if n2 > 0 and f2 // n2 < best:
+    # Memory and disk: `f // n < best` is `f < n * best` (n > 0), and a multiplication costs far less
+    # than a division of multi-digit integers, so the quotient is taken only when it is the smaller.
+    if n2 > 0 and f2 < n2 * best:
         best = f2 // n2
-    if n3 > 0 and f3 // n3 < best:
+    if n3 > 0 and f3 < n3 * best:
         best = f3 // n3
     return best if best > 0 or best == limit else 0
 

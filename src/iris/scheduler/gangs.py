@@ -152,6 +152,7 @@ class GangSlots:
         "held",
         "before",
         "now",
+        "empty",
         "version",
         "_ranked",
         "_roomiest",
@@ -169,7 +170,7 @@ class GangSlots:
         self.counts: Counts = (dict(slots), list(ready))  # the index's are shared with later ticks
         self.base = ix.free  # the free capacity the index's counts reflect
         self.held: dict[int, int] = {}  # per worker changed this tick, what it holds as counted
-        self.before, self.now = ledger.holding(need)
+        self.before, self.now, self.empty = ledger.holding(need)
         self.version = ledger.version
         self.dirty = ledger.changed_among(self.group_of)  # changed before now, not yet counted
         self.log = ledger.log(number, self.group_of.keys(), inside_trials=False)  # changed from now on
@@ -183,6 +184,11 @@ class GangSlots:
         if self.read < len(log):
             dirty.update(log[self.read :])
             self.read = len(log)
+        empty = self.empty
+        if dirty and empty:
+            # A worker that held none before the tick holds none now (what is counted here only
+            # shrinks): every request of the demand passes over it, in one step.
+            dirty.difference_update(empty)
         if dirty:
             slots = self.counts[0]
             held, base, group_of, holds = self.held, self.base, self.group_of, self.holds
@@ -202,6 +208,8 @@ class GangSlots:
                         held_then = before.get(w)
                         if held_then is None:  # once per worker and demand in a tick: a call will do
                             held_then = before[w] = copies(base[w], need, _UNCAPPED)
+                            if held_then == 0:
+                                empty.add(w)
                         old = held[w] = held_then if held_then < limit else limit
                     if old == 0:
                         continue  # it held none, and what is kept outside trials only shrinks
@@ -215,9 +223,8 @@ class GangSlots:
                         k = f[b] // y
                         if k < holds_now:
                             holds_now = k
-                        k = f[c] // z
-                        if k < holds_now:
-                            holds_now = k
+                        if f[c] < z * holds_now:  # `f[c] // z < holds_now`, without dividing
+                            holds_now = f[c] // z
                         if holds_now < 0:
                             holds_now = 0
                         now[w] = (stamp, holds_now)

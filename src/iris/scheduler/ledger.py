@@ -174,12 +174,15 @@ class Pool:
                         best = key
                         break
                     i += 1
-            # Every entry the scan passed is short of the demand: the next search starts after them.
-            self.starts[need] = (keys[i] if i < n else end, len(log), kept or None, probe)
+            # Every entry the scan passed is short of the demand: the next search starts after them
+            # (kept when the search returns: none reads it while this one fills).
+            at, read = keys[i] if i < n else end, len(log)
             if best is None:
+                self.starts[need] = (at, read, kept or None, probe)
                 return found
             w = best & mask
             if take is None:
+                self.starts[need] = (at, read, kept or None, probe)
                 found.append((w, 0))
                 return found
             k = 1
@@ -192,9 +195,11 @@ class Pool:
                     k = f[0] // n0
                 if c > 0 and f[1] // c < k:
                     k = f[1] // c
-                if m > 0 and f[2] // m < k:
+                # Memory and disk are multi-digit integers, which divide far slower than they
+                # multiply: `f // m < k` is `f < m * k` (m > 0), and the quotient is taken only then.
+                if m > 0 and f[2] < m * k:
                     k = f[2] // m
-                if d > 0 and f[3] // d < k:
+                if d > 0 and f[3] < d * k:
                     k = f[3] // d
                 if k < 1:
                     k = 1
@@ -220,6 +225,7 @@ class Pool:
                     self.placed[w] = new
             want -= k
             if want <= 0:
+                self.starts[need] = (at, read, kept or None, probe)
                 return found
             # `w` is full for `need` now: the next search looks at the other candidates and at
             # the entries after the one it stopped on (`w`'s, when the scan found it).
@@ -322,7 +328,7 @@ class Ledger:
         # held before the tick, and ((its stamp, how many) it holds) as last worked out, without
         # a limit per worker; every request of that demand reads them, whatever its constraints
         # and replica count.
-        self._holding: dict[Vector, tuple[dict[int, int], dict[int, tuple[int, int]]]] = {}
+        self._holding: dict[Vector, tuple[dict[int, int], dict[int, tuple[int, int]], set[int]]] = {}
 
     def log(self, number: int, members: Set[int] | KeysView[int], inside_trials: bool = True) -> list[int]:
         """The log of the workers of set `number` (`members`) whose free capacity changes from now
@@ -356,14 +362,14 @@ class Ledger:
             found = self._sinks[w] = (every, kept)
         return found
 
-    def holding(self, need: Vector) -> tuple[dict[int, int], dict[int, tuple[int, int]]]:
+    def holding(self, need: Vector) -> tuple[dict[int, int], dict[int, tuple[int, int]], set[int]]:
         """For one demand: per worker, how many tasks of it the worker held before the tick,
-        and (its stamp, how many it holds then) as last worked out; filled by their readers.
-        A stamp names one state of a worker (see `version`), so an entry whose stamp is the
-        worker's own is current."""
+        (its stamp, how many it holds then) as last worked out, and the workers known to have
+        held none before the tick; filled by their readers. A stamp names one state of a worker
+        (see `version`), so an entry whose stamp is the worker's own is current."""
         found = self._holding.get(need)
         if found is None:
-            found = self._holding[need] = ({}, {})
+            found = self._holding[need] = ({}, {}, set())
         return found
 
     def changed_among(self, workers: Mapping[int, object]) -> set[int]:

@@ -230,9 +230,9 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
     now_ms = snapshot.now_ms
     memo = Memo(plain=plain)
     never = ledger.ix.never  # a function of the workers alone: kept across ticks with them
-    # The same, by (shape identity, replicas): the requests hold their shapes while this runs, and
-    # a shape's hash is a Python call.
-    verdicts: dict[tuple[int, int], str | None] = {}
+    # The same, by (shape identity, replicas), or the identity alone for one replica (most jobs):
+    # the requests hold their shapes while this runs, and a shape's hash is a Python call.
+    verdicts: dict[tuple[int, int] | int, str | None] = {}
     # (shape identity, band) of the independent jobs that placed fewer than all their tasks: no
     # worker had room for that shape and nothing that band may evict was left, and within a tick
     # free capacity and evictable work only shrink, so every later job of the same shape and band
@@ -250,7 +250,7 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
     for request in requests.ordered:
         outcome = tick.outcomes[request.job_id] = JobOutcome(request)
         replicas = request.replicas if request.coscheduled else 1
-        mine = (id(request.shape), replicas)
+        mine = id(request.shape) if replicas == 1 else (id(request.shape), replicas)  # no tuple for most
         try:
             verdict = verdicts[mine]
         except KeyError:
