@@ -128,7 +128,7 @@ class Packing:
     with wider fields.
     """
 
-    __slots__ = ("width", "offset", "wbits", "mask", "end", "key")
+    __slots__ = ("width", "offset", "wbits", "mask", "end", "key", "zero")
 
     def __init__(self, vectors: Iterable[Vector], positions: int) -> None:
         most = max((abs(v) for vector in vectors for v in vector), default=0)
@@ -145,6 +145,9 @@ class Packing:
             return ((((((f0 + off) << width) | (f1 + off)) << width | (f2 + off)) << width | (f3 + off)) << wbits) | w
 
         self.key = key
+        # The fields do not overlap, so a key is a sum: taking `times` tasks of a demand from a
+        # worker lowers its key by `times * (key(demand, 0) - zero)`.
+        self.zero = key((0, 0, 0, 0), 0)
 
     def fits(self, vector: Vector) -> bool:
         """Whether every value of `vector` has room in its field."""

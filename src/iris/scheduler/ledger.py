@@ -34,8 +34,9 @@ __all__ = ["Ledger", "Pool", "WorkerClass", "best_fit"]
 
 _first = itemgetter(0)
 
-# Takes `times` tasks of a demand from a worker's free capacity (`Ledger.take`).
-Taker = Callable[[int, Vector, int], None]
+# Takes `times` tasks of a demand from a worker's free capacity, given what one task of it weighs
+# in a packed key (`Ledger.take`).
+Taker = Callable[[int, Vector, int, int], None]
 
 
 class Pool:
@@ -146,6 +147,7 @@ class Pool:
                         if best is None or key < best:
                             best = key
         mask, end = self.packing.mask, self.packing.end
+        step = probe - self.packing.zero  # what one task of `need` weighs in a key
         n = len(keys)
         found: list[tuple[int, int]] = []
         while True:
@@ -203,7 +205,7 @@ class Pool:
                     k = f[3] // d
                 if k < 1:
                     k = 1
-            take(w, need, k)
+            take(w, need, k, step)
             found.append((w, k))
             via_scan = w not in kept
             if via_scan:
@@ -485,7 +487,9 @@ class Ledger:
         self._stamp += 1
         self.version[w] = self._stamp
 
-    def take(self, w: int, need: Vector, times: int = 1) -> None:
+    def take(self, w: int, need: Vector, times: int = 1, step: int | None = None) -> None:
+        """Takes `times` tasks of `need` from worker `w`; `step`, when given, is what one task of
+        `need` weighs in a packed key (`Packing.zero`), so the worker's key moves without packing."""
         # `set_free` written out (a tick takes once per worker it fills, mostly outside a trial).
         free = self.free
         old = free[w]
@@ -502,10 +506,13 @@ class Ledger:
             log.append(w)
         self._changed.add(w)
         free[w] = new
-        packed = self._packed.get(new)
-        if packed is None:
-            packed = self._packed[new] = self._pack(new, 0)
-        self.key[w] = packed | w
+        if step is None:
+            packed = self._packed.get(new)
+            if packed is None:
+                packed = self._packed[new] = self._pack(new, 0)
+            self.key[w] = packed | w
+        else:
+            self.key[w] -= times * step
         self._stamp = stamp = self._stamp + 1
         self.version[w] = stamp
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from operator import attrgetter
 
 from iris.core.bands import Band
@@ -81,6 +82,7 @@ class Placed:
 
 
 _task_id = attrgetter("task_id")
+_tuple_new = tuple.__new__
 
 
 def _assign(ledger: Ledger, placed: Placed, w: int, tasks: list[PendingTask]) -> None:
@@ -134,7 +136,14 @@ def place_independent(
             for filled, k in pool.fill(need, free, n - i, ledger.take):
                 worker = hosts[filled]
                 run = tasks if k == n else tasks[i : i + k]
-                assigned.extend(assignments(map(_task_id, run), worker.worker_id, worker.backend_id))
+                # `assignments(...)` written out: a tick fills one worker after another here.
+                assigned.extend(
+                    map(
+                        _tuple_new,
+                        repeat(Assignment),
+                        zip(map(_task_id, run), repeat(worker.worker_id), repeat(worker.backend_id)),
+                    )
+                )
                 i += k
             if i == n:
                 break
