@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -145,6 +146,29 @@ def test_iris_job_stop_cancels_the_slurm_job_and_its_processes(ctl, slurm):
     assert f"{job_id} KILLED" in result.stdout
     assert wait_state(c, job_id).job.state == "KILLED"
     wait_until(lambda: slurm.state(slurm_id) == "" and not slurm.job_pids(slurm_id), message="processes gone")
+
+
+def test_command_a_cancel_reached_only_through_its_wrapper_is_still_ended_by_the_stop(ctl, slurm):
+    """Slurm's SIGTERM can reach the job's shell and miss the command it has just started (with
+    proctrack/linuxproc, one forked as the cancel lands): the shell must not die and orphan it
+    outside the job's process tree, where no later signal of Slurm's finds it."""
+    c = client(ctl)
+    job_id = c.launch_job(job("term-race", "sleep 300")).job_id
+    slurm_id = wait_state(c, job_id, states={"RUNNING"}).tasks[0].attempts[0].pid
+
+    def wrapper() -> int | None:
+        for pid in slurm.job_pids(slurm_id):
+            if "slurm_script" in Path(f"/proc/{pid}/cmdline").read_text():
+                return pid
+        return None
+
+    shell = wait_until(lambda: len(slurm.job_pids(slurm_id)) >= 2 and wrapper(), timeout=60, message="the job to run")
+    os.kill(shell, signal.SIGTERM)  # the signal that reached the shell only
+    result = ctl.cli("job", "stop", job_id)
+    assert result.returncode == 0, result.stderr
+    wait_until(lambda: gone(slurm, slurm_id), timeout=60, message="every process of the job to end")
+    final = wait_state(c, job_id)
+    assert final.job.state == "KILLED" and [a.state for a in final.tasks[0].attempts] == ["KILLED"]
 
 
 def test_slurm_job_slurm_can_never_host_is_unschedulable_with_slurms_reason(ctl):

@@ -72,12 +72,21 @@ log = logging.getLogger("iris.slurm")
 # into the job's working folder, on the node, as the local backend does); the command comes last.
 # The exit code is kept in a file so it survives Slurm forgetting the job (MinJobAge) while no
 # controller was watching.
+# A SIGTERM (Slurm's cancel, its time limit) ends the wrapper only once the command has ended, and
+# by that signal as before (no exit file, no new command): a wrapper that died at once would leave a
+# command it had just started (one Slurm's signal missed) or one still shutting down outside the
+# job's process tree, where Slurm's proctrack/linuxproc no longer finds it to kill.
 WRAPPER = """#!/bin/sh
 d="$1"; n="$2"; shift 2
-while [ "$n" -gt 0 ] && cp -R "$1/." .; do shift; n=$((n-1)); done
+term=
+trap 'term=1' TERM
+ended() { if [ -n "$term" ]; then trap - TERM; kill -TERM $$; fi; }
+while [ -z "$term" ] && [ "$n" -gt 0 ] && cp -R "$1/." .; do shift; n=$((n-1)); done
+ended
 if [ "$n" -ne 0 ]; then echo "iris: cannot copy the job's workspace into $PWD" >&2; echo 126 > "$d/exit"; exit 126; fi
 "$@"
 rc=$?
+ended
 echo $rc > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"
 exit $rc
 """
