@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
+import socket
 import urllib.error
 import urllib.request
 
@@ -154,3 +156,43 @@ def test_codec_refuses_a_long_string_field_but_not_long_bytes():
     bundle = "QUFB" * 100_000  # 400 KB of base64 in a bytes field is a workspace, not a string
     decoded = CODEC.decode(json.dumps({"name": "n", "workspaceBundle": bundle}).encode(), pb.LaunchJobRequest)
     assert decoded.workspace_bundle == b"AAA" * 100_000
+
+
+def _pipelined(url: str, requests: list[bytes]) -> list[bytes]:
+    """Sends `requests` (whole HTTP requests, the last closing the connection) in one write on one
+    connection; each answer's status line."""
+    host, _, port = url.removeprefix("http://").partition(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(b"".join(requests))
+        answers = b""
+        while chunk := sock.recv(65536):
+            answers += chunk
+    return re.findall(rb"HTTP/1\.1 \d{3} [^\r]*", answers)
+
+
+def _launch(body: bytes, *headers: str) -> bytes:
+    head = ["POST /iris.v1.ControllerService/LaunchJob HTTP/1.1", "host: localhost", *headers]
+    head += ["content-type: application/proto", f"content-length: {len(body)}"]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+@pytest.mark.parametrize("second", [(), ("connect-timeout-ms: 60000",)], ids=["direct", "connect"])
+def test_a_pipelined_request_is_decoded_from_its_own_body(module_controller, second):
+    """A large body decoded off the event loop for a request refused before the message was taken
+    (here: a protocol version not served) is not taken by the next request on the connection."""
+    c = client(module_controller)
+    large = pb.LaunchJobRequest(
+        name=f"first-{len(second)}", user="alice", command=["true"], env={"PAD": "x" * 60_000, "PAD2": "y" * 10_000}
+    )
+    own = pb.LaunchJobRequest(name=f"second-{len(second)}", user="alice", command=["true"])
+    statuses = _pipelined(
+        module_controller.url,
+        [
+            _launch(large.SerializeToString(), "connect-protocol-version: 2"),
+            _launch(own.SerializeToString(), "connect-protocol-version: 1", "connection: close", *second),
+        ],
+    )
+    assert statuses == [b"HTTP/1.1 400 Bad Request", b"HTTP/1.1 200 OK"]
+    assert wait_state(c, f"/alice/{own.name}").job.job_id == f"/alice/{own.name}"
+    with pytest.raises(ConnectError):
+        c.get_job_status(pb.GetJobStatusRequest(job_id=f"/alice/{large.name}"))

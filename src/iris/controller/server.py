@@ -36,7 +36,7 @@ from iris.controller.workspace import MAX_WORKSPACE_BYTES
 from iris.core import spans
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.controller_connect import ControllerServiceASGIApplication
-from iris.rpc.request_codecs import BoundedJSONCodec, BoundedProtoCodec
+from iris.rpc.request_codecs import PREDECODED, BoundedJSONCodec, BoundedProtoCodec
 
 API_PREFIX = "/iris.v1."
 LAUNCH_PATH = f"{API_PREFIX}ControllerService/LaunchJob"
@@ -181,6 +181,13 @@ async def _serve(api, scope, receive, send) -> None:
         await api(scope, receive, send)
 
 
+# _fresh_request: a request pipelined behind another on its connection runs in a copy of the
+# context of the request before it (uvicorn starts its task from the one that sent the last answer),
+# so a message decoded off the event loop for a request refused before it took it (a protocol
+# version not served, say) would be taken by the next request in place of its own body, under that
+# request's identity. Each API request starts with none.
+
+
 def build_app(controller: Controller):
     service = ControllerServiceImpl(controller)
     api = ControllerServiceASGIApplication(
@@ -205,6 +212,7 @@ def build_app(controller: Controller):
         controller.tick.api_calls += 1
         peer = scope.get("client")
         calling_peer.set(peer if isinstance(peer, Peer) else None)
+        PREDECODED.set(None)  # see _fresh_request
         try:
             with controller.commits.announced() as note:
                 current_announcement.set(note)
@@ -256,6 +264,7 @@ def build_app(controller: Controller):
             # this counter runs on the event loop's one thread, so it needs no lock.
             controller.tick.api_calls += 1
             calling_peer.set(peer if isinstance(peer, Peer) else None)  # this request's own task
+            PREDECODED.set(None)  # see _fresh_request
             send = _whole_answer(send)
             try:
                 # A large or compressed body is decoded off the event loop (iris.controller.request_bodies).
