@@ -429,3 +429,28 @@ def test_group_commit_leader_is_woken_once_every_announced_caller_has_queued(db)
         t.join(timeout=30)
     assert outcomes == {"leader": "leader", "late0": "late0", "late1": "late1", "late2": "late2"}
     assert (commits.groups, commits.items) == (1, 4)
+
+
+def test_group_commit_item_whose_error_ended_the_transaction_has_its_group_written_again(db):
+    """Some errors end the whole transaction in SQLite itself, whatever the statement wrote (an
+    I/O error, no memory, an interrupted write): the items written before it were undone with it
+    and must not be answered as committed."""
+    from iris.controller.db.database import _driver
+
+    def interrupted(conn):
+        driver = _driver(conn)
+        driver.create_function("interrupt_now", 0, lambda: driver.interrupt())
+        # Interrupted while it looks for rows to insert, before it has inserted any.
+        conn.execute(
+            sql(
+                "INSERT INTO parent (id) WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100000)"
+                " SELECT 'never' || i FROM n WHERE coalesce(interrupt_now(), 0)"
+            )
+        )
+
+    commits = GroupCommit(db)
+    outcomes = _run_together(db, commits, [_insert("a"), interrupted, _insert("c")])
+    assert isinstance(outcomes[1], Exception)
+    committed = {o for o in outcomes if isinstance(o, str)}
+    assert committed <= _stored(db), (outcomes, _stored(db))
+    assert committed == {"a", "c"}

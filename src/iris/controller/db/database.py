@@ -97,6 +97,13 @@ def rows_written(conn: Connection) -> int:
     return _driver(conn).total_changes
 
 
+def transaction_open(conn: Connection) -> bool:
+    """Whether the connection's transaction is still open: SQLite ends it itself, undoing all of
+    it, on some errors of a statement (an I/O error, no memory, an interrupt, at times a full disk),
+    whatever that statement wrote."""
+    return _driver(conn).in_transaction
+
+
 def run(conn: Connection, statement: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> sqlite3.Cursor:
     """Executes one statement of the open transaction on its driver connection.
 

@@ -53,7 +53,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
 
-from iris.controller.db.database import Database, is_disk_full, rows_written, savepoint
+from iris.controller.db.database import Database, is_disk_full, rows_written, savepoint, transaction_open
 from iris.core import spans
 
 log = logging.getLogger(__name__)
@@ -390,28 +390,43 @@ class GroupCommit:
             try:
                 item.value = item.work(conn)
             except Exception as error:
-                # A full disk may have rolled the transaction back already: redone, as a write.
-                if _disk_full(error) or rows_written(conn) != written:
+                # A full disk may have rolled the transaction back already, and other errors do
+                # (`transaction_open`), undoing the items before it: redone, as a write.
+                if _disk_full(error) or rows_written(conn) != written or not transaction_open(conn):
                     raise _WriteAgain() from error
                 item.error = error
 
     def _write_group_isolated(self, group: list[_Item]) -> None:
         """Writes a group that `_write_items` rolled back: in one transaction again, each item in a
         savepoint, so that an item's error undoes its own writes alone and the rest commit. Its
-        items' work runs a second time (the first run's writes were rolled back)."""
-        for item in group:
-            item.value, item.error = None, None
-        try:
-            assert self._conn is not None
-            with spans.span("submit.insert.group"), self.db.write(self._conn) as conn:
-                for item in group:
-                    try:
-                        with savepoint(conn):
-                            item.value = item.work(conn)
-                    except Exception as error:  # this item's writes are undone; its group goes on
-                        item.error = self.db.disk_full() if _disk_full(error) else error
-        except BaseException as failure:  # the commit (or the begin) failed: nothing was kept
-            self._fail(group, failure)
+        items' work runs a second time (the first run's writes were rolled back). An item whose
+        error ended the transaction itself (`transaction_open`) undid the items before it too: it
+        keeps its error and the others are written once more without it; a full disk fails them all."""
+        todo = list(group)
+        while todo:
+            for item in todo:
+                item.value, item.error = None, None
+            ended: _Item | None = None
+            try:
+                assert self._conn is not None
+                with spans.span("submit.insert.group"), self.db.write(self._conn) as conn:
+                    for item in todo:
+                        try:
+                            with savepoint(conn):
+                                item.value = item.work(conn)
+                        except Exception as error:  # this item's writes are undone; its group goes on
+                            item.error = self.db.disk_full() if _disk_full(error) else error
+                            if not transaction_open(conn):
+                                if _disk_full(error):
+                                    raise
+                                ended = item
+                                raise _WriteAgain() from error
+            except _WriteAgain:
+                todo = [item for item in todo if item is not ended]
+                continue
+            except BaseException as failure:  # the commit (or the begin) failed: nothing was kept
+                self._fail(todo, failure)
+            return
 
     def _fail(self, group: list[_Item], failure: BaseException) -> BaseException:
         """Fails every item of a group whose transaction failed (none of its writes were kept);
