@@ -31,9 +31,9 @@ def attempts(monkeypatch):
     calls: list[str] = []
     place = scheduler_tick.place_independent
 
-    def counted(ledger, memo, shape, band, tasks, now_ms, *into):
+    def counted(ledger, memo, shape, band, tasks, now_ms, *rest):
         calls.append(tasks[0].job_id)
-        return place(ledger, memo, shape, band, tasks, now_ms, *into)
+        return place(ledger, memo, shape, band, tasks, now_ms, *rest)
 
     monkeypatch.setattr(scheduler_tick, "place_independent", counted)
     return calls

@@ -162,10 +162,10 @@ class Pool:
                         best = key
                         break
                     i += 1
-                    if i < n and keys[i] <= key | mask:
+                    if i < n and keys[i] <= (key := key | mask):
                         # The next entries hold the same free capacity (their keys differ only in
                         # the position): as short, so stepped over together.
-                        i = bisect_left(keys, (key | mask) + 1, i + 1)
+                        i = bisect_left(keys, key + 1, i + 1)
             else:
                 while i < n:
                     key = keys[i]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import product, repeat
 from typing import NamedTuple
 
 from iris.backends.protocol import WorkerSnapshot
@@ -94,12 +94,14 @@ class Assignment(NamedTuple):
 
 
 _tuple_new = tuple.__new__
+_ASSIGNMENT = repeat(Assignment)  # repeats forever and holds no state: shared by every call
 
 
 def assignments(task_ids: Iterable[str], worker_id: str, backend_id: str) -> Iterator[Assignment]:
     """One `Assignment` per task of `task_ids`, all to the same worker."""
-    # `tuple.__new__(Assignment, fields)` per task, called by `map` itself (no `partial` between).
-    return map(_tuple_new, repeat(Assignment), zip(task_ids, repeat(worker_id), repeat(backend_id)))
+    # `tuple.__new__(Assignment, fields)` per task, called by `map` itself (no `partial` between);
+    # the fields come from `product`, as a `repeat` takes keyword parsing to make.
+    return map(_tuple_new, _ASSIGNMENT, product(task_ids, (worker_id,), (backend_id,)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -248,31 +248,35 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
     into = Placed()
     into.assignments, into.preemptions = assigned, preempted
     for request in requests.ordered:
-        outcome = tick.outcomes[request.job_id] = JobOutcome(request)
-        replicas = request.replicas if request.coscheduled else 1
-        mine = id(request.shape) if replicas == 1 else (id(request.shape), replicas)  # no tuple for most
+        # Unpacked once: a named tuple's field is read through a descriptor that the interpreter
+        # does not specialise, and a job reads a dozen of them here.
+        job_id, tasks, expired, shape, band, _, _, replicas, coscheduled, _ = request
+        outcome = tick.outcomes[job_id] = JobOutcome(request)
+        if not coscheduled:
+            replicas = 1
+        mine = id(shape) if replicas == 1 else (id(shape), replicas)  # no tuple for most
         try:
             verdict = verdicts[mine]
         except KeyError:
-            key = (request.shape.need, request.shape.hard, replicas)
+            key = (shape.need, shape.hard, replicas)
             if key not in never:
-                never[key] = never_fits(ledger, request.shape, replicas)
+                never[key] = never_fits(ledger, shape, replicas)
             verdict = verdicts[mine] = never[key]
         outcome.unschedulable = verdict
         if verdict is not None:
-            tick.unschedulable.extend(Unschedulable(t.task_id, verdict) for t in request.tasks)
-        elif request.coscheduled or plain:
-            if request.tasks:
+            tick.unschedulable.extend(Unschedulable(t.task_id, verdict) for t in tasks)
+        elif coscheduled or plain:
+            if tasks:
                 _place(tick, memo, request, outcome)
-        elif request.tasks and (kind := (id(request.shape), request.band)) not in exhausted:
+        elif tasks and (kind := (id(shape), band)) not in exhausted:
             before, evicting = len(assigned), len(preempted)
-            place_independent(ledger, memo, request.shape, request.band, request.tasks, now_ms, into)
+            place_independent(ledger, memo, shape, band, tasks, now_ms, into)
             outcome.placed = len(assigned) - before
             outcome.preempted = len(preempted) - evicting
             into.victims.clear()  # read only by a coscheduled trial
-            if outcome.placed < len(request.tasks):
+            if outcome.placed < len(tasks):
                 exhausted.add(kind)
-        if outcome.placed < len(request.tasks) or request.expired:
+        if outcome.placed < len(tasks) or expired:
             left.append(outcome)
     _explain_waits(tick, memo, left)
     return tick
