@@ -47,6 +47,7 @@ class JobRequest(NamedTuple):
     replicas: int
     coscheduled: bool
     pinned_group: tuple[str, str] | None = None  # where running replicas of a coscheduled job are
+    task_ids: tuple[str, ...] = ()  # of `tasks`, read once when the request is made (kept across ticks)
 
     @property
     def downgraded(self) -> bool:

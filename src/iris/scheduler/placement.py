@@ -112,10 +112,12 @@ def place_independent(
     tasks: Sequence[PendingTask],
     now_ms: int,
     placed: Placed | None = None,
+    task_ids: Sequence[str] | None = None,
 ) -> Placed:
     """Places as many of `tasks` as fit, in order, each on its best-fit worker, preempting when
     allowed; stops at the first task that cannot be placed. The decisions are added to `placed`
-    when given (a tick passes its own lists), else to a new `Placed`."""
+    when given (a tick passes its own lists), else to a new `Placed`; `task_ids`, when given,
+    are the ids of `tasks` (a request keeps them across ticks)."""
     if placed is None:
         placed = Placed()
     entry = memo.independent.get(id(shape))
@@ -130,18 +132,19 @@ def place_independent(
     i, n = 0, len(tasks)
     free, hosts, assigned = ledger.free, ledger.workers, placed.assignments
     if pools is not None and not no_fit:
+        ids = task_ids if task_ids is not None else tuple(map(_task_id, tasks))
         # One call per preference level places the run over as many of its workers as it takes,
         # each the best fit in turn; a level is searched once those before it hold no more (free
         # capacity only shrinks while a job is placed, so none of them holds more later).
         for pool in pools:
             for filled, k in pool.fill(need, free, n - i, ledger.take):
                 worker = hosts[filled]
-                run = tasks if k == n else tasks[i : i + k]
+                run_ids = ids if k == n else ids[i : i + k]
                 # `assignments(...)` written out: a tick fills one worker after another here. The
                 # fields come from `product` (an iterator that `repeat` would give takes keyword
                 # parsing to make), and `_ASSIGNMENT` repeats forever and holds no state.
                 assigned.extend(
-                    map(_tuple_new, _ASSIGNMENT, product(map(_task_id, run), (worker.worker_id,), (worker.backend_id,)))
+                    map(_tuple_new, _ASSIGNMENT, product(run_ids, (worker.worker_id,), (worker.backend_id,)))
                 )
                 i += k
             if i == n:

@@ -85,6 +85,7 @@ def pending_by_job(snapshot: SchedulingSnapshot) -> dict[str, list[PendingTask]]
 
 _job_id = attrgetter("job_id")
 _index = attrgetter("index")
+_task_id = attrgetter("task_id")
 
 
 def deadlines(tasks: Sequence[PendingTask]) -> list[int | None]:
@@ -185,6 +186,7 @@ def build_requests(
                     max(first.replicas, len(tasks)),
                     is_coscheduled(first),
                     pinned.get(job_id),
+                    tuple(map(_task_id, live)),
                 )
             )
         )
@@ -250,7 +252,7 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
     for request in requests.ordered:
         # Unpacked once: a named tuple's field is read through a descriptor that the interpreter
         # does not specialise, and a job reads a dozen of them here.
-        job_id, tasks, expired, shape, band, _, _, replicas, coscheduled, _ = request
+        job_id, tasks, expired, shape, band, _, _, replicas, coscheduled, _, ids = request
         outcome = tick.outcomes[job_id] = JobOutcome(request)
         if not coscheduled:
             replicas = 1
@@ -270,7 +272,7 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
                 _place(tick, memo, request, outcome)
         elif tasks and (kind := (id(shape), band)) not in exhausted:
             before, evicting = len(assigned), len(preempted)
-            place_independent(ledger, memo, shape, band, tasks, now_ms, into)
+            place_independent(ledger, memo, shape, band, tasks, now_ms, into, ids)
             outcome.placed = len(assigned) - before
             outcome.preempted = len(preempted) - evicting
             into.victims.clear()  # read only by a coscheduled trial
