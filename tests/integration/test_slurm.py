@@ -345,6 +345,34 @@ def test_leftover_slurm_job_whose_cancel_slurm_lost_is_cancelled_again(slurm, tm
         slurm.scancel(slurm_id)
 
 
+def test_slurm_job_id_a_leftover_marker_names_that_now_names_another_job_is_not_cancelled(slurm, tmp_path):
+    """A marker outlives its Slurm job (a controller down for long, a Slurm whose ids started over):
+    the id it records may name another job by then, which is not this attempt's to cancel."""
+    config = SlurmBackendConfig.model_validate(slurm_backend(slurm))
+    other = int(
+        (
+            slurm._run(
+                ["sbatch", "--parsable", "--job-name=not-iris", f"--partition={slurm.partition}", "--wrap", "sleep 300"]
+            )
+            or ""
+        )
+        .strip()
+        .split(";")[0]
+    )
+    try:
+        SlurmBackend(config, "orphans", tmp_path).marks.put("/alice/long-gone/0:0", other)
+        second = SlurmBackend(config, "orphans", tmp_path)
+        try:
+            assert second.leftovers() == {"/alice/long-gone/0:0"}
+            second.adopt([])  # the database holds nothing of it
+            wait_until(lambda: second.leftovers() == frozenset(), message="the marker to go: its job is not in Slurm")
+        finally:
+            second.shutdown()
+        assert slurm.state(other) in ("PENDING", "RUNNING")
+    finally:
+        slurm.scancel(other)
+
+
 def test_cpu_parent_hands_a_gpu_job_to_a_peer_whose_backend_is_slurm(slurm, controller_factory):
     parent = controller_factory(
         "marin",

@@ -98,6 +98,12 @@ MAX_PENDING_LINES = 100_000  # lines read but not yet stored: tailing waits beyo
 DISK = 1 << 50  # Slurm does not schedule disk, so Iris must not gate on it either
 
 
+def _named(job: SlurmJob | None, attempt_id: str) -> SlurmJob | None:
+    """`job`, found by the Slurm job id an attempt recorded, when it is that attempt's (a Slurm job is
+    named by its attempt id); None when the id now names another job, as for one Slurm has forgotten."""
+    return job if job is not None and job.name == attempt_id else None
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -471,10 +477,10 @@ class SlurmBackend:
         for record in live:
             if not record.slurm_id and record.attempt_id in by_name:
                 record.slurm_id = by_name[record.attempt_id]
-            job = by_id.get(record.slurm_id) if record.slurm_id else None
+            job = _named(by_id.get(record.slurm_id) if record.slurm_id else None, record.attempt_id)
             changed |= self._apply(record, job)
         for attempt_id, (slurm_id, resend) in strays.items():
-            job = by_id.get(slurm_id or by_name.get(attempt_id, 0))
+            job = _named(by_id.get(slurm_id or by_name.get(attempt_id, 0)), attempt_id)
             if job is not None and (job.state in WAITING or job.state in RUNNING):
                 self._cancel_again(attempt_id, job, resend)
                 continue
@@ -667,8 +673,13 @@ class SlurmBackend:
         if not strays:
             return
         log.warning("cancelling %d Slurm jobs left running by attempts the database no longer holds", len(strays))
+        marked = {i: a for a, i in strays.items() if i}
         try:
-            self.slurm.scancel(job_ids=[i for i in strays.values() if i], names=[a for a, i in strays.items() if not i])
+            # Only a job that still bears its attempt's name: a marker may outlive its job, and
+            # Slurm may have given its id to another job since (ids wrap, or start over).
+            listed = self.slurm.squeue(job_ids=list(marked)) if marked else []
+            ours = [j.job_id for j in listed if marked.get(j.job_id) == j.name]
+            self.slurm.scancel(job_ids=ours, names=[a for a, i in strays.items() if not i])
         except SlurmCommandError as exc:
             # The poller asks Slurm about them and cancels again those it still lists alive.
             log.warning("could not cancel the Slurm jobs of attempts no longer held: %s", exc)
