@@ -11,6 +11,7 @@ import asyncio
 import gzip
 import json
 import os
+import socket
 
 import httpx
 
@@ -207,3 +208,31 @@ def test_a_caller_going_away_cancels_its_handler_on_either_path():
 
     for serve in (via_connect, direct):
         assert asyncio.run(_caller_goes_away(serve)).cancelled
+
+
+def test_a_submit_whose_body_is_still_coming_holds_no_group(controller_factory, tmp_path):
+    """A submit group waits for the submits announced to the controller, to share their commit;
+    one whose body is still on its way (sent slowly, or never finished), on either path, is not
+    announced yet, so the groups of the others do not wait for it."""
+    spans_path = tmp_path / "spans.json"
+    ctl = controller_factory("partial", start=False, controller={"tick_interval": "1s"})
+    ctl.env = {**os.environ, "IRIS_SPANS": str(spans_path)}
+    ctl.start()
+    host, _, port = ctl.url.removeprefix("http://").partition(":")
+    body = _request("never-finished")
+    partial = []
+    for extra in ({}, VIA_CONNECT):
+        head = {**SDK_HEADERS, **extra, "host": host, "content-length": str(len(body))}
+        sock = socket.create_connection((host, int(port)))
+        sock.sendall(f"POST {PATH} HTTP/1.1\r\n".encode() + "".join(f"{k}: {v}\r\n" for k, v in head.items()).encode())
+        sock.sendall(b"\r\n" + body[:5])
+        partial.append(sock)
+    try:
+        c = client(ctl)
+        for i in range(5):
+            c.launch_job(pb.LaunchJobRequest(name=f"alone-{i}", user="alice", command=["true"]))
+    finally:
+        for sock in partial:
+            sock.close()
+    stages = _spans(ctl, spans_path)
+    assert "submit.group.wait" not in stages, stages["submit.group.wait"]

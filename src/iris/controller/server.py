@@ -29,7 +29,7 @@ from iris.controller import dashboard, direct_launch, proxy, request_bodies
 from iris.controller.app import Controller
 from iris.controller.body_budget import BodyBudget
 from iris.controller.connections import client_of
-from iris.controller.db.group_commit import current_announcement
+from iris.controller.db.group_commit import Announcement, GroupCommit, current_announcement
 from iris.controller.identity import Peer, calling_peer
 from iris.controller.service import ControllerServiceImpl
 from iris.controller.workspace import MAX_WORKSPACE_BYTES
@@ -181,6 +181,20 @@ async def _serve(api, scope, receive, send) -> None:
         await api(scope, receive, send)
 
 
+def _announcing(receive, commits: GroupCommit, note: Announcement):
+    """A LaunchJob's `receive`, announcing `note` once the request's body has come whole: a submit
+    group committing meanwhile waits for it (see iris.controller.db.group_commit), which a burst's
+    clients share. Not before: a body sent slowly, or never finished, would hold every group."""
+
+    async def whole():
+        message = await receive()
+        if message["type"] == "http.request" and not message.get("more_body", False):
+            commits.announce(note)
+        return message
+
+    return whole
+
+
 # _fresh_request: a request pipelined behind another on its connection runs in a copy of the
 # context of the request before it (uvicorn starts its task from the one that sent the last answer),
 # so a message decoded off the event loop for a request refused before it took it (a protocol
@@ -214,8 +228,9 @@ def build_app(controller: Controller):
         calling_peer.set(peer if isinstance(peer, Peer) else None)
         PREDECODED.set(None)  # see _fresh_request
         try:
-            with controller.commits.announced() as note:
+            with controller.commits.announced(note := Announcement(pending=False)):
                 current_announcement.set(note)
+                receive = _announcing(receive, controller.commits, note)
                 if spans.enabled():
                     started = spans.mark()
                     await direct_launch.serve(service, headers, scope, receive, send)
@@ -272,11 +287,10 @@ def build_app(controller: Controller):
                 if receive is None:
                     return
                 if scope["path"] == LAUNCH_PATH:
-                    # Announced before its body is read: a submit group committing meanwhile waits
-                    # for it (see iris.controller.db.group_commit), which a burst's clients share.
-                    with controller.commits.announced() as note:
+                    # Announced once its body is whole (see `_announcing`).
+                    with controller.commits.announced(note := Announcement(pending=False)):
                         current_announcement.set(note)
-                        await _serve(api, scope, receive, send)
+                        await _serve(api, scope, _announcing(receive, controller.commits, note), send)
                 else:
                     await _serve(api, scope, receive, send)
             finally:

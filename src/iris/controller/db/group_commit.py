@@ -18,7 +18,9 @@ of whose writes were kept. A lone caller on an idle controller leads a group of 
 never waits for company.
 
 Callers may announce themselves before their work is ready (`announced`: the API front announces
-a LaunchJob as soon as its request arrives, before it is read and validated). A leader that knows of announced callers not yet queued waits for them, up to
+a LaunchJob as soon as its body has come whole, before it is decoded and validated; not when its
+head arrives, or one connection sending a body slowly, or never finishing it, held every group
+for `max_wait_s`). A leader that knows of announced callers not yet queued waits for them, up to
 `max_wait_s`, so that they share its commit: with four clients submitting back to back the
 groups otherwise stayed at about 1.3 submits, because each next request was still being read and
 validated while the last group committed, and a commit of one job's pages cost about 60 % of its
@@ -164,8 +166,8 @@ class Announcement:
 
     __slots__ = ("pending",)
 
-    def __init__(self) -> None:
-        self.pending = True  # until its work is queued, or its caller gives up
+    def __init__(self, pending: bool = True) -> None:
+        self.pending = pending  # until its work is queued, or its caller gives up
 
 
 # The announcement of the request being served, set by the API front for the handler it calls
@@ -206,6 +208,14 @@ class GroupCommit:
             yield note
         finally:
             self.settle(note)
+
+    def announce(self, note: Announcement) -> None:
+        """Counts `note`, made not pending and handed to `announced`, as announced from now (a
+        request whose body has come whole); at most once, before its block ends."""
+        with self._cond:
+            if not note.pending:
+                note.pending = True
+                self._expected += 1
 
     def settle(self, note: Announcement) -> None:
         """Withdraws `note` if its work was never queued (its caller answered without an insert)."""
@@ -327,7 +337,8 @@ class GroupCommit:
                 deadline = now + self.max_wait_s
             if now >= deadline:
                 return
-            self._cond.wait(deadline - now)
+            with spans.span("submit.group.wait"):
+                self._cond.wait(deadline - now)
 
     def waiting(self) -> int:
         """How many items are queued for a group not yet begun."""
