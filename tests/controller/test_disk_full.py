@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import sqlite3
 import subprocess
 import urllib.error
@@ -107,3 +108,24 @@ def test_database_write_on_a_full_database_raises_disk_full_and_changes_nothing(
             conn.execute(sql("INSERT INTO t VALUES (:x)"), [{"x": "y" * 4000} for _ in range(100)])
     with db.read() as conn:
         assert conn.execute(sql("SELECT COUNT(*) FROM t")).scalar() == 0
+
+
+def test_full_disk_refuses_a_submit_with_workdir_files_as_full_and_recovers(controller_factory, small_disk):
+    """A submit's workdir files are staged in the state folder before its rows are written: a full
+    disk there refuses it as a full database does (unavailable, retried), not as a fault."""
+    ctl = controller_factory(start=False)
+    ctl.state_dir = small_disk / "state"
+    ctl.rewrite(state_dir=str(ctl.state_dir))
+    try:
+        ctl.start()
+        c = client(ctl)
+        filler = _fill(small_disk)
+        files = {"data.bin": os.urandom(64 * 1024)}
+        refused = error_code(lambda: launch(c, "staged", ["true"], workdir_files=files))
+        assert refused[0] == "unavailable" and "disk is full" in refused[1], refused
+        filler.unlink()
+        job = launch(c, "staged", ["true"], workdir_files=files)
+        assert wait_state(c, job).job.state == "SUCCEEDED"
+    finally:
+        ctl.stop()
+        kill_leftover_attempts(ctl.state_dir)

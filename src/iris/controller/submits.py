@@ -12,6 +12,7 @@ thread as any blocking handler does. Both share one set of checks and one write.
 from __future__ import annotations
 
 import asyncio
+import errno
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -240,13 +241,20 @@ class Submits:
         into the job.
         """
         state = self.config.state_path
-        if info is not None:
-            workspace.unpack_bundle(state, info.content_id, req.workspace_bundle)
-            req.bundle_id = info.content_id
-        elif req.bundle_id:
-            with self.db.read() as conn:
-                data = workspace.load_bundle(conn, req.bundle_id)
-            if data is None:
-                return MISSING
-            workspace.unpack_bundle(state, req.bundle_id, data)
-        return info, workspace.write_files(state, files)
+        try:
+            if info is not None:
+                workspace.unpack_bundle(state, info.content_id, req.workspace_bundle)
+                req.bundle_id = info.content_id
+            elif req.bundle_id:
+                with self.db.read() as conn:
+                    data = workspace.load_bundle(conn, req.bundle_id)
+                if data is None:
+                    return MISSING
+                workspace.unpack_bundle(state, req.bundle_id, data)
+            return info, workspace.write_files(state, files)
+        except OSError as exc:
+            # The state folder's disk (the database's) is full: refused as a full database refuses
+            # a write, which the caller retries, not as a fault of the controller.
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise self.db.disk_full() from None
+            raise
