@@ -31,14 +31,13 @@ def test_body_budget_bounds_bytes_held_in_all_and_per_client():
     assert budget.held == 0 and budget.take("d", 500)  # alone, a body past a limit is still taken
 
 
-def _announce(url: str, size: int) -> socket.socket:
-    """A connection that sends a LaunchJob's head announcing `size` bytes and the first few of them."""
+def _announce(url: str, size: int, *headers: str) -> socket.socket:
+    """A connection that sends a LaunchJob's head announcing `size` bytes (and `headers`) and the
+    first few of them."""
     host, port = url.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)), timeout=30)
-    head = (
-        f"POST {LAUNCH} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/proto\r\n"
-        f"Content-Length: {size}\r\n\r\n"
-    )
+    lines = [f"POST {LAUNCH} HTTP/1.1", f"Host: {host}:{port}", "Content-Type: application/proto"]
+    head = "\r\n".join([*lines, f"Content-Length: {size}", *headers, "", ""])
     sock.sendall(head.encode() + b"\x0a\x05")
     return sock
 
@@ -82,3 +81,22 @@ def test_a_client_announcing_more_large_bodies_than_it_may_hold_is_told_to_retry
             return False
 
     wait_until(launched, message="a large call taken once the others are gone")
+
+
+def test_a_body_sent_with_two_content_encodings_counts_as_the_one_it_is_unpacked_by(controller):
+    """A gzip body counts as what it may unpack to; named gzip, then identity, it is unpacked as
+    gzip (each header's first value), so it counts so too: past a client's share, told to retry."""
+    size = MAX_REQUEST_BYTES - 1024
+    fits = (LARGE_BODIES_HELD // 2) // size  # what one client may hold at once
+    held = [_announce(controller.url, size) for _ in range(fits)]
+    try:
+        client(controller).list_jobs(pb.ListJobsRequest())  # every connection above has been taken in
+        refused = _announce(controller.url, 60_000, "Content-Encoding: gzip", "Content-Encoding: identity")
+        try:
+            answer = _answer(refused).decode("latin-1").lower()
+        finally:
+            refused.close()
+        assert answer.startswith("http/1.1 429") and "retry-after: 1" in answer, answer
+    finally:
+        for sock in held:
+            sock.close()

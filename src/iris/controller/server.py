@@ -56,19 +56,20 @@ LARGE_BODIES_HELD = 6 * MAX_REQUEST_BYTES
 
 def _large_body_size(scope) -> int:
     """What a call's body may hold in memory when it may be large (0 when it is small): its declared
-    size (times what a gzip body may unpack to), or the most a request may be when it declares none."""
+    size (times what a gzip body may unpack to), or the most a request may be when it declares none.
+    A header sent twice counts by its first value, as the body is then read and decoded by."""
     if scope.get("method") != "POST":
         return 0
-    encoding = b""
-    declared = b""
+    encoding: bytes | None = None
+    declared: bytes | None = None
     for name, value in scope.get("headers", ()):
-        if name == b"content-encoding":
+        if name == b"content-encoding" and encoding is None:
             encoding = value.strip().lower()
-        elif name == b"content-length":
+        elif name == b"content-length" and declared is None:
             declared = value.strip()
-    if not declared.isdigit():
+    if declared is None or not declared.isdigit():
         return MAX_REQUEST_BYTES
-    size = int(declared) * (1 if encoding in (b"", b"identity") else request_bodies.GZIP_MAX_RATIO)
+    size = int(declared) * (1 if encoding in (None, b"", b"identity") else request_bodies.GZIP_MAX_RATIO)
     return min(size, MAX_REQUEST_BYTES) if size > request_bodies.SMALL_BODY else 0
 
 
