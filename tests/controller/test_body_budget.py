@@ -5,11 +5,13 @@ again once the others are gone. Real controller, raw sockets on loopback."""
 
 from __future__ import annotations
 
+import gzip
 import socket
 
 from connectrpc.errors import ConnectError
 
 from iris.controller.body_budget import BodyBudget
+from iris.controller.request_bodies import GZIP_MAX_RATIO, SMALL_BODY
 from iris.controller.server import LARGE_BODIES_HELD, MAX_REQUEST_BYTES
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until
@@ -31,14 +33,14 @@ def test_body_budget_bounds_bytes_held_in_all_and_per_client():
     assert budget.held == 0 and budget.take("d", 500)  # alone, a body past a limit is still taken
 
 
-def _announce(url: str, size: int, *headers: str) -> socket.socket:
+def _announce(url: str, size: int, *headers: str, send: bytes = b"\x0a\x05") -> socket.socket:
     """A connection that sends a LaunchJob's head announcing `size` bytes (and `headers`) and the
-    first few of them."""
+    first few of them (or `send`)."""
     host, port = url.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)), timeout=30)
     lines = [f"POST {LAUNCH} HTTP/1.1", f"Host: {host}:{port}", "Content-Type: application/proto"]
     head = "\r\n".join([*lines, f"Content-Length: {size}", *headers, "", ""])
-    sock.sendall(head.encode() + b"\x0a\x05")
+    sock.sendall(head.encode() + send)
     return sock
 
 
@@ -96,6 +98,32 @@ def test_a_body_sent_with_two_content_encodings_counts_as_the_one_it_is_unpacked
             answer = _answer(refused).decode("latin-1").lower()
         finally:
             refused.close()
+        assert answer.startswith("http/1.1 429") and "retry-after: 1" in answer, answer
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_small_compressed_body_is_held_to_the_budget_by_what_it_unpacks_to(controller):
+    """A gzip body of a few kilobytes reserves nothing as it arrives, yet may unpack to megabytes,
+    held until it is answered: what it unpacked to is taken from the budget once it is known, so a
+    client already holding its share is told to retry instead of holding more."""
+    size = MAX_REQUEST_BYTES - 1024
+    fits = (LARGE_BODIES_HELD // 2) // size  # what one client may hold at once
+    body = gzip.compress(
+        pb.LaunchJobRequest(
+            name="/alice/zeros", command=["true"], workspace_bundle=bytes(2 * 1024**2)
+        ).SerializeToString()
+    )
+    assert len(body) * GZIP_MAX_RATIO <= SMALL_BODY  # nothing reserved for it as it arrives
+    held = [_announce(controller.url, size) for _ in range(fits)]
+    try:
+        client(controller).list_jobs(pb.ListJobsRequest())  # every connection above has been taken in
+        packed = _announce(controller.url, len(body), "Content-Encoding: gzip", send=body)
+        try:
+            answer = _answer(packed).decode("latin-1").lower()
+        finally:
+            packed.close()
         assert answer.startswith("http/1.1 429") and "retry-after: 1" in answer, answer
     finally:
         for sock in held:

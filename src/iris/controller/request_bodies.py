@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from connectrpc.code import Code
@@ -84,11 +85,15 @@ def unpack(data: bytes, encoding: str, limit: int) -> bytes:
     return out
 
 
-def _decode(data: bytes, encoding: str, limit: int, codec: Any, message_class: type[Message]) -> Any:
+def _decode(data: bytes, encoding: str, limit: int, codec: Any, message_class: type[Message]) -> tuple[Any, int]:
+    """The message (or the error refusing the body) and how many bytes the body unpacked to."""
+    unpacked = 0
     try:
-        return codec.decode(unpack(data, encoding, limit), message_class)
+        body = unpack(data, encoding, limit)
+        unpacked = len(body)
+        return codec.decode(body, message_class), unpacked
     except ConnectError as exc:
-        return exc
+        return exc, unpacked
 
 
 async def answer_error(send, status: int, code: str, message: str, retry_after_s: int | None = None) -> None:
@@ -102,10 +107,11 @@ async def answer_error(send, status: int, code: str, message: str, retry_after_s
     await send({"type": "http.response.body", "body": body})
 
 
-async def prepare(scope, receive, send, limit: int):
+async def prepare(scope, receive, send, limit: int, hold: Callable[[int], bool] | None = None):
     """The `receive` the Connect application should read the request with, having decoded a large
     or compressed body off the event loop; None when this module has answered the request (its
-    content type is not served) or the caller went away while sending it."""
+    content type is not served, or `hold`, asked whether the bytes a body unpacked to may be held
+    until it is answered, said no: told to retry) or the caller went away while sending it."""
     if scope.get("method") != "POST":
         return receive
     content_type = _header(scope, b"content-type").partition(";")[0].strip().lower()
@@ -143,9 +149,19 @@ async def prepare(scope, receive, send, limit: int):
         if not message.get("more_body", False):
             data = b"".join(parts)
             parts.clear()
-            PREDECODED.set(
-                (message_class, await asyncio.to_thread(_decode, data, encoding, limit, codec, message_class))
-            )
+            decoded, unpacked = await asyncio.to_thread(_decode, data, encoding, limit, codec, message_class)
+            if hold is not None and not isinstance(decoded, ConnectError) and not hold(unpacked):
+                await answer_error(
+                    send,
+                    429,
+                    "resource_exhausted",
+                    f"the request's body unpacks to {unpacked} bytes, more than the controller may hold now"
+                    " (the most it holds of large requests at once, or the most one client may); try again"
+                    " in a moment (iris and the SDK retry by themselves)",
+                    retry_after_s=1,
+                )
+                return None
+            PREDECODED.set((message_class, decoded))
             break
     sent = False
 

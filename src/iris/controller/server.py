@@ -282,9 +282,26 @@ def build_app(controller: Controller):
             calling_peer.set(peer if isinstance(peer, Peer) else None)  # this request's own task
             PREDECODED.set(None)  # see _fresh_request
             send = _whole_answer(send)
+            held = reserved  # of the body budget, until the answer; an unpacked body may add to it
+
+            def hold(unpacked: int) -> bool:
+                """Whether a message decoded from a compressed body that unpacked to `unpacked`
+                bytes may be held until it is answered: what a large one came to beyond its body's
+                reservation is taken too (a small gzip body reserves nothing as it arrives, and may
+                unpack to GZIP_FLOOR bytes)."""
+                nonlocal held, client
+                if unpacked <= max(held, request_bodies.SMALL_BODY):
+                    return True
+                if client is None:
+                    client = _client_of(peer, scope)
+                if not bodies.take(client, unpacked - held):
+                    return False
+                held = unpacked
+                return True
+
             try:
                 # A large or compressed body is decoded off the event loop (iris.controller.request_bodies).
-                receive = await request_bodies.prepare(scope, receive, send, MAX_REQUEST_BYTES)
+                receive = await request_bodies.prepare(scope, receive, send, MAX_REQUEST_BYTES, hold)
                 if receive is None:
                     return
                 if scope["path"] == LAUNCH_PATH:
@@ -296,8 +313,8 @@ def build_app(controller: Controller):
                     await _serve(api, scope, receive, send)
             finally:
                 controller.tick.api_calls -= 1
-                if reserved:
-                    bodies.give_back(client, reserved)
+                if held:
+                    bodies.give_back(client, held)
         else:
             await web(scope, receive, send)
 
