@@ -5,8 +5,10 @@ again once the others are gone. Real controller, raw sockets on loopback."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import socket
+from collections.abc import Iterator
 
 from connectrpc.errors import ConnectError
 
@@ -54,23 +56,30 @@ def _answer(sock: socket.socket) -> bytes:
     return data
 
 
-def test_a_client_announcing_more_large_bodies_than_it_may_hold_is_told_to_retry(controller):
+@contextlib.contextmanager
+def _share_held(controller) -> Iterator[None]:
+    """Holds as many large bodies on their way as one client may (each announced, none sent), so
+    whatever the same client sends next meets a full share."""
     size = MAX_REQUEST_BYTES - 1024
-    fits = (LARGE_BODIES_HELD // 2) // size  # what one client may hold at once
+    fits = (LARGE_BODIES_HELD // 2) // size
     held = [_announce(controller.url, size) for _ in range(fits)]
     try:
-        c = client(controller)
-        c.list_jobs(pb.ListJobsRequest())  # every connection above has been taken in
-        refused = _announce(controller.url, size)
+        client(controller).list_jobs(pb.ListJobsRequest())  # every connection above has been taken in
+        yield
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_client_announcing_more_large_bodies_than_it_may_hold_is_told_to_retry(controller):
+    with _share_held(controller):
+        refused = _announce(controller.url, MAX_REQUEST_BYTES - 1024)
         try:
             answer = _answer(refused).decode("latin-1").lower()
         finally:
             refused.close()
         assert answer.startswith("http/1.1 429") and "retry-after: 1" in answer, answer
-        assert c.list_jobs(pb.ListJobsRequest()) is not None  # small calls go on
-    finally:
-        for sock in held:
-            sock.close()
+        assert client(controller).list_jobs(pb.ListJobsRequest()) is not None  # small calls go on
     workspace = pb.LaunchJobRequest(
         name="/alice/after", command=["true"], workdir_files={"big.bin": b"x" * 200_000}, existing_job_policy="keep"
     )
@@ -88,43 +97,29 @@ def test_a_client_announcing_more_large_bodies_than_it_may_hold_is_told_to_retry
 def test_a_body_sent_with_two_content_encodings_counts_as_the_one_it_is_unpacked_by(controller):
     """A gzip body counts as what it may unpack to; named gzip, then identity, it is unpacked as
     gzip (each header's first value), so it counts so too: past a client's share, told to retry."""
-    size = MAX_REQUEST_BYTES - 1024
-    fits = (LARGE_BODIES_HELD // 2) // size  # what one client may hold at once
-    held = [_announce(controller.url, size) for _ in range(fits)]
-    try:
-        client(controller).list_jobs(pb.ListJobsRequest())  # every connection above has been taken in
+    with _share_held(controller):
         refused = _announce(controller.url, 60_000, "Content-Encoding: gzip", "Content-Encoding: identity")
         try:
             answer = _answer(refused).decode("latin-1").lower()
         finally:
             refused.close()
         assert answer.startswith("http/1.1 429") and "retry-after: 1" in answer, answer
-    finally:
-        for sock in held:
-            sock.close()
 
 
 def test_a_small_compressed_body_is_held_to_the_budget_by_what_it_unpacks_to(controller):
     """A gzip body of a few kilobytes reserves nothing as it arrives, yet may unpack to megabytes,
     held until it is answered: what it unpacked to is taken from the budget once it is known, so a
     client already holding its share is told to retry instead of holding more."""
-    size = MAX_REQUEST_BYTES - 1024
-    fits = (LARGE_BODIES_HELD // 2) // size  # what one client may hold at once
     body = gzip.compress(
         pb.LaunchJobRequest(
             name="/alice/zeros", command=["true"], workspace_bundle=bytes(2 * 1024**2)
         ).SerializeToString()
     )
     assert len(body) * GZIP_MAX_RATIO <= SMALL_BODY  # nothing reserved for it as it arrives
-    held = [_announce(controller.url, size) for _ in range(fits)]
-    try:
-        client(controller).list_jobs(pb.ListJobsRequest())  # every connection above has been taken in
+    with _share_held(controller):
         packed = _announce(controller.url, len(body), "Content-Encoding: gzip", send=body)
         try:
             answer = _answer(packed).decode("latin-1").lower()
         finally:
             packed.close()
         assert answer.startswith("http/1.1 429") and "retry-after: 1" in answer, answer
-    finally:
-        for sock in held:
-            sock.close()
