@@ -171,6 +171,21 @@ def test_command_a_cancel_reached_only_through_its_wrapper_is_still_ended_by_the
     assert final.job.state == "KILLED" and [a.state for a in final.tasks[0].attempts] == ["KILLED"]
 
 
+def test_sigterm_that_reaches_only_the_wrapper_ends_its_command_too(ctl, slurm):
+    """A SIGTERM that reached the job's wrapper and missed its command is passed on to the command
+    and the process it started, so the job ends now rather than when Slurm's SIGKILL comes at
+    KillWait (here never: no cancel follows, and the command would run its 3000 s)."""
+    c = client(ctl)
+    job_id = c.launch_job(job("term-wrapper-only", "sleep 3000 && echo slept")).job_id
+    slurm_id = wait_state(c, job_id, states={"RUNNING"}).tasks[0].attempts[0].pid
+    pids = wait_until(lambda: len(slurm.job_pids(slurm_id)) >= 3 and slurm.job_pids(slurm_id), message="the job to run")
+    shell = next(p for p in pids if "slurm_script" in Path(f"/proc/{p}/cmdline").read_text())
+    os.kill(shell, signal.SIGTERM)  # the wrapper alone, not its command
+    wait_until(lambda: not slurm.job_pids(slurm_id), message="the job's processes to end")
+    final = wait_state(c, job_id)
+    assert final.job.state == "FAILED" and final.tasks[0].exit_code == 128 + signal.SIGTERM, final
+
+
 def test_slurm_job_slurm_can_never_host_is_unschedulable_with_slurms_reason(ctl):
     c = client(ctl)
     # The partition's MaxTime is 60 minutes; Iris's own view has no such limit, Slurm's does.
