@@ -72,30 +72,20 @@ log = logging.getLogger("iris.slurm")
 # into the job's working folder, on the node, as the local backend does); the command comes last.
 # The exit code is kept in a file so it survives Slurm forgetting the job (MinJobAge) while no
 # controller was watching.
-# A SIGTERM (Slurm's cancel, its time limit) is passed on at once to the wrapper's process group
-# (the command and what it started, which sh keeps in that group; the command alone should the
-# wrapper lead no group), and the wrapper ends by that signal only once the command has ended (no
-# exit file, no new command): a wrapper that died at once would leave a command it had just started
-# (one Slurm's signal missed) or one still shutting down outside the job's process tree, where
-# Slurm's proctrack/linuxproc no longer finds it to kill. The command runs in the background so that
-# the trap runs while the wrapper waits (a foreground command would hold it until the command
-# ended); it stays in the job's process tree, with the job's stdin (fd 3 carries it past the
-# /dev/null sh gives a background command), but starts with SIGINT and SIGQUIT ignored, as sh
-# starts every background command. `wait` returns early when the trap runs, so it is called again
-# until the command is gone.
+# A SIGTERM (Slurm's cancel, its time limit) ends the wrapper only once the command has ended, and
+# by that signal as before (no exit file, no new command): a wrapper that died at once would leave a
+# command it had just started (one Slurm's signal missed) or one still shutting down outside the
+# job's process tree, where Slurm's proctrack/linuxproc no longer finds it to kill.
 WRAPPER = """#!/bin/sh
 d="$1"; n="$2"; shift 2
-term=; pid=; sent=
-fwd() { if [ -n "$pid" ] && [ -z "$sent" ]; then sent=1; kill -s TERM -- -$$ 2>/dev/null || kill -s TERM "$pid" 2>/dev/null; fi; }
-trap 'term=1; fwd' TERM
+term=
+trap 'term=1' TERM
 ended() { if [ -n "$term" ]; then trap - TERM; kill -TERM $$; fi; }
 while [ -z "$term" ] && [ "$n" -gt 0 ] && cp -R "$1/." .; do shift; n=$((n-1)); done
 ended
 if [ "$n" -ne 0 ]; then echo "iris: cannot copy the job's workspace into $PWD" >&2; echo 126 > "$d/exit"; exit 126; fi
-{ "$@" <&3 3<&- & } 3<&0
-pid=$!
-[ -z "$term" ] || fwd
-while wait "$pid"; rc=$?; [ -n "$term" ] && [ "$rc" -ne 127 ] && kill -0 "$pid" 2>/dev/null; do :; done
+"$@"
+rc=$?
 ended
 echo $rc > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"
 exit $rc
