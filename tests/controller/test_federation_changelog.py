@@ -64,7 +64,7 @@ def test_changelog_deleting_a_received_job_reports_a_tombstone(db):
     finish(db, "/alice/a")
     cursor = head(db)
     with db.write() as conn:
-        delete_job_tree(conn, "/alice/a")
+        delete_job_tree(conn, "/alice/a", 0)
     batch = sync(db, cursor)
     assert (batch.changed, batch.tombstones, batch.full) == ((), ("/alice/a",), False)
     assert batch.cursor == head(db) > cursor
@@ -94,7 +94,7 @@ def test_changelog_full_resync_sends_active_jobs_and_recent_changes_not_every_jo
     prune_all(db)  # everything so far is older than the retained window
     with db.write() as conn:
         conn.execute(text("UPDATE jobs SET pending_reason = 'touched' WHERE job_id = '/alice/recent'"))
-        delete_job_tree(conn, "/alice/gone")
+        delete_job_tree(conn, "/alice/gone", 0)
     batch = sync(db, 0)
     assert batch.full is True
     assert sorted(batch.changed) == ["/alice/live", "/alice/recent"]
@@ -119,7 +119,7 @@ def test_changelog_pruning_drops_tombstones_older_than_the_window_only(db):
     receive(db, "/alice/a")
     finish(db, "/alice/a")
     with db.write() as conn:
-        delete_job_tree(conn, "/alice/a")
+        delete_job_tree(conn, "/alice/a", 0)
         conn.execute(text("UPDATE federation_changelog SET ts_ms = 1000"))
     receive(db, "/alice/b")
     with db.write() as conn:
@@ -137,3 +137,20 @@ def test_changelog_a_named_follow_up_reports_held_jobs_and_tombstones_the_rest(d
     assert (batch.changed, batch.tombstones, batch.full) == (("/alice/a",), ("/alice/b", "/alice/c"), False)
     with pytest.raises(InvalidArgument, match="at most"):
         sync(db, 0, job_ids=[f"/alice/j{i}" for i in range(MAX_SYNC_JOB_IDS + 1)])
+
+
+def test_a_new_nonce_over_a_finished_run_records_the_old_runs_layers_for_release(db):
+    def admit(nonce: str, bundle_id: str, now_ms: int) -> None:
+        spec = JobSpec("/alice/ws", "alice", "alice", ("true",), Resources(), bundle_id=bundle_id, files_id="sha256:f")
+        handoff = pb.HandoffRecord(
+            requester_cluster="marin", owner_principal="alice", submitting_user="alice", nonce=nonce
+        )
+        with db.write() as conn:
+            admit_received(conn, spec, handoff, {}, now_ms)
+
+    admit("n1", "sha256:a", 1000)
+    finish(db, "/alice/ws")
+    admit("n2", "sha256:b", 2000)
+    with db.read() as conn:
+        rows = conn.execute(text("SELECT content_id, released_ms FROM released_layers ORDER BY content_id")).all()
+    assert [tuple(r) for r in rows] == [("sha256:a", 2000), ("sha256:f", 2000)]

@@ -90,3 +90,47 @@ def test_layer_pins_keep_a_layer_from_removal_until_the_last_holder_lets_go():
             assert free
     with pins.removable("sha256:a") as free:
         assert free
+
+
+def _replace_scenario(ctl):
+    """Runs `job` on workspace A, lets it finish, replaces it with workspace B (a running job) that
+    shares A's workdir files; returns (client, job id, A's bundle folder, B's bundle folder,
+    the shared files' folder, A's and B's bundle ids)."""
+    c = client(ctl)
+    data_a, data_b = _zip({"run.sh": b"echo a"}), _zip({"run.sh": b"sleep 300"})
+    id_a, id_b = ("sha256:" + hashlib.sha256(d).hexdigest() for d in (data_a, data_b))
+    notes = {"note.txt": b"shared by both"}
+    dir_a, dir_b = bundle_folder(ctl.state_dir, id_a), bundle_folder(ctl.state_dir, id_b)
+    shared = bundle_folder(ctl.state_dir, files_id(notes))
+
+    job = launch(c, "job", ["sh", "run.sh"], workspace_bundle=data_a, workdir_files=notes)
+    assert wait_state(c, job).job.state == "SUCCEEDED"
+    assert logs(c, job) == ["a"]
+    again = launch(
+        c, "job", ["sh", "run.sh"], workspace_bundle=data_b, workdir_files=notes, existing_job_policy="replace"
+    )
+    assert again == job
+    assert dir_a.is_dir() and dir_b.is_dir() and shared.is_dir()
+    return c, job, dir_a, dir_b, shared, id_a, id_b
+
+
+def _check_only_a_released(c, job, dir_a, dir_b, shared, id_b) -> None:
+    wait_until(lambda: not dir_a.exists(), timeout=60, message="the replaced job's own bundle folder removed")
+    wait_until(lambda: _query(c, "SELECT COUNT(*) FROM released_layers") == [[0]], timeout=60, message="swept")
+    assert _query(c, "SELECT content_id FROM bundles") == [[id_b]]
+    assert dir_b.is_dir() and shared.is_dir()  # the running replacement still names them
+    assert wait_state(c, job, states={"RUNNING"}).job.state == "RUNNING"
+
+
+def test_retention_releases_the_layers_only_a_replaced_job_named(controller_factory):
+    ctl = controller_factory(controller={"tick_interval": "1s", "log_retention": "4s"})
+    c, job, dir_a, dir_b, shared, _, id_b = _replace_scenario(ctl)
+    _check_only_a_released(c, job, dir_a, dir_b, shared, id_b)
+
+
+def test_a_replaced_jobs_layers_are_released_after_a_crash_right_after_the_replace(controller_factory):
+    ctl = controller_factory(controller={"tick_interval": "1s", "log_retention": "4s"})
+    c, job, dir_a, dir_b, shared, _, id_b = _replace_scenario(ctl)
+    ctl.kill()  # long before the retention has passed since the replace
+    ctl.start()
+    _check_only_a_released(client(ctl), job, dir_a, dir_b, shared, id_b)

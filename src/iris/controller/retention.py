@@ -1,7 +1,10 @@
 """Deletes what finished jobs leave behind once `controller.log_retention` has passed since they
 ended: their log lines, whatever their backends keep for their attempts (the local backend's
 attempt folders), their workdir files, and each workspace layer (a bundle's stored bytes and its
-unpacked folder, a set of workdir files' folder) that no job still within retention names.
+unpacked folder, a set of workdir files' folder) that no job still within retention names. A job
+replaced (`--existing replace`, or a handed-off job run again under a new nonce) has its tree
+deleted at once; the layers it named are recorded in `released_layers` by that same transaction and
+released here in the same way once the retention has passed since the replace.
 
 Why a thread of its own that deletes in small batches: a long job may have millions of log lines,
 and deleting them in one transaction would hold the database's single write lock for seconds,
@@ -76,8 +79,9 @@ class LogRetention:
                 log.exception("log retention pass failed; retrying on the next pass")
 
     def sweep_once(self) -> int:
-        """Deletes the logs, attempt files and workspace of jobs whose retention has run out;
-        returns how many jobs it swept (at most JOBS_PER_PASS)."""
+        """Deletes the logs, attempt files and workspace of jobs whose retention has run out, and
+        releases the layers of replaced jobs whose retention has; returns how many jobs or released
+        layers it swept, whichever is more (at most JOBS_PER_PASS)."""
         cutoff = int((self.clock() - self.retention_s) * 1000)
         with self.db.read() as conn:
             jobs = conn.execute(
@@ -92,23 +96,48 @@ class LogRetention:
             self._discard_attempts(job_id)
             self._discard_workspace(job_id, cutoff)
             self._mark = max(self._mark, finished_ms)
-        return len(jobs)
+        return max(len(jobs), self._sweep_released(cutoff))
 
     def _discard_workspace(self, job_id: str, cutoff_ms: int) -> None:
         """Deletes the job's workdir files, then each layer it named that nothing retained names."""
         with self.db.write() as conn:
             layers = workspace.release_job_files(conn, job_id)
         for content_id in layers:
-            with self.pins.removable(content_id) as free:
-                if not free:
-                    continue  # a submit is about to name it
-                with self.db.write() as conn:
-                    if workspace.layer_in_use(conn, content_id, cutoff_ms):
-                        continue
+            self._release_layer(content_id, cutoff_ms, f"expired job {job_id}")
+
+    def _sweep_released(self, cutoff_ms: int) -> int:
+        """Releases the layers that replaced jobs' deleted trees named (`released_layers`) once the
+        retention has passed since their deletion. Read from the table on every pass, not after the
+        high-water mark, so a record written just before a crash is released after the restart."""
+        with self.db.read() as conn:
+            due = workspace.released_layers_due(conn, cutoff_ms, JOBS_PER_PASS)
+        for content_id, released_ms in due:
+            self._release_layer(content_id, cutoff_ms, "a replaced job", released_ms)
+        return len(due)
+
+    def _release_layer(self, content_id: str, cutoff_ms: int, whose: str, released_ms: int | None = None) -> None:
+        """Removes a layer unless a submit holds it or a job within retention names it. A record in
+        `released_layers` (its `released_ms`) goes once decided: kept while a submit holds the layer,
+        since that submit may yet fail; dropped when a retained job names it, whose own retention
+        releases it in turn; else dropped only after the folder is gone, so a crash in between
+        leaves it for the next pass."""
+        with self.pins.removable(content_id) as free:
+            if not free:
+                return  # a submit is about to name it
+            with self.db.write() as conn:
+                in_use = workspace.layer_in_use(conn, content_id, cutoff_ms)
+                if in_use and released_ms is not None:
+                    workspace.forget_released(conn, content_id, released_ms)
+                if not in_use:
                     workspace.forget_bundle(conn, content_id)
-                if self.state_dir is not None:
-                    shutil.rmtree(bundle_folder(self.state_dir, content_id), ignore_errors=True)
-                log.info("workspace layer %s of expired job %s removed", content_id, job_id)
+            if in_use:
+                return
+            if self.state_dir is not None:
+                shutil.rmtree(bundle_folder(self.state_dir, content_id), ignore_errors=True)
+            if released_ms is not None:
+                with self.db.write() as conn:
+                    workspace.forget_released(conn, content_id, released_ms)
+            log.info("workspace layer %s of %s removed", content_id, whose)
 
     def _delete_logs(self, job_id: str) -> None:
         while not self._stop.is_set():

@@ -11,7 +11,9 @@ travels inline) and rerun after a restart.
 A layer (an unpacked bundle, or a set of workdir files) is shared by every job that ships the same
 content, so retention removes it, stored bytes and unpacked folder, only once no job still within
 retention names it. A submit unpacks its layers before its write transaction names them; the
-`LayerPins` it holds meanwhile keep retention from removing a layer between those two steps.
+`LayerPins` it holds meanwhile keep retention from removing a layer between those two steps. A
+replaced job's tree is deleted at once, so the layers it named are recorded in `released_layers`
+(`delete_job_tree`) for retention to release when it would have released a finished job's.
 """
 
 from __future__ import annotations
@@ -158,6 +160,26 @@ def layer_in_use(conn: Connection, content_id: str, cutoff_ms: int) -> bool:
             {"c": content_id, "cutoff": cutoff_ms},
         ).first()
         is not None
+    )
+
+
+def released_layers_due(conn: Connection, cutoff_ms: int, limit: int) -> list[tuple[str, int]]:
+    """Layers of deleted job trees (`delete_job_tree`) released at or before `cutoff_ms`, oldest first."""
+    rows = conn.execute(
+        sql(
+            "SELECT content_id, released_ms FROM released_layers WHERE released_ms <= :cutoff"
+            " ORDER BY released_ms LIMIT :n"
+        ),
+        {"cutoff": cutoff_ms, "n": limit},
+    ).all()
+    return [(r[0], r[1]) for r in rows]
+
+
+def forget_released(conn: Connection, content_id: str, released_ms: int) -> None:
+    """Drops a layer's release record, unless a later replace has recorded it again since."""
+    conn.execute(
+        sql("DELETE FROM released_layers WHERE content_id = :c AND released_ms = :r"),
+        {"c": content_id, "r": released_ms},
     )
 
 

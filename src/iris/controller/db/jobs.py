@@ -58,10 +58,24 @@ def descendant_ids(conn: Connection, job_id: str) -> list[str]:
     return out
 
 
-def delete_job_tree(conn: Connection, job_id: str) -> None:
+def delete_job_tree(conn: Connection, job_id: str, now_ms: int) -> None:
+    """Deletes a job and its descendants. The workspace layers their configs named are recorded in
+    `released_layers` first, in this same transaction, so retention releases them as it does a
+    finished job's once the retention has passed since now, whatever happens to this process."""
     ids = [job_id, *descendant_ids(conn, job_id)]
+    marks, params = _placeholders(ids), _params(ids)
+    # On the driver (`run`), as the rest of the submit path: a replace is a submit.
+    run(
+        conn,
+        "INSERT INTO released_layers (content_id, released_ms)"
+        f" SELECT bundle_id, :now FROM job_config WHERE job_id IN ({marks}) AND bundle_id LIKE 'sha256:%'"
+        f" UNION SELECT workdir_files, :now FROM job_config WHERE job_id IN ({marks})"
+        " AND workdir_files LIKE 'sha256:%'"
+        " ON CONFLICT(content_id) DO UPDATE SET released_ms = excluded.released_ms",
+        {**params, "now": now_ms},
+    )
     for table in ("logs", "attempts", "tasks", "job_config", "job_files", "federated_jobs", "endpoints", "jobs"):
-        conn.execute(sql(f"DELETE FROM {table} WHERE job_id IN ({_placeholders(ids)})"), _params(ids))
+        run(conn, f"DELETE FROM {table} WHERE job_id IN ({marks})", params)
 
 
 def _placeholders(ids: list[str]) -> str:
@@ -107,7 +121,7 @@ def insert_job(
                     raise FailedPrecondition(
                         f"job {spec.job_id} is still {existing}; stop it first (`iris job stop {spec.job_id}`) before replacing it"
                     )
-                delete_job_tree(conn, spec.job_id)
+                delete_job_tree(conn, spec.job_id, now_ms)
             else:
                 raise AlreadyExists(
                     f"job {spec.job_id} already exists ({existing}); choose another name, or say what to do with it:"

@@ -382,6 +382,17 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             *(f"CREATE TRIGGER IF NOT EXISTS schedule_changes_{name} {body}" for name, body in SCHEDULE_CHANGES),
         ],
     ),
+    (
+        15,
+        "workspace layers a replaced job's deleted tree named, for retention to release (see retention.py)",
+        [
+            """CREATE TABLE IF NOT EXISTS released_layers (
+                content_id TEXT PRIMARY KEY,
+                released_ms INTEGER NOT NULL
+            ) WITHOUT ROWID""",
+            "CREATE INDEX IF NOT EXISTS released_layers_age ON released_layers(released_ms)",
+        ],
+    ),
 ]
 
 
