@@ -104,3 +104,80 @@ def test_property_chain_of_carried_ticks_decides_as_cold_ticks(snap, rng: random
         assert schedule(replace(snap, index=index)) == schedule(snap)
         snap = _next(snap, rng)
         index = index.advance(snap.workers, snap.running)
+
+
+def test_carried_requests_kept_for_jobs_still_waiting_when_others_come_and_go():
+    workers = (cpu_worker("w0", cpu=1, memory=8 * G),)
+    jobs = [job(f"/u/j{i}", cpu_request(1), insertion=i) for i in range(6)]
+    snap = snapshot(workers, [t for tasks in jobs for t in tasks])
+    first = ClusterIndex(snap.workers, snap.running)
+    result = schedule(replace(snap, index=first))
+    assert [a.task_id for a in result.assignments] == ["/u/j0/0"]
+    # j0 placed, j3 cancelled, two submitted (one to go first by its earlier root submit time).
+    started = running("/u/j0/0", "w0", cpu_request(1), job_id="/u/j0")
+    came = [
+        *job("/u/late", cpu_request(1), insertion=9),
+        *job("/u/early", cpu_request(1), insertion=7, root_submitted_ms=-5),
+    ]
+    later = replace(
+        snap,
+        now_ms=snap.now_ms + 1,
+        running=(started,),
+        pending=tuple(t for t in snap.pending if t.job_id not in ("/u/j0", "/u/j3")) + tuple(came),
+    )
+    index = first.advance(later.workers, later.running)
+    result = schedule(replace(later, index=index))
+    assert result == schedule(later)
+    order = [r.job_id for r in index.requests.ordered]
+    assert order == ["/u/early", "/u/j1", "/u/j2", "/u/j4", "/u/j5", "/u/late"]
+    kept = {r.job_id: r for r in first.requests.ordered}
+    assert all(r is kept[r.job_id] for r in index.requests.ordered if r.job_id in kept)  # not made again
+
+
+def _churned(snap: SchedulingSnapshot, rng: random.Random, serial: int) -> SchedulingSnapshot:
+    """The next tick's snapshot with its decisions applied, some pending jobs cancelled, some
+    submitted (after the others, or first by an earlier submit time), a task now and then read
+    again as a new object, and the tasks in another order now and then (as a full reload gives)."""
+    snap = _next(snap, rng)
+    pending = list(snap.pending)
+    jobs = sorted({t.job_id for t in pending})
+    gone = {j for j in jobs if rng.random() < 0.2}
+    pending = [t for t in pending if t.job_id not in gone]
+    for k in range(rng.choice([0, 1, 1, 2, 4])):
+        if not snap.pending:
+            break
+        template = rng.choice(snap.pending)
+        job_id = f"/n/j{serial}-{k}"
+        replicas = rng.choice([1, 1, 2, 3])
+        fields = dict(
+            job_id=job_id,
+            band=rng.choice(list(Band)),
+            user=rng.choice(["alice", "bob"]),
+            depth=rng.choice([0, 1]),
+            root_submitted_ms=rng.choice([-1, 3, 100]),
+            insertion=100 + serial * 10 + k,
+            replicas=replicas,
+            coschedule=rng.random() < 0.3,
+            scheduling_deadline_ms=None,
+        )
+        pending += [replace(template, task_id=f"{job_id}/{i}", index=i, **fields) for i in range(replicas)]
+    if pending and rng.random() < 0.2:
+        at = rng.randrange(len(pending))
+        pending[at] = replace(pending[at])  # an equal task, but another object
+    if rng.random() < 0.2:
+        rng.shuffle(pending)
+    return replace(snap, pending=tuple(pending))
+
+
+@settings(PROPERTY_SETTINGS, max_examples=80)
+@given(snapshots(), st.randoms(use_true_random=False), st.booleans())
+def test_property_carried_requests_with_jobs_coming_and_going_decide_as_cold_ticks(
+    snap, rng: random.Random, deadlines: bool
+):
+    if not deadlines:  # a deadline is judged anew each tick: no requests carried then
+        snap = replace(snap, pending=tuple(replace(t, scheduling_deadline_ms=None) for t in snap.pending))
+    index = ClusterIndex(snap.workers, snap.running)
+    for serial in range(12):
+        assert schedule(replace(snap, index=index)) == schedule(snap)
+        snap = _churned(snap, rng, serial)
+        index = index.advance(snap.workers, snap.running)

@@ -61,12 +61,3 @@ new_request = partial(tuple.__new__, JobRequest)
 def is_coscheduled(task: PendingTask) -> bool:
     """Replicas start together when asked to, and always for multi-replica accelerator jobs."""
     return task.replicas > 1 and (task.coschedule or task.resources.device.is_accelerator)
-
-
-def order_requests(requests: list[JobRequest], keys: list[tuple] | None = None) -> list[JobRequest]:
-    """Requests in scheduling order; `keys`, when given, holds each request's `job_order_key`
-    (of its first task and its effective band), in the order of `requests`."""
-    if keys is None:
-        return sorted(requests, key=lambda r: job_order_key(r.tasks[0] if r.tasks else r.expired[0], r.band))
-    # A key ends in the job id, which no two requests share: the requests themselves are never compared.
-    return [request for _, request in sorted(zip(keys, requests))]

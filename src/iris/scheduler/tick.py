@@ -11,19 +11,20 @@ applies the result in one transaction; `explain` re-runs the same pass to say wh
 from __future__ import annotations
 
 import gc
+from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import groupby, islice
-from operator import attrgetter, is_, lt
+from itertools import compress, groupby, islice
+from operator import attrgetter, eq, is_, itemgetter, lt
 
 from iris.core.bands import Band
 from iris.scheduler.fit import Shape, ShapeCache
 from iris.scheduler.gating import deadline_passed, effective_band, with_peer_spend
 from iris.scheduler.index import ClusterIndex
 from iris.scheduler.ledger import Ledger
-from iris.scheduler.ordering import JobRequest, is_coscheduled, new_request, order_requests, task_order_key
+from iris.scheduler.ordering import JobRequest, is_coscheduled, new_request, task_order_key
 from iris.scheduler.placement import Memo, Placed, place_coscheduled, place_independent
 from iris.scheduler.reasons import PoolStats, never_fits, waiting_reason
 from iris.scheduler.snapshot import (
@@ -70,17 +71,33 @@ class Tick:
 
 def pending_by_job(snapshot: SchedulingSnapshot) -> dict[str, list[PendingTask]]:
     """Pending tasks grouped by job, each job's tasks in replica order."""
+    return _grouped(snapshot.pending)[0]
+
+
+def _grouped(pending: Sequence[PendingTask]) -> tuple[dict[str, list[PendingTask]], bool]:
+    """`pending_by_job`, and whether no two tasks of a job share a `task_order_key` (their order
+    then depends on the snapshot's alone, and a job's tasks are the same list whatever their order)."""
     by_job: dict[str, list[PendingTask]] = defaultdict(list)
     # A job's tasks mostly come one after another: taken a run at a time.
-    for job_id, run in groupby(snapshot.pending, key=_job_id):
+    for job_id, run in groupby(pending, key=_job_id):
         by_job[job_id].extend(run)
+    distinct = True
     for tasks in by_job.values():
         if len(tasks) > 1:
             # Mostly in replica order already: told apart by index alone, they need no sort.
             indexes = list(map(_index, tasks))
             if not all(map(lt, indexes, islice(indexes, 1, None))):
-                tasks.sort(key=task_order_key)
-    return by_job
+                distinct = _in_task_order(tasks) and distinct
+    return by_job, distinct
+
+
+def _in_task_order(tasks: list[PendingTask]) -> bool:
+    """Sorts `tasks` by `task_order_key`; False when two share it (their order is then the snapshot's)."""
+    if len(tasks) < 2:
+        return True
+    tasks.sort(key=task_order_key)
+    keys = list(map(task_order_key, tasks))
+    return not any(map(eq, keys, islice(keys, 1, None)))
 
 
 _job_id = attrgetter("job_id")
@@ -116,7 +133,10 @@ class Requests:
     the same tasks tick after tick, and the grouping by job, the shapes and the order are taken as
     they are when gating decides the same again (the same band for every user, the same groups
     for coscheduled jobs with running replicas, and deadlines judged at the same time). Checking
-    that costs a pass over the bands and users, not over the tasks.
+    that costs a pass over the bands and users, not over the tasks. Behind a draining backlog
+    the tasks differ by the jobs placed or gone and the jobs submitted since: the requests of the
+    jobs whose tasks are the same are kept, in their order, and only the others are made again
+    (see `Delta`).
     """
 
     pending: tuple[PendingTask, ...]  # the snapshot's, whose tasks these are (compared by identity)
@@ -127,10 +147,73 @@ class Requests:
     pinned: dict[str, tuple[str, str]]  # coscheduled job -> the group its running replicas are in
     ordered: list[JobRequest]
     pins_worker: bool  # whether some shape pins a `worker` (placement then classes every worker alone)
+    keys: list[tuple] = field(default_factory=list)  # each of `ordered`'s `job_order_key`, in order
+    key_of: dict[str, tuple] = field(default_factory=dict)  # job -> its key in `keys`
+    pinning: frozenset[str] = frozenset()  # the jobs whose shape pins a `worker`
+    distinct: bool = False  # whether no two tasks of a job share a `task_order_key` (see `_grouped`)
 
     def same_tasks(self, pending: tuple[PendingTask, ...]) -> bool:
         """Whether `pending` holds the very tasks these requests were made from, in order."""
         return pending is self.pending or (len(pending) == len(self.pending) and all(map(is_, pending, self.pending)))
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """How a tick's pending tasks differ from those `carried` was made from: jobs some of whose
+    tasks came or went (`touched`, each with its tasks now in `by_job` or gone from it), the
+    others holding the very same tasks."""
+
+    carried: Requests
+    by_job: dict[str, list[PendingTask]]
+    shapes: dict[str, Shape]
+    touched: set[str]
+    pinning: frozenset[str]
+
+
+# Tasks come or go between ticks beyond this share of the carried jobs (and a few more): all
+# requests are made again rather than merged one by one.
+_MAX_TOUCHED = 0.25
+
+
+def _delta(carried: Requests, pending: tuple[PendingTask, ...], cache: ShapeCache) -> Delta | None:
+    """The delta from `carried` to `pending`, or None when it is cheaper (or only exact) to start over.
+
+    Tasks are told apart by identity, in C: both tuples hold their tasks while this runs, so no
+    two distinct tasks share an `id`."""
+    if not carried.distinct:
+        return None
+    new_ids = set(map(id, pending))
+    old_ids = set(map(id, carried.pending))
+    if len(new_ids) != len(pending):
+        return None  # a task given twice
+    gone_ids, came_ids = old_ids - new_ids, new_ids - old_ids
+    if len(gone_ids) + len(came_ids) > _MAX_TOUCHED * len(carried.by_job) + 16:
+        return None
+    came: dict[str, list[PendingTask]] = defaultdict(list)
+    for task in compress(pending, map(came_ids.__contains__, map(id, pending))):
+        came[task.job_id].append(task)
+    touched = set(came)
+    touched.update(map(_job_id, compress(carried.pending, map(gone_ids.__contains__, map(id, carried.pending)))))
+    by_job, shapes = dict(carried.by_job), dict(carried.shapes)
+    pinning = set()
+    for job_id in touched:
+        tasks = [t for t in by_job.pop(job_id, ()) if id(t) not in gone_ids]
+        tasks += came.get(job_id, ())
+        shapes.pop(job_id, None)
+        if not tasks:
+            continue  # none of its tasks waits now
+        if not _in_task_order(tasks):
+            return None
+        by_job[job_id] = tasks
+        shape = shapes[job_id] = cache.of(tasks[0])
+        if _pins_worker(shape):
+            pinning.add(job_id)
+    pins = (carried.pinning - touched) | pinning
+    return Delta(carried, by_job, shapes, touched, frozenset(pins))
+
+
+def _pins_worker(shape: Shape) -> bool:
+    return any(c.key == "worker" for c in shape.hard)
 
 
 def build_requests(
@@ -139,9 +222,13 @@ def build_requests(
     by_job: dict[str, list[PendingTask]],
     shapes: dict[str, Shape],
     carried: Requests | None = None,
+    delta: Delta | None = None,
+    pinning: frozenset[str] = frozenset(),
+    distinct: bool = False,
 ) -> Requests:
     """Gating: applies budgets and deadlines to each pending job (whose shape is `shapes[job]`),
-    and orders the jobs; `carried` (made from the same tasks) is taken when gating decides as it did."""
+    and orders the jobs; `carried` (made from the same tasks) is taken when gating decides as it
+    did, and so are `delta`'s carried requests for the jobs it leaves untouched."""
     spend = with_peer_spend(ledger.ix.spend, snapshot.peer_spend)
     job_workers = ledger.ix.job_workers
     pinned: dict[str, tuple[str, str]] = {}
@@ -153,17 +240,61 @@ def build_requests(
     # Most often no pending task has a deadline: then none is looked at job by job.
     no_deadlines = deadlines(snapshot.pending).count(None) == len(snapshot.pending)
     judged = None if no_deadlines else now_ms
+    base = delta.carried if delta is not None else carried
     if (
-        carried is not None
-        and carried.now_ms == judged
-        and carried.pinned == pinned
-        and all(effective_band(b, u, spend, budgets, default) is e for (b, u), e in carried.bands.items())
+        base is not None
+        and base.now_ms == judged
+        and all(effective_band(b, u, spend, budgets, default) is e for (b, u), e in base.bands.items())
     ):
-        return carried
+        if delta is None and base.pinned == pinned:
+            return base
+        pinning = delta.pinning if delta is not None else base.pinning
+        touched = set(delta.touched) if delta is not None else set()
+        # A job whose running replicas moved to another group (or left) is made again.
+        touched.update(j for j in pinned.keys() | base.pinned.keys() if pinned.get(j) != base.pinned.get(j))
+        return _merged(snapshot, base, by_job, shapes, touched, pinned, judged, spend, pinning)
     bands: dict[tuple[Band, str], Band] = {}  # (band, user) -> the band it competes in: users are few
+    requests, keys = _made(snapshot, by_job, by_job.keys(), shapes, bands, spend, pinned, no_deadlines)
+    pairs = sorted(zip(keys, requests))  # a key ends in the job id: the requests are never compared
+    keys = list(map(_first, pairs))
+    if delta is not None:
+        pinning, distinct = delta.pinning, True
+    return Requests(
+        snapshot.pending,
+        by_job,
+        shapes,
+        judged,
+        bands,
+        pinned,
+        list(map(_second, pairs)),
+        ledger.ix.per_worker,
+        keys,
+        dict(zip(map(_last, keys), keys)),
+        pinning,
+        distinct,
+    )
+
+
+_first, _second, _last = itemgetter(0), itemgetter(1), itemgetter(-1)
+
+
+def _made(
+    snapshot: SchedulingSnapshot,
+    by_job: dict[str, list[PendingTask]],
+    jobs: Iterable[str],
+    shapes: dict[str, Shape],
+    bands: dict[tuple[Band, str], Band],
+    spend: dict[str, int],
+    pinned: dict[str, tuple[str, str]],
+    no_deadlines: bool,
+) -> tuple[list[JobRequest], list[tuple]]:
+    """The requests of `jobs` (of `by_job`), and each one's `job_order_key`; `bands` is filled in
+    with the effective band of each (band, user) it had none for."""
+    now_ms, budgets, default = snapshot.now_ms, snapshot.user_budgets, snapshot.default_budget
     requests = []
     keys = []  # each request's `job_order_key`, built here rather than by a call per job
-    for job_id, tasks in by_job.items():
+    for job_id in jobs:
+        tasks = by_job[job_id]
         first = tasks[0]
         band, user = first.band, first.user
         live, expired = (tuple(tasks), ()) if no_deadlines else _split_expired(tasks, now_ms)
@@ -190,8 +321,49 @@ def build_requests(
                 )
             )
         )
+    return requests, keys
+
+
+def _merged(
+    snapshot: SchedulingSnapshot,
+    base: Requests,
+    by_job: dict[str, list[PendingTask]],
+    shapes: dict[str, Shape],
+    touched: set[str],
+    pinned: dict[str, tuple[str, str]],
+    judged: int | None,
+    spend: dict[str, int],
+    pinning: frozenset[str],
+) -> Requests:
+    """`base`'s requests with those of `touched` jobs made again (or dropped, for jobs no longer
+    pending), each put where a full sort would: the keys are unique, so the order is the same."""
+    keys, ordered, key_of = list(base.keys), list(base.ordered), dict(base.key_of)
+    for job_id in touched:
+        key = key_of.pop(job_id, None)
+        if key is not None:
+            at = bisect_left(keys, key)
+            del keys[at], ordered[at]
+    bands = dict(base.bands)
+    again = [job_id for job_id in touched if job_id in by_job]
+    requests, made = _made(snapshot, by_job, again, shapes, bands, spend, pinned, judged is None)
+    for key, request in zip(made, requests):
+        at = bisect_left(keys, key)
+        keys.insert(at, key)
+        ordered.insert(at, request)
+        key_of[request.job_id] = key
     return Requests(
-        snapshot.pending, by_job, shapes, judged, bands, pinned, order_requests(requests, keys), ledger.ix.per_worker
+        snapshot.pending,
+        by_job,
+        shapes,
+        judged,
+        bands,
+        pinned,
+        ordered,
+        bool(pinning),
+        keys,
+        key_of,
+        pinning,
+        base.distinct,
     )
 
 
@@ -216,16 +388,28 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
     it without the pass's indexes (see `placement.Memo`): the same decisions, found by scanning."""
     index = snapshot.index if isinstance(snapshot.index, ClusterIndex) else None
     carried = index.requests if index is not None else None
+    delta = None
+    pinning: frozenset[str] = frozenset()
+    distinct = False
     if isinstance(carried, Requests) and carried.same_tasks(snapshot.pending):
         by_job, job_shapes, pins_worker = carried.by_job, carried.shapes, carried.pins_worker
+        pinning, distinct = carried.pinning, carried.distinct
+    elif (
+        isinstance(carried, Requests)
+        and index is not None
+        and (delta := _delta(carried, snapshot.pending, index.shapes))
+    ):
+        carried = None
+        by_job, job_shapes, pins_worker = delta.by_job, delta.shapes, bool(delta.pinning)
     else:
         carried = None
-        by_job = pending_by_job(snapshot)
+        by_job, distinct = _grouped(snapshot.pending)
         shapes = index.shapes if index is not None else ShapeCache()
         job_shapes = {job_id: shapes.of(tasks[0]) for job_id, tasks in by_job.items()}
-        pins_worker = any(c.key == "worker" for shape in job_shapes.values() for c in shape.hard)
+        pinning = frozenset(job_id for job_id, shape in job_shapes.items() if shape.hard and _pins_worker(shape))
+        pins_worker = bool(pinning)
     ledger = Ledger(snapshot, per_worker=pins_worker)
-    requests = build_requests(snapshot, ledger, by_job, job_shapes, carried)
+    requests = build_requests(snapshot, ledger, by_job, job_shapes, carried, delta, pinning, distinct)
     if index is not None:
         index.requests = requests  # one object, replaced whole: `explain` may read it meanwhile
     tick = Tick(snapshot, ledger)
