@@ -463,8 +463,11 @@ class Ledger:
 
     # -- changes ----------------------------------------------------------------------------
 
-    def set_free(self, w: int, new: Vector) -> None:
-        old = self.free[w]
+    def set_free(self, w: int, new: Vector, key: int | None = None) -> None:
+        """Sets worker `w`'s free capacity to `new`; `key`, when the caller knows it, is the
+        worker's packed key for `new` (see `take`), else it is packed here."""
+        free = self.free
+        old = free[w]
         if old == new:
             return
         journal = self._journal
@@ -479,42 +482,23 @@ class Ledger:
         else:
             journal.append(("free", w, old, self.version[w]))
         self._changed.add(w)
-        self.free[w] = new
-        packed = self._packed.get(new)
-        if packed is None:
-            packed = self._packed[new] = self._pack(new, 0)
-        self.key[w] = packed | w
-        self._stamp += 1
-        self.version[w] = self._stamp
-
-    def take(self, w: int, need: Vector, times: int = 1, step: int | None = None) -> None:
-        """Takes `times` tasks of `need` from worker `w`; `step`, when given, is what one task of
-        `need` weighs in a packed key (`Packing.zero`), so the worker's key moves without packing."""
-        # `set_free` written out (a tick takes once per worker it fills, mostly outside a trial).
-        free = self.free
-        old = free[w]
-        new = (old[0] - need[0] * times, old[1] - need[1] * times, old[2] - need[2] * times, old[3] - need[3] * times)
-        if old == new or self._journal is not None:
-            self.set_free(w, new)
-            return
-        sinks = self._sinks.get(w)
-        if sinks is None:
-            sinks = self._sinks_of(w)
-        for log in sinks[0]:
-            log.append(w)
-        for log in sinks[1]:
-            log.append(w)
-        self._changed.add(w)
         free[w] = new
-        if step is None:
+        if key is None:
             packed = self._packed.get(new)
             if packed is None:
                 packed = self._packed[new] = self._pack(new, 0)
-            self.key[w] = packed | w
-        else:
-            self.key[w] -= times * step
+            key = packed | w
+        self.key[w] = key
         self._stamp = stamp = self._stamp + 1
         self.version[w] = stamp
+
+    def take(self, w: int, need: Vector, times: int = 1, step: int | None = None) -> None:
+        """Takes `times` tasks of `need` from worker `w`; `step`, when given, is what one task of
+        `need` weighs in a packed key (`Packing.zero`), so the worker's key moves without packing:
+        the key's fields do not overlap, so it is a sum."""
+        old = self.free[w]
+        new = (old[0] - need[0] * times, old[1] - need[1] * times, old[2] - need[2] * times, old[3] - need[3] * times)
+        self.set_free(w, new, None if step is None else self.key[w] - times * step)
 
     def evict(self, w: int, task_id: str) -> None:
         self.evicted.add(task_id)

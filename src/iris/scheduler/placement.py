@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import product, repeat
 from operator import attrgetter
 
 from iris.core.bands import Band
@@ -82,8 +81,6 @@ class Placed:
 
 
 _task_id = attrgetter("task_id")
-_tuple_new = tuple.__new__
-_ASSIGNMENT = repeat(Assignment)
 
 
 def _assign(ledger: Ledger, placed: Placed, w: int, tasks: list[PendingTask]) -> None:
@@ -140,12 +137,7 @@ def place_independent(
             for filled, k in pool.fill(need, free, n - i, ledger.take):
                 worker = hosts[filled]
                 run_ids = ids if k == n else ids[i : i + k]
-                # `assignments(...)` written out: a tick fills one worker after another here. The
-                # fields come from `product` (an iterator that `repeat` would give takes keyword
-                # parsing to make), and `_ASSIGNMENT` repeats forever and holds no state.
-                assigned.extend(
-                    map(_tuple_new, _ASSIGNMENT, product(run_ids, (worker.worker_id,), (worker.backend_id,)))
-                )
+                assigned.extend(assignments(run_ids, worker.worker_id, worker.backend_id))
                 i += k
             if i == n:
                 break
