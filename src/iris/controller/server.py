@@ -18,6 +18,7 @@ clients submitting the lock held through it was about a quarter of the event loo
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Hashable
 
@@ -196,13 +197,6 @@ def _announcing(receive, commits: GroupCommit, note: Announcement):
     return whole
 
 
-# _fresh_request: a request pipelined behind another on its connection runs in a copy of the
-# context of the request before it (uvicorn starts its task from the one that sent the last answer),
-# so a message decoded off the event loop for a request refused before it took it (a protocol
-# version not served, say) would be taken by the next request in place of its own body, under that
-# request's identity. Each API request starts with none.
-
-
 def build_app(controller: Controller):
     service = ControllerServiceImpl(controller)
     api = ControllerServiceASGIApplication(
@@ -221,26 +215,43 @@ def build_app(controller: Controller):
     bodies = BodyBudget(LARGE_BODIES_HELD, LARGE_BODIES_HELD // 2)
     web = Starlette(routes=[Route("/health", health), *proxy.routes(relay), *dashboard.routes()])
 
-    async def launch(scope, receive, send, headers) -> None:
-        """A submit as the SDK sends it (see iris.controller.direct_launch): small and plain, so
-        neither of the size checks below applies; counted and announced as every submit is."""
+    @contextlib.contextmanager
+    def in_flight(scope):
+        """One API call, by either path. It counts as in flight: the tick rests between passes only
+        while calls are (see ControlLoop._run); the counter runs on the event loop's one thread, so
+        it needs no lock. Its own task is the calling peer. And it starts with no decoded message:
+        a request pipelined behind another on its connection runs in a copy of the context of the
+        request before it (uvicorn starts its task from the one that sent the last answer), so a
+        message decoded off the event loop for a request refused before it took it (a protocol
+        version not served, say) would be taken in place of its own body, under its identity."""
         controller.tick.api_calls += 1
         peer = scope.get("client")
         calling_peer.set(peer if isinstance(peer, Peer) else None)
-        PREDECODED.set(None)  # see _fresh_request
+        PREDECODED.set(None)
         try:
-            with controller.commits.announced(note := Announcement(pending=False)):
-                current_announcement.set(note)
-                receive = _announcing(receive, controller.commits, note)
-                if spans.enabled():
-                    started = spans.mark()
-                    await direct_launch.serve(service, headers, scope, receive, send)
-                    spans.add_since("api.LaunchJob", started)
-                    spans.add_since("api.LaunchJob.direct", started)  # which of the two ways it took
-                else:
-                    await direct_launch.serve(service, headers, scope, receive, send)
+            yield
         finally:
             controller.tick.api_calls -= 1
+
+    @contextlib.contextmanager
+    def announced_submit(receive):
+        """A LaunchJob's `receive`, which announces it to the submit groups once its body has come
+        whole (see `_announcing`), settled when the call ends, by either path."""
+        with controller.commits.announced(note := Announcement(pending=False)):
+            current_announcement.set(note)
+            yield _announcing(receive, controller.commits, note)
+
+    async def launch(scope, receive, send, headers) -> None:
+        """A submit as the SDK sends it (see iris.controller.direct_launch): small and plain, so
+        neither of the size checks below applies; counted and announced as every submit is."""
+        with in_flight(scope), announced_submit(receive) as receive:
+            if spans.enabled():
+                started = spans.mark()
+                await direct_launch.serve(service, headers, scope, receive, send)
+                spans.add_since("api.LaunchJob", started)
+                spans.add_since("api.LaunchJob.direct", started)  # which of the two ways it took
+            else:
+                await direct_launch.serve(service, headers, scope, receive, send)
 
     async def app(scope, receive, send):
         if (
@@ -276,11 +287,6 @@ def build_app(controller: Controller):
                     retry_after_s=1,
                 )
                 return
-            # The tick rests between passes only while calls are in flight (see ControlLoop._run);
-            # this counter runs on the event loop's one thread, so it needs no lock.
-            controller.tick.api_calls += 1
-            calling_peer.set(peer if isinstance(peer, Peer) else None)  # this request's own task
-            PREDECODED.set(None)  # see _fresh_request
             send = _whole_answer(send)
             held = reserved  # of the body budget, until the answer; an unpacked body may add to it
 
@@ -300,19 +306,17 @@ def build_app(controller: Controller):
                 return True
 
             try:
-                # A large or compressed body is decoded off the event loop (iris.controller.request_bodies).
-                receive = await request_bodies.prepare(scope, receive, send, MAX_REQUEST_BYTES, hold)
-                if receive is None:
-                    return
-                if scope["path"] == LAUNCH_PATH:
-                    # Announced once its body is whole (see `_announcing`).
-                    with controller.commits.announced(note := Announcement(pending=False)):
-                        current_announcement.set(note)
-                        await _serve(api, scope, _announcing(receive, controller.commits, note), send)
-                else:
-                    await _serve(api, scope, receive, send)
+                with in_flight(scope):
+                    # A large or compressed body is decoded off the event loop (iris.controller.request_bodies).
+                    receive = await request_bodies.prepare(scope, receive, send, MAX_REQUEST_BYTES, hold)
+                    if receive is None:
+                        return
+                    if scope["path"] == LAUNCH_PATH:
+                        with announced_submit(receive) as receive:
+                            await _serve(api, scope, receive, send)
+                    else:
+                        await _serve(api, scope, receive, send)
             finally:
-                controller.tick.api_calls -= 1
                 if held:
                     bodies.give_back(client, held)
         else:
