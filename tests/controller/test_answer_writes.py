@@ -8,7 +8,7 @@ import asyncio
 import json
 import socket
 
-from iris.controller.server import JoinedWrites
+from iris.controller.http.server import JoinedWrites
 
 
 class Recorder:

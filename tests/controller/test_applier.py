@@ -6,11 +6,11 @@ from __future__ import annotations
 import logging
 
 from iris.backends.protocol import WorkerSnapshot
-from iris.controller import applier
-from iris.controller import transitions as tr
 from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import insert_job
-from iris.controller.tick import ControlLoop
+from iris.controller.state import applier
+from iris.controller.state import transitions as tr
+from iris.controller.state.tick import ControlLoop
 from iris.core.job import JobSpec
 from iris.core.resources import Resources
 from iris.core.states import TaskState

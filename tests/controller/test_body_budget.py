@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 from connectrpc.errors import ConnectError
 
-from iris.controller.body_budget import BodyBudget
-from iris.controller.request_bodies import GZIP_MAX_RATIO, SMALL_BODY
-from iris.controller.server import LARGE_BODIES_HELD, MAX_REQUEST_BYTES
+from iris.controller.http.body_budget import BodyBudget
+from iris.controller.http.request_bodies import GZIP_MAX_RATIO, SMALL_BODY
+from iris.controller.http.server import LARGE_BODIES_HELD, MAX_REQUEST_BYTES
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until
 from tests.controller.helpers import client

@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from iris.controller.connections import connection_limit
+from iris.controller.http.connections import connection_limit
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until
 from tests.controller.helpers import client, launch, wait_state

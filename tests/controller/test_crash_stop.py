@@ -10,7 +10,7 @@ import pytest
 from connectrpc.errors import ConnectError
 
 from iris.backends.marks import LiveMarks
-from iris.controller.tick import DIE_BEFORE_STOP_ENV
+from iris.controller.state.tick import DIE_BEFORE_STOP_ENV
 from iris.rpc import controller_pb2 as pb
 from iris.testing import local_backend
 from tests.conftest import wait_until

@@ -15,7 +15,7 @@ import socket
 
 import httpx
 
-from iris.controller import direct_launch
+from iris.controller.http import direct_launch
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.bounds import MAX_ITEMS
 from iris.rpc.controller_connect import ControllerServiceASGIApplication

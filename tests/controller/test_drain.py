@@ -3,7 +3,7 @@ job runs once, and no slot holds two attempts at a time."""
 
 from __future__ import annotations
 
-from iris.controller.tick import BURST_REST_FACTOR, rest_before_pass
+from iris.controller.state.tick import BURST_REST_FACTOR, rest_before_pass
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until
 from tests.controller.helpers import client, launch, pid_alive, wait_state

@@ -1,4 +1,4 @@
-"""Which address a task's endpoint may be relayed to (`iris.controller.endpoint_hosts`): the
+"""Which address a task's endpoint may be relayed to (`iris.controller.api.endpoint_hosts`): the
 pure rule, with a resolver given as a table."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from iris.backends.protocol import AttemptHost
-from iris.controller.endpoint_hosts import parse_ip, relay_address, split_address
+from iris.controller.api.endpoint_hosts import parse_ip, relay_address, split_address
 from iris.core.errors import InvalidArgument
 
 HERE = AttemptHost(local=True)

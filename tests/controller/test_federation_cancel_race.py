@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from iris.controller.db.database import Database, sql
 from iris.controller.db.federation import cancel_sent, queue_job
-from iris.controller.federation_store import ControllerFederationStore
+from iris.controller.state.federation_store import ControllerFederationStore
 from iris.core.job import JobSpec
 from iris.core.resources import Resources
 from iris.federation.model import PendingCancel, Promotion

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import threading
 
-from iris.controller import tick as tick_module
 from iris.controller.db.database import Database
-from iris.controller.tick import FEDERATION_PASS_SPACING_S, ControlLoop
+from iris.controller.state import tick as tick_module
+from iris.controller.state.tick import FEDERATION_PASS_SPACING_S, ControlLoop
 from iris.core.config import BudgetsConfig
 from iris.core.polling import wait_until
 

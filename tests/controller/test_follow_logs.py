@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from iris.backends.protocol import LogChunk
+from iris.controller.api.service import ControllerServiceImpl
 from iris.controller.app import Controller
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db import reads
-from iris.controller.service import ControllerServiceImpl
 from iris.core.config import parse_config
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until

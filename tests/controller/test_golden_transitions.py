@@ -18,11 +18,11 @@ import pytest
 import yaml
 
 from iris.backends.protocol import AttemptExit
-from iris.controller import applier
-from iris.controller import transitions as tr
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import insert_job
+from iris.controller.state import applier
+from iris.controller.state import transitions as tr
 from iris.core.bands import Band
 from iris.core.job import JobSpec
 from iris.core.resources import Resources

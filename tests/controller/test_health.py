@@ -8,7 +8,7 @@ import sqlite3
 import urllib.error
 import urllib.request
 
-from iris.controller.health import EXIT_WEDGED, Watchdog, assess
+from iris.controller.state.health import EXIT_WEDGED, Watchdog, assess
 from tests.conftest import wait_until
 from tests.controller.helpers import client, launch, wait_state
 

@@ -8,9 +8,9 @@ import time
 import pytest
 
 from iris.controller.auth import load_or_create_signing_key, mint_token
+from iris.controller.auth.callers import VERIFIED_TOKEN_TTL_S, Identities
 from iris.controller.auth.tokens import CLOCK_SKEW_S
 from iris.controller.db.database import Database
-from iris.controller.identity import VERIFIED_TOKEN_TTL_S, Identities
 from iris.core.config import parse_config
 from iris.core.errors import Unauthenticated
 

@@ -9,7 +9,7 @@ import pytest
 
 from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import insert_job
-from iris.controller.tick import ControlLoop
+from iris.controller.state.tick import ControlLoop
 from iris.core.errors import AlreadyExists, FailedPrecondition
 from iris.core.job import JobSpec
 from iris.core.resources import Resources
@@ -47,7 +47,7 @@ def test_insert_job_numbers_new_jobs_in_order_and_a_replacement_after_every_othe
 
 
 def test_replaced_job_keeps_none_of_the_workdir_files_of_the_job_it_replaced(tmp_path):
-    from iris.controller import workspace
+    from iris.controller.db import workspace
 
     db = Database(tmp_path / "controller.db")
     with db.write() as conn:

@@ -114,7 +114,7 @@ def test_a_token_of_another_list_or_other_filters_is_refused_and_changes_nothing
 
 
 def test_an_attempt_holds_at_most_its_share_of_endpoints(controller):
-    from iris.controller.endpoints import MAX_ENDPOINTS_PER_ATTEMPT
+    from iris.controller.api.endpoints import MAX_ENDPOINTS_PER_ATTEMPT
 
     c = client(controller)
     job = launch(c, "many-endpoints", ["sleep", "60"])

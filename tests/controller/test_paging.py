@@ -1,4 +1,4 @@
-"""The page tokens and page sizes every list shares (iris.controller.paging), without a server."""
+"""The page tokens and page sizes every list shares (iris.controller.db.paging), without a server."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from iris.controller.paging import DEFAULT_PAGE, MAX_PAGE, Listing, page_of, page_size
+from iris.controller.db.paging import DEFAULT_PAGE, MAX_PAGE, Listing, page_of, page_size
 from iris.core.errors import InvalidArgument
 
 

@@ -9,8 +9,8 @@ import sqlite3
 from iris.controller.db.database import Database, sql
 from iris.controller.db.federation import admit_received
 from iris.controller.db.jobs import insert_job
-from iris.controller.snapshot import SnapshotLoader
-from iris.controller.tick import ControlLoop
+from iris.controller.state.snapshot import SnapshotLoader
+from iris.controller.state.tick import ControlLoop
 from iris.core.job import JobSpec
 from iris.core.resources import Resources
 from iris.rpc import controller_pb2 as pb

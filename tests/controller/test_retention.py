@@ -80,7 +80,7 @@ def test_retention_removes_a_workspace_layer_once_no_retained_job_names_it(contr
 
 
 def test_layer_pins_keep_a_layer_from_removal_until_the_last_holder_lets_go():
-    from iris.controller.workspace import LayerPins
+    from iris.controller.db.workspace import LayerPins
 
     pins = LayerPins()
     with pins.hold("sha256:a", ""), pins.hold("sha256:a"):

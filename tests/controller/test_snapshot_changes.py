@@ -10,8 +10,8 @@ from iris.backends.protocol import WorkerSnapshot
 from iris.controller.db.database import Database, sql
 from iris.controller.db.federation import queue_job
 from iris.controller.db.jobs import insert_job
-from iris.controller.federation_store import ControllerFederationStore
-from iris.controller.snapshot import SnapshotLoader
+from iris.controller.state.federation_store import ControllerFederationStore
+from iris.controller.state.snapshot import SnapshotLoader
 from iris.core.job import JobSpec
 from iris.core.resources import Resources
 from iris.federation.model import Promotion

@@ -4,7 +4,7 @@ thread and without the load lock, may add to it: the trim must not break on that
 from __future__ import annotations
 
 from iris.controller.db.database import Database
-from iris.controller.snapshot import SnapshotLoader
+from iris.controller.state.snapshot import SnapshotLoader
 
 
 class _GrowsWhileWalked(dict):

@@ -8,7 +8,7 @@ from dataclasses import replace
 from iris.backends.protocol import WorkerSnapshot
 from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import insert_job
-from iris.controller.snapshot import SnapshotLoader
+from iris.controller.state.snapshot import SnapshotLoader
 from iris.core.job import JobSpec
 from iris.core.resources import Resources
 from iris.scheduler import schedule

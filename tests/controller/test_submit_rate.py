@@ -11,8 +11,8 @@ import urllib.request
 import pytest
 
 from iris.client.client import IrisClient
+from iris.controller.api.submit_rate import SubmitRate, SubmitRateExceeded
 from iris.controller.auth import LOCAL_ADMIN, Identity, Role
-from iris.controller.submit_rate import SubmitRate, SubmitRateExceeded
 from tests.controller.helpers import user_token
 
 

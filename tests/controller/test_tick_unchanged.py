@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from iris.backends.protocol import AttemptExit, BackendDescription, BackendEvents, Started, WorkerSnapshot
-from iris.controller.applier import stop_job
 from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import insert_job
-from iris.controller.tick import ControlLoop
+from iris.controller.state.applier import stop_job
+from iris.controller.state.tick import ControlLoop
 from iris.core.job import JobSpec
 from iris.core.resources import Resources
 

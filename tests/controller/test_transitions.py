@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from iris.backends.protocol import AttemptExit
-from iris.controller import transitions as tr
+from iris.controller.state import transitions as tr
 from iris.core.states import JobState, RetryBudget, TaskState
 
 

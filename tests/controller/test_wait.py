@@ -10,8 +10,8 @@ import time
 
 from iris.client import IrisClient
 from iris.controller.db.database import Database
-from iris.controller.tick import ControlLoop
-from iris.controller.waiting import PassSignal, wait_pass
+from iris.controller.state.tick import ControlLoop
+from iris.controller.state.waiting import PassSignal, wait_pass
 from iris.rpc import controller_pb2 as pb
 from tests.controller.helpers import client, error_code, wait_state
 

@@ -66,8 +66,8 @@ def test_job_names_nest_and_validate():
 
 
 def test_names_principals_and_keys_never_end_in_a_newline():
-    from iris.controller.endpoints import NAME_PATTERN
-    from iris.controller.submit import check_env
+    from iris.controller.api.endpoints import NAME_PATTERN
+    from iris.controller.api.job_spec import check_env
     from iris.core.names import validate_component, validate_principal
 
     for check in (lambda v: validate_component("user", v), validate_principal):

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from iris.controller.api.job_spec import build_spec
 from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import insert_job
-from iris.controller.submit import build_spec
 from iris.rpc import controller_pb2 as pb
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from iris.controller.api.inbound_handoffs import MAX_HANDOFFS_PER_CALL
 from iris.controller.auth import SigningKey, mint_peer_token, public_key_pem
-from iris.controller.handoffs import MAX_HANDOFFS_PER_CALL
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until
 from tests.controller.helpers import client, error_code, user_token, wait_state

@@ -8,11 +8,11 @@ from __future__ import annotations
 import os
 import time
 
+from iris.controller.api.inbound_handoffs import HANDOFF_DELAY_ENV
 from iris.controller.auth import load_or_create_signing_key, mint_peer_token, public_key_pem
 from iris.controller.db.database import Database, sql
 from iris.controller.db.federation import queue_job
-from iris.controller.federation_store import ControllerFederationStore
-from iris.controller.handoffs import HANDOFF_DELAY_ENV
+from iris.controller.state.federation_store import ControllerFederationStore
 from iris.core.job import JobSpec
 from iris.core.resources import Resources
 from iris.federation.manager import FederationManager

@@ -15,7 +15,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from iris.controller.proxy import MAX_WS_MESSAGE_BYTES
+from iris.controller.http.proxy import MAX_WS_MESSAGE_BYTES
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import ControllerFactory, wait_until
 from tests.controller.helpers import client, launch, user_token

@@ -26,7 +26,7 @@ from connectrpc.errors import ConnectError
 from iris.backends.protocol import LaunchSpec
 from iris.backends.slurm.backend import SlurmBackend
 from iris.controller.auth import load_or_create_signing_key, public_key_pem
-from iris.controller.tick import DIE_BEFORE_STOP_ENV
+from iris.controller.state.tick import DIE_BEFORE_STOP_ENV
 from iris.core.config import SlurmBackendConfig
 from iris.core.resources import Resources
 from iris.federation.ids import received_job_id

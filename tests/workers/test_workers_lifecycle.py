@@ -9,7 +9,7 @@ import os
 import pytest
 from connectrpc.errors import ConnectError
 
-from iris.controller.tick import DIE_BEFORE_STOP_ENV
+from iris.controller.state.tick import DIE_BEFORE_STOP_ENV
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until
 from tests.controller.helpers import client, launch, logs, pid_alive, status, wait_state

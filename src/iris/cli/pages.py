@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-MAX_PAGE = 5000  # the server's largest page (iris.controller.paging.MAX_PAGE)
+MAX_PAGE = 5000  # the server's largest page (iris.controller.db.paging.MAX_PAGE)
 
 
 class Collected:

@@ -17,20 +17,20 @@ import time
 
 from iris.backends import registry
 from iris.backends.protocol import BackendContext
-from iris.controller import applier
+from iris.controller.api.explain import Explainer
+from iris.controller.api.raw_query import RawQueryRunner
+from iris.controller.auth.callers import Identities
 from iris.controller.auth.isolation import secure_state_dir
-from iris.controller.budgets import spend_report
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db.database import Database, sql
 from iris.controller.db.group_commit import GroupCommit
-from iris.controller.explain import Explainer
-from iris.controller.health import Health, Watchdog, assess
-from iris.controller.identity import Identities
-from iris.controller.raw_query import RawQueryRunner
-from iris.controller.retention import LogRetention
-from iris.controller.tick import LIVE_ATTEMPTS, ControlLoop
-from iris.controller.transitions import WorkerLost
-from iris.controller.workspace import LayerPins
+from iris.controller.db.workspace import LayerPins
+from iris.controller.state import applier
+from iris.controller.state.budgets import spend_report
+from iris.controller.state.health import Health, Watchdog, assess
+from iris.controller.state.retention import LogRetention
+from iris.controller.state.tick import LIVE_ATTEMPTS, ControlLoop
+from iris.controller.state.transitions import WorkerLost
 from iris.core.config import ClusterConfig
 from iris.rpc import controller_pb2 as pb
 
@@ -94,7 +94,7 @@ class Controller:
     def _federation(self):
         """The federation manager, built only when peers are configured: with no peers there are
         no peer clients, no threads and no federation writes at all."""
-        from iris.controller.federation_store import ControllerFederationStore
+        from iris.controller.state.federation_store import ControllerFederationStore
         from iris.federation.manager import FederationManager
         from iris.federation.model import LocalBackendShape
         from iris.federation.router import PeerRouter

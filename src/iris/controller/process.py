@@ -205,16 +205,16 @@ def _server_class():
 def _http_protocol(settings):
     """uvicorn's httptools protocol, giving each connection one `Peer` for every request's scope,
     so what the controller learns about a connection's client is kept for the connection's life,
-    and holding connections to `iris.controller.connections`' limits."""
+    and holding connections to `iris.controller.http.connections`' limits."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    from iris.controller.connections import guarded
-    from iris.controller.identity import Peer
-    from iris.controller.server import JoinedWrites
+    from iris.controller.auth.callers import Peer
+    from iris.controller.http.connections import guarded
+    from iris.controller.http.server import JoinedWrites
 
     class Protocol(HttpToolsProtocol):
         def connection_made(self, transport) -> None:
-            # An answer's head and body leave in one write (see iris.controller.server).
+            # An answer's head and body leave in one write (see iris.controller.http.server).
             super().connection_made(JoinedWrites(transport, self.loop))  # type: ignore[arg-type]
             if self.client is not None:
                 self.client = Peer(self.client)
@@ -230,7 +230,7 @@ def run_foreground(config: ClusterConfig, on_ready=lambda: None, argv: Sequence[
     from iris.controller.app import Controller
 
     _Server = _server_class()
-    from iris.controller.server import build_app
+    from iris.controller.http.server import build_app
 
     # Everything the controller writes (database, WAL, keys, logs) is its own alone.
     os.umask(0o077)

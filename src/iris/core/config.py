@@ -235,14 +235,14 @@ class ControllerSettings(_Model):
     log_retention: float = Field(default=7 * 86400.0, ge=0)
     # Tasks (a job counts one per replica) one user (with their tasks) may submit a second, after a
     # burst of `submit_burst`; past it, a submit is refused with when to retry (see
-    # iris.controller.submit_rate). 0: no limit.
+    # iris.controller.api.submit_rate). 0: no limit.
     submit_rate: float = Field(default=200.0, ge=0, allow_inf_nan=False)
     submit_burst: int = Field(default=10_000, ge=1)
     query_timeout: float = 10.0  # the most one raw query (`iris query`) may run
     tick_stall_timeout: float = 60.0  # no completed pass of the tick for this long: unhealthy
     watchdog_exit_after: float = 30.0  # unhealthy this long: the controller exits (0: never)
     # A connection's request head must be whole, and its body may pause, at most this long; idle
-    # or trickling connections are closed (see iris.controller.connections).
+    # or trickling connections are closed (see iris.controller.http.connections).
     request_read_timeout: float = 20.0
     # Connections open at once; one more is answered 503 and closed. 0: half the process's
     # descriptor limit, so connections never take the descriptors the controller's own work needs.

@@ -6,7 +6,7 @@ One generic walk over the message's set fields covers every RPC, present and fut
 value (a NUL byte that a process table cannot hold, `Infinity` cores, a list of two million states)
 is refused with the path of the offending field before it can reach the database or the tick.
 Per-field limits that depend on meaning (how many cores, how many replicas) live with the code
-that knows the meaning (`iris.controller.submit`); this walk is the floor under all of them.
+that knows the meaning (`iris.controller.api.job_spec`); this walk is the floor under all of them.
 """
 
 from __future__ import annotations

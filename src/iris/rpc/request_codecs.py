@@ -2,7 +2,7 @@
 from it: the codecs of the controller's API, in Connect's JSON and protobuf's binary encoding.
 
 A small request is decoded on the API's event loop (a large or compressed one on a worker thread,
-see `iris.controller.request_bodies`), and only the decoded message is checked against the
+see `iris.controller.http.request_bodies`), and only the decoded message is checked against the
 per-field bounds (`iris.rpc.bounds`). Before that check a hostile body cost the whole API its
 turn: a 50 MB JSON body of ten million one-letter strings held every other call for 11 s in
 protobuf's JSON parser (Python, about a microsecond per value), and a binary body of 25 million
@@ -52,7 +52,7 @@ SCAN_FROM_BYTES = 256 * 1024
 _M = TypeVar("_M", bound=Message)
 
 # A request's message already decoded from its body off the event loop (or the error refusing the
-# body), with the class it was decoded as: see `iris.controller.request_bodies`. Taken once.
+# body), with the class it was decoded as: see `iris.controller.http.request_bodies`. Taken once.
 PREDECODED: ContextVar[tuple[type[Message], Any] | None] = ContextVar("PREDECODED", default=None)
 
 

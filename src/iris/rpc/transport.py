@@ -14,7 +14,7 @@ for that code. Each calling thread keeps its own connection alive between calls,
 pays one round trip per call, not a connection setup. A kept-alive connection the server closed
 while idle is retried once on a fresh one (the server processed nothing); a fresh connection
 failing is real, and raises whatever `on_unreachable` makes of it. An answer 429 with a
-`retry-after` header (a user's submit rate, see `iris.controller.submit_rate`) is waited out and
+`retry-after` header (a user's submit rate, see `iris.controller.api.submit_rate`) is waited out and
 the call sent again, for at most `MAX_RETRY_WAIT_S` in all.
 
 An answer is bounded: its body (and what it decompresses to) may be at most `max_answer_bytes`,

@@ -57,6 +57,14 @@ class TaskAccount:
     max_processes: int = 0  # processes and threads the uid may hold at once (0: no limit)
 
 
+@dataclass(frozen=True, slots=True)
+class TaskIdentity:
+    """Who one attempt runs as: its token (scoped to its job and attempt) and its uid."""
+
+    token: str | None = None
+    account: TaskAccount | None = None
+
+
 def parse_uid_range(text: str) -> tuple[int, int]:
     """`200000-299999` as (200000, 299999); InvalidArgument naming the key otherwise."""
     lo, sep, hi = str(text).partition("-")

@@ -4,7 +4,7 @@ Each function runs inside the tick's write transaction. The order of writes is w
 harmless: an attempt row is committed (ASSIGNED, by the applier) before its process is started, and
 its pid after, so a restarted controller finds every attempt that might be running and either
 re-adopts it or marks it WORKER_FAILED and retries it. Placing and ending attempts is decided in
-`controller/transitions.py` and written by `controller/applier.py`.
+`controller/state/transitions.py` and written by `controller/state/applier.py`.
 """
 
 from __future__ import annotations

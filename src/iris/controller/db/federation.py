@@ -16,10 +16,9 @@ from collections.abc import Sequence
 
 from sqlalchemy.engine import Connection
 
-from iris.controller import workspace
-from iris.controller.db import handoff_stops
+from iris.controller.db import handoff_stops, workspace
 from iris.controller.db.database import run, run_many, sql
-from iris.controller.db.jobs import TERMINAL_JOB_SQL, insert_job
+from iris.controller.db.jobs import TERMINAL_JOB_SQL, insert_job, parse_constraints, parse_resources
 from iris.controller.db.literals import (
     FAILED,
     HANDED_OFF,
@@ -32,7 +31,6 @@ from iris.controller.db.literals import (
     SENT,
     UNSCHEDULABLE,
 )
-from iris.controller.snapshot import parse_constraints, parse_resources
 from iris.core.bands import Band
 from iris.core.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from iris.core.job import JobSpec

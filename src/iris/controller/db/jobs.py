@@ -2,23 +2,24 @@
 finished job's tree.
 
 Every function takes an open write transaction; the caller commits. What happens to a job after
-submit (its tasks' attempts, its roll-up, stopping it) is decided in `controller/transitions.py`
-and written by `controller/applier.py` alone, so the state rules live in one place.
+submit (its tasks' attempts, its roll-up, stopping it) is decided in `controller/state/transitions.py`
+and written by `controller/state/applier.py` alone, so the state rules live in one place.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 
 from sqlalchemy.engine import Connection
 
 from iris.controller.db.database import dumps, run, run_many, sql
 from iris.controller.db.literals import TERMINAL_JOBS, quoted
-from iris.core.constraints import Constraint
+from iris.core.constraints import Constraint, Op
 from iris.core.errors import AlreadyExists, FailedPrecondition, NotFound
 from iris.core.job import JobSpec
 from iris.core.names import JobName, TaskName
-from iris.core.resources import Resources
+from iris.core.resources import Device, Resources
 from iris.core.states import JobState, TaskState
 
 TERMINAL_JOB_SQL = TERMINAL_JOBS
@@ -165,6 +166,19 @@ def insert_job(
 
 # A burst of submits mostly asks for a few shapes: each one's stored text is made once.
 @functools.lru_cache(maxsize=1024)
+def parse_resources(raw: str) -> Resources:
+    """A job's resources from their stored text (`_resources_json`'s inverse)."""
+    d = json.loads(raw)
+    dev = d.get("device") or {}
+    device = Device(dev.get("kind", "cpu"), dev.get("variant", ""), int(dev.get("count", 0)), dev.get("topology", ""))
+    return Resources(cpu=float(d["cpu"]), memory=int(d["memory"]), disk=int(d["disk"]), device=device)
+
+
+def parse_constraints(raw: str) -> tuple[Constraint, ...]:
+    """A job's constraints from their stored text (`_constraints_json`'s inverse)."""
+    return tuple(Constraint(k, Op(op), tuple(vals), bool(pref)) for k, op, vals, pref in json.loads(raw))
+
+
 def _resources_json(r: Resources) -> str:
     device = {
         "kind": r.device.kind,

@@ -13,10 +13,9 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from iris.controller.db.database import run, sql
-from iris.controller.db.jobs import require_job
+from iris.controller.db.jobs import parse_constraints, parse_resources, require_job
 from iris.controller.db.literals import HANDED_OFF, SENT
-from iris.controller.paging import Listing, page_size
-from iris.controller.snapshot import parse_constraints, parse_resources
+from iris.controller.db.paging import Listing, page_size
 from iris.core.errors import InvalidArgument
 from iris.core.states import JobState
 from iris.rpc import controller_pb2 as pb

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection
 
 from iris.controller.db.database import sql
 from iris.controller.db.federation import new_nonce
+from iris.controller.db.jobs import parse_constraints
 from iris.controller.db.literals import (
     FAILED,
     HANDED_OFF,
@@ -26,7 +27,6 @@ from iris.controller.db.literals import (
     TERMINAL_JOBS,
     UNSCHEDULABLE,
 )
-from iris.controller.snapshot import parse_constraints
 from iris.federation.model import Withdrawal
 from iris.federation.reasons import queued_reason
 

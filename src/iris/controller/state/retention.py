@@ -25,7 +25,7 @@ from pathlib import Path
 
 from iris.backends.protocol import Backend
 from iris.backends.staging import bundle_folder
-from iris.controller import workspace
+from iris.controller.db import workspace
 from iris.controller.db.database import Database, sql
 
 log = logging.getLogger("iris.retention")

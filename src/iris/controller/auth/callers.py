@@ -29,11 +29,10 @@ from contextvars import ContextVar
 from cachetools import TLRUCache
 
 from iris.controller.auth import Authenticator, Identity, Role, mint_token
-from iris.controller.auth.isolation import TaskIdentities, loopback_socket_uid
+from iris.controller.auth.isolation import TaskIdentities, TaskIdentity, loopback_socket_uid
 from iris.controller.auth.sites import OwnSites
 from iris.controller.auth.tokens import token_expiry
 from iris.controller.db.database import Database, sql
-from iris.controller.launch_spec import TaskIdentity
 from iris.core import spans
 from iris.core.config import ClusterConfig
 from iris.core.errors import InvalidArgument, PermissionDenied, Unauthenticated

@@ -39,6 +39,7 @@ from operator import attrgetter
 
 from iris.backends.protocol import WorkerSnapshot
 from iris.controller.db.database import Database, run
+from iris.controller.db.jobs import parse_constraints, parse_resources
 from iris.controller.db.literals import LIVE_TASKS, PENDING
 from iris.core.bands import Band
 from iris.core.constraints import Constraint, Op
@@ -65,23 +66,12 @@ class JobConfig:
     timeout_s: float = 0.0
 
 
-def parse_resources(raw: str) -> Resources:
-    d = json.loads(raw)
-    dev = d.get("device") or {}
-    device = Device(dev.get("kind", "cpu"), dev.get("variant", ""), int(dev.get("count", 0)), dev.get("topology", ""))
-    return Resources(cpu=float(d["cpu"]), memory=int(d["memory"]), disk=int(d["disk"]), device=device)
-
-
 def check_stored_resources(r: Resources) -> None:
     """Refuses stored resources the scheduler could not do arithmetic on (the same bounds as submit)."""
     check_number("cpu", r.cpu, 0, MAX_TASK_CPU)
     check_number("memory", r.memory, 0, MAX_TASK_BYTES)
     check_number("disk", r.disk, 0, MAX_TASK_BYTES)
     check_number("device count", r.device.count, 0, MAX_TASK_DEVICES)
-
-
-def parse_constraints(raw: str) -> tuple[Constraint, ...]:
-    return tuple(Constraint(k, Op(op), tuple(vals), bool(pref)) for k, op, vals, pref in json.loads(raw))
 
 
 _CONFIG_COLUMNS = (

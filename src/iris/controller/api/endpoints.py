@@ -20,13 +20,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from iris.backends.protocol import Backend
-from iris.controller import endpoint_hosts
+from iris.controller.api import endpoint_hosts
+from iris.controller.api.endpoint_hosts import Resolver
 from iris.controller.auth import Identity, Role, mint_token, verify_token
 from iris.controller.auth.keys import SigningKey
 from iris.controller.db.database import sql
 from iris.controller.db.jobs import job_not_found
-from iris.controller.endpoint_hosts import Resolver
-from iris.controller.paging import Listing, page_size
+from iris.controller.db.paging import Listing, page_size
 from iris.core.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from iris.core.names import in_job_tree
 from iris.rpc import controller_pb2 as pb
@@ -84,7 +84,7 @@ def register(
     resolver: Resolver = endpoint_hosts.resolve,
 ) -> pb.Endpoint:
     """Records (or moves) the endpoint `req.name` of `req.job_id`, leased to a live attempt of that job,
-    at an address on the host that attempt runs on (`iris.controller.endpoint_hosts`)."""
+    at an address on the host that attempt runs on (`iris.controller.api.endpoint_hosts`)."""
     name = check_name(req.name)
     if not 0 < req.port < 65536:
         raise InvalidArgument(f"port must be between 1 and 65535, got {req.port}")

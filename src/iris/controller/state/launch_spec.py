@@ -17,20 +17,12 @@ from typing import TYPE_CHECKING
 
 from iris.backends import staging
 from iris.backends.protocol import LaunchSpec
-from iris.controller.auth.isolation import TaskAccount
+from iris.controller.auth.isolation import TaskIdentity
 from iris.controller.db.database import run
 from iris.core.names import AttemptName
 
 if TYPE_CHECKING:
-    from iris.controller.snapshot import JobConfig
-
-
-@dataclass(frozen=True, slots=True)
-class TaskIdentity:
-    """Who one attempt runs as: its token (scoped to its job and attempt) and its uid."""
-
-    token: str | None = None
-    account: TaskAccount | None = None
+    from iris.controller.state.snapshot import JobConfig
 
 
 # (conn, job_id, owner, user, attempt_id) -> the attempt's identity

@@ -18,17 +18,17 @@ from typing import TYPE_CHECKING
 
 from iris.backends import staging
 from iris.backends.protocol import Backend, WorkerHub
-from iris.controller import workspace
+from iris.controller.api.handler import rpc
 from iris.controller.auth import Identity, Role
+from iris.controller.auth.callers import calling_peer
+from iris.controller.db import workspace
 from iris.controller.db.database import Database
-from iris.controller.handler import rpc
-from iris.controller.identity import calling_peer
 from iris.core.errors import InvalidArgument, NotFound
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.worker_text import check_fetch, check_poll, check_registration
 
 if TYPE_CHECKING:
-    from iris.controller.identity import Identities
+    from iris.controller.auth.callers import Identities
 
 
 def worker_hub(backends: Mapping[str, Backend], backend_id: str) -> WorkerHub:
@@ -46,7 +46,7 @@ def worker_hub(backends: Mapping[str, Backend], backend_id: str) -> WorkerHub:
 
 def _caller_address() -> str:
     """The address the current call came from: where a worker's attempts run, and so the only
-    host an endpoint of theirs may be relayed to (see `iris.controller.endpoint_hosts`)."""
+    host an endpoint of theirs may be relayed to (see `iris.controller.api.endpoint_hosts`)."""
     peer = calling_peer.get()
     return peer[0] if peer else ""
 

@@ -44,7 +44,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from iris.controller import endpoints
+from iris.controller.api import endpoints
 from iris.controller.auth import RELAYED_HEADER
 from iris.core.errors import InvalidArgument, IrisError, NotFound, Unauthenticated
 

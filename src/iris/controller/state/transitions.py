@@ -5,7 +5,7 @@ An attempt exits, its worker is lost, the scheduler preempts it, a user stops a 
 scheduler places a task: each is an event here, and the answer is a tuple of changes (an attempt
 ended, a retry scheduled with its backoff, a task ended, a job's state rolled up with the culprit's
 error, the tasks and descendant jobs an ended job takes with it). Nothing here reads a database, a
-clock or a socket; `controller/applier.py` loads the rows, calls these functions and commits the
+clock or a socket; `controller/state/applier.py` loads the rows, calls these functions and commits the
 changes with guarded updates, refusing any that the rows no longer allow.
 
 Keeping the policy here rather than inside SQL helpers means retry budgets, backoff, roll-up and

@@ -30,7 +30,7 @@ from connectrpc._shared import decode_message
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from iris.controller.request_bodies import SMALL_BODY
+from iris.controller.http.request_bodies import SMALL_BODY
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.request_codecs import BoundedProtoCodec
 

@@ -15,8 +15,13 @@ import time
 from typing import TYPE_CHECKING
 
 from iris import REVISION_DATE, __version__
-from iris.controller import endpoint_hosts, endpoints, waiting
-from iris.controller.applier import stop_job
+from iris.controller.api import endpoint_hosts, endpoints
+from iris.controller.api.handler import rpc
+from iris.controller.api.inbound_handoffs import Handoffs
+from iris.controller.api.inbound_peers import InboundPeers
+from iris.controller.api.launch import Submits
+from iris.controller.api.submit_rate import SubmitRate
+from iris.controller.api.workers import WorkerCalls
 from iris.controller.auth import Identity, Role, check_may_stop, check_sync_requester
 from iris.controller.auth.policy import check_may_read
 from iris.controller.db import attempts as attempt_db
@@ -25,13 +30,9 @@ from iris.controller.db import handoff_stops, reads
 from iris.controller.db.answers import Answers
 from iris.controller.db.database import sql
 from iris.controller.db.jobs import require_job
-from iris.controller.handler import rpc
-from iris.controller.handoffs import Handoffs
-from iris.controller.inbound_peers import InboundPeers
-from iris.controller.paging import Listing, page_of
-from iris.controller.submit_rate import SubmitRate
-from iris.controller.submits import Submits
-from iris.controller.worker_api import WorkerCalls
+from iris.controller.db.paging import Listing, page_of
+from iris.controller.state import waiting
+from iris.controller.state.applier import stop_job
 from iris.core.errors import InvalidArgument, IrisError, NotFound
 from iris.core.limits import MAX_REPLICAS
 from iris.core.names import JobName, in_job_tree

@@ -16,13 +16,13 @@ import errno
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from iris.controller import workspace
+from iris.controller.api.job_spec import build_spec, check_client_freshness, parent_context, resolve_job_id
 from iris.controller.auth import Identity, Role
 from iris.controller.auth.policy import check_may_create
 from iris.controller.db import federation as fed
+from iris.controller.db import workspace
 from iris.controller.db.group_commit import Announcement, current_announcement
 from iris.controller.db.jobs import insert_job
-from iris.controller.submit import build_spec, check_client_freshness, parent_context, resolve_job_id
 from iris.core import spans
 from iris.core.constraints import Constraint
 from iris.core.errors import InvalidArgument

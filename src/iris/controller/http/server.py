@@ -2,7 +2,7 @@
 
 One ASGI callable dispatches on the path prefix, so the Connect application sees its own paths
 unchanged and later surfaces (dashboard, /proxy) mount beside it without touching the API.
-`/proxy/t/…` (capability URLs to serving endpoints) is `iris.controller.proxy`.
+`/proxy/t/…` (capability URLs to serving endpoints) is `iris.controller.http.proxy`.
 
 An API answer leaves in one write to the socket, head and body together, framed by its length:
 the Connect handler sends its head and its body as two ASGI messages and uvicorn writes each as
@@ -26,14 +26,15 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from iris.controller import dashboard, direct_launch, proxy, request_bodies
+from iris.controller import dashboard
+from iris.controller.api.service import ControllerServiceImpl
 from iris.controller.app import Controller
-from iris.controller.body_budget import BodyBudget
-from iris.controller.connections import client_of
+from iris.controller.auth.callers import Peer, calling_peer
 from iris.controller.db.group_commit import Announcement, GroupCommit, current_announcement
-from iris.controller.identity import Peer, calling_peer
-from iris.controller.service import ControllerServiceImpl
-from iris.controller.workspace import MAX_WORKSPACE_BYTES
+from iris.controller.db.workspace import MAX_WORKSPACE_BYTES
+from iris.controller.http import direct_launch, proxy, request_bodies
+from iris.controller.http.body_budget import BodyBudget
+from iris.controller.http.connections import client_of
 from iris.core import spans
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.controller_connect import ControllerServiceASGIApplication
@@ -50,7 +51,7 @@ _METHODS = frozenset(pb.DESCRIPTOR.services_by_name["ControllerService"].methods
 # a third larger, when the request comes as Connect JSON, as `iris job run` sends it) plus room for
 # the rest of its request. A larger body is refused before it is read.
 MAX_REQUEST_BYTES = MAX_WORKSPACE_BYTES * 4 // 3 + 8 * 1024**2
-# Bytes of large request bodies held at once (see iris.controller.body_budget): six of the largest
+# Bytes of large request bodies held at once (see iris.controller.http.body_budget): six of the largest
 # requests, about 1.4 GB of the controller's memory at the peak.
 LARGE_BODIES_HELD = 6 * MAX_REQUEST_BYTES
 
@@ -75,7 +76,7 @@ def _large_body_size(scope) -> int:
 
 
 def _client_of(peer, scope) -> Hashable:
-    """The client a call counts against (see `iris.controller.connections.client_of`)."""
+    """The client a call counts against (see `iris.controller.http.connections.client_of`)."""
     if not peer:
         return None
     server = scope.get("server") or ("", 0)
@@ -242,7 +243,7 @@ def build_app(controller: Controller):
             yield _announcing(receive, controller.commits, note)
 
     async def launch(scope, receive, send, headers) -> None:
-        """A submit as the SDK sends it (see iris.controller.direct_launch): small and plain, so
+        """A submit as the SDK sends it (see iris.controller.http.direct_launch): small and plain, so
         neither of the size checks below applies; counted and announced as every submit is."""
         with in_flight(scope), announced_submit(receive) as receive:
             if spans.enabled():
@@ -307,7 +308,7 @@ def build_app(controller: Controller):
 
             try:
                 with in_flight(scope):
-                    # A large or compressed body is decoded off the event loop (iris.controller.request_bodies).
+                    # A large or compressed body is decoded off the event loop (iris.controller.http.request_bodies).
                     receive = await request_bodies.prepare(scope, receive, send, MAX_REQUEST_BYTES, hold)
                     if receive is None:
                         return

@@ -17,7 +17,7 @@ from iris.backends.protocol import Backend
 from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import require_job
 from iris.controller.db.literals import SENT
-from iris.controller.snapshot import JobConfig, SnapshotLoader
+from iris.controller.state.snapshot import JobConfig, SnapshotLoader
 from iris.core.bands import Band
 from iris.core.constraints import constraint_value
 from iris.core.states import JobState

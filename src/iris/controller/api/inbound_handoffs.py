@@ -30,12 +30,12 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from iris.controller import workspace
+from iris.controller.api.job_spec import build_spec, resolve_job_id
+from iris.controller.api.launch import MISSING, Submits
 from iris.controller.db import federation as fed
+from iris.controller.db import workspace
 from iris.controller.db.database import savepoint
 from iris.controller.db.group_commit import current_announcement
-from iris.controller.submit import build_spec, resolve_job_id
-from iris.controller.submits import MISSING, Submits
 from iris.core.errors import FailedPrecondition, InvalidArgument, IrisError, Unavailable
 from iris.core.job import JobSpec
 from iris.core.names import JobName

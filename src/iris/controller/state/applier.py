@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from iris.controller import transitions as tr
+from iris.controller.state import transitions as tr
 from iris.controller.db.database import run, sql
 from iris.controller.db.literals import JOB_PENDING, LIVE_TASKS, PENDING, SENT, TERMINAL_JOBS, TERMINAL_TASKS, quoted
 from iris.core.names import AttemptName, TaskName
