@@ -23,9 +23,9 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from iris.controller.state import transitions as tr
 from iris.controller.db.database import run, sql
 from iris.controller.db.literals import JOB_PENDING, LIVE_TASKS, PENDING, SENT, TERMINAL_JOBS, TERMINAL_TASKS, quoted
+from iris.controller.state import transitions as tr
 from iris.core.names import AttemptName, TaskName
 from iris.core.states import JobState, RetryBudget, TaskState
 

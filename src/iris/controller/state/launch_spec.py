@@ -11,7 +11,6 @@ commits; a spec that cannot be built fails its own job, never the pass (the tick
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 

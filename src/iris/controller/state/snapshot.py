@@ -42,9 +42,9 @@ from iris.controller.db.database import Database, run
 from iris.controller.db.jobs import parse_constraints, parse_resources
 from iris.controller.db.literals import LIVE_TASKS, PENDING
 from iris.core.bands import Band
-from iris.core.constraints import Constraint, Op
+from iris.core.constraints import Constraint
 from iris.core.limits import MAX_TASK_BYTES, MAX_TASK_CPU, MAX_TASK_DEVICES
-from iris.core.resources import Device, Resources
+from iris.core.resources import Resources
 from iris.core.states import retry_backoff_s
 from iris.rpc.bounds import check_number
 from iris.scheduler.gating import resource_value

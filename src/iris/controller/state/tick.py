@@ -38,13 +38,13 @@ from typing import Any
 from sqlalchemy.exc import OperationalError
 
 from iris.backends.protocol import AdoptRecord, Backend, LaunchError, LaunchSpec, WorkerSnapshot
-from iris.controller.state import applier
-from iris.controller.state import transitions as tr
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db import handoff_stops
 from iris.controller.db.database import Database, run, savepoint, sql
 from iris.controller.db.federation import prune_changelog
 from iris.controller.db.literals import JOB_PENDING, LIVE_TASKS
+from iris.controller.state import applier
+from iris.controller.state import transitions as tr
 from iris.controller.state.launch_spec import LaunchSpecs, TaskIdentitySource
 from iris.controller.state.snapshot import SnapshotLoader
 from iris.controller.state.waiting import PassSignal, wait_pass
