@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
+import httpx
+
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until
 from tests.controller.helpers import client, error_code, launch, user_token, wait_state
@@ -55,6 +57,22 @@ def test_dangerous_functions_and_huge_values_are_refused(controller):
     assert len(capped) <= 1024**2
     ok = _query(c, "SELECT upper('a'), count(*), json_extract('{\"a\": 2}', '$.a') FROM jobs")
     assert [v.string_value or v.number_value for v in ok.rows[0].values] == ["A", 0, 2]
+
+
+def test_raw_query_number_past_a_double_is_a_client_error(controller):
+    c = client(controller)
+    for sql in ("SELECT 1e999", "SELECT -1e999 AS low", "SELECT 1, 2e308 FROM jobs UNION ALL SELECT 1, 2e308"):
+        code, message = error_code(lambda: _query(c, sql))
+        assert code == "invalid_argument" and "beyond the range of a double" in message, (sql, message)
+    # Over JSON too, as curl sends it: the same client error, never an internal one.
+    answer = httpx.post(
+        f"{controller.url}/iris.v1.ControllerService/ExecuteRawQuery",
+        json={"sql": "SELECT 1e999 AS big"},
+        headers={"authorization": f"Bearer {user_token(controller, 'alice')}"},
+    )
+    assert answer.status_code == 400 and "'big'" in answer.json()["message"], answer.text
+    largest = _query(c, "SELECT 1.7976931348623157e308, 9223372036854775807").rows[0].values
+    assert largest[0].number_value == 1.7976931348623157e308 and largest[1].number_value == 2.0**63
 
 
 def test_rows_are_limited_and_marked_truncated(controller):

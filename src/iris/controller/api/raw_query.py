@@ -17,6 +17,7 @@ A raw query is arbitrary SQL from a person, so every resource it could take is b
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import threading
 import time
@@ -44,6 +45,12 @@ ALLOWED_FUNCTIONS = frozenset(
     ceil ceiling floor trunc exp ln log log10 log2 pow power sqrt mod pi""".split()
 )
 _READ_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE})
+# A double past its range (`SELECT 1e999`) is infinite, which neither JSON nor the answer's number
+# values can carry: the query asked for a number no answer can hold, so it is the query's error.
+_NOT_FINITE = (
+    "column {column!r} holds a number beyond the range of a double (such as 1e999, read as infinite);"
+    " select it as text instead, e.g. CAST(x AS TEXT)"
+)
 _READ_ONLY = "iris query is read-only: only SELECT (and WITH … SELECT) statements may run"
 
 
@@ -184,6 +191,8 @@ class RawQueryRunner:
             for v in row:
                 if isinstance(v, bytes):
                     v = v.hex()
+                elif isinstance(v, float) and not math.isfinite(v):
+                    raise InvalidArgument(_NOT_FINITE.format(column=cur.description[len(lv.values)][0]))
                 size += len(v) if isinstance(v, str) else 8
                 lv.values.add().CopyFrom(_value(v))
             resp.rows.append(lv)
