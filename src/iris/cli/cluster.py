@@ -7,6 +7,8 @@ only, so the job commands never pay for them.
 from __future__ import annotations
 
 import os
+from dataclasses import asdict
+from pathlib import Path
 
 import click
 
@@ -436,6 +438,61 @@ def status(obj: CliContext, config_path: str | None, local: bool, port: int | No
     else:
         click.echo(cluster_status_text(client.url, info, backends, workers))
     return EXIT_OK if info.healthy else EXIT_FAILED
+
+
+@cluster.command("backup")
+@config_options
+@click.option("--to", "dest", metavar="FILE", required=True, help="The backup file to write (replaced whole).")
+@output_option
+@click.pass_obj
+def backup(obj: CliContext, config_path: str | None, local: bool, port: int | None, dest: str) -> int:
+    """Writes a consistent copy of the cluster's database and signing key to FILE.
+
+    Safe while the controller runs: the database is copied with SQLite's online backup, one
+    consistent snapshot holding every job acknowledged before it began. Run it on the controller's
+    host, as the account that runs the controller (the file holds the key: it is written 0600).
+    """
+    from iris.controller import backup as backups
+
+    config, _ = resolve_config(obj, config_path, local, port)
+    info = backups.take(config, Path(dest))
+    if obj.json:
+        obj.emit({"file": os.path.abspath(dest), **asdict(info)})
+    else:
+        click.echo(
+            f"backed up cluster {info.cluster} ({info.jobs} jobs, schema {info.schema_version}) to {os.path.abspath(dest)}"
+        )
+    return EXIT_OK
+
+
+@cluster.command("restore")
+@config_options
+@click.option("--from", "source", metavar="FILE", required=True, help="A file `iris cluster backup` wrote.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Restore over a state folder that holds a database (moved aside), or a backup of another cluster.",
+)
+@output_option
+@click.pass_obj
+def restore(obj: CliContext, config_path: str | None, local: bool, port: int | None, source: str, force: bool) -> int:
+    """Puts a backup in place as the cluster's state; then `iris cluster start` runs it.
+
+    The cluster must be stopped. Its jobs, logs, tokens' key and revocations come back as they were
+    when the backup was taken; attempts that were running then are retried as lost ones.
+    """
+    from iris.controller import backup as backups
+
+    config, argv = resolve_config(obj, config_path, local, port)
+    info = backups.restore(config, Path(source), force=force)
+    if obj.json:
+        obj.emit({"state_dir": str(config.state_path), **asdict(info)})
+    else:
+        click.echo(
+            f"restored cluster {info.cluster} ({info.jobs} jobs) into {config.state_path};"
+            f" start it with `iris cluster start {' '.join(argv)}`"
+        )
+    return EXIT_OK
 
 
 @cluster.command("public-key")

@@ -43,7 +43,9 @@ class Database:
         # current has seen every write anyone could see (`iris.controller.db.answers` keeps
         # reads on it).
         self.generation = 0
-        migrate(self.engine)
+        applied = migrate(self.engine)
+        if applied:
+            log.info("database %s: applied migrations %s", path, ", ".join(map(str, applied)))
 
     @contextmanager
     def write(self, kept: Connection | None = None) -> Iterator[Connection]:
