@@ -86,7 +86,13 @@ def test_demo_json_report_says_where_each_job_landed_and_nothing_survives(tmp_pa
 
 
 def test_demo_narrates_each_step_and_exits_zero(tmp_path):
+    # The caller's cluster list is theirs: the demo's throw-away clusters are never added to it.
+    listed = tmp_path / ".iris" / "clusters.yaml"
+    listed.parent.mkdir()
+    listed.write_text("clusters:\n  mine:\n    url: http://127.0.0.1:1\ndefault: mine\n")
+    before = listed.read_bytes()
     result = run_demo(tmp_path=tmp_path)
+    assert listed.read_bytes() == before
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
     for line in (

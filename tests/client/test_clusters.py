@@ -108,3 +108,23 @@ def test_clusters_default_address_down_with_nothing_else_listed_says_how_to_star
     _write(home, "clusters:\n  local: {url: 'http://127.0.0.1:10000'}\n")
     message = str(clusters.unchosen_unreachable("http://127.0.0.1:10000", "connection refused"))
     assert "start one with `iris cluster start --local`" in message and "lists" not in message
+
+
+def test_clusters_remembered_by_many_processes_at_once_are_all_kept(tmp_path):
+    # As `iris cluster start` run for several clusters at once: each adds its own entry.
+    import subprocess
+
+    script = (
+        "import sys; from iris.client.clusters import NamedCluster, remember;"
+        " remember(NamedCluster(sys.argv[1], 'http://127.0.0.1:' + sys.argv[2]))"
+    )
+    env = {**os.environ, "HOME": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", script, f"c{i}", str(20000 + i)], env=env) for i in range(8)]
+    assert [p.wait(timeout=60) for p in procs] == [0] * 8
+    env_home = os.environ.get("HOME")
+    try:
+        os.environ["HOME"] = str(tmp_path)
+        kept = clusters.load()
+    finally:
+        os.environ["HOME"] = env_home or ""
+    assert sorted(c.name for c in kept.clusters) == [f"c{i}" for i in range(8)]

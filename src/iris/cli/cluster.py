@@ -73,6 +73,12 @@ def cluster() -> None:
 @config_options
 @click.option("--detach", is_flag=True, help="Run in the background; return once the controller answers.")
 @click.option(
+    "--remember/--no-remember",
+    default=True,
+    show_default=True,
+    help="Record the cluster in ~/.iris/clusters.yaml, so `--cluster NAME` reaches it.",
+)
+@click.option(
     "--timeout",
     type=click.FloatRange(min=0),
     default=30.0,
@@ -81,10 +87,22 @@ def cluster() -> None:
 )
 @output_option
 @click.pass_obj
-def start(obj: CliContext, config_path: str | None, local: bool, port: int | None, detach: bool, timeout: float) -> int:
+def start(
+    obj: CliContext,
+    config_path: str | None,
+    local: bool,
+    port: int | None,
+    detach: bool,
+    remember: bool,
+    timeout: float,
+) -> int:
     """Runs the cluster's controller (in the foreground unless --detach)."""
     config, argv = resolve_config(obj, config_path, local, port)
     from iris.controller import process
+
+    def remembered() -> None:
+        if remember:
+            _remember(config, config_path or obj.config_path)
 
     if not detach:
         if process.lock_held(config):  # before saying it serves: the running one does
@@ -97,10 +115,10 @@ def start(obj: CliContext, config_path: str | None, local: bool, port: int | Non
                 f"cluster {config.name}: serving on {config.url}, state in {config.state_path} (Ctrl-C stops it)",
                 err=True,
             )
-        process.run_foreground(config, on_ready=lambda: _remember(config, config_path or obj.config_path), argv=argv)
+        process.run_foreground(config, on_ready=remembered, argv=argv)
         return EXIT_OK
     pid = process.start_detached(config, argv, timeout=timeout)
-    _remember(config, config_path or obj.config_path)
+    remembered()
     doc = {
         "cluster": config.name,
         "url": config.url,

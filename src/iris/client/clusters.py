@@ -25,9 +25,12 @@ unchanged stamp (the change time moves on every write and cannot be set back).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from iris.core.errors import InvalidArgument, Unavailable
@@ -186,8 +189,24 @@ def save(clusters: ClusterList) -> None:
     os.replace(tmp, path)
 
 
+@contextlib.contextmanager
+def _changing() -> Iterator[None]:
+    """Holds the list's lock while one change reads and rewrites it: two `iris cluster start` at
+    once each wrote the list it had read, and one cluster was lost."""
+    path = clusters_file()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(os.path.join(os.path.dirname(path), ".clusters.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def remember(entry: NamedCluster, make_default: bool = False) -> ClusterList:
     """Adds or updates `entry` (the default changes only when asked: `iris cluster use`)."""
+    with _changing():
+        return _remember(entry, make_default)
+
+
+def _remember(entry: NamedCluster, make_default: bool) -> ClusterList:
     current = load()
     others = tuple(c for c in current.clusters if c.name != entry.name)
     default = entry.name if make_default else current.default
@@ -202,35 +221,38 @@ def add(entry: NamedCluster, replace: bool = False) -> NamedCluster | None:
     A name already in the list is refused unless `replace` is set, so that a typo or a second
     cluster given the same name never silently points every `--cluster NAME` elsewhere. Adding an
     entry exactly as it stands changes nothing and is not an error."""
-    current = load()
-    previous = next((c for c in current.clusters if c.name == entry.name), None)
-    if previous == entry:
+    with _changing():
+        current = load()
+        previous = next((c for c in current.clusters if c.name == entry.name), None)
+        if previous == entry:
+            return previous
+        if previous is not None and not replace:
+            raise InvalidArgument(
+                f"cluster {entry.name!r} is already in {clusters_file()} ({previous.url}); pass --replace to point"
+                f" it at {entry.url} instead, or remove it first with `iris cluster remove {entry.name}`"
+            )
+        _remember(entry, False)
         return previous
-    if previous is not None and not replace:
-        raise InvalidArgument(
-            f"cluster {entry.name!r} is already in {clusters_file()} ({previous.url}); pass --replace to point"
-            f" it at {entry.url} instead, or remove it first with `iris cluster remove {entry.name}`"
-        )
-    remember(entry)
-    return previous
 
 
 def forget(name: str) -> ClusterList:
-    current = load()
-    current.get(name)
-    updated = ClusterList(
-        tuple(c for c in current.clusters if c.name != name), "" if current.default == name else current.default
-    )
-    save(updated)
-    return updated
+    with _changing():
+        current = load()
+        current.get(name)
+        updated = ClusterList(
+            tuple(c for c in current.clusters if c.name != name), "" if current.default == name else current.default
+        )
+        save(updated)
+        return updated
 
 
 def use(name: str) -> ClusterList:
-    current = load()
-    current.get(name)
-    updated = ClusterList(current.clusters, name)
-    save(updated)
-    return updated
+    with _changing():
+        current = load()
+        current.get(name)
+        updated = ClusterList(current.clusters, name)
+        save(updated)
+        return updated
 
 
 def default_cluster() -> NamedCluster | None:

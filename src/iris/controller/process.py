@@ -302,13 +302,15 @@ def _call_when_started(server, on_ready) -> None:
 
 def start_detached(config: ClusterConfig, argv: list[str], timeout: float = 30) -> int:
     """Starts `iris cluster start <argv>` in the background; returns its pid once it answers
-    (waiting at most `timeout` seconds; 0: as long as it takes)."""
+    (waiting at most `timeout` seconds; 0: as long as it takes). The background controller records
+    nothing in ~/.iris/clusters.yaml: whoever starts it decides that (`iris cluster start --detach`
+    does; `iris demo`'s throw-away clusters do not)."""
     check_state_dir(config)
     if lock_held(config):
         raise already_running(config, argv)
     log = open(log_path(config), "ab")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "iris.cli.main", "cluster", "start", *argv],
+        [sys.executable, "-m", "iris.cli.main", "cluster", "start", *argv, "--no-remember"],
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=log,
