@@ -16,7 +16,7 @@ from iris import scheduler
 from iris.backends.protocol import Backend
 from iris.controller.db.database import Database, sql
 from iris.controller.db.jobs import require_job
-from iris.controller.db.literals import SENT
+from iris.controller.db.literals import PENDING, SENT
 from iris.controller.state.snapshot import JobConfig, SnapshotLoader
 from iris.core.bands import Band
 from iris.core.constraints import constraint_value
@@ -54,9 +54,17 @@ class Explainer:
                 {"j": job_id},
             ).first()
             config = self.loader.config(conn, job_id, row["insertion"]) if handle else None
+            waiting = conn.execute(
+                sql(f"SELECT COUNT(*) FROM tasks WHERE job_id = :j AND state = {PENDING}"), {"j": job_id}
+            ).scalar()
         token = config.resources.device.token if config else ""
         band = Band.parse(row["band"])
         resp = pb.ExplainJobResponse(job_id=job_id, band=band.label)
+        if row["state"] == JobState.RUNNING.value and handle is None and waiting:
+            # Some replicas run and the rest wait (no coscheduling): why those wait is the question.
+            self._explain_local(resp, job_id)
+            resp.summary = f"job is RUNNING; {waiting} of its {row['replicas']} tasks wait: {resp.summary}"
+            return resp
         if row["state"] != JobState.PENDING.value:
             resp.summary = f"job is {row['state']}" + (f": {row['error']}" if row["error"] else "")
             if handle is not None and handle[1] and config is not None:
@@ -69,6 +77,11 @@ class Explainer:
             resp.lines.extend(peers.lines)
             resp.peer_backends.extend(peers.backends)
             return resp
+        self._explain_local(resp, job_id)
+        return resp
+
+    def _explain_local(self, resp: pb.ExplainJobResponse, job_id: str) -> None:
+        """Fills `resp` with the scheduler's own account of the job's waiting tasks, per worker group."""
         workers = tuple(w for b in self.backends.values() for w in b.workers())
         result = scheduler.explain(self.loader.load(self.now_ms(), workers), job_id)
         resp.summary = result.summary
@@ -77,7 +90,6 @@ class Explainer:
                 backend_id=g.backend_id, group=g.group, workers=g.workers, verdict=g.verdict, reasons=list(g.reasons)
             )
         resp.lines.extend(result.lines)
-        return resp
 
     def _peers(self, token: str, band: Band, pinned: str) -> PeerExplanation:
         """What each peer last reported for a job of `band` needing device `token`."""
