@@ -7,9 +7,14 @@ it can, and times it from the moment the attempt is RUNNING until the job is SUC
 reported only once every line of the attempt is stored, so that span covers reading, splitting and
 committing all of it. Rows:
 
-  short   2-byte lines (`yes`): the worst case for per-line cost
+  short   2-byte lines (`yes`: one character and its newline): the worst case for per-line cost
   text    100-byte lines, like ordinary program output
   long    one line with no newline at all, stored as 64 KiB pieces
+
+Each row also prints what the output took in the database (its pages, the write-ahead log folded
+in) per byte of output, and how the controller's count of stored bytes (what the output caps
+`controller.log_max_output`, `log_max_job_output` and `max_user_log_bytes` are held to) compares
+with it: near 1, each cap is what a job's output takes on disk.
 
 Printed per row: MB/s and lines/s stored, the time the same command takes writing to /dev/null
 (the job alone), and the controller's RSS: idle before the job, the highest sample taken every
@@ -58,13 +63,26 @@ ROWS = {
 }
 
 
-def _stored(ctl: Controller, job: str) -> tuple[int, int]:
+def _stored(ctl: Controller, job: str) -> tuple[int, int, int]:
+    """The job's stored lines, their text's bytes, and what the controller counts them as taking."""
     db = sqlite3.connect(f"file:{ctl.state_dir / 'controller.db'}?mode=ro", uri=True)
     try:
         row = db.execute(
             "SELECT COUNT(*), COALESCE(SUM(LENGTH(CAST(text AS BLOB))), 0) FROM logs WHERE job_id = ?", (job,)
         ).fetchone()
-        return row[0], row[1]
+        counted = db.execute("SELECT log_chars FROM jobs WHERE job_id = ?", (job,)).fetchone()[0]
+        return row[0], row[1], counted
+    finally:
+        db.close()
+
+
+def _database_bytes(ctl: Controller) -> int:
+    """The bytes the database's pages take, its write-ahead log folded in first."""
+    db = sqlite3.connect(ctl.state_dir / "controller.db")
+    try:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        pages, free = db.execute("PRAGMA page_count").fetchone()[0], db.execute("PRAGMA freelist_count").fetchone()[0]
+        return (pages - free) * db.execute("PRAGMA page_size").fetchone()[0]
     finally:
         db.close()
 
@@ -99,6 +117,7 @@ def run_row(base: Path, key: str, size: int, quiet: bool) -> dict:
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
+        before = _database_bytes(ctl)
         client = IrisClient(ctl.url)
         try:
             job = client.submit(["sh", "-c", command], name=f"flood-{key}", user=USER, cpu=1)
@@ -115,7 +134,8 @@ def run_row(base: Path, key: str, size: int, quiet: bool) -> dict:
             client.close()
             stop.set()
             sampler.join()
-        lines, stored = _stored(ctl, job)
+        lines, stored, counted = _stored(ctl, job)
+        grown = _database_bytes(ctl) - before
         hwm = rss_kb(ctl.pid)["VmHWM"]
     return {
         "row": key,
@@ -124,6 +144,10 @@ def run_row(base: Path, key: str, size: int, quiet: bool) -> dict:
         "state": state,
         "seconds": elapsed,
         "stored_bytes": stored,
+        "database_bytes": grown,
+        "counted_bytes": counted,
+        "db_per_output_byte": grown / size,
+        "counted_per_db_byte": counted / grown if grown else None,
         "lines": lines,
         "mb_per_s": size / 1e6 / elapsed,
         "lines_per_s": lines / elapsed,
@@ -171,7 +195,19 @@ def main(argv: list[str] | None = None) -> int:
         f"{result['cores']} cores (load average {load[0]:.1f} at the start, {result['loadavg_end']:.1f} at the end)\n"
     )
     print_table(
-        ["row", "output", "MB/s", "lines/s", "stored s", "job alone s", "RSS idle MB", "RSS peak MB", "VmHWM MB"],
+        [
+            "row",
+            "output",
+            "MB/s",
+            "lines/s",
+            "stored s",
+            "job alone s",
+            "DB B / output B",
+            "counted / DB",
+            "RSS idle MB",
+            "RSS peak MB",
+            "VmHWM MB",
+        ],
         [
             [
                 r["row"],
@@ -180,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
                 r.get("lines_per_s"),
                 r.get("seconds"),
                 r.get("job_alone_s"),
+                r.get("db_per_output_byte"),
+                r.get("counted_per_db_byte"),
                 r.get("rss_idle_mb"),
                 r.get("rss_peak_mb"),
                 r.get("rss_hwm_mb"),

@@ -9,6 +9,7 @@ import sys
 
 import psutil
 
+from iris.controller.db.attempts import stored_size
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until
 from tests.controller.helpers import TERMINAL, client, launch, logs, status, wait_state
@@ -65,7 +66,9 @@ def test_flood_and_endless_line_stream_in_bounded_memory_while_other_jobs_finish
     assert peak[0] < RSS_BOUND, f"controller RSS peaked at {peak[0] / 1024**2:.0f} MB"
 
     count, size = _log_stats(ctl, flood)
-    assert CAP - 1000 < size + count <= CAP + 1  # up to the cap, newlines included (the last line cut at it)
+    # Up to the cap in bytes of the database: each 999-byte line with its row's overhead.
+    per_line = stored_size(flood, "x" * 999)
+    assert CAP - per_line < count * per_line <= CAP and size == count * 999
     tail = c.fetch_logs(pb.FetchLogsRequest(job_id=flood, task_index=-1, tail=1))
     assert "output truncated" in tail.lines[-1].text and tail.lines[-1].stream == "stdout"
 
@@ -90,8 +93,12 @@ def test_job_output_is_capped_over_all_its_attempts(controller_factory):
     finally:
         db.close()
     by_attempt = {a: [t for at, t in rows if at == a] for a in (0, 1, 2)}
-    assert "this attempt wrote more than" in by_attempt[0][-1]  # the attempt's own cap first
-    assert "this job's tasks wrote more than" in by_attempt[1][-1]  # then the job's, once
+    assert "this attempt's output takes more than" in by_attempt[0][-1]  # the attempt's own cap first
+    assert "this job's output over all its attempts takes more than" in by_attempt[1][-1]  # then the job's, once
     assert by_attempt[2] == [] and sum("output truncated" in t for _, t in rows) == 2
-    stored = sum(len(t) + 1 for _, t in rows[:-1])
-    assert 300 * 1024 - 100 < stored <= 300 * 1024
+    # Both caps count what the lines take in the database (99 bytes of text, and the row's overhead).
+    per_line = stored_size(job, "x" * 99)
+    first = [t for t in by_attempt[0] if "output truncated" not in t]
+    assert 200 * 1024 - per_line < len(first) * per_line <= 200 * 1024
+    stored = sum(stored_size(job, t) for _, t in rows if "output truncated" not in t)
+    assert 300 * 1024 - per_line < stored <= 300 * 1024

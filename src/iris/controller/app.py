@@ -22,6 +22,7 @@ from iris.controller.api.raw_query import RawQueryRunner
 from iris.controller.auth.callers import Identities
 from iris.controller.auth.isolation import secure_state_dir
 from iris.controller.db import attempts as attempt_db
+from iris.controller.db.attempts import OutputPolicy
 from iris.controller.db.database import Database, sql
 from iris.controller.db.group_commit import GroupCommit
 from iris.controller.db.workspace import LayerPins
@@ -45,6 +46,14 @@ class Controller:
         state = config.state_path
         state.mkdir(parents=True, exist_ok=True)
         self.db = Database(state / "controller.db")
+        settings = config.controller
+        self.output = OutputPolicy(
+            state,
+            attempt=settings.log_max_output,
+            job=settings.log_max_job_output,
+            user=settings.max_user_log_bytes,
+            min_free_disk=settings.min_free_disk,
+        )
         self.commits = GroupCommit(self.db)  # submits that arrive together share one commit
         self.identities = Identities(config, self.db, clock)
         self.auth = self.identities.auth
@@ -76,7 +85,7 @@ class Controller:
             task_identity=self.identities.task_identity,
             changelog_retention_s=config.controller.federation_changelog_retention,
             budgets=config.budgets,
-            job_output_cap=config.controller.log_max_job_output,
+            output=self.output,
         )
         self.layer_pins = LayerPins()  # workspace layers submits in flight are about to name
         self.retention = LogRetention(
@@ -119,9 +128,7 @@ class Controller:
         return FederationManager(
             self.config.name,
             {pid: peer.address for pid, peer in self.config.peers.items()},
-            ControllerFederationStore(
-                self.db, self.config.name, self.now_ms, self.commits, self.config.controller.log_max_job_output
-            ),
+            ControllerFederationStore(self.db, self.config.name, self.now_ms, self.commits, self.output),
             PeerRouter(shapes_feasibility(shapes, members if pools else None)),
             heartbeat_interval=settings.federation_heartbeat_interval,
             sync_interval=settings.federation_sync_interval,
@@ -199,7 +206,7 @@ class Controller:
         with self.db.write() as conn:
             for backend in self.backends.values():
                 # what was read before the stop
-                attempt_db.store_logs(conn, backend.poll().logs, self.config.controller.log_max_job_output)
+                attempt_db.store_logs(conn, backend.poll().logs, self.output)
         self.db.close()
 
     def spend(self) -> list[pb.UserSpend]:

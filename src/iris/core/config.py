@@ -225,12 +225,20 @@ class ControllerSettings(_Model):
     federation_reroute_after: float = Field(default=600.0, ge=0)
     worker_grace_period: float = 30.0
     client_max_age_days: int = Field(default=14, ge=0)
-    # Output kept per attempt (stdout and stderr together); past it, a marker line and the rest is
-    # discarded while the attempt runs on. 0 keeps everything.
+    # Output kept per attempt (stdout and stderr together), in bytes of the database it takes (each
+    # line costs its bytes and its row's overhead); past it, a marker line and the rest is discarded
+    # while the attempt runs on. 0 keeps everything.
     log_max_output: int = Field(default=100 * 1024**2, ge=0)
     # Output kept per job, over all its tasks and attempts (retries included) and the lines relayed
-    # from a peer; past it, a marker line and the rest of the job's output is discarded. 0: no cap.
+    # from a peer, counted the same way; past it, a marker line and the rest of the job's output is
+    # discarded. 0: no cap.
     log_max_job_output: int = Field(default=2 * 1024**3, ge=0)
+    # Output the retained jobs of one user may hold in the database, counted the same way; past it,
+    # their jobs' further output is discarded (with a line saying so) until older logs expire. 0: no cap.
+    max_user_log_bytes: int = Field(default=20 * 1024**3, ge=0)
+    # Below this much free space on the database's disk, the output of the users storing the most is
+    # refused first (and below a quarter of it, everyone's), so submits and state still fit. 0: never.
+    min_free_disk: int = Field(default=1024**3, ge=0)
     # Finished jobs' logs and attempt folders are deleted this long after the job ended. 0 keeps them.
     log_retention: float = Field(default=7 * 86400.0, ge=0)
     # Tasks (a job counts one per replica) one user (with their tasks) may submit a second, after a
@@ -262,7 +270,9 @@ class ControllerSettings(_Model):
         "request_read_timeout",
         mode="before",
     )(lambda cls, v: _duration(v))
-    _sizes = field_validator("log_max_output", "log_max_job_output", mode="before")(lambda cls, v: _size(v))
+    _sizes = field_validator(
+        "log_max_output", "log_max_job_output", "max_user_log_bytes", "min_free_disk", mode="before"
+    )(lambda cls, v: _size(v))
 
     @field_validator("tick_interval", "query_timeout", "tick_stall_timeout", "request_read_timeout")
     @classmethod

@@ -13,6 +13,7 @@ import json
 
 from sqlalchemy.engine import Connection
 
+from iris.controller.db.attempts import release_output
 from iris.controller.db.database import dumps, run, run_many, sql
 from iris.controller.db.literals import TERMINAL_JOBS, quoted
 from iris.core.constraints import Constraint, Op
@@ -75,6 +76,7 @@ def delete_job_tree(conn: Connection, job_id: str, now_ms: int) -> None:
         " ON CONFLICT(content_id) DO UPDATE SET released_ms = excluded.released_ms",
         {**params, "now": now_ms},
     )
+    release_output(conn, ids)
     for table in ("logs", "attempts", "tasks", "job_config", "job_files", "federated_jobs", "endpoints", "jobs"):
         run(conn, f"DELETE FROM {table} WHERE job_id IN ({marks})", params)
 

@@ -393,6 +393,19 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "CREATE INDEX IF NOT EXISTS released_layers_age ON released_layers(released_ms)",
         ],
     ),
+    (
+        16,
+        "output counted in stored bytes: per attempt, and per user against controller.max_user_log_bytes",
+        [
+            "ALTER TABLE attempts ADD COLUMN log_bytes INTEGER NOT NULL DEFAULT 0",
+            """CREATE TABLE IF NOT EXISTS log_usage (
+                user TEXT PRIMARY KEY,
+                bytes INTEGER NOT NULL
+            ) WITHOUT ROWID""",
+            "INSERT OR IGNORE INTO log_usage (user, bytes)"
+            " SELECT user, SUM(log_chars) FROM jobs WHERE log_chars > 0 GROUP BY user",
+        ],
+    ),
 ]
 
 

@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection
 
 from iris.controller.db import federation as fed
 from iris.controller.db import withdrawal
-from iris.controller.db.attempts import capped_rows
+from iris.controller.db.attempts import NO_OUTPUT_LIMITS, OutputPolicy, admit_output
 from iris.controller.db.database import Database, run, run_many, sql
 from iris.controller.db.group_commit import GroupCommit
 from iris.controller.db.jobs import TERMINAL_JOB_SQL
@@ -50,13 +50,18 @@ T = TypeVar("T")
 
 class ControllerFederationStore:
     def __init__(
-        self, db: Database, cluster_name: str, now_ms, commits: GroupCommit | None = None, job_output_cap: int = 0
+        self,
+        db: Database,
+        cluster_name: str,
+        now_ms,
+        commits: GroupCommit | None = None,
+        output: OutputPolicy = NO_OUTPUT_LIMITS,
     ):
         self.db = db
         self.cluster_name = cluster_name
         self.now_ms = now_ms
         self.commits = commits
-        self.job_output_cap = job_output_cap  # controller.log_max_job_output, relayed lines included
+        self.output = output  # what output the database takes, relayed lines included
 
     def _burst_write(self, work: Callable[[Connection], T]) -> T:
         """Runs one of a burst's handoff writes (promotion, delivery start, acceptance) in a
@@ -203,7 +208,7 @@ class ControllerFederationStore:
                 )
                 return
             rows = [(job_id, ln.task_index, ln.attempt, ln.stream, ln.ts_ms, ln.text) for ln in lines]
-            rows = capped_rows(conn, job_id, rows, self.job_output_cap)
+            rows = admit_output(conn, [(job_id, "", rows)], self.output)
             if rows:
                 run_many(
                     conn,

@@ -26,6 +26,7 @@ from pathlib import Path
 from iris.backends.protocol import Backend
 from iris.backends.staging import bundle_folder
 from iris.controller.db import workspace
+from iris.controller.db.attempts import release_output
 from iris.controller.db.database import Database, sql
 
 log = logging.getLogger("iris.retention")
@@ -140,6 +141,8 @@ class LogRetention:
             log.info("workspace layer %s of %s removed", content_id, whose)
 
     def _delete_logs(self, job_id: str) -> None:
+        with self.db.write() as conn:
+            release_output(conn, [job_id])
         while not self._stop.is_set():
             with self.db.write() as conn:
                 deleted = conn.execute(

@@ -40,6 +40,7 @@ from sqlalchemy.exc import OperationalError
 from iris.backends.protocol import AdoptRecord, Backend, LaunchError, LaunchSpec, WorkerSnapshot
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db import handoff_stops
+from iris.controller.db.attempts import NO_OUTPUT_LIMITS, OutputPolicy
 from iris.controller.db.database import Database, run, savepoint, sql
 from iris.controller.db.federation import prune_changelog
 from iris.controller.db.literals import JOB_PENDING, LIVE_TASKS
@@ -137,10 +138,10 @@ class ControlLoop:
         task_identity: TaskIdentitySource | None = None,
         changelog_retention_s: float = 3600.0,
         budgets: BudgetsConfig | None = None,
-        job_output_cap: int = 0,
+        output: OutputPolicy = NO_OUTPUT_LIMITS,
     ):
         self.db = db
-        self.job_output_cap = job_output_cap  # controller.log_max_job_output
+        self.output = output  # what output the database takes (see db.attempts.admit_output)
         self.changelog_retention_s = changelog_retention_s
         self._budgeted = budgets is not None and (bool(budgets.users) or budgets.default is not None)
         # A wake-up for federation alone runs its step alone, unless budgets judge queued jobs by
@@ -443,7 +444,7 @@ class ControlLoop:
         jobs: list[str] = []
         with self.db.write() as conn:
             for _, e in polled:
-                attempt_db.store_logs(conn, e.logs, self.job_output_cap)
+                attempt_db.store_logs(conn, e.logs, self.output)
                 jobs += [j for r in e.spawned if (j := attempt_db.mark_spawned(conn, r.attempt_id, r.pid, r.at_ms))]
                 jobs += [j for a in e.started if (j := attempt_db.mark_running(conn, a, now))]
                 attempt_db.store_waiting(conn, e.waiting)
