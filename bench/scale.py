@@ -343,6 +343,20 @@ def measure(cluster: Cluster, args: argparse.Namespace) -> dict:
             client.submit(["sleep", "100000"], name=f"/u9/poke-{next(pokes):06d}", user="u9", cpu=1)
 
         figures["sdk_list_written_ms"] = timed(client.list, args.runs, before=write)
+
+        # A Prometheus scrape of /metrics (revisions before it have none: the row says so).
+        def scrape() -> None:
+            with urllib.request.urlopen(f"{cluster.url}/metrics", timeout=10) as answer:
+                figures["metrics_bytes"] = len(answer.read())
+
+        try:
+            scrape()
+        except OSError:
+            figures["metrics_ms"] = []
+        else:
+            c0 = cluster.cpu_s()
+            figures["metrics_ms"] = timed(scrape, args.runs)
+            figures["metrics_cpu_ms"] = (cluster.cpu_s() - c0) * 1000 / len(figures["metrics_ms"])
         figures["python_pass_ms"] = timed(lambda: run([py, "-c", "pass"]), args.cli_runs)
         for cli_args in CLI_ROWS.values():  # fill the bytecode cache
             run([iris, *cli_args(some_job)])
@@ -383,6 +397,12 @@ def report(args: argparse.Namespace, fills: dict, figures: dict) -> None:
         ("SDK list(user=u3)", pp("sdk_list_user_ms")),
         ("SDK describe(job)", pp("sdk_describe_ms")),
         ("SDK list(), a submit before each", pp("sdk_list_written_ms")),
+        (
+            "GET /metrics (a scrape)",
+            f"{pp('metrics_ms')}   {figures.get('metrics_bytes', 0):,} bytes"
+            if figures["metrics_ms"]
+            else "not served by this revision",
+        ),
         ("python -c pass", pp("python_pass_ms")),
         *(
             (

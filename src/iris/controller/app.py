@@ -28,10 +28,12 @@ from iris.controller.db.group_commit import GroupCommit
 from iris.controller.db.workspace import LayerPins
 from iris.controller.state import applier
 from iris.controller.state.budgets import spend_report
+from iris.controller.state.gauges import ClusterGauges
 from iris.controller.state.health import Health, Watchdog, assess
 from iris.controller.state.retention import LogRetention
 from iris.controller.state.tick import LIVE_ATTEMPTS, ControlLoop
 from iris.controller.state.transitions import WorkerLost
+from iris.core import metrics
 from iris.core.config import ClusterConfig
 from iris.rpc import controller_pb2 as pb
 
@@ -91,6 +93,8 @@ class Controller:
         self.retention = LogRetention(
             self.db, self.backends, config.controller.log_retention, clock=clock, state_dir=state, pins=self.layer_pins
         )
+        self.gauges = ClusterGauges(self.tick.loader, self.backends, self.federation, self.now_ms)
+        metrics.REGISTRY.register(self.gauges)
         self.explainer = Explainer(
             self.db,
             self.tick.loader,
@@ -208,6 +212,7 @@ class Controller:
                 # what was read before the stop
                 attempt_db.store_logs(conn, backend.poll().logs, self.output)
         self.db.close()
+        metrics.REGISTRY.unregister(self.gauges)
 
     def spend(self) -> list[pb.UserSpend]:
         """Per user, what their placed work is worth against their budget (see `budgets`)."""

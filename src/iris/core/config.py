@@ -252,6 +252,9 @@ class ControllerSettings(_Model):
     # A connection's request head must be whole, and its body may pause, at most this long; idle
     # or trickling connections are closed (see iris.controller.http.connections).
     request_read_timeout: float = 20.0
+    # `/metrics` (Prometheus' text format) answers anyone by default, as exporters do: its labels
+    # name no user or job. True: only a caller with an admin or dashboard token (or the operator).
+    metrics_require_token: bool = False
     # Connections open at once; one more is answered 503 and closed. 0: half the process's
     # descriptor limit, so connections never take the descriptors the controller's own work needs.
     max_connections: int = Field(default=0, ge=0)

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
+from iris.core import metrics
 from iris.core.availability import Availability, BandHolding
 from iris.core.bands import Band
 from iris.core.errors import (
@@ -127,16 +128,20 @@ class PeerClient:
 
     def _call(self, method: str, request: Message, response_type: type[_M]) -> _M:
         try:
-            return self._transport.call(method, request, response_type, token=self._current_token())
+            answer = self._transport.call(method, request, response_type, token=self._current_token())
         except _Unreachable:
+            metrics.FEDERATION_CALLS.labels(self.peer_id, method, "unreachable").inc()
             raise
         except IrisError as exc:
+            metrics.FEDERATION_CALLS.labels(self.peer_id, method, exc.code).inc()
             if isinstance(exc, Unauthenticated):
                 with self._token_lock:
                     self._token = None  # refused (a clock step, a key rolled): the next call mints anew
             if exc.code == "unimplemented":
                 raise NotServed(f"peer {self.peer_id} at {self.address} does not serve {method}") from None
             raise self.refusal(exc.code, exc.message) from None
+        metrics.FEDERATION_CALLS.labels(self.peer_id, method, "ok").inc()
+        return answer
 
     def refusal(self, code: str, message: str) -> IrisError:
         """The error a refusal by the peer is raised as: a typed refusal keeps its type; anything

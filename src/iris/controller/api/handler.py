@@ -16,12 +16,13 @@ import functools
 import inspect
 import logging
 import secrets
+import time
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from iris.controller.auth import RELAYED_HEADER, authorize
-from iris.core import spans
+from iris.core import metrics, spans
 from iris.core.errors import IrisError
 from iris.rpc.bounds import check_message
 from iris.rpc.errors import to_connect
@@ -45,8 +46,23 @@ def rpc(fn):
     method = "".join(part.title() for part in fn.__name__.split("_"))
     is_coroutine = inspect.iscoroutinefunction(fn)
 
+    seconds = metrics.API_SECONDS.labels(method)
+    ok = metrics.API_REQUESTS.labels(method, "ok")
+
     @functools.wraps(fn)
     async def handler(self, request, ctx):
+        start = time.perf_counter()
+        try:
+            answer = await _handle(self, request, ctx)
+        except ConnectError as exc:
+            metrics.API_REQUESTS.labels(method, exc.code.name.lower()).inc()
+            raise
+        finally:
+            seconds.observe(time.perf_counter() - start)
+        ok.inc()
+        return answer
+
+    async def _handle(self, request, ctx):
         try:
             with spans.span(f"api.{method}.auth"):
                 headers = ctx.request_headers

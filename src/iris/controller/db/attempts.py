@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection
 from iris.backends.protocol import LogChunk
 from iris.controller.db.database import run, run_many, sql
 from iris.controller.db.literals import ASSIGNED, JOB_PENDING, RUNNING
+from iris.core import metrics
 from iris.core.names import AttemptName
 from iris.core.states import TaskState
 
@@ -264,6 +265,7 @@ def admit_output(
         users[u].spent = spent
     refused = _refused_for_disk(conn, limits, users)
     kept: list[tuple] = []
+    stored = 0
     for job, attempt, rows in batches:
         if job not in jobs:
             continue  # deleted (replaced) while its output was on its way
@@ -282,6 +284,7 @@ def admit_output(
                 job_budget.take(total)
                 user_budget.take(total)
                 kept.extend(rows)
+                stored += total
                 continue
         for row in rows:
             if user in refused:
@@ -311,7 +314,10 @@ def admit_output(
             job_budget.take(cost)
             user_budget.take(cost)
             kept.append(row)
+            stored += cost
     _write_back(conn, jobs, attempts, users)
+    metrics.LOG_STORED_BYTES.inc(stored)
+    metrics.LOG_STORED_LINES.inc(len(kept))
     return kept
 
 

@@ -18,24 +18,27 @@ clients submitting the lock held through it was about a quarter of the event loo
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from collections.abc import Hashable
 
 from starlette.applications import Starlette
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from iris.controller import dashboard
 from iris.controller.api.service import ControllerServiceImpl
 from iris.controller.app import Controller
+from iris.controller.auth import RELAYED_HEADER, Role
 from iris.controller.auth.callers import Peer, calling_peer
 from iris.controller.db.group_commit import Announcement, GroupCommit, current_announcement
 from iris.controller.db.workspace import MAX_WORKSPACE_BYTES
 from iris.controller.http import direct_launch, proxy, request_bodies
 from iris.controller.http.body_budget import BodyBudget
 from iris.controller.http.connections import client_of
-from iris.core import spans
+from iris.core import metrics, spans
+from iris.core.errors import IrisError
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.controller_connect import ControllerServiceASGIApplication
 from iris.rpc.request_codecs import PREDECODED, BoundedJSONCodec, BoundedProtoCodec
@@ -198,6 +201,28 @@ def _announcing(receive, commits: GroupCommit, note: Announcement):
     return whole
 
 
+def _metrics_refusal(controller: Controller, request) -> Response | None:
+    """None when the caller of `/metrics` may read it (`controller.metrics_require_token`): the
+    operator, or an admin or dashboard token (what Prometheus sends from its credentials file)."""
+    try:
+        identity = controller.identities.identify(
+            request.headers.get("authorization"),
+            f"{request.client.host}:{request.client.port}" if request.client else None,
+            RELAYED_HEADER in request.headers,
+            request.headers.get("host"),
+            request.headers.get("origin"),
+        )
+    except IrisError as exc:
+        return PlainTextResponse(f"{exc.message}\n", status_code=401)
+    if identity.local_admin or identity.role in (Role.ADMIN, Role.DASHBOARD):
+        return None
+    return PlainTextResponse(
+        f"/metrics needs an admin or dashboard token here (controller.metrics_require_token); {identity.principal}"
+        f" holds a {identity.role.value} token\n",
+        status_code=403,
+    )
+
+
 def build_app(controller: Controller):
     service = ControllerServiceImpl(controller)
     api = ControllerServiceASGIApplication(
@@ -212,9 +237,19 @@ def build_app(controller: Controller):
         h = controller.health()
         return JSONResponse({"cluster": controller.config.name, **h.as_dict()}, status_code=200 if h.ok else 503)
 
+    async def metrics_page(request):
+        if controller.config.controller.metrics_require_token:
+            refusal = _metrics_refusal(controller, request)
+            if refusal is not None:
+                return refusal
+        body = await asyncio.to_thread(metrics.render)  # the gauges walk the tick's kept tasks
+        return Response(body, media_type=metrics.CONTENT_TYPE)
+
     relay = proxy.Proxy(controller)
     bodies = BodyBudget(LARGE_BODIES_HELD, LARGE_BODIES_HELD // 2)
-    web = Starlette(routes=[Route("/health", health), *proxy.routes(relay), *dashboard.routes()])
+    web = Starlette(
+        routes=[Route("/health", health), Route("/metrics", metrics_page), *proxy.routes(relay), *dashboard.routes()]
+    )
 
     @contextlib.contextmanager
     def in_flight(scope):

@@ -277,6 +277,14 @@ class SnapshotLoader:
         )
         return Loaded(snapshot, version, min(due, default=None))
 
+    def kept(self) -> tuple[list[PendingTask], list[RunningTask]]:
+        """The pending and running tasks as of the last load, from memory: what `/metrics` reports,
+        at no cost to the database."""
+        with self._lock:
+            pending = [task for _, task in self._pending_rows.values() if task is not None]
+            running = [task for _, task in self._running_rows.values()]
+        return pending, running
+
     def _put(self, conn, row: tuple, old: tuple[tuple, PendingTask | None] | None) -> None:
         """Takes `row` as a pending task's: the task built from it is handed on while its row is unchanged.
         One that failed before (its retry backoff) or whose config cannot be built waits in `_others`."""

@@ -49,7 +49,7 @@ from iris.controller.state import transitions as tr
 from iris.controller.state.launch_spec import LaunchSpecs, TaskIdentitySource
 from iris.controller.state.snapshot import SnapshotLoader
 from iris.controller.state.waiting import PassSignal, wait_pass
-from iris.core import spans
+from iris.core import metrics, spans
 from iris.core.availability import Availability
 from iris.core.bands import Band
 from iris.core.config import BudgetsConfig
@@ -372,11 +372,11 @@ class ControlLoop:
 
     def _pass(self, t0: float) -> TickStats:
         self._maintain()
-        with spans.span("tick.events"):
+        with spans.span("tick.events"), metrics.timed(metrics.TICK_SECONDS, "events"):
             exits = self._collect_events()
-        with spans.span("tick.reconcile"):
+        with spans.span("tick.reconcile"), metrics.timed(metrics.TICK_SECONDS, "reconcile"):
             self._reconcile()
-        with spans.span("tick.schedule"):
+        with spans.span("tick.schedule"), metrics.timed(metrics.TICK_SECONDS, "schedule"):
             pending, assigned = self._schedule_and_start(stored_exits=exits > 0)
         if self.federation is not None:
             self._plan()
@@ -387,7 +387,7 @@ class ControlLoop:
         `tick_interval`): stores what the backends report (an attempt's process now runs) and runs
         the federation step. Not counted in `generation`, which counts whole passes for
         `wait_for_tick`, nor in `last_pass_ok`, which says the whole passes run."""
-        with spans.span("tick.light"):
+        with spans.span("tick.light"), metrics.timed(metrics.TICK_SECONDS, "light"):
             try:
                 with spans.span("tick.light.events"):
                     self._collect_events()
@@ -403,7 +403,7 @@ class ControlLoop:
         assert self.federation is not None
         self._last_federation = time.monotonic()
         try:
-            with spans.span("tick.federation"):
+            with spans.span("tick.federation"), metrics.timed(metrics.TICK_SECONDS, "federation"):
                 self.federation.plan(self._queued_band if self._budgeted else None)
             self.plan_error = None
         except Exception as exc:  # handoffs wait for the next pass; local placement (done) goes on
