@@ -11,6 +11,10 @@ registers itself as endpoint `web`). The bench mints the URL with `MintEndpointU
      and the p50 added over the direct connection. Target: ≤ 2 ms p50 added per hop.
   2. Throughput: one streamed `GET /bytes/<size>` per path, read in 1 MiB chunks and discarded
      (200 MB by default, 1 GB with --large). Target: ≥ 50 % of direct.
+  3. Held requests: one caller opens --held (1,000) relayed `GET /hold` requests through the child
+     at once, which the app answers only when released; meanwhile another client's `GetJobStatus`
+     is timed, beside the same calls with nothing held. Printed: how many were held, refused (503)
+     or failed, and the other client's p50/p99 idle and under the load. Target: p99 within 10× idle.
 
 Figures are printed, never asserted; every wait is bounded; every process is stopped by PID. The
 machine's `python -c pass` time is printed as a yardstick for how loaded it is.
@@ -23,9 +27,11 @@ machine's `python -c pass` time is printed as a yardstick for how loaded it is.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -117,10 +123,56 @@ def throughput(base_url: str, size: int) -> float:
     return size / elapsed / 1e6
 
 
+def api_times(url: str, token: str, job: str, n: int) -> list[float]:
+    times = []
+    with IrisClient(url, token=token) as c:
+        for _ in range(n):
+            t0 = time.perf_counter()
+            c.status(job)
+            times.append((time.perf_counter() - t0) * 1000)
+    return times
+
+
+def held_load(child: Controller, capability: str, direct: str, job: str, token: str, held: int, n: int) -> dict:
+    """Others' API latency, idle and while one caller holds `held` relayed requests (see docstring)."""
+    idle = api_times(child.url, token, job, n)
+    outcomes: list[int] = []
+
+    async def hold_all() -> None:
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
+        async with httpx.AsyncClient(timeout=120, limits=limits) as http:
+
+            async def one(i: int) -> None:
+                try:
+                    outcomes.append((await http.get(capability + f"hold/{i}")).status_code)
+                except httpx.HTTPError:
+                    outcomes.append(0)
+
+            await asyncio.gather(*(one(i) for i in range(held)))
+
+    holder = threading.Thread(target=lambda: asyncio.run(hold_all()), daemon=True)
+    holder.start()
+    wait_until(lambda: len(outcomes) >= held - 64 or not holder.is_alive(), timeout=120, what="the relay's answers")
+    loaded = api_times(child.url, token, job, n)
+    httpx.get(direct + "release-holds", timeout=30)
+    holder.join(timeout=120)
+    return {
+        "held": held,
+        "answered_503": outcomes.count(503),
+        "answered_200": outcomes.count(200),
+        "failed": outcomes.count(0),
+        "idle_p50_ms": percentile(idle, 50),
+        "idle_p99_ms": percentile(idle, 99),
+        "loaded_p50_ms": percentile(loaded, 50),
+        "loaded_p99_ms": percentile(loaded, 99),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=500, help="requests per path for latency (default 500)")
     ap.add_argument("--large", action="store_true", help="download 1 GB instead of 200 MB")
+    ap.add_argument("--held", type=int, default=1000, help="relayed requests one caller holds at once (default 1000)")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     args = ap.parse_args()
     size = (1000 if args.large else 200) * 1000 * 1000
@@ -140,13 +192,20 @@ def main() -> None:
                 "p99_ms": percentile(times, 99),
                 "mb_per_s": throughput(url, size),
             }
+        log(f"[held] one caller holds {args.held} relayed requests while another's API calls are timed …", quiet)
+        token = mint_token(load_or_create_signing_key(None, child.state_dir), child.name, "other", "user", 3600)
+        with IrisClient(child.url, token=token) as c:
+            job = c.submit(["sleep", "3600"], name="api-probe", user="other", cpu=1)
+        held = held_load(child, paths["1 hop"], paths["direct"], job, token, args.held, args.requests)
         direct = results["direct"]
         for r in results.values():
             r["added_p50_ms"] = r["p50_ms"] - direct["p50_ms"]
             r["throughput_vs_direct"] = r["mb_per_s"] / direct["mb_per_s"]
         startup = python_startup_ms()
         if args.json:
-            dump_json({"revision": revision(), "python_startup_ms": startup, "download_bytes": size, **results})
+            dump_json(
+                {"revision": revision(), "python_startup_ms": startup, "download_bytes": size, **results, "held": held}
+            )
             return
         print(f"revision {revision()}; python -c pass: {startup:.1f} ms; download {size // 1_000_000} MB")
         print_table(
@@ -164,6 +223,13 @@ def main() -> None:
             ],
         )
         print("targets: ≤ 2 ms p50 added per hop; ≥ 50 % of direct throughput")
+        print(
+            f"\n{held['held']} relayed requests held by one caller: {held['answered_200']} held until released,"
+            f" {held['answered_503']} refused at once, {held['failed']} failed; another client's GetJobStatus"
+            f" p50/p99 {held['idle_p50_ms']:.2f}/{held['idle_p99_ms']:.2f} ms idle,"
+            f" {held['loaded_p50_ms']:.2f}/{held['loaded_p99_ms']:.2f} ms meanwhile"
+            f" ({held['loaded_p99_ms'] / held['idle_p99_ms']:.1f}× idle p99; target ≤ 10×)"
+        )
     finally:
         for ctl in reversed(started):
             ctl.stop()

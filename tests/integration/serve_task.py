@@ -16,6 +16,7 @@ from websockets.sync.server import serve
 from iris.client.client import IrisClient
 
 RELEASE = threading.Event()
+HOLDS_RELEASED = threading.Event()  # /hold answers once /release-holds is called (or after 5 minutes)
 SUBPROTOCOL = "iris.echo.v1"
 LAST_CLOSE: dict[str, object] = {}  # how the last WebSocket client closed: code, reason
 CONNECTIONS = {"open": 0, "opened": 0}  # WebSocket connections open now, and ever opened
@@ -30,6 +31,8 @@ REDIRECTS = {
     # Not ASCII, as raw UTF-8 on the wire (what `send_header` writes as latin-1).
     "utf8": "/日本?x=é".encode().decode("latin-1"),
     "away": "https://example.org/elsewhere",
+    "climb": "../../../../../iris.v1.ControllerService/ListJobs",
+    "script": "javascript:alert(1)",
 }
 
 
@@ -76,6 +79,12 @@ class Handler(BaseHTTPRequestHandler):
                 self._send(200, json.dumps(CONNECTIONS).encode())
         elif self.path == "/release":
             RELEASE.set()
+            self._send(200, b"{}")
+        elif self.path.startswith("/hold"):
+            HOLDS_RELEASED.wait(300)
+            self._send(200, b'{"held": true}')
+        elif self.path == "/release-holds":
+            HOLDS_RELEASED.set()
             self._send(200, b"{}")
         elif self.path.startswith("/stream"):
             # Chunked: the first chunk goes out, the second only after /release was called, so a

@@ -108,9 +108,14 @@ def test_relay_keeps_an_apps_redirect_inside_the_capability_url(served, route):
         assert where["schemeless"] == mount + "hello?via=schemeless"
         # Not ASCII: passed on byte for byte (the UTF-8 the app sent, which httpx decodes).
         assert where["utf8"] == mount + "日本?x=é"
-        # Relative to where the client is, or another site: passed on as the app said.
+        # Relative to where the client is, and staying under the capability URL: passed on as the app said.
         assert where["rel"] == "hello?via=rel"
-        assert where["away"] == "https://example.org/elsewhere"
+        # Off the endpoint (another site, a scheme, a relative path climbing out of its URL): neither
+        # followed nor passed on, so a capability URL is no open redirect.
+        for kind in ("away", "climb", "script"):
+            answer = http.get(url + f"redirect/{kind}")
+            assert answer.status_code == 502 and "location" not in answer.headers, (kind, answer.headers)
+            assert "redirected off itself" in answer.json()["error"]
         followed = http.get(url + "redirect/abs", follow_redirects=True)
         assert followed.status_code == 200 and followed.json()["path"] == "/hello?via=abs"
 

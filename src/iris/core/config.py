@@ -252,6 +252,12 @@ class ControllerSettings(_Model):
     # A connection's request head must be whole, and its body may pause, at most this long; idle
     # or trickling connections are closed (see iris.controller.http.connections).
     request_read_timeout: float = 20.0
+    # The endpoint relay (`/proxy/t/…`): how long it waits for a served app's next byte, and how many
+    # relayed requests (and WebSockets) one client, and one endpoint, may hold open at once; all of
+    # them together hold at most a quarter of the controller's connections (see http/proxy.py).
+    proxy_read_timeout: float = 120.0
+    proxy_max_per_caller: int = Field(default=32, ge=1)
+    proxy_max_per_endpoint: int = Field(default=128, ge=1)
     # `/metrics` (Prometheus' text format) answers anyone by default, as exporters do: its labels
     # name no user or job. True: only a caller with an admin or dashboard token (or the operator).
     metrics_require_token: bool = False
@@ -271,13 +277,16 @@ class ControllerSettings(_Model):
         "tick_stall_timeout",
         "watchdog_exit_after",
         "request_read_timeout",
+        "proxy_read_timeout",
         mode="before",
     )(lambda cls, v: _duration(v))
     _sizes = field_validator(
         "log_max_output", "log_max_job_output", "max_user_log_bytes", "min_free_disk", mode="before"
     )(lambda cls, v: _size(v))
 
-    @field_validator("tick_interval", "query_timeout", "tick_stall_timeout", "request_read_timeout")
+    @field_validator(
+        "tick_interval", "query_timeout", "tick_stall_timeout", "request_read_timeout", "proxy_read_timeout"
+    )
     @classmethod
     def _positive(cls, v: float) -> float:
         if v <= 0:

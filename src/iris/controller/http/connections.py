@@ -46,6 +46,7 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 from iris.controller.auth.authenticator import parse_address
+from iris.controller.auth.callers import Peer
 from iris.controller.auth.isolation import loopback_socket_uid
 from iris.core import spans
 
@@ -103,6 +104,15 @@ def client_of(host: str, port: int, server_port: int, peer=None) -> Hashable:
     if isinstance(address, ipaddress.IPv6Address):
         return ipaddress.ip_network(f"{address}/64", strict=False)
     return address
+
+
+def caller_of(scope) -> Hashable:
+    """The client an ASGI request's connection counts against (`client_of`); None when unknown."""
+    peer = scope.get("client")
+    if not peer:
+        return None
+    server = scope.get("server") or ("", 0)
+    return client_of(peer[0], peer[1], server[1] or 0, peer if isinstance(peer, Peer) else None)
 
 
 def guarded(

@@ -20,10 +20,26 @@ passed on in either direction (RFC 9110 §7.6.1). An unknown or ended endpoint a
 An app knows nothing of the path it is served under, so a redirect it answers with (`Location:
 /login`, or its own `http://127.0.0.1:8888/login`) would send the browser out of the capability URL
 to the controller's own `/login`. Such a `Location` is rewritten to the same place under the URL the
-client used; a relative one, or one to another host, passes unchanged. Through a `cluster=` relay,
-the peer has already rewritten it under its own `/proxy/t/`, and the relay puts its tag back in front.
+client used, and a relative one passes unchanged while it stays under that URL. A redirect that
+leaves the endpoint (another site, or a relative path climbing out of its capability URL) is never
+followed nor passed on: the relay answers 502 saying so, so a capability URL cannot be made an open
+redirect to anywhere. Through a `cluster=` relay, the peer has already rewritten it under its own
+`/proxy/t/`, and the relay puts its tag back in front.
 A WebSocket's subprotocols are negotiated with the app (the client offers, the app picks), and the
 code and reason either side closes with reach the other.
+
+The relay keeps no state between requests: its HTTP client stores no cookie (httpx's client keeps
+a jar by default, and one app's `Set-Cookie` was then sent with later requests to every endpoint on
+the same host, so another user's app received it), and `Cookie` and `Set-Cookie` pass neither way.
+
+Nothing one caller relays may take the controller from others (`RelayLimits`): a relayed request
+holds two descriptors (the client's connection and the app's) for as long as the app takes, so each
+client (as the connection guard counts them: an address, or a uid on loopback) holds at most
+`controller.proxy_max_per_caller` relayed requests and WebSockets at once, each endpoint at most
+`controller.proxy_max_per_endpoint`, and all of them together at most a quarter of the controller's
+connections, the rest being the API's; past a bound, a request is answered 503 at once with
+`Retry-After`, and its connection closed. An app that sends nothing for `controller.proxy_read_timeout`
+is given up on (504 before its answer began; the connection is cut after).
 
 httpx and `websockets` are imported by the first relayed request, not with this module: together
 they are a tenth of the controller's start-up, and most clusters never relay anything.
@@ -33,12 +49,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.cookiejar
 import itertools
+from collections import Counter
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
@@ -46,7 +64,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from iris.controller.api import endpoints
 from iris.controller.auth import RELAYED_HEADER
-from iris.core.errors import InvalidArgument, IrisError, NotFound, Unauthenticated
+from iris.controller.http.connections import caller_of, connection_limit
+from iris.core.errors import InvalidArgument, IrisError, NotFound, Unauthenticated, Unavailable
 
 if TYPE_CHECKING:
     import httpx
@@ -106,10 +125,12 @@ class Upstream:
     origin: str
     mount: str
 
-    def location(self, value: str) -> str:
+    def location(self, value: str, client_path: str) -> str | None:
         """`value`, an app's `Location`, under the URL the client used where it points at the app
         (its own address, with or without the scheme, or an absolute path); dot segments are
-        resolved first, as the browser would against the app, so none climbs out of the mount."""
+        resolved first, as the browser would against the app, so none climbs out of the mount. A
+        relative one passes unchanged while it resolves (against `client_path`, the path the
+        client asked for) to somewhere under the mount. None: it leaves the endpoint."""
         lowered, origin = value.lower(), self.origin.lower()
         rest = None
         for prefix in (origin, origin[len("http:") :] if origin.startswith("http://") else ""):
@@ -117,9 +138,14 @@ class Upstream:
                 rest = "/" + value[len(prefix) :].lstrip("/")
                 break
         if rest is None:
-            if not value.startswith("/") or value[1:2] in ("/", "\\"):
-                return value  # relative to where the client is, or another host: unchanged
-            rest = value
+            if value.startswith("/") and value[1:2] not in ("/", "\\"):
+                rest = value
+            elif _scheme_or_host(value):
+                return None  # another site
+            else:  # relative to where the client is: fine while it stays under the mount
+                folder = client_path[: client_path.rfind("/") + 1]
+                resolved = _without_dot_segments(folder + value)
+                return value if resolved.startswith(self.mount + "/") else None
         return self.mount + _without_dot_segments(rest)
 
 
@@ -131,6 +157,13 @@ class Proxy:
         self.db = controller.db
         self.signing_key = controller.auth.signing_key
         self.backends = controller.backends
+        settings = controller.config.controller
+        self.read_timeout_s = settings.proxy_read_timeout
+        self.limits = RelayLimits(
+            settings.proxy_max_per_caller,
+            settings.proxy_max_per_endpoint,
+            max(8, connection_limit(settings.max_connections) // 4),
+        )
         self._client: httpx.AsyncClient | None = None
 
     @property
@@ -139,9 +172,10 @@ class Proxy:
             import httpx
 
             self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(connect=10.0, read=None, write=None, pool=None),
+                timeout=httpx.Timeout(connect=10.0, read=self.read_timeout_s, write=self.read_timeout_s, pool=None),
                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
                 follow_redirects=False,
+                cookies=_NoCookies(),  # keeps nothing between requests (see the module docstring)
             )
         return self._client
 
@@ -187,6 +221,18 @@ class Proxy:
         sandboxed = request.headers.get("origin") == SANDBOXED_ORIGIN
         if sandboxed and request.method == "OPTIONS" and "access-control-request-method" in request.headers:
             return _preflight(request)
+        try:
+            slot = self.limits.take(caller_of(request.scope), upstream_at.mount)
+        except Unavailable as exc:
+            return _busy(exc.message)
+        try:
+            return await self._relay(request, upstream_at, sandboxed, slot)
+        except BaseException:
+            slot.release()
+            raise
+
+    async def _relay(self, request: Request, upstream_at: Upstream, sandboxed: bool, slot: Slot) -> Response:
+        """Relays one request holding its `slot`, which the answer gives back once it is sent."""
         url = upstream_at.url + (f"?{request.url.query}" if request.url.query else "")
         headers = _passed_on(request.headers.items(), STRIPPED_REQUEST_HEADERS)
         headers.append((RELAYED_HEADER, self.config.name))  # never local_admin where it lands
@@ -198,29 +244,60 @@ class Proxy:
 
         try:
             upstream = await self.client.send(upstream_request, stream=True)
+        except httpx.TimeoutException:
+            slot.release()
+            return JSONResponse(
+                {"error": f"the endpoint sent nothing for {self.read_timeout_s:g}s (controller.proxy_read_timeout)"},
+                status_code=504,
+            )
         except httpx.HTTPError as exc:
+            slot.release()
             return JSONResponse({"error": f"the endpoint did not answer: {type(exc).__name__}"}, status_code=502)
+        except httpx.InvalidURL:  # httpx reads an answer's Location even when it follows none
+            slot.release()
+            return _off_endpoint()
         # As bytes, each read as latin-1: an app's header that is not ASCII passes on unchanged.
         raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in upstream.headers.raw]
-        out = [
-            (k, upstream_at.location(v) if k == "location" else v)
-            for k, v in _passed_on(raw, STRIPPED_RESPONSE_HEADERS)
-        ]
+        client_path = _raw_path(request.scope)
+        out = []
+        for k, v in _passed_on(raw, STRIPPED_RESPONSE_HEADERS):
+            if k == "location":
+                moved = upstream_at.location(v, client_path)
+                if moved is None:
+                    await upstream.aclose()
+                    slot.release()
+                    return _off_endpoint()
+                v = moved
+            out.append((k, v))
         out.append(PAGE_SANDBOX)
         if sandboxed:
             out.extend(_cors())
-        response = StreamingResponse(
-            upstream.aiter_raw(), status_code=upstream.status_code, background=BackgroundTask(upstream.aclose)
-        )
+
+        async def done() -> None:
+            await upstream.aclose()
+            slot.release()
+
+        response = _Relayed(upstream.aiter_raw(), status_code=upstream.status_code, done=done)
         response.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in out]
         return response
 
     async def websocket(self, ws: WebSocket):
         try:
-            target = (await asyncio.to_thread(self._target, _raw_rest(ws.scope))).url
+            upstream_at = await asyncio.to_thread(self._target, _raw_rest(ws.scope))
         except IrisError as exc:
             await ws.close(code=4404 if isinstance(exc, NotFound) else 4401, reason=exc.message[:120])
             return
+        try:
+            slot = self.limits.take(caller_of(ws.scope), upstream_at.mount)
+        except Unavailable as exc:
+            await ws.close(code=1013, reason=exc.message[:120])  # try again later
+            return
+        try:
+            await self._relay_websocket(ws, upstream_at.url)
+        finally:
+            slot.release()
+
+    async def _relay_websocket(self, ws: WebSocket, target: str) -> None:
         url = "ws" + target[len("http") :] + (f"?{ws.url.query}" if ws.url.query else "")
         import websockets
         from websockets.typing import Subprotocol
@@ -246,11 +323,126 @@ class Proxy:
             await _pump(ws, upstream)
 
 
+class RelayLimits:
+    """Decides whether one more relayed request (or WebSocket) may start now: at most `per_caller`
+    held by one client, `per_endpoint` by one endpoint (its capability URL's mount, or a peer's
+    relayed mount), and `total` by all. Used on the event loop's one thread only: no lock."""
+
+    def __init__(self, per_caller: int, per_endpoint: int, total: int):
+        self.per_caller, self.per_endpoint, self.total = per_caller, per_endpoint, total
+        self.callers: Counter[Hashable] = Counter()
+        self.endpoints: Counter[Hashable] = Counter()
+        self.held = 0
+
+    def take(self, caller: Hashable, endpoint: str) -> Slot:
+        """A slot for one more relayed request; Unavailable, taking nothing, past a bound."""
+        refusal = self._refusal(caller, endpoint)
+        if refusal is not None:
+            raise Unavailable(refusal)
+        self.callers[caller] += 1
+        self.endpoints[endpoint] += 1
+        self.held += 1
+        return Slot(self, caller, endpoint)
+
+    def _refusal(self, caller: Hashable, endpoint: str) -> str | None:
+        if self.held >= self.total:
+            return (
+                f"the controller relays {self.held} requests to endpoints already, the most it holds at once"
+                " (a quarter of its connections, the rest being kept for its API); try again shortly"
+            )
+        if self.callers[caller] >= self.per_caller:
+            return (
+                f"you hold {self.callers[caller]} relayed requests open already, the most one client may"
+                " (controller.proxy_max_per_caller); try again once one has finished"
+            )
+        if self.endpoints[endpoint] >= self.per_endpoint:
+            return (
+                f"this endpoint has {self.endpoints[endpoint]} relayed requests open already, the most one"
+                " endpoint may (controller.proxy_max_per_endpoint); try again shortly"
+            )
+        return None
+
+    def give(self, caller: Hashable, endpoint: str) -> None:
+        self.held -= 1
+        pairs: tuple[tuple[Counter[Hashable], Hashable], ...] = ((self.callers, caller), (self.endpoints, endpoint))
+        for counts, key in pairs:
+            counts[key] -= 1
+            if counts[key] <= 0:
+                del counts[key]
+
+
+class Slot:
+    """One relayed request's hold on `RelayLimits`, given back once, however often released."""
+
+    def __init__(self, limits: RelayLimits, caller: Hashable, endpoint: str):
+        self.limits, self.caller, self.endpoint = limits, caller, endpoint
+        self.released = False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.limits.give(self.caller, self.endpoint)
+
+
+class _NoCookies(http.cookiejar.CookieJar):
+    """A cookie jar that never keeps one: the relay's client answers many callers."""
+
+    def set_cookie(self, cookie) -> None:
+        pass
+
+    def extract_cookies(self, response, request) -> None:
+        pass
+
+
+class _Relayed(StreamingResponse):
+    """A relayed answer that runs `done` (closing the app's side, giving back the slot) once it has
+    been sent, or once sending it failed or the client went away, whichever way it ends."""
+
+    def __init__(self, content, status_code: int, done) -> None:
+        super().__init__(content, status_code=status_code)
+        self._done = done
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._done()
+
+
+def _busy(why: str) -> Response:
+    """A relayed request refused for the bounds: retry shortly, on a fresh connection."""
+    return JSONResponse(
+        {"code": "unavailable", "message": why},
+        status_code=503,
+        headers={"retry-after": "1", "connection": "close", **dict([PAGE_SANDBOX])},
+    )
+
+
+def _off_endpoint() -> Response:
+    return JSONResponse(
+        {
+            "error": "the endpoint redirected off itself (to another site, another scheme, or out of its URL);"
+            " the relay neither follows nor passes on such a redirect"
+        },
+        status_code=502,
+        headers=dict([PAGE_SANDBOX]),
+    )
+
+
+def _scheme_or_host(value: str) -> bool:
+    """Whether a `Location` names a scheme (`https:`, `javascript:`) or a host (`//h`)."""
+    head = value.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    return value.startswith(("//", "\\")) or ":" in head
+
+
+def _raw_path(scope) -> str:
+    return (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+
+
 def _raw_rest(scope) -> str:
     """The part of the request's path after /proxy/t/, as the client sent it (percent-encoded).
     A path that reaches this route only once decoded (`/proxy/%74/…`) names no capability URL."""
-    raw = scope.get("raw_path") or scope["path"].encode()
-    path = raw.decode("latin-1")
+    path = _raw_path(scope)
     if not path.startswith(PREFIX):
         raise NotFound("a capability URL has the form /proxy/t/<token>/<name>/…; mint one with `iris endpoint url`")
     return path[len(PREFIX) :]

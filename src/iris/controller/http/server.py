@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Hashable
 
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -36,7 +35,7 @@ from iris.controller.db.group_commit import Announcement, GroupCommit, current_a
 from iris.controller.db.workspace import MAX_WORKSPACE_BYTES
 from iris.controller.http import direct_launch, proxy, request_bodies
 from iris.controller.http.body_budget import BodyBudget
-from iris.controller.http.connections import client_of
+from iris.controller.http.connections import caller_of
 from iris.core import metrics, spans
 from iris.core.errors import IrisError
 from iris.rpc import controller_pb2 as pb
@@ -76,14 +75,6 @@ def _large_body_size(scope) -> int:
         return MAX_REQUEST_BYTES
     size = int(declared) * (1 if encoding in (None, b"", b"identity") else request_bodies.GZIP_MAX_RATIO)
     return min(size, MAX_REQUEST_BYTES) if size > request_bodies.SMALL_BODY else 0
-
-
-def _client_of(peer, scope) -> Hashable:
-    """The client a call counts against (see `iris.controller.http.connections.client_of`)."""
-    if not peer:
-        return None
-    server = scope.get("server") or ("", 0)
-    return client_of(peer[0], peer[1], server[1] or 0, peer if isinstance(peer, Peer) else None)
 
 
 def _declared_size(scope) -> int:
@@ -308,9 +299,8 @@ def build_app(controller: Controller):
                     f" (a job's workspace may be at most {MAX_WORKSPACE_BYTES} bytes): send a smaller workspace",
                 )
                 return
-            peer = scope.get("client")
             reserved = _large_body_size(scope)
-            client = _client_of(peer, scope) if reserved else None
+            client = caller_of(scope) if reserved else None
             if reserved and not bodies.take(client, reserved):
                 # The body budget has no room for it (see body_budget): told to retry, not read.
                 await request_bodies.answer_error(
@@ -335,7 +325,7 @@ def build_app(controller: Controller):
                 if unpacked <= max(held, request_bodies.SMALL_BODY):
                     return True
                 if client is None:
-                    client = _client_of(peer, scope)
+                    client = caller_of(scope)
                 if not bodies.take(client, unpacked - held):
                     return False
                 held = unpacked
