@@ -12,7 +12,7 @@ import pytest
 
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until
-from tests.controller.helpers import client, status
+from tests.controller.helpers import client, status, user_token
 from tests.dashboard.conftest import SEEDED_JOBS
 
 expect = pytest.importorskip("playwright.sync_api", reason="dashboard browser tests need the playwright package").expect
@@ -163,6 +163,17 @@ def test_peers_page_shows_the_peer_its_capacity_and_the_jobs_it_runs(site, new_p
     expect(gone.locator(".reach")).to_have_text("unreachable")
     expect(gone.locator(".error")).to_contain_text("last error")
     shot(page, artifacts, "peers")
+
+
+def test_peers_page_of_a_peer_shows_the_cluster_that_hands_it_jobs(site, new_page, artifacts):
+    page = new_page()
+    open_as(page, site.peer, user_token(site.peer, "ops", role="dashboard"), "/peers")
+    marin = page.locator('#inbound-peers tr[data-inbound="marin"]')
+    expect(marin).to_contain_text("yes (auth.federation_peers)", timeout=WAIT_MS)
+    expect(marin).to_contain_text("ago")  # its syncs reach the peer
+    expect(marin.locator("td").nth(3)).to_have_text("1")  # the pinned job it runs there
+    expect(page.locator("#no-peers")).to_be_visible()  # and the peer hands jobs to no one
+    shot(page, artifacts, "peers-inbound")
 
 
 def test_only_the_owner_is_offered_stop_and_a_dashboard_token_is_refused(site, new_page, artifacts):

@@ -23,6 +23,7 @@ export function jobPage(root, route) {
 
   let job = null;
   let stopOffered = null;
+  let kinds = null; // backend id -> kind (local, workers, slurm), for what names an attempt's process
 
   function renderStop() {
     const allowed = mayStop(job.owner) && !TERMINAL.has(job.state);
@@ -92,15 +93,17 @@ export function jobPage(root, route) {
     );
   }
 
-  async function renderExplain() {
-    if (job.state !== "PENDING") {
+  async function renderExplain(taskList) {
+    // A pending job, or a running one some of whose replicas wait: the controller says why.
+    const waiting = job.state === "RUNNING" && taskList.some((t) => t.state === "PENDING");
+    if (job.state !== "PENDING" && !waiting) {
       explain.hidden = true;
       return;
     }
     const ex = await call("ExplainJob", { jobId });
     explain.hidden = false;
     explain.replaceChildren(
-      el("h2", {}, "Why it waits"),
+      el("h2", {}, waiting ? "Why some of its tasks wait" : "Why it waits"),
       el("p", { id: "explain-summary" }, ex.summary || ""),
       (ex.groups || []).length
         ? table(["Backend", "Workers", "Group", "Verdict", "Reasons"], ex.groups.map((g) => el("tr", {},
@@ -124,25 +127,32 @@ export function jobPage(root, route) {
     family.replaceChildren(...parts);
   }
 
+  // What runs an attempt where its backend keeps it: a Slurm job, or a process on a host.
+  function process(a) {
+    if (!a.pid) return "";
+    return (kinds || {})[a.backendId] === "slurm" ? `Slurm job ${a.pid}` : `pid ${a.pid}`;
+  }
+
   function renderTasks(taskList, total) {
     const rows = [];
     for (const t of taskList) {
       rows.push(el("tr", { class: "task", dataset: { task: t.index || 0 } },
         el("td", {}, `${t.index || 0}`), el("td", {}, stateBadge(t.state)), el("td", {}, (t.attempt || 0) >= 0 ? String(t.attempt || 0) : ""),
         el("td", {}, t.backendId), el("td", {}, t.cluster && t.cluster !== session.cluster ? `peer ${t.cluster}` : t.workerId),
-        el("td", {}, t.hasExitCode ? String(t.exitCode || 0) : ""), el("td", {}, clock(t.startedMs)),
+        el("td", {}, ""), el("td", {}, t.hasExitCode ? String(t.exitCode || 0) : ""), el("td", {}, clock(t.startedMs)),
         el("td", {}, clock(t.finishedMs)), el("td", { class: "error" }, t.error)));
       for (const a of t.attempts || []) {
-        rows.push(el("tr", { class: "attempt" },
+        rows.push(el("tr", { class: "attempt", dataset: { attempt: a.attemptId || "" } },
           el("td", {}, `  ${t.index || 0}:${a.attempt || 0}`), el("td", {}, stateBadge(a.state)), el("td", {}, ""),
-          el("td", {}, a.backendId), el("td", {}, a.workerId), el("td", {}, a.hasExitCode ? String(a.exitCode || 0) : ""),
+          el("td", {}, a.backendId), el("td", {}, a.workerId), el("td", { class: "process" }, process(a)),
+          el("td", {}, a.hasExitCode ? String(a.exitCode || 0) : ""),
           el("td", {}, clock(a.startedMs)), el("td", {}, clock(a.finishedMs)), el("td", { class: "error" }, a.error)));
       }
     }
     // The answer holds the first page of tasks (each with its latest attempts); say when there are more.
     const more = total > taskList.length ? el("p", { class: "muted", id: "tasks-more" }, `showing the first ${taskList.length} of ${total} tasks`) : "";
     tasks.replaceChildren(el("h2", {}, "Tasks and attempts"),
-      table(["Task", "State", "Attempt", "Backend", "Worker or peer", "Exit", "Started", "Finished", "Error"], rows, { id: "tasks-table" }), more);
+      table(["Task", "State", "Attempt", "Backend", "Worker or peer", "Process", "Exit", "Started", "Finished", "Error"], rows, { id: "tasks-table" }), more);
   }
 
   async function refresh() {
@@ -157,11 +167,19 @@ export function jobPage(root, route) {
       throw err;
     }
     job = resp.job;
+    if (kinds === null) {
+      try {
+        const { backends = [] } = await call("ListBackends", {});
+        kinds = Object.fromEntries(backends.map((b) => [b.id, b.kind]));
+      } catch {
+        kinds = {}; // a caller that may not list backends still sees pids
+      }
+    }
     renderSummary();
     renderStop();
     renderHandle();
     renderTasks(resp.tasks || [], resp.totalTasks || 0);
-    await Promise.all([renderExplain(), renderFamily()]);
+    await Promise.all([renderExplain(resp.tasks || []), renderFamily()]);
     logs.start();
   }
 
@@ -234,6 +252,9 @@ function logView(jobId) {
       if ((resp.lines || []).length && q) applySearch();
       if (follow) box.scrollTop = box.scrollHeight;
       finished = !!resp.jobFinished && !(resp.lines || []).length;
+      if (finished && !box.children.length) {
+        box.append(el("div", { class: "line muted", id: "no-output" }, "no output: the job printed nothing"));
+      }
       status.textContent = finished ? `${resp.jobState}: all output shown` : "following";
       if (finished) stop();
     } catch (err) {

@@ -1,5 +1,6 @@
 // The Peers page: per peer whether it answers and when it last did, each of its backends with the
-// attributes it advertises and its free/total capacity, and the federated jobs it runs for us.
+// attributes it advertises and its free/total capacity, and the federated jobs it runs for us; then
+// the clusters that hand jobs to this one (inbound), with their last call here.
 
 import { call, callAll } from "./api.js";
 import { ago, attributeChips, availabilityMeters, el, jobLink, jobTasks, stateBadge, table } from "./ui.js";
@@ -9,7 +10,7 @@ export function peersPage(root) {
   root.append(el("section", {}, el("h1", {}, "Peers"), list));
 
   async function refresh() {
-    const { peers = [] } = await callAll("ListPeers", {}, "peers");
+    const { peers = [], inbound = [] } = await callAll("ListPeers", {}, "peers");
     const jobsByPeer = await Promise.all(peers.map((p) => call("ListJobs", { cluster: p.peerId, limit: 50 })));
     list.replaceChildren(
       ...peers.map((p, i) => {
@@ -37,7 +38,15 @@ export function peersPage(root) {
         );
       }),
     );
-    if (!peers.length) list.append(el("p", { class: "muted", id: "no-peers" }, "This cluster has no peers configured."));
+    list.append(el("h2", {}, "Clusters that hand jobs to this one"));
+    list.append(inbound.length
+      ? table(["Cluster", "Trusted", "Last call", "Active federated jobs"], inbound.map((p) => el("tr", { dataset: { inbound: p.peerId } },
+        el("td", {}, p.peerId),
+        el("td", {}, p.trusted ? "yes (auth.federation_peers)" : "no longer: only its jobs remain"),
+        el("td", {}, p.lastContactMs ? `${p.lastCall} ${ago(p.lastContactMs)}` : "none since this controller started"),
+        el("td", {}, String(p.activeFederatedJobs || 0)))), { id: "inbound-peers" })
+      : el("p", { class: "muted", id: "no-inbound" }, "No cluster hands jobs to this one."));
+    if (!peers.length) list.prepend(el("p", { class: "muted", id: "no-peers" }, "This cluster hands jobs to no peer."));
   }
   return { refresh };
 }

@@ -48,9 +48,13 @@ export function ago(ms) {
   return num(ms) ? `${age(ms)} ago` : "never";
 }
 
+// "2026-12-07 14:05:09", local time, as the CLI prints it.
 export function clock(ms) {
   const t = num(ms);
-  return t ? new Date(t).toLocaleString() : "";
+  if (!t) return "";
+  const d = new Date(t);
+  const two = (n) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())} ${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}`;
 }
 
 export function bytes(value) {
