@@ -6,10 +6,10 @@ from __future__ import annotations
 import io
 import json
 import os
-import sys
 import zipfile
 from pathlib import Path
 
+import psutil
 import pytest
 
 import iris
@@ -86,7 +86,8 @@ def test_task_cannot_read_the_key_the_database_or_another_users_task_environment
 
     bob_pid = wait_until(started_pid, message="bob's task to start")
 
-    probe = launch(alice, "probe", [sys.executable, "-c", PROBE, str(controller.state_dir)])
+    # The system's Python: this host's own may sit in root's closed home, which a task uid cannot enter.
+    probe = launch(alice, "probe", ["/usr/bin/python3", "-c", PROBE, str(controller.state_dir)])
     assert wait_state(alice, probe).job.state == "SUCCEEDED", logs(alice, probe)
     report = json.loads(logs(alice, probe)[-1])
 
@@ -103,8 +104,13 @@ def test_task_cannot_read_the_key_the_database_or_another_users_task_environment
     code, _ = error_code(lambda: status(alice, "/alice/escape"))
     assert code == "not_found"
 
-    # bob's task runs under a uid of its own, different from alice's, and its secret is really there.
-    with open(f"/proc/{bob_pid}/environ", "rb") as f:  # the test (root) can read it: the probe could not
+    # bob's task runs under a uid of its own, different from alice's, and its secret is really there,
+    # in its command only: the wrapper, which stays root, never holds the job's environment.
+    wrapper = psutil.Process(bob_pid)
+    assert wrapper.uids().real == 0 and "BOB_TOKEN" not in wrapper.environ()
+    (command,) = wrapper.children()
+    assert command.uids().real not in (0, report["uid"])
+    with open(f"/proc/{command.pid}/environ", "rb") as f:  # the test (root) can read it: the probe could not
         assert b"bob-secret" in f.read()
     assert status(bob, secret).job.state == "RUNNING"
     assert bob.terminate_job(pb.TerminateJobRequest(job_id=secret)).state == "KILLED"

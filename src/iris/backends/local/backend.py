@@ -31,14 +31,12 @@ them: a failed commit (a full disk) loses nothing, and the pump stops reading wh
 from __future__ import annotations
 
 import errno
-import functools
 import logging
 import os
 import re
 import selectors
 import shutil
 import signal
-import site
 import subprocess
 import threading
 import time
@@ -46,12 +44,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import iris
 from iris.backends.local.attempts_root import attempts_root
 from iris.backends.local.containment import Containment
+from iris.backends.local.own_uid import give_workspace, uid_task_env
 from iris.backends.local.spawner import Spawner, SpawnerGone
-from iris.backends.local.task_path import task_path
-from iris.backends.local.wrapper import start_spawner, start_wrapper, wrapper_argv
+from iris.backends.local.wrapper import start_spawner, start_wrapper, wrapper_start
 from iris.backends.marks import LiveMarks
 from iris.backends.protocol import (
     AdoptRecord,
@@ -79,7 +76,6 @@ log = logging.getLogger("iris.backends.local")
 _SPAWNER = object()  # the selector's key for the spawner's exit reports
 MARKS = ".live"  # under the attempts root: each backend's markers of the attempts it has not seen end
 _SHELL_CHARS = re.compile(r"[\s;&|<>$`'\"*?(){}]")
-SETPRIV = "/usr/bin/setpriv"  # util-linux: runs a command under another uid, gid and no extra groups
 STOP_GRACE_S = 10.0
 PUMP_INTERVAL_S = 0.1
 THREAD_STALL_S = 60.0  # a loop iteration of a backend thread longer than this is a stall
@@ -121,24 +117,6 @@ def worker_capacity(config: LocalBackendConfig) -> Resources:
         kind = "gpu" if config.devices.gpu else "tpu"
         device = Device(kind, (config.devices.gpu or config.devices.tpu or "").lower(), config.devices.count)
     return Resources(cpu=config.capacity.cpu, memory=config.capacity.memory, disk=config.capacity.disk, device=device)
-
-
-def sdk_pythonpath(current: str) -> str:
-    """`current` with Iris's own package folder and its dependencies' folder appended.
-
-    A task under its user's uid may be unable to run the interpreter that runs the controller (a
-    Python installed under a home folder closed to others), so `python3` on its PATH can be another
-    one of the same version: with these folders it can still import the SDK (`iris.client`) that
-    tasks use to submit children and register endpoints. Appended, so the task's own choices win.
-    """
-    parts = [p for p in current.split(os.pathsep) if p]
-    return os.pathsep.join(parts + [p for p in _sdk_folders() if p not in parts])
-
-
-@functools.cache
-def _sdk_folders() -> tuple[str, ...]:
-    """Iris's package folder and its dependencies' folder (fixed for the process's life)."""
-    return (str(Path(iris.__file__).resolve().parent.parent), *site.getsitepackages())
 
 
 def shell_argv(command: tuple[str, ...]) -> list[str]:
@@ -298,19 +276,17 @@ class LocalBackend:
             for name in ("pid", "exit", "stdout", "stderr"):
                 (folder / name).unlink(missing_ok=True)
         as_task = spec.uid is not None
+        gid = None if spec.uid is None else (spec.uid if spec.gid is None else spec.gid)
         nproc = 0
         command = shell_argv(spec.command)
         home = folder / "work"
-        if spec.uid is not None:
-            gid = spec.uid if spec.gid is None else spec.gid
+        if as_task:
             # The wrapper stays the controller's: it records pid and exit code in the attempt folder,
             # which the task cannot write (or it could plant a link there for the wrapper to follow).
-            # Only the command drops to the task's uid, in a `work` folder of its own that no one
-            # else may enter, kept as its working directory even where a folder above is closed to it.
+            # Only the command drops to the task's uid (see `wrapper`), in a `work` folder of its own
+            # that no one else may enter, kept as its working directory even where a folder above
+            # is closed to it.
             os.chmod(folder, 0o711)
-            home.mkdir(mode=0o700, exist_ok=True)
-            os.chown(home, spec.uid, gid)
-            command = [SETPRIV, f"--reuid={spec.uid}", f"--regid={gid}", "--clear-groups", "--", *command]
             # Counted over all of the uid's processes: one user's tasks forking without end stop at
             # it, and the host keeps room for the controller and everyone else. Set in the wrapper
             # (root, which it does not hold) before its exec, for the command to inherit.
@@ -326,23 +302,20 @@ class LocalBackend:
         # when the attempt ends; the attempt's own files (pid, exit, logs) stay beside it.
         workdir = spec.workdir
         layers = spec.workspace if not spec.workdir else ()
+        if spec.uid is not None and gid is not None:
+            # The task's uid owns its copy of the workspace: copied here, not by the wrapper
+            # (which is the controller's), then handed over.
+            try:
+                give_workspace(home, layers, spec.uid, gid, fresh=stale)
+            except OSError as exc:
+                raise self._not_started(spec, folder, devices, str(home), exc) from None
+            layers = ()
+        else:
+            home.mkdir(exist_ok=True)
         if not workdir:
             workdir = str(home)
-            home.mkdir(exist_ok=True)
-            if spec.uid is not None:
-                # The task's uid owns its copy of the workspace: copied here, not by the wrapper
-                # (which is the controller's), then handed over.
-                for layer in layers:
-                    shutil.copytree(layer, home, dirs_exist_ok=True, symlinks=True)
-                if layers or stale:
-                    for root, dirs, files in os.walk(home):
-                        for name in (*dirs, *files):
-                            os.lchown(os.path.join(root, name), spec.uid, gid)
-                layers = ()
         if as_task:
-            env["HOME"] = str(home)  # the controller's home is not the task's to write
-            env["PYTHONPATH"] = sdk_pythonpath(env.get("PYTHONPATH", ""))
-            env["PATH"] = task_path(env.get("PATH", ""))
+            env.update(uid_task_env(env, str(home)))
         cgroup = self.containment.prepare(folder.name)
         argv = [str(len(layers)), *layers, *command]
         umask = 0o077 if as_task else -1
@@ -364,10 +337,11 @@ class LocalBackend:
                 self._attempts[spec.attempt_id] = record
                 record.awaiting = True
             try:
+                start = wrapper_start(folder, "", argv, env, spec.uid, gid)
                 spawner.submit(
-                    record, wrapper_argv(folder, "", argv), env, workdir, str(folder / "stdout"),
+                    record, start.argv, start.env, workdir, str(folder / "stdout"),
                     str(folder / "stderr"), cgroup=cgroup, umask=umask,
-                    subreaper=self.containment.kind == "subreaper", nproc=nproc,
+                    subreaper=self.containment.kind == "subreaper", nproc=nproc, stdin=start.stdin,
                 )  # fmt: skip
                 # Its pid comes back as an event (see `poll`) once the helper has answered, read
                 # by the tick's next pass, which the note makes come within its delay.
@@ -380,8 +354,9 @@ class LocalBackend:
                 self._spawner_gone(spawner)
         try:
             pid, popen = start_wrapper(
-                None, self.containment, folder, cgroup, argv, workdir, env, umask=umask, nproc=nproc
-            )
+                None, self.containment, folder, cgroup, argv, workdir, env, umask=umask, nproc=nproc,
+                uid=spec.uid, gid=gid,
+            )  # fmt: skip
         except OSError as exc:
             raise self._not_started(spec, folder, devices, workdir, exc) from None
         assert isinstance(popen, subprocess.Popen)  # started without a spawner

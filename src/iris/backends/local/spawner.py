@@ -118,6 +118,7 @@ def _request(
     subreaper: bool,
     early: bool,
     nproc: int = 0,
+    stdin: str | None = None,
 ) -> dict:
     return {
         "argv": argv,
@@ -130,6 +131,7 @@ def _request(
         "subreaper": subreaper,
         "early": early,
         "nproc": nproc,
+        "stdin": stdin,
     }
 
 
@@ -159,6 +161,9 @@ class Spawner:
     """The controller's handle on one helper: `spawn` from any thread, exits read by one thread."""
 
     def __init__(self) -> None:
+        # Imported here: as a script (the helper) this file may import only the standard library.
+        from iris.backends.privileged import fixed_env
+
         self._requests, requests_child = socket.socketpair()
         self._exits, exits_child = socket.socketpair()
         self._lock = threading.Lock()
@@ -181,6 +186,7 @@ class Spawner:
                 stdout=subprocess.DEVNULL,
                 close_fds=True,
                 pass_fds=(requests_child.fileno(), exits_child.fileno()),
+                env=fixed_env(),  # it runs as root; what it starts gets the env each request names
             )
         self._exits.setblocking(False)
 
@@ -204,9 +210,11 @@ class Spawner:
         subreaper: bool = False,
         early: bool = False,
         nproc: int = 0,
+        stdin: str | None = None,
     ) -> Spawned:
-        """A new process running `argv`, in a session of its own with stdin from /dev/null
-        and stdout/stderr appended to the named files; in `cgroup` (a folder) from birth, or a child
+        """A new process running `argv` with exactly `env`, in a session of its own with stdin from
+        /dev/null (or reading `stdin`, from an in-memory file: how a task's environment reaches its
+        command without a command line or a file on disk) and stdout/stderr appended to the named files; in `cgroup` (a folder) from birth, or a child
         subreaper. OSError when the process cannot be set up (say, `cwd` is missing); SpawnerGone
         when the helper has exited.
 
@@ -220,7 +228,7 @@ class Spawner:
         task's uid is held to it, as under `prlimit --nproc`, without that program's exec.
 
         Waits for the helper's answer; a spawner serves either these calls or `submit`, not both."""
-        request = _request(argv, env, cwd, stdout, stderr, cgroup, umask, subreaper, early, nproc)
+        request = _request(argv, env, cwd, stdout, stderr, cgroup, umask, subreaper, early, nproc, stdin)
         with self._lock:
             try:
                 _send(self._requests, request)
@@ -243,6 +251,7 @@ class Spawner:
         umask: int = -1,
         subreaper: bool = False,
         nproc: int = 0,
+        stdin: str | None = None,
     ) -> None:
         """Asks for a process as `spawn(..., early=True)` does, without waiting for the answer:
         `read_answers` hands it back with `token`. SpawnerGone when the helper has exited (the
@@ -251,7 +260,7 @@ class Spawner:
         A start then costs its caller one write to a socket: the helper's clone, and the thread
         switches of waiting for it, happen while the caller goes on (the control tick commits
         and starts the rest of its pass meanwhile)."""
-        request = _request(argv, env, cwd, stdout, stderr, cgroup, umask, subreaper, True, nproc)
+        request = _request(argv, env, cwd, stdout, stderr, cgroup, umask, subreaper, True, nproc, stdin)
         data = json.dumps(request).encode()
         with self._lock:
             self._unanswered.append(token)
@@ -464,6 +473,16 @@ class _Helper:
         raise OSError(code, os.strerror(code))
 
 
+def _memfd(data: bytes) -> int:
+    """An in-memory file holding `data`, open for reading at its start."""
+    fd = os.memfd_create("iris-env")
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 def _read_all(fd: int) -> bytes:
     """Everything left in the pipe `fd` (its write ends all closed), which it then closes."""
     data = b""
@@ -489,7 +508,10 @@ def _child(request: dict, err_w: int, joined: bool, libc) -> None:
             (1, request["stdout"], os.O_WRONLY | os.O_APPEND | os.O_CREAT),
             (2, request["stderr"], os.O_WRONLY | os.O_APPEND | os.O_CREAT),
         ):
-            fd = os.open(path, flags, 0o600)
+            if target == 0 and request.get("stdin") is not None:
+                fd = _memfd(request["stdin"].encode())
+            else:
+                fd = os.open(path, flags, 0o600)
             if fd != target:
                 os.dup2(fd, target)
                 os.close(fd)

@@ -5,41 +5,83 @@ and exit code in the attempt's folder, with stdout and stderr appended to files 
 the spawner (born inside its cgroup, see `spawner`) where there is one, else directly with
 `subprocess.Popen` (the wrapper then joins its cgroup itself). Both callers run attempts the same
 way so that a restarted controller, or a restarted daemon, finds them by the same folder layout.
+
+The wrapper keeps the caller's uid (root, under a controller that runs tasks as their users): it
+writes the attempt's files, which the task must not reach. So it gets none of the job's
+environment (see `iris.backends.privileged`): it runs with a fixed one, names every program by
+absolute path, and reads the task's environment as a script on its stdin, which it hands on as
+fd 3. The command goes through `setpriv` (under a uid of the task's own), also with the fixed
+environment, to a shell that now runs as the task: it sources the script and becomes the command.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import resource
 import subprocess
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from iris.backends.local.containment import Containment
 from iris.backends.local.spawner import Spawned, Spawner, SpawnerGone
+from iris.backends.privileged import APPLY_ENV, SETPRIV, SH, fixed_env, memfd, shell_exports
+from iris.core.processes import ATTEMPT_ENV
 
 log = logging.getLogger("iris.backends.local")
 
-# $0 is the attempt folder, $1 the cgroup to join (or ""), $2 the number of workspace layer folders
-# that follow (their contents are copied in order into the attempt's working folder, its cwd: the
-# copy runs in the attempt's process, not on the caller's thread); the command comes last. Only shell
-# builtins besides `cp` (and `mkdir`, should the attempt's cgroup have gone), so an attempt without a
-# workspace costs one extra fork (the command's). A cgroup that cannot be joined leaves the attempt
-# contained by its process group alone, and never puts a line in its output.
+# Its stdin is the task's environment (a script, see `privileged.shell_exports`), moved to fd 3 for
+# the command. $0 is the attempt folder, $1 the cgroup to join (or ""), $2 the number of workspace
+# layer folders that follow (their contents are copied in order into the attempt's working folder,
+# its cwd: the copy runs in the attempt's process, not on the caller's thread); the command comes
+# last. Only shell builtins besides `cp` (and `mkdir`, should the attempt's cgroup have gone), so an
+# attempt without a workspace costs one extra fork (the command's). A cgroup that cannot be joined
+# leaves the attempt contained by its process group alone, and never puts a line in its output.
 WRAPPER = (
-    'cg=$1; shift; if [ -n "$cg" ]; then [ -d "$cg" ] || mkdir "$cg" 2>/dev/null; '
+    "exec 3<&0 </dev/null; "
+    'cg=$1; shift; if [ -n "$cg" ]; then [ -d "$cg" ] || /bin/mkdir "$cg" 2>/dev/null; '
     '{ echo $$ > "$cg/cgroup.procs"; } 2>/dev/null; fi; '
     'echo $$ > "$0/pid"; n=$1; shift; '
-    'while [ "$n" -gt 0 ] && cp -R "$1/." .; do shift; n=$((n-1)); done; '
+    'while [ "$n" -gt 0 ] && /bin/cp -R "$1/." .; do shift; n=$((n-1)); done; '
     'if [ "$n" -ne 0 ]; then echo "iris: cannot copy the job\'s workspace into $PWD" >&2; echo 126 > "$0/exit"; exit 126; fi; '
     '"$@"; rc=$?; echo $rc > "$0/exit"; exit $rc'
 )
 
 
-def wrapper_argv(folder: Path, cgroup: str, argv: list[str]) -> list[str]:
-    """The wrapper's own command line for the attempt in `folder` (see WRAPPER): it joins `cgroup`
-    ("" when it is born in it), then runs `argv` (the layer count, the layers, the command)."""
-    return ["/bin/sh", "-c", WRAPPER, str(folder), cgroup, *argv]
+@dataclass(frozen=True, slots=True)
+class WrapperStart:
+    """What the wrapper of one attempt is started with: its command line, its own (fixed)
+    environment, and the task's environment as the script it reads on stdin."""
+
+    argv: list[str]
+    env: dict[str, str]
+    stdin: str
+
+
+def wrapper_start(
+    folder: Path,
+    cgroup: str,
+    argv: list[str],
+    env: Mapping[str, str],
+    uid: int | None = None,
+    gid: int | None = None,
+) -> WrapperStart:
+    """How to start the wrapper of the attempt in `folder` on `argv` (the layer count, the layers,
+    the command) with the task's environment `env`: it joins `cgroup` ("" when it is born in it),
+    and runs the command under `uid` and `gid` (None: the caller's own)."""
+    count = int(argv[0])
+    layers, command = argv[1 : 1 + count], argv[1 + count :]
+    task = [SH, "-c", APPLY_ENV, "sh", *command]
+    if uid is not None:
+        group = uid if gid is None else gid
+        task = [SETPRIV, f"--reuid={uid}", f"--regid={group}", "--clear-groups", "--", *task]
+    # The attempt's id stays in the wrapper's own environment: a restarted controller tells the
+    # attempt's processes by it (`iris.core.processes.attempt_of`).
+    own = fixed_env(**({ATTEMPT_ENV: env[ATTEMPT_ENV]} if ATTEMPT_ENV in env else {}))
+    return WrapperStart(
+        [SH, "-c", WRAPPER, str(folder), cgroup, str(count), *layers, *task], own, shell_exports(env, own)
+    )
 
 
 def start_spawner(what: str) -> Spawner | None:
@@ -63,18 +105,22 @@ def start_wrapper(
     gone: Callable[[Spawner], None] = lambda spawner: None,
     early: bool = False,
     nproc: int = 0,
+    uid: int | None = None,
+    gid: int | None = None,
 ) -> tuple[int, Spawned | subprocess.Popen]:
     """Starts the wrapper of the attempt in `folder` on `argv` (the layer count, the layers, the
-    command): through `spawner`, born in `cgroup`, or without one (or once it has gone, which
+    command), the command with the task's environment `env` under `uid` and `gid` (None: this
+    process's own): through `spawner`, born in `cgroup`, or without one (or once it has gone, which
     `gone` is told) directly. Returns its pid and what started it; OSError when it cannot start.
     With `early`, a spawner answers before the wrapper has exec'd (see `Spawner.spawn`). With
     `nproc`, the wrapper and what it runs inherit that process limit (see `Spawner.spawn`), set in
     the child on both paths."""
     if spawner is not None:
+        start = wrapper_start(folder, "", argv, env, uid, gid)
         try:
             spawned = spawner.spawn(
-                wrapper_argv(folder, "", argv),
-                dict(env),
+                start.argv,
+                start.env,
                 workdir,
                 str(folder / "stdout"),
                 str(folder / "stderr"),
@@ -83,23 +129,29 @@ def start_wrapper(
                 subreaper=containment.kind == "subreaper",
                 early=early,
                 nproc=nproc,
+                stdin=start.stdin,
             )
             return spawned.pid, spawned
         except SpawnerGone:
             gone(spawner)
-    with open(folder / "stdout", "ab") as out, open(folder / "stderr", "ab") as err:
-        popen = subprocess.Popen(
-            wrapper_argv(folder, cgroup, argv),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            cwd=workdir,
-            env=env,
-            start_new_session=True,
-            close_fds=True,
-            preexec_fn=_preexec(containment.preexec(), nproc),
-            umask=umask,
-        )
+    start = wrapper_start(folder, cgroup, argv, env, uid, gid)
+    script = memfd(start.stdin.encode())
+    try:
+        with open(folder / "stdout", "ab") as out, open(folder / "stderr", "ab") as err:
+            popen = subprocess.Popen(
+                start.argv,
+                stdin=script,
+                stdout=out,
+                stderr=err,
+                cwd=workdir,
+                env=start.env,
+                start_new_session=True,
+                close_fds=True,
+                preexec_fn=_preexec(containment.preexec(), nproc),
+                umask=umask,
+            )
+    finally:
+        os.close(script)
     return popen.pid, popen
 
 
