@@ -3,6 +3,8 @@ squeue and sinfo rows parsed, and Slurm states judged as Iris outcomes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from iris.backends.protocol import LaunchSpec
@@ -33,6 +35,7 @@ def test_sbatch_argv_carries_the_request_and_the_partition_settings():
         "/s/a",
         "/w",
         ["python", "t.py"],
+        7,
     )
     assert argv[:3] == ["sbatch", "--parsable", "--job-name=/alice/train/0:1"]
     for flag in (
@@ -47,8 +50,11 @@ def test_sbatch_argv_carries_the_request_and_the_partition_settings():
         "--output=/s/a/stdout",
         "--error=/s/a/stderr",
         "--constraint=a100",
+        "--export=NIL",  # sbatch's own environment is not the job's
+        "--export-file=7",  # the job's env, read from that descriptor, never on the command line
     ):
         assert flag in argv
+    assert not any(a.startswith(("--uid", "--gid")) for a in argv)  # the controller's own uid
     assert argv[-4:] == ["/s/iris-attempt.sh", "/s/a", "python", "t.py"]
 
 
@@ -61,9 +67,17 @@ def test_sbatch_argv_for_any_gpu_variant_and_no_limits():
         "f",
         "w",
         ["true"],
+        3,
     )
     assert "--gres=gpu:2" in argv and "--cpus-per-task=1" in argv
     assert not any(a.startswith(("--mem", "--time", "--account", "--qos")) for a in argv)
+
+
+def test_sbatch_argv_submits_as_the_attempts_uid_and_gid():
+    as_task = replace(spec(Resources(cpu=1)), uid=200123, gid=300)
+    argv = sbatch_argv(SlurmBackendConfig(id="s", kind="slurm", partition="p"), "c", as_task, "x", "f", "w", ["id"], 3)
+    assert "--uid=200123" in argv and "--gid=300" in argv
+    assert argv.index("--uid=200123") < argv.index("x")  # an option of sbatch's, not of the job's command
 
 
 def test_squeue_rows_parse_with_names_holding_separators():

@@ -7,7 +7,9 @@ from iris.core.config import SlurmBackendConfig
 
 
 def _build(config: SlurmBackendConfig, context: BackendContext) -> SlurmBackend:
-    return SlurmBackend(config, context.cluster, context.state_dir, context.wake, context.output_cap)
+    return SlurmBackend(
+        config, context.cluster, context.state_dir, context.wake, context.output_cap, context.tasks_have_own_uids
+    )
 
 
 register("slurm", SlurmBackendConfig, _build)

@@ -38,16 +38,22 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
+import pwd
 import shutil
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from iris.backends.local.attempts_root import closed_to_others
 from iris.backends.local.backend import shell_argv
+from iris.backends.local.own_uid import give_workspace, uid_task_env
 from iris.backends.marks import LiveMarks
+from iris.backends.privileged import memfd, nul_separated
 from iris.backends.protocol import (
     AdoptRecord,
     AttemptExit,
@@ -65,13 +71,16 @@ from iris.backends.slurm.states import RUNNING, WAITING, judge
 from iris.backends.spool import OutputSpool
 from iris.backends.staging import publish_folder, safe_dirname
 from iris.core.config import SlurmBackendConfig
+from iris.core.errors import InvalidArgument
 from iris.core.resources import Device, Resources
 
 log = logging.getLogger("iris.slurm")
 # $1 is the attempt folder, $2 the number of workspace layer folders that follow (copied in order
 # into the job's working folder, on the node, as the local backend does); the command comes last.
 # The exit code is kept in a file so it survives Slurm forgetting the job (MinJobAge) while no
-# controller was watching.
+# controller was watching. The wrapper runs as the job's user: the attempt folder is the
+# controller's, and holds only the files it made for the job (its output, its exit code, `work`),
+# which the job can write but never replace with a link the controller would follow.
 # A SIGTERM (Slurm's cancel, its time limit) ends the wrapper only once the command has ended, and
 # by that signal as before (no exit file, no new command): a wrapper that died at once would leave a
 # command it had just started (one Slurm's signal missed) or one still shutting down outside the
@@ -87,7 +96,7 @@ if [ "$n" -ne 0 ]; then echo "iris: cannot copy the job's workspace into $PWD" >
 "$@"
 rc=$?
 ended
-echo $rc > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"
+echo $rc > "$d/exit"
 exit $rc
 """
 TAIL_INTERVAL_S = 0.1
@@ -156,6 +165,7 @@ class SlurmBackend:
         state_dir: Path,
         wake: Callable[[], None] = lambda: None,
         output_cap: int = 0,
+        tasks_have_own_uids: bool = False,
     ):
         self.id = config.id
         self.config = config
@@ -163,6 +173,16 @@ class SlurmBackend:
         self.slurm = SlurmCommands(config)
         self.root = Path(config.staging_dir) if config.staging_dir else state_dir / "slurm" / config.id
         (self.root / "attempts").mkdir(parents=True, exist_ok=True)
+        closed = None
+        if tasks_have_own_uids:
+            os.chmod(self.root / "attempts", 0o711)  # jobs reach their own folder by name; none lists the others
+            closed = closed_to_others(self.root / "attempts")
+        if closed is not None:
+            raise InvalidArgument(
+                f"backend {config.id}: Slurm runs each job under its user's uid, which cannot reach"
+                f" {self.root} ({closed} is closed to other users); set staging_dir to a folder that"
+                " every user can pass through (and every node reads)"
+            )
         self.script = self.root / "iris-attempt.sh"
         self.script.write_text(WRAPPER)
         self.script.chmod(0o755)
@@ -297,8 +317,14 @@ class SlurmBackend:
                 f"Slurm partition {self.config.partition} runs CPU and GPU jobs, not {r.device.kind}",
                 unschedulable=True,
             )
-        workdir, layers = self._workdir(spec, folder)
         env = {**spec.env, **self.slurm.conf_env, "IRIS_ATTEMPT_ID": spec.attempt_id}
+        if spec.uid is not None:
+            self._check_account(spec)
+            workdir, layers = self._give_to_task(spec, folder)
+            env.update(uid_task_env(env, str(folder / "work")))
+        else:
+            workdir, layers = self._workdir(spec, folder)
+        env_fd = memfd(nul_separated(env))
         argv = sbatch_argv(
             self.config,
             self.cluster,
@@ -307,12 +333,13 @@ class SlurmBackend:
             str(folder),
             workdir,
             [str(len(layers)), *layers, *shell_argv(spec.command)],
+            env_fd,
         )
         gpus = (r.device.variant.lower(), r.device.count) if r.device.kind == "gpu" and r.device.count else None
         record = _Attempt(spec.attempt_id, folder, None, OutputSpool(folder, self.output_cap), gpus=gpus)
         self.marks.put(spec.attempt_id)
         try:
-            out = self.slurm.run(argv, env=env)
+            out = self.slurm.run(argv, pass_fds=(env_fd,))
         except SlurmCommandError as exc:
             if "did not answer" in str(exc):
                 # sbatch may have submitted it: adopt by name on the next poll, or report it lost.
@@ -322,6 +349,8 @@ class SlurmBackend:
             if exc.transient:
                 raise LaunchError(f"Slurm did not take the job: {exc}", retryable=True) from None
             raise LaunchError(f"Slurm cannot run this job: {exc}", unschedulable=True) from None
+        finally:
+            os.close(env_fd)
         try:
             record.slurm_id = int(out.strip().split(";")[0])
         except ValueError:
@@ -343,6 +372,38 @@ class SlurmBackend:
         work.mkdir(exist_ok=True)
         layers = [self._stage_layer(Path(layer)) for layer in spec.workspace]
         return str(work), layers
+
+    @staticmethod
+    def _check_account(spec: LaunchSpec) -> None:
+        """Refuses a uid this host has no account for: sbatch submits only as a known user."""
+        try:
+            pwd.getpwuid(spec.uid or 0)
+        except KeyError:
+            user = spec.job_id.split("/")[1] if spec.job_id.count("/") > 1 else spec.job_id
+            raise LaunchError(
+                f"Slurm runs a job only as an account this host knows, and uid {spec.uid} (user {user}'s,"
+                f" from auth.task_uids.range) has none: map {user} to an account in auth.task_accounts",
+                unschedulable=True,
+            ) from None
+
+    def _give_to_task(self, spec: LaunchSpec, folder: Path) -> tuple[str, list[str]]:
+        """The working folder of a job under its user's uid, and no layers for its wrapper: the
+        folder stays the controller's, passable by the job; the files Slurm and the wrapper write
+        (output, exit code) are made here, owned by the job's uid, and `work` holds the workspace,
+        copied by the controller (the layers sit where the job cannot read them)."""
+        assert spec.uid is not None
+        gid = spec.uid if spec.gid is None else spec.gid
+        os.chmod(folder, 0o711)
+        for name in ("stdout", "stderr", "exit"):
+            fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            os.fchown(fd, spec.uid, gid)
+            os.close(fd)
+        work = folder / "work"
+        try:
+            give_workspace(work, () if spec.workdir else spec.workspace, spec.uid, gid, fresh=work.exists())
+        except OSError as exc:
+            raise LaunchError(f"cannot prepare the job's working folder {work}: {exc.strerror or exc}") from None
+        return spec.workdir or str(work), []
 
     def _stage_layer(self, source: Path) -> str:
         if not self.config.staging_dir or source.is_relative_to(self.root):
@@ -552,10 +613,20 @@ class SlurmBackend:
 
     @staticmethod
     def _exit_file(record: _Attempt) -> int | None:
+        """The code the wrapper recorded, if any. The file is the job's to write: read without
+        following a link, without waiting on a pipe, and no more than a number's worth of it."""
         try:
-            return int((record.folder / "exit").read_text().strip())
+            fd = os.open(record.folder / "exit", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            return int(os.read(fd, 32).strip())
         except (OSError, ValueError):
             return None
+        finally:
+            os.close(fd)
 
     def _finish(self, record: _Attempt, exit: AttemptExit) -> None:
         """Slurm says the job ended; its exit is reported once its output has all been read."""

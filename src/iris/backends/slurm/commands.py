@@ -19,6 +19,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from iris.backends.privileged import fixed_env, program
 from iris.backends.protocol import LaunchSpec
 from iris.core.config import SlurmBackendConfig
 
@@ -153,8 +154,12 @@ def sbatch_argv(
     folder: str,
     workdir: str,
     argv: Sequence[str],
+    env_fd: int,
 ) -> list[str]:
-    """The `sbatch` command line for one attempt: one batch job named by the attempt id."""
+    """The `sbatch` command line for one attempt: one batch job named by the attempt id, run as the
+    attempt's uid where it has one, with exactly the environment sbatch reads from `env_fd` (NUL-
+    separated, see `privileged.nul_separated`) besides what Slurm sets itself: sbatch's own
+    environment is not the job's, and the job's values never appear on a command line."""
     r = spec.resources
     args = [
         "sbatch",
@@ -168,8 +173,12 @@ def sbatch_argv(
         f"--chdir={workdir}",
         f"--output={folder}/stdout",
         f"--error={folder}/stderr",
-        "--export=ALL",
+        "--export=NIL",
+        f"--export-file={env_fd}",
     ]
+    if spec.uid is not None:
+        # As root, sbatch submits the job as this user; Slurm runs it under that uid and gid.
+        args += [f"--uid={spec.uid}", f"--gid={spec.uid if spec.gid is None else spec.gid}"]
     if config.account:
         args.append(f"--account={config.account}")
     if config.qos:
@@ -188,29 +197,40 @@ def sbatch_argv(
 
 
 class SlurmCommands:
-    """Runs Slurm's tools with the configured SLURM_CONF and a timeout."""
+    """Runs Slurm's tools as the controller: by absolute path, with a fixed environment (the
+    configured SLURM_CONF, or the controller's own), and a timeout.
+
+    Each tool is looked up once, on the controller's PATH, which its operator set; nothing a job
+    sends can change which program runs or what it reads from its environment."""
+
+    TOOLS = ("sbatch", "squeue", "scancel", "sinfo")
 
     def __init__(self, config: SlurmBackendConfig):
         self.timeout = config.command_timeout
-        self.conf_env = {"SLURM_CONF": config.slurm_conf} if config.slurm_conf else {}
-        self.env = {**os.environ, **self.conf_env}
+        conf = config.slurm_conf or os.environ.get("SLURM_CONF", "")
+        self.conf_env = {"SLURM_CONF": conf} if conf else {}
+        self.env = fixed_env(**self.conf_env)
+        self.programs = {name: program(name) for name in self.TOOLS}
 
-    def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float | None = None) -> str:
-        """stdout of a successful command; SlurmCommandError (saying whether it is worth retrying)."""
+    def run(self, argv: Sequence[str], timeout: float | None = None, pass_fds: Sequence[int] = ()) -> str:
+        """stdout of a successful command; SlurmCommandError (saying whether it is worth retrying).
+        `argv[0]` names one of TOOLS; `pass_fds` are file descriptors the command inherits."""
+        command = [self.programs.get(argv[0], argv[0]), *argv[1:]]
         try:
             res = subprocess.run(
-                list(argv),
-                env=dict(env) if env is not None else self.env,
+                command,
+                env=self.env,
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 text=True,
                 timeout=timeout or self.timeout,
+                pass_fds=tuple(pass_fds),
             )
         except subprocess.TimeoutExpired:
             raise SlurmCommandError(f"{argv[0]} did not answer within {timeout or self.timeout:g}s", True) from None
         except OSError as exc:
             raise SlurmCommandError(
-                f"cannot run {argv[0]}: {exc.strerror or exc} (is Slurm installed?)", True
+                f"cannot run {command[0]}: {exc.strerror or exc} (is Slurm installed?)", True
             ) from None
         if res.returncode != 0:
             message = res.stderr.strip() or f"{argv[0]} exited with code {res.returncode}"
