@@ -78,6 +78,18 @@ def test_bad_requests_are_refused_and_write_nothing(controller):
             "existing_job_policy",
         ),
     ]
+    # Names a tool or Slurm reads as its own configuration, and names no shell can pass on.
+    for name, fragment in (
+        ("SBATCH_GPUS", "environment variable SBATCH_GPUS is not accepted: sbatch reads SBATCH_*"),
+        ("SLURM_CONF", "environment variable SLURM_CONF is not accepted: Slurm sets SLURM_*"),
+        ("DOCKER_HOST", "environment variable DOCKER_HOST is not accepted: DOCKER_* configure the Docker client"),
+        ("spark.memory", "environment variable name 'spark.memory' is not valid"),
+    ):
+        req = pb.LaunchJobRequest(name="x", user="alice", command=["true"], env={"OK": "1", name: "2"})
+        cases.append((req, "invalid_argument", fragment))
+    # An image that a Docker client would read as its option is no image.
+    req = pb.LaunchJobRequest(name="x", user="alice", command=["true"], image="--volume=/:/host")
+    cases.append((req, "invalid_argument", "image '--volume=/:/host' is not an image name: it starts with '-'"))
     for req, code, fragment in cases:
         got_code, message = error_code(lambda: c.launch_job(req))
         assert got_code == code, (req, message)

@@ -85,7 +85,7 @@ class DockerRuntime(ProcessRuntime):
             passed["CUDA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"]
         for key in passed:
             argv += ["-e", key]
-        argv += [launch.image, *launch.command]
+        argv += ["--", launch.image, *launch.command]  # after `--`, the image is never read as an option
         with open(run.path("stdout"), "ab") as out, open(run.path("stderr"), "ab") as err:
             popen = subprocess.Popen(
                 argv,

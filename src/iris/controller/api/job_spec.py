@@ -18,6 +18,7 @@ from iris.controller.db.database import sql
 from iris.core.bands import Band
 from iris.core.constraints import ANY_REGION, Constraint, Op, inherit_constraints, make_constraint
 from iris.core.errors import FailedPrecondition, InvalidArgument
+from iris.core.images import check_image
 from iris.core.job import DEFAULT_MAX_RETRIES_PREEMPTION, EXISTING_JOB_POLICIES, JobSpec
 from iris.core.limits import MAX_REPLICAS, MAX_RETRIES, MAX_TASK_BYTES, MAX_TASK_CPU, MAX_TASK_DEVICES, MAX_TIMEOUT_S
 from iris.core.names import JobName, validate_component
@@ -33,7 +34,17 @@ MAX_ENV_CHARS = 256 * 1024
 MAX_CONSTRAINTS = 64
 MAX_CONSTRAINT_VALUES = 256
 MAX_WORKDIR_FILES = 1000
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,255}\Z")
+# A name a shell can export: a job's env reaches its command through a shell (every backend runs
+# commands that way), which silently drops any other name.
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}\Z")
+# Names a job may not set, by prefix, and why; every other name (LD_*, BASH_ENV, PYTHON*, PATH, …)
+# is passed to the task alone, never to a process with the controller's or a daemon's privileges
+# (see iris.backends.privileged and docs/security.md, which lists this table).
+REFUSED_ENV_PREFIXES = (
+    ("SLURM_", "Slurm sets SLURM_* in the jobs it runs, and its tools read them as their configuration"),
+    ("SBATCH_", "sbatch reads SBATCH_* as its options; ask for resources with --cpu, --memory and --gpu"),
+    ("DOCKER_", "DOCKER_* configure the Docker client a worker starts containers with"),
+)
 
 
 def generated_name() -> str:
@@ -111,8 +122,8 @@ def build_spec(
     check_env(req.env)
     check_text("workdir", req.workdir, 4096)
     check_text("image", req.image, 512)
-    if req.image and (req.image.strip() != req.image or " " in req.image):
-        raise InvalidArgument(f"image {req.image!r} is not an image name; use e.g. local/busybox:1")
+    if req.image:
+        check_image(req.image)
     if len(req.workdir_files) > MAX_WORKDIR_FILES:
         raise InvalidArgument(
             f"a job may carry at most {MAX_WORKDIR_FILES} workdir files, got {len(req.workdir_files)};"
@@ -196,7 +207,8 @@ def check_constraints(items) -> None:
 
 
 def check_env(env) -> None:
-    """Refuses env names a process could not hold, NUL bytes in values, and oversize envs."""
+    """Refuses env names no shell can pass on, names of REFUSED_ENV_PREFIXES, NUL bytes in values,
+    and oversize envs."""
     if len(env) > MAX_ENV_VARS:
         raise InvalidArgument(f"a job may set at most {MAX_ENV_VARS} environment variables, got {len(env)}")
     total = 0
@@ -206,6 +218,9 @@ def check_env(env) -> None:
                 f"environment variable name {key[:64]!r} is not valid: use letters, digits and '_',"
                 " not starting with a digit (at most 256 characters)"
             )
+        for prefix, why in REFUSED_ENV_PREFIXES:
+            if key.startswith(prefix):
+                raise InvalidArgument(f"environment variable {key} is not accepted: {why}")
         check_text(f"environment variable {key}", value, MAX_ENV_CHARS)
         total += len(key) + len(value)
     if total > MAX_ENV_CHARS:

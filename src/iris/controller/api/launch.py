@@ -26,6 +26,7 @@ from iris.controller.db.jobs import insert_job
 from iris.core import spans
 from iris.core.constraints import Constraint
 from iris.core.errors import InvalidArgument
+from iris.core.images import check_image
 from iris.core.job import JobSpec
 from iris.core.names import JobName
 from iris.core.printable import check_launch_request
@@ -152,6 +153,8 @@ class Submits:
             check_client_freshness(req.client_revision_date, self.config.controller.client_max_age_days)
         now = self.now_ms()
         submitter = self.identities.submitter(req, identity)
+        if req.image:
+            check_image(req.image)  # a bad reference is said to be one, whatever the backends
         if req.image and not any(getattr(b, "runs_images", False) for b in self.backends.values()):
             raise InvalidArgument(
                 f"the job names image {req.image!r}, but no backend of cluster {self.config.name} runs images: "
