@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pwd
 import shutil
 import signal
 import sqlite3
@@ -33,7 +34,7 @@ from iris.federation.ids import received_job_id
 from iris.rpc import controller_pb2 as pb
 from iris.testing.slurm import SlurmCluster, SlurmError, unavailable_reason
 from tests.conftest import ControllerFactory, wait_until
-from tests.controller.helpers import client, logs, status, user_token, wait_state
+from tests.controller.helpers import client, error_code, logs, status, user_token, wait_state
 
 SERVE = str(Path(__file__).with_name("serve_task.py"))
 FAST = {"tick_interval": "1s", "federation_heartbeat_interval": "0.5s", "federation_sync_interval": "0.5s"}
@@ -447,3 +448,67 @@ def test_slurm_task_serves_its_endpoint_from_the_node_slurm_runs_it_on(ctl):
         assert set(live()) == {"web", "ws"}
     finally:
         client(ctl).terminate_job(pb.TerminateJobRequest(job_id=job_id))
+
+
+@pytest.fixture(scope="module")
+def as_users(slurm, tmp_path_factory):
+    """A root controller on the same Slurm whose users' jobs run under their own uids: alice's as the
+    host's `nobody` account; bob has no account of his own (only a uid of auth.task_uids.range). Its
+    staging folder is one every uid can pass through (pytest's own folders are closed to them)."""
+    staging = Path(tempfile.mkdtemp(prefix="iris-slurm-staging-"))
+    staging.chmod(0o711)
+    factory = ControllerFactory(tmp_path_factory.mktemp("slurm-users"))
+    try:
+        yield factory(
+            "on-slurm-as-users",
+            backends=[{**slurm_backend(slurm), "staging_dir": str(staging)}],
+            auth={"task_uids": {"enabled": True}, "task_accounts": {"alice": "nobody"}},
+        )
+    finally:
+        factory.cleanup()
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def test_slurm_job_runs_as_its_users_account_and_cannot_read_the_signing_key(as_users):
+    alice = client(as_users, user_token(as_users, "alice"))
+    key = as_users.state_dir / "signing_key.pem"
+    assert key.exists()
+    script = f"id -u; cat {key} >/dev/null 2>&1 && echo key-read || echo key-refused"
+    final = wait_state(alice, alice.launch_job(job("who", script)).job_id, timeout=60)
+    assert final.job.state == "SUCCEEDED", logs(alice, final.job.job_id)
+    assert logs(alice, final.job.job_id) == [str(pwd.getpwnam("nobody").pw_uid), "key-refused"]
+
+
+def test_slurm_job_env_cannot_change_what_the_controller_runs(as_users, slurm, tmp_path):
+    alice = client(as_users, user_token(as_users, "alice"))
+    # A folder of the job's own with its own `sbatch`, `squeue` and `scancel`, first on its PATH.
+    planted = Path(tempfile.mkdtemp(prefix="iris-planted-"))
+    try:
+        planted.chmod(0o755)
+        marker = planted / "ran-as"
+        for tool in ("sbatch", "squeue", "scancel", "sinfo"):
+            fake = planted / tool
+            fake.write_text(f"#!/bin/sh\nid -u >> {marker}\nexit 0\n")
+            fake.chmod(0o755)
+        env = {"PATH": f"{planted}:/usr/bin:/bin"}
+        final = wait_state(alice, alice.launch_job(job("planted", "echo ran", env=env)).job_id, timeout=60)
+        assert final.job.state == "SUCCEEDED" and logs(alice, final.job.job_id) == ["ran"]
+        assert final.tasks[0].attempts[0].pid > 0 and slurm_job_of(slurm, final.tasks[0].attempts[0].attempt_id)
+        assert not marker.exists(), "the controller ran the job's own Slurm tools"
+    finally:
+        shutil.rmtree(planted, ignore_errors=True)
+    # Slurm's own variables are refused at submit, naming the variable, and nothing is written.
+    before = alice.list_jobs(pb.ListJobsRequest()).total
+    for name, value in (("SBATCH_GPUS", "2"), ("SLURM_CONF", str(tmp_path / "slurm.conf"))):
+        code, message = error_code(lambda: alice.launch_job(job("tuned", "true", env={name: value})))
+        assert code == "invalid_argument" and f"environment variable {name} is not accepted" in message
+    assert alice.list_jobs(pb.ListJobsRequest()).total == before
+
+
+def test_slurm_job_of_a_user_without_an_account_is_unschedulable_naming_task_accounts(as_users):
+    bob = client(as_users, user_token(as_users, "bob"))
+    request = job("nobody-here", "id -u")
+    request.user = "bob"
+    final = wait_state(bob, bob.launch_job(request).job_id, timeout=60)
+    assert final.job.state == "UNSCHEDULABLE", final.job
+    assert "auth.task_accounts" in final.job.error and "bob" in final.job.error, final.job.error
