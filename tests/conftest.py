@@ -19,6 +19,7 @@ import pytest
 
 from iris import testing
 from iris.testing import ClusterProcess, ClusterSet, free_port
+from tests.allowed_skips import allowed as allowed_skip
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,6 +88,39 @@ def pytest_collection_modifyitems(config, items):
         return next((i for i, prefix in enumerate(SLOW_FIRST) if path.startswith(prefix)), len(SLOW_FIRST))
 
     items.sort(key=rank)
+
+
+def _skips_fail() -> bool:
+    """Whether a skip fails the run: in CI (CI=true) as root, where every service the suite needs is
+    installed and every test can run, a skip would hide a test that proves nothing there."""
+    return os.environ.get("CI") == "true" and os.geteuid() == 0
+
+
+def _refuse_skip(report, nodeid: str) -> None:
+    """Turns `report`, a skip, into a failure that says why, unless allowed_skips lists `nodeid`."""
+    if not report.skipped or hasattr(report, "wasxfail") or not _skips_fail() or allowed_skip(nodeid):
+        return
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    reason = reason.removeprefix("Skipped: ")
+    report.outcome = "failed"
+    report.longrepr = (
+        f"{nodeid} was skipped ({reason}) in a CI run as root, where every test must run: make it run"
+        " here, or list it with the reason it cannot in tests/allowed_skips.py"
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _refuse_skip(outcome.get_result(), item.nodeid)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """A whole module skipped as it is imported (`pytest.skip(..., allow_module_level=True)`)."""
+    outcome = yield
+    _refuse_skip(outcome.get_result(), collector.nodeid)
 
 
 def wait_until(predicate, timeout: float = 20.0, interval: float = 0.02, message: str = "condition"):

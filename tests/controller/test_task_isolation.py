@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -129,19 +131,32 @@ def test_task_token_reaches_only_its_own_job_and_ends_with_its_attempt(controlle
     alice.terminate_job(pb.TerminateJobRequest(job_id=other))
 
 
-def test_task_under_its_own_uid_can_import_the_sdk_with_the_python3_on_its_path(controller):
+def test_task_under_its_own_uid_can_import_the_sdk_with_the_python3_on_its_path(controller_factory):
     """The controller's interpreter may sit in a folder closed to the task's uid; whichever `python3`
     the task finds, it can still import the SDK it submits children with."""
     package_root = Path(iris.__file__).resolve().parent.parent
     closed = [p for p in (package_root, *package_root.parents) if not os.stat(p).st_mode & 0o001]
+    ctl = controller_factory(auth={"task_uids": {"enabled": True}}, start=False)
+    open_copy = None
     if closed:
-        pytest.skip(f"{closed[0]} is closed to other users, so no task uid can read Iris from this checkout")
-    alice = client(controller, user_token(controller, "alice"))
-    job = launch(alice, "sdk", ["sh", "-c", "id -u; python3 -c 'import iris.client; print(\"sdk ok\")'"])
-    assert wait_state(alice, job).job.state == "SUCCEEDED", logs(alice, job)
-    uid_line, last = logs(alice, job)[0], logs(alice, job)[-1]
-    assert int(uid_line) not in (0, os.getuid())
-    assert last == "sdk ok"
+        # A checkout in a folder closed to other users (a fresh clone under `mktemp -d`): the
+        # controller runs Iris from a copy where a task uid can read it, as an installed one is.
+        open_copy = Path(tempfile.mkdtemp(prefix="iris-sdk-"))
+        open_copy.chmod(0o755)
+        shutil.copytree(package_root / "iris", open_copy / "iris", ignore=shutil.ignore_patterns("__pycache__"))
+        ctl.env = {**os.environ, "PYTHONPATH": str(open_copy)}
+    try:
+        ctl.start()
+        alice = client(ctl, user_token(ctl, "alice"))
+        job = launch(alice, "sdk", ["sh", "-c", "id -u; python3 -c 'import iris.client; print(\"sdk ok\")'"])
+        assert wait_state(alice, job).job.state == "SUCCEEDED", logs(alice, job)
+        uid_line, last = logs(alice, job)[0], logs(alice, job)[-1]
+        assert int(uid_line) not in (0, os.getuid())
+        assert last == "sdk ok"
+    finally:
+        ctl.stop()
+        if open_copy is not None:
+            shutil.rmtree(open_copy, ignore_errors=True)
 
 
 def test_task_under_its_own_uid_runs_a_script_of_its_workspace_below_a_closed_folder(controller):
