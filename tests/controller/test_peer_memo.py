@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import pytest
 
@@ -39,7 +38,8 @@ def test_peer_owner_is_looked_up_once_per_connection_and_a_task_stays_refused(co
     c = client(ctl)
     for _ in range(20):  # one kept-alive connection, local_admin every time
         assert c.get_cluster_info(pb.GetClusterInfoRequest()).name == "peers"
-    probe = launch(c, "probe", [sys.executable, "-c", PROBE])
+    # The system's Python: this host's own may sit in root's closed home, which a task uid cannot enter.
+    probe = launch(c, "probe", ["/usr/bin/python3", "-c", PROBE])
     assert wait_state(c, probe).job.state == "SUCCEEDED", logs(c, probe)
     assert json.loads(logs(c, probe)[-1]) == [401, 401, 401]  # a task is never local_admin
     ctl.stop()
