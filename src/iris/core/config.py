@@ -237,8 +237,9 @@ class ControllerSettings(_Model):
     # their jobs' further output is discarded (with a line saying so) until older logs expire. 0: no cap.
     max_user_log_bytes: int = Field(default=20 * 1024**3, ge=0)
     # Below this much free space on the database's disk, the output of the users storing the most is
-    # refused first (and below a quarter of it, everyone's), so submits and state still fit. 0: never.
-    min_free_disk: int = Field(default=1024**3, ge=0)
+    # refused first (and below a quarter of it, everyone's), so submits and state still fit. Unset:
+    # 5 % of that disk, at most 1G. 0: never.
+    min_free_disk: int | None = Field(default=None, ge=0)
     # Finished jobs' logs and attempt folders are deleted this long after the job ended. 0 keeps them.
     log_retention: float = Field(default=7 * 86400.0, ge=0)
     # Tasks (a job counts one per replica) one user (with their tasks) may submit a second, after a

@@ -102,6 +102,7 @@ def job_attempts(conn: Connection, job_id: str) -> list[tuple[str, str]]:
 # counted in bytes of output let a job of one-character lines store 30 times its cap; counted here,
 # every cap is what the output takes on disk.
 ROW_OVERHEAD = 48
+DEFAULT_MIN_FREE_DISK = 1024**3
 _MIB = 1024**2
 
 
@@ -150,7 +151,7 @@ class OutputLimits:
     attempt: int = 0  # controller.log_max_output, per attempt
     job: int = 0  # controller.log_max_job_output, per job over all its attempts and relayed lines
     user: int = 0  # controller.max_user_log_bytes, per user over all their retained jobs
-    min_free_disk: int = 0  # controller.min_free_disk: below it, the largest writers are refused
+    min_free_disk: int | None = 0  # controller.min_free_disk (None: 5 % of the disk, at most 1 GiB)
     disk_free: int | None = None  # bytes free on the database's disk at the last look
 
 
@@ -162,12 +163,18 @@ class OutputPolicy:
     LOOK_EVERY_S = 1.0
 
     def __init__(
-        self, folder: Path | None = None, attempt: int = 0, job: int = 0, user: int = 0, min_free_disk: int = 0
+        self,
+        folder: Path | None = None,
+        attempt: int = 0,
+        job: int = 0,
+        user: int = 0,
+        min_free_disk: int | None = 0,
     ):
         self.folder = folder
         self.caps = OutputLimits(attempt, job, user, min_free_disk)
         self._looked = -math.inf
         self._free: int | None = None
+        self._size = 0
         self.told: set[tuple[str, str]] = set()  # (attempt or job, why) that got their marker line
 
     def tell(self, who: str, why: str) -> bool:
@@ -180,7 +187,7 @@ class OutputPolicy:
         return True
 
     def limits(self) -> OutputLimits:
-        if self.folder is None or self.caps.min_free_disk <= 0:
+        if self.folder is None or self.caps.min_free_disk == 0:
             return self.caps
         now = time.monotonic()
         if now - self._looked >= self.LOOK_EVERY_S:
@@ -188,9 +195,13 @@ class OutputPolicy:
             try:
                 st = os.statvfs(self.folder)
                 self._free = st.f_bavail * st.f_frsize
+                self._size = st.f_blocks * st.f_frsize
             except OSError:
                 self._free = None
-        return replace(self.caps, disk_free=self._free)
+        floor = self.caps.min_free_disk
+        if floor is None:
+            floor = min(DEFAULT_MIN_FREE_DISK, self._size * 5 // 100)
+        return replace(self.caps, disk_free=self._free, min_free_disk=floor)
 
 
 NO_OUTPUT_LIMITS = OutputPolicy()
@@ -293,7 +304,7 @@ def admit_output(
                         _marked(
                             row,
                             text_at,
-                            low_disk_marker(user, user_budget.spent, limits.disk_free or 0, limits.min_free_disk),
+                            low_disk_marker(user, user_budget.spent, limits.disk_free or 0, limits.min_free_disk or 0),
                         )
                     )
                 break
@@ -323,9 +334,10 @@ def admit_output(
 
 def _refused_for_disk(conn: Connection, limits: OutputLimits, users: dict[str, _Budget]) -> set[str]:
     """The users whose output is refused because the disk is nearly full (see `admit_output`)."""
-    if limits.disk_free is None or limits.min_free_disk <= 0 or limits.disk_free >= limits.min_free_disk:
+    floor = limits.min_free_disk or 0
+    if limits.disk_free is None or floor <= 0 or limits.disk_free >= floor:
         return set()
-    if limits.disk_free < limits.min_free_disk // 4:
+    if limits.disk_free < floor // 4:
         return set(users)
     largest = run(conn, "SELECT COALESCE(MAX(bytes), 0) FROM log_usage").fetchone()[0]
     return {u for u, b in users.items() if b.spent * 2 >= largest}
