@@ -36,10 +36,16 @@ def test_a_copied_job_has_the_rows_the_api_writes_for_the_same_job(controller_fa
     with sqlite3.connect(db_path) as db:
         api, copied = _rows(db, through_api), _rows(db, "/bob/copy")
         assert api["jobs"] and api["tasks"] and api["attempts"] and api["logs"]
+        # Stored output holds each line's job id twice: the copy's shorter id stores each line in fewer bytes.
+        per_line = 2 * (len("/bob/copy") - len(through_api))
+        lines = {"jobs": len(api["logs"]), "attempts": len(api["logs"])}  # one task, one attempt
         for table in JOB_TABLES:
             for a, c in zip(api[table], copied[table], strict=True):
                 # The copy is bob's: the user columns that named alice name bob.
                 expected = {k: ("bob" if k in ("user", "owner") and v == "alice" else v) for k, v in a.items()}
+                for column in ("log_chars", "log_bytes"):
+                    if column in expected:
+                        expected[column] += per_line * lines[table]
                 assert expected == c, table
         ids = db.execute(
             "SELECT j.root_job_id, t.task_id, a.attempt_id, j.insertion > (SELECT insertion FROM jobs WHERE job_id = ?)"
@@ -53,6 +59,9 @@ def test_a_copied_job_has_the_rows_the_api_writes_for_the_same_job(controller_fa
             (template,),
         ).fetchone()[0]
         assert shifted == 5000
+        # The copy's stored output counts against bob's total, as the API would have counted it.
+        usage = db.execute("SELECT bytes FROM log_usage WHERE user = 'bob'").fetchone()
+        assert usage is not None and usage[0] == copied["jobs"][0]["log_chars"] > 0
     ctl.start()  # the controller serves the copy like any other job
     with IrisClient(ctl.url) as sdk:
         described = sdk.describe("/bob/copy")

@@ -64,12 +64,19 @@ def copy_jobs(db_path: Path | str, template_job_id: str, copies: Sequence[Copy],
             if not columns:
                 continue  # an older schema without this table
             kept = [c for c in columns if c not in SKIPPED_COLUMNS]
-            values = ", ".join(_value(c) for c in kept)
+            values = ", ".join(_value(table, c) for c in kept)
             names = ", ".join(f'"{c}"' for c in kept)
             conn.execute(
                 f"INSERT INTO {table} ({names}) SELECT {values} FROM {table} AS src, temp.fill_copies AS f"
                 " WHERE src.job_id = :tpl ORDER BY f.n",
                 params,
+            )
+        if conn.execute("PRAGMA table_info(log_usage)").fetchall():
+            # Each copy's output counts against its user's stored-output total, as the tick counts it.
+            conn.execute(
+                "INSERT INTO log_usage (user, bytes) SELECT j.user, SUM(j.log_chars) FROM jobs j"
+                " JOIN temp.fill_copies f ON f.job_id = j.job_id WHERE j.log_chars > 0 GROUP BY j.user"
+                " ON CONFLICT(user) DO UPDATE SET bytes = bytes + excluded.bytes"
             )
         conn.execute("DROP TABLE temp.fill_copies")
         conn.execute("COMMIT")
@@ -82,8 +89,22 @@ def copy_jobs(db_path: Path | str, template_job_id: str, copies: Sequence[Copy],
     return len(copies)
 
 
-def _value(column: str) -> str:
+# Counts of stored output bytes, which hold each line's job id twice (`stored_size`): a copy whose
+# id is longer or shorter than the template's stores each of those lines in that many more bytes.
+_STORED_BYTES = {
+    ("jobs", "log_chars"): "SELECT COUNT(*) FROM logs WHERE logs.job_id = :tpl",
+    ("attempts", "log_bytes"): (
+        "SELECT COUNT(*) FROM logs WHERE logs.job_id = :tpl"
+        " AND logs.task_index = src.idx AND logs.attempt = src.attempt"
+    ),
+}
+
+
+def _value(table: str, column: str) -> str:
     """The SQL expression that gives a copy's value of `column` from the template row `src`."""
+    if (table, column) in _STORED_BYTES:
+        lines = _STORED_BYTES[table, column]
+        return f"src.{column} + 2 * (length(f.job_id) - length(:tpl)) * ({lines})"
     if column in ID_COLUMNS:
         # The template id is the whole value or its prefix ('/u/tpl/0:1'); a parent outside the
         # template's tree (or NULL) is kept as it is.
