@@ -1,13 +1,14 @@
-"""Reruns the console examples of the README and writes their real output back into it.
+"""Reruns the console examples of the README and docs/federation.md and writes their real output
+back into them.
 
 Two sections are rerun, each in its own throw-away folder, with `.venv/bin` first on PATH and
 `USER=alice`:
 
-- the tour, between "## A short tour" and "### Federation": every `$ command` line of its
+- the README's tour, between "## A short tour" and "## Federation": every `$ command` line of its
   ```console blocks runs, in order, against an embedded cluster, with HOME and the state
   directory in a temp folder and the working directory a project folder holding the README's own
   `driver.py`;
-- the federation section, between "### Federation" and "## Federation in one page": `iris demo`,
+- docs/federation.md, between "## The demo" and "## Federation in one page": `iris demo`,
   shown abridged (its second step whole, the other steps' first and last lines), then the
   commands by hand, run from a folder (shown as `/tmp/fed`; HOME shown as `/home/alice`) holding
   `marin.yaml` and `cw-h100.yaml` exactly as "Federation in one page" prints them.
@@ -18,7 +19,7 @@ in full is cut to its first 90 characters. Clusters listen on free
 ports so a run never disturbs a cluster on 10000 or 10001; paths and ports are written back as the
 README shows them. Every cluster a section started is stopped at its end, whatever happens.
 
-    .venv/bin/python scripts/readme_outputs.py           # rewrite README.md
+    .venv/bin/python scripts/readme_outputs.py           # rewrite README.md and docs/federation.md
     .venv/bin/python scripts/readme_outputs.py --check   # exit 1 if a command's exit code differs
 """
 
@@ -36,8 +37,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-TOUR = ("## A short tour", "### Federation")
-FEDERATION = ("### Federation", "## Federation in one page")
+FEDERATION_PAGE = ROOT / "docs" / "federation.md"
+TOUR = ("## A short tour", "## Federation\n")
+FEDERATION = ("## The demo", "## Federation in one page")
 BLOCK = re.compile(r"```console\n(.*?)```", re.S)
 README_PORTS = (10000, 10001)  # the ports the README's clusters listen on, in order of the configs
 
@@ -160,7 +162,9 @@ def federation_configs(text: str) -> dict[str, str]:
         if first.startswith("# ") and first.split()[1].endswith(".yaml"):
             configs[first.split()[1]] = block
     if not configs:
-        raise SystemExit("README's 'Federation in one page' has no ```yaml block starting with '# NAME.yaml'")
+        raise SystemExit(
+            "docs/federation.md's 'Federation in one page' has no ```yaml block starting with '# NAME.yaml'"
+        )
     return configs
 
 
@@ -222,30 +226,31 @@ def run_section(text: str, bounds: tuple[str, str], make_session) -> tuple[str, 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="run the commands but leave README.md as it is")
+    ap.add_argument("--check", action="store_true", help="run the commands but leave the pages as they are")
     ap.add_argument("--only", choices=["tour", "federation"], help="rerun one section (default: both)")
     args = ap.parse_args(argv)
-    text = README.read_text()
+    readme = README.read_text()
 
     def tour(base: Path) -> Session:
         session = Session(base)
-        (session.project / "driver.py").write_text(driver_source(text))
+        (session.project / "driver.py").write_text(driver_source(readme))
         return session
 
-    sections = {
-        "tour": (TOUR, tour),
-        "federation": (FEDERATION, lambda base: FederationSession(base, federation_configs(text))),
-    }
+    def federation(base: Path) -> Session:
+        return FederationSession(base, federation_configs(FEDERATION_PAGE.read_text()))
+
+    sections = {"tour": (README, TOUR, tour), "federation": (FEDERATION_PAGE, FEDERATION, federation)}
     problems: list[str] = []
-    for name, (bounds, make_session) in sections.items():
-        if args.only in (None, name):
-            text, found = run_section(text, bounds, make_session)
-            problems += found
+    for name, (page, bounds, make_session) in sections.items():
+        if args.only not in (None, name):
+            continue
+        text, found = run_section(page.read_text(), bounds, make_session)
+        problems += found
+        if not args.check:
+            page.write_text(text)
+            print(f"rewrote the console outputs in {page}", file=sys.stderr)
     for problem in problems:
         print(f"!! {problem}", file=sys.stderr)
-    if not args.check:
-        README.write_text(text)
-        print(f"rewrote the console outputs in {README}", file=sys.stderr)
     return 1 if problems else 0
 
 
