@@ -115,6 +115,7 @@ def start(
                 f"cluster {config.name}: serving on {config.url}, state in {config.state_path} (Ctrl-C stops it)",
                 err=True,
             )
+            _warn_if_not_isolated(config)
         process.run_foreground(config, on_ready=remembered, argv=argv)
         return EXIT_OK
     pid = process.start_detached(config, argv, timeout=timeout)
@@ -131,7 +132,17 @@ def start(
     else:
         click.echo(f"cluster {config.name} is up at {config.url} (pid {pid}); log: {doc['log']}")
         click.echo(f"  export IRIS_CONTROLLER={config.url}")
+        _warn_if_not_isolated(config)
     return EXIT_OK
+
+
+def _warn_if_not_isolated(config) -> None:
+    """Says on stderr, at start, when this controller's users' tasks are not kept apart."""
+    from iris.controller.auth.isolation import not_isolated_reason
+
+    reason = not_isolated_reason(config.auth.task_uids.enabled)
+    if reason:
+        click.echo(f"warning: {reason}", err=True)
 
 
 def _remember(config, config_path: str | None) -> None:

@@ -506,6 +506,8 @@ def cluster_status_text(url: str, info: Any, backends: Any, workers: Sequence[An
         f"  jobs    {counts}",
         f"  peers   {info.peers}",
     ]
+    if info.task_isolation_warning:
+        out.append(f"  WARNING {visible(info.task_isolation_warning)}")
     if backends.backends:
         rows = []
         for b in backends.backends:

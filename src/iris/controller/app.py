@@ -20,7 +20,7 @@ from iris.backends.protocol import BackendContext
 from iris.controller.api.explain import Explainer
 from iris.controller.api.raw_query import RawQueryRunner
 from iris.controller.auth.callers import Identities
-from iris.controller.auth.isolation import secure_state_dir
+from iris.controller.auth.isolation import not_isolated_reason, secure_state_dir
 from iris.controller.db import attempts as attempt_db
 from iris.controller.db.attempts import OutputPolicy
 from iris.controller.db.database import Database, sql
@@ -60,6 +60,9 @@ class Controller:
         self.identities = Identities(config, self.db, clock)
         self.auth = self.identities.auth
         secure_state_dir(state, tasks_have_own_uids=self.identities.tasks.enabled)
+        self.isolation_warning = not_isolated_reason(config.auth.task_uids.enabled)
+        if self.isolation_warning:
+            log.warning("cluster %s: %s", config.name, self.isolation_warning)
         context = BackendContext(
             config.name,
             state,

@@ -686,7 +686,7 @@ class GetClusterInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetClusterInfoResponse(_message.Message):
-    __slots__ = ("name", "version", "revision_date", "uptime_s", "job_counts", "backends", "peers", "pid", "state_dir", "caller", "caller_role", "healthy", "problems", "last_tick_age_s", "spend", "last_tick_ms")
+    __slots__ = ("name", "version", "revision_date", "uptime_s", "job_counts", "backends", "peers", "pid", "state_dir", "caller", "caller_role", "healthy", "problems", "last_tick_age_s", "spend", "last_tick_ms", "task_isolation_warning")
     class JobCountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -710,6 +710,7 @@ class GetClusterInfoResponse(_message.Message):
     LAST_TICK_AGE_S_FIELD_NUMBER: _ClassVar[int]
     SPEND_FIELD_NUMBER: _ClassVar[int]
     LAST_TICK_MS_FIELD_NUMBER: _ClassVar[int]
+    TASK_ISOLATION_WARNING_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     revision_date: str
@@ -726,7 +727,8 @@ class GetClusterInfoResponse(_message.Message):
     last_tick_age_s: float
     spend: _containers.RepeatedCompositeFieldContainer[UserSpend]
     last_tick_ms: float
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., revision_date: _Optional[str] = ..., uptime_s: _Optional[float] = ..., job_counts: _Optional[_Mapping[str, int]] = ..., backends: _Optional[int] = ..., peers: _Optional[int] = ..., pid: _Optional[int] = ..., state_dir: _Optional[str] = ..., caller: _Optional[str] = ..., caller_role: _Optional[str] = ..., healthy: _Optional[bool] = ..., problems: _Optional[_Iterable[str]] = ..., last_tick_age_s: _Optional[float] = ..., spend: _Optional[_Iterable[_Union[UserSpend, _Mapping]]] = ..., last_tick_ms: _Optional[float] = ...) -> None: ...
+    task_isolation_warning: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., revision_date: _Optional[str] = ..., uptime_s: _Optional[float] = ..., job_counts: _Optional[_Mapping[str, int]] = ..., backends: _Optional[int] = ..., peers: _Optional[int] = ..., pid: _Optional[int] = ..., state_dir: _Optional[str] = ..., caller: _Optional[str] = ..., caller_role: _Optional[str] = ..., healthy: _Optional[bool] = ..., problems: _Optional[_Iterable[str]] = ..., last_tick_age_s: _Optional[float] = ..., spend: _Optional[_Iterable[_Union[UserSpend, _Mapping]]] = ..., last_tick_ms: _Optional[float] = ..., task_isolation_warning: _Optional[str] = ...) -> None: ...
 
 class UserSpend(_message.Message):
     __slots__ = ("user", "spend", "on_peers", "budget", "over_budget")

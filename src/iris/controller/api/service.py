@@ -60,6 +60,7 @@ class ControllerServiceImpl(WorkerCalls):
         self.db = controller.db
         self.commits = controller.commits
         self.identities = controller.identities
+        self.isolation_warning = controller.isolation_warning
         self.auth = controller.auth
         self.backends = controller.backends
         self.federation = controller.federation
@@ -347,6 +348,7 @@ class ControllerServiceImpl(WorkerCalls):
             last_tick_age_s=-1 if health.last_tick_age_s is None else health.last_tick_age_s,
             spend=self.spend(),
             last_tick_ms=self.tick.last_stats.duration_ms if self.tick.last_stats is not None else 0.0,
+            task_isolation_warning=self.isolation_warning,
         )
 
     @rpc

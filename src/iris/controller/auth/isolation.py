@@ -150,6 +150,29 @@ class TaskIdentities:
         return TaskAccount(uid, uid, max_processes=self.max_processes)
 
 
+def not_isolated_reason(configured: bool = True, euid: int | None = None) -> str:
+    """Why users' tasks are not kept apart from each other and from the controller, or "" when they are.
+
+    Per-user uids need a root controller (`auth.task_uids`); started as anyone else, or with
+    `auth.task_uids.enabled: false`, every task runs as the controller's own uid, where one user's
+    task may read another's files, environment and task token. Said at start and in
+    `iris cluster status` so that nobody shares such a cluster believing otherwise.
+    """
+    euid = os.geteuid() if euid is None else euid
+    if euid != 0:
+        return (
+            f"the controller runs as uid {euid}, not root: every task runs as that uid, so users' tasks are"
+            " not isolated from each other or from the controller (run it as root for per-user uids;"
+            " see docs/security.md)"
+        )
+    if not configured:
+        return (
+            "auth.task_uids.enabled is false: every task runs as root, so users' tasks are not isolated"
+            " from each other or from the controller"
+        )
+    return ""
+
+
 def host_process_share() -> int:
     """A quarter of the processes (and threads) this host can hold at once: what one task uid may
     hold by default, so tasks forking without end leave the controller room to work."""
