@@ -323,3 +323,44 @@ def test_token_revoke_by_the_id_create_prints_refuses_that_token(controller, tmp
     assert revoked.returncode == 0 and doc["token_id"] in revoked.stdout, revoked.stderr
     refused = iris("--controller", controller.url, "--token", doc["token"], "job", "list", home=tmp_path)
     assert refused.returncode == 3 and "revoked" in refused.stderr
+
+
+def test_an_empty_token_means_none_and_forget_removes_the_saved_one(controller, tmp_path):
+    key = load_or_create_signing_key(None, controller.state_dir)
+    TokenStore(tmp_path / ".iris" / "tokens.json").put(
+        controller.url, mint_token(key, controller.name, "alice", "user", 600)
+    )
+    assert owner_of_new_job(controller, "stored", home=tmp_path) == "alice"
+    # Given but empty, from the flag or the environment: no token at all, not the stored one.
+    assert owner_of_new_job(controller, "empty-flag", "--token", "", home=tmp_path) == "local_admin"
+    assert owner_of_new_job(controller, "empty-env", home=tmp_path, env={"IRIS_TOKEN": ""}) == "local_admin"
+    forgot = iris("--controller", controller.url, "token", "forget", home=tmp_path)
+    assert forgot.returncode == 0, forgot.stderr
+    assert f"forgot the token saved for {controller.url}" in forgot.stdout
+    assert TokenStore(tmp_path / ".iris" / "tokens.json").get(controller.url) is None
+    assert owner_of_new_job(controller, "forgotten", home=tmp_path) == "local_admin"
+    again = iris("-o", "json", "token", "forget", controller.url, home=tmp_path)
+    assert again.returncode == 0 and json.loads(again.stdout)["forgotten"] is False
+    bad = iris("token", "forget", "not a url", home=tmp_path)
+    assert bad.returncode == 3 and "is not a controller URL" in bad.stderr
+
+
+def test_a_refused_saved_token_names_the_file_it_came_from(controller, tmp_path):
+    TokenStore(tmp_path / ".iris" / "tokens.json").put(
+        controller.url, mint_token(SigningKey.generate(), "elsewhere", "alice", "user", 600)
+    )
+    refused = iris("--controller", controller.url, "job", "list", home=tmp_path)
+    assert refused.returncode == 3
+    assert str(tmp_path / ".iris" / "tokens.json") in refused.stderr
+    assert f"iris token forget {controller.url}" in refused.stderr
+    # A token the person typed is theirs to fix: no file is named.
+    typed = iris(
+        "--controller",
+        controller.url,
+        "--token",
+        mint_token(SigningKey.generate(), "x", "a", "user", 60),
+        "job",
+        "list",
+        home=tmp_path,
+    )
+    assert typed.returncode == 3 and "tokens.json" not in typed.stderr

@@ -19,7 +19,7 @@ _SUBCOMMANDS = {
     "job": ("iris.cli.job", "job", "Submit, list, watch and stop jobs."),
     "query": ("iris.cli.query", "query", "Run a read-only SQL query against the controller's database."),
     "rpc": ("iris.cli.rpc", "rpc", "Call any API method with a JSON body."),
-    "token": ("iris.cli.token", "token", "Mint bearer tokens for a cluster's users."),
+    "token": ("iris.cli.token", "token", "Mint, revoke and forget bearer tokens for a cluster's users."),
     "worker": ("iris.cli.worker", "worker", "Turn this host into capacity for a cluster, and list workers."),
 }
 

@@ -247,7 +247,12 @@ def _run(args: list[str], lean: bool = True) -> None:
         if rv is None:  # not a form the lean path takes, or a value it leaves to click to report
             rv = run_click(args, json_mode)
     except IrisError as exc:
-        _report(exc.code, exc.message, json_mode)
+        message = exc.message
+        if isinstance(exc, Unauthenticated):
+            from iris.client.tokens import refused_token_note
+
+            message += refused_token_note()
+        _report(exc.code, message, json_mode)
         sys.exit(exit_code_for(exc))
     except KeyboardInterrupt:
         echo("interrupted", err=True)

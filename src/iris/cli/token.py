@@ -1,4 +1,4 @@
-"""`iris token create`: mint a bearer token for one of a cluster's users, with the cluster's own key.
+"""`iris token create|revoke|forget`: mint a bearer token for one of a cluster's users, with the cluster's own key.
 
 Minting needs the cluster's private key, not a running controller: whoever holds the config (and so
 the key file) vouches for the user, exactly as the controller would. The key is found the way the
@@ -80,7 +80,7 @@ def issue_token(config, user: str, role: str, ttl_s: float) -> IssuedToken:
 
 @click.group()
 def token() -> None:
-    """Mint and revoke bearer tokens for a cluster's users."""
+    """Mint, revoke and forget bearer tokens for a cluster's users."""
 
 
 @token.command("create")
@@ -201,4 +201,32 @@ def revoke(obj: CliContext, value: str) -> int:
         return EXIT_OK
     already = "" if reply.newly_revoked else " (it was already revoked)"
     click.echo(f"revoked token {reply.token_id}{already}")
+    return EXIT_OK
+
+
+@token.command("forget")
+@click.argument("url", metavar="[URL]", required=False)
+@output_option
+@click.pass_obj
+def forget(obj: CliContext, url: str | None) -> int:
+    """Removes the token saved for URL (default: the controller this command would call) from
+    ~/.iris/tokens.json, so later commands to it send no token unless given one.
+
+    The token itself stays valid; `iris token revoke` ends it on the cluster.
+    """
+    from iris.client.client import default_url
+    from iris.client.token_store import TokenStore
+    from iris.client.tokens import token_file
+
+    if url is not None and not re.match(r"^https?://[^/\s]+", url.strip()):
+        raise click.BadParameter(f"{url!r} is not a controller URL (http://HOST:PORT)", param_hint="URL")
+    target = url.strip() if url is not None else (obj.controller_url() or default_url())
+    path = token_file()
+    forgotten = TokenStore(path).delete(target) if path.exists() else False
+    if obj.json:
+        obj.emit({"url": target, "file": str(path), "forgotten": forgotten})
+    elif forgotten:
+        click.echo(f"forgot the token saved for {target} in {path}")
+    else:
+        click.echo(f"no token was saved for {target} in {path}; nothing to forget")
     return EXIT_OK

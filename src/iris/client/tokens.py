@@ -42,11 +42,36 @@ def stored_token(controller_url: str) -> str | None:
     return TokenStore(token_file()).get(controller_url)
 
 
+# The stored tokens this process chose to send: (controller URL, file). A refusal of one names the
+# file it came from (`refused_token_note`), since the person never typed it.
+_SENT_FROM_FILE: list[tuple[str, str]] = []
+
+
 def token_for(controller_url: str, explicit: str | None = None) -> str | None:
-    """The token to send: `explicit` (--token), else $IRIS_TOKEN, else the one stored for the URL."""
-    if explicit:
-        return explicit
-    return os.environ.get("IRIS_TOKEN") or stored_token(controller_url)
+    """The token to send: `explicit` (--token), else $IRIS_TOKEN, else the one stored for the URL.
+
+    Given but empty (`--token ""`, `IRIS_TOKEN=`) means "send no token": it does not fall through
+    to the next source, so a person can call without the token stored for a cluster.
+    """
+    if explicit is not None:
+        return explicit.strip() or None
+    if "IRIS_TOKEN" in os.environ:
+        return os.environ["IRIS_TOKEN"].strip() or None
+    stored = stored_token(controller_url)
+    if stored:
+        _SENT_FROM_FILE.append((controller_url, _token_path()))
+    return stored
+
+
+def refused_token_note() -> str:
+    """What to add to a controller's refusal of this process's token when it came from the token
+    file: which file, and how to forget it; "" when the person gave the token (or sent none)."""
+    if not _SENT_FROM_FILE:
+        return ""
+    url, path = _SENT_FROM_FILE[-1]
+    return (
+        f" (the token sent is the one saved for {url} in {path}; `iris token forget {url}` removes it, or pass --token)"
+    )
 
 
 def token_subject(token: str | None) -> str | None:
