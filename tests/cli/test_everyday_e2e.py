@@ -138,6 +138,8 @@ def test_logs_mark_each_new_attempt_and_history_and_wait_summarise(controller):
     script = 'echo "attempt $IRIS_ATTEMPT"; [ "$IRIS_ATTEMPT" = 1 ]'
     flaky = controller.cli("job", "run", "--job-name", "flaky", "--max-retries", "1", "--", script)
     assert flaky.returncode == 0, flaky.stderr
+    # The live output of `job run` marks the retry as `job logs` does.
+    assert flaky.stdout.splitlines()[1:] == ["attempt 0", "--- task 0: attempt 1 (attempt 0 ended) ---", "attempt 1"]
     logs = controller.cli("job", "logs", "flaky").stdout.splitlines()
     assert logs == ["attempt 0", "--- task 0: attempt 1 (attempt 0 ended) ---", "attempt 1"]
     assert controller.cli("job", "run", "--job-name", "bad", "--", "exit 4").returncode == 1

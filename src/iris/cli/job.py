@@ -356,7 +356,7 @@ def logs(
     When a task ran more than once, a line marks where each attempt begins. With -f, a job still
     waiting has its pending reason printed to stderr when it changes (and every 30 s).
     """
-    from iris.cli.output import message_to_dict, visible, write_log_line
+    from iris.cli.output import AttemptMarks, message_to_dict, visible, write_log_line
 
     job_id = resolve_job(obj, job_id)
     client = obj.client()
@@ -384,12 +384,13 @@ def logs(
         click.echo(f"pending: {reason}", err=True)
         watcher = PendingWatcher(client, job_id, reason)
     try:
-        seen: dict[int, int] = {}  # task index -> the attempt its last line came from
+        marks = AttemptMarks()
         for line in source:
-            previous = seen.get(line.task_index)
-            if previous is not None and line.attempt != previous:
-                click.echo(f"--- task {line.task_index}: attempt {line.attempt} (attempt {previous} ended) ---")
-            seen[line.task_index] = line.attempt
+            if watcher is not None:  # a line means it runs: no pending line may follow it
+                watcher.stop()
+            mark = marks.before(line)
+            if mark is not None:
+                click.echo(mark)
             write_log_line(line, show_task=show_task, timestamps=timestamps, raw=raw)
     except KeyboardInterrupt:
         return 130

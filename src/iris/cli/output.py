@@ -441,6 +441,24 @@ def format_log_line(line: Any, *, show_task: bool, timestamps: bool, raw: bool =
     return prefix + (line.text if raw else visible(line.text, keep="\t"))
 
 
+class AttemptMarks:
+    """Where a task's output passes from one attempt to the next, in a stream of its log lines.
+
+    `iris job run`, `job logs` and `job logs -f` print the same `--- task 0: attempt 1 (attempt 0
+    ended) ---` line before the first line of a retry, so a reader sees where a run began again.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[int, int] = {}  # task index -> the attempt its last line came from
+
+    def before(self, line: Any) -> str | None:
+        previous = self._seen.get(line.task_index)
+        self._seen[line.task_index] = line.attempt
+        if previous is None or line.attempt == previous:
+            return None
+        return f"--- task {line.task_index}: attempt {line.attempt} (attempt {previous} ended) ---"
+
+
 def write_log_line(line: Any, *, show_task: bool, timestamps: bool, raw: bool = False) -> None:
     """Task stdout to stdout; task stderr and the controller's own notes to stderr."""
     stream = sys.stdout if line.stream == "stdout" else sys.stderr

@@ -96,17 +96,23 @@ def _follow_to_end(
     cancel_on_interrupt: bool = False,
     raw: bool = False,
 ) -> int:
-    from iris.cli.output import message_to_dict, write_log_line
+    from iris.cli.output import AttemptMarks, message_to_dict, write_log_line
 
     client = obj.client()
     lines = []
     watcher = None if obj.json else PendingWatcher(client, job_id, launched.get("message", ""))
+    marks = AttemptMarks()
     try:
         for line in client.follow(job_id):
             if obj.json:
                 lines.append(line)
-            else:
-                write_log_line(line, show_task=replicas > 1, timestamps=timestamps, raw=raw)
+                continue
+            if watcher is not None:  # a line means it runs: no pending line may follow it
+                watcher.stop()
+            mark = marks.before(line)
+            if mark is not None:
+                echo(mark)
+            write_log_line(line, show_task=replicas > 1, timestamps=timestamps, raw=raw)
         status = client.wait(job_id)
     except KeyboardInterrupt:
         if cancel_on_interrupt:
@@ -162,6 +168,7 @@ class PendingWatcher:
         self._job_id = job_id
         self._shown = shown  # `job run` already printed the submit answer's message
         self._stop = threading.Event()
+        self._printing = threading.Lock()  # held while a line is printed, so stop() waits for it
         self._thread = threading.Thread(target=self._run, name="pending-reasons", daemon=True)
         self._thread.start()
 
@@ -176,15 +183,20 @@ class PendingWatcher:
                 return
             reason = status.pending_reason or "waiting to be scheduled"
             now = time.monotonic()
-            if reason != self._shown:
-                self._shown, last = reason, now
-                echo(f"pending: {reason}", err=True)
-            elif now - last >= PENDING_REMINDER_S:
-                last = now
-                echo(f"still pending after {_duration(now - began)}: {reason}", err=True)
+            with self._printing:
+                if self._stop.is_set():  # the job's output began while this status call was out
+                    return
+                if reason != self._shown:
+                    self._shown, last = reason, now
+                    echo(f"pending: {reason}", err=True)
+                elif now - last >= PENDING_REMINDER_S:
+                    last = now
+                    echo(f"still pending after {_duration(now - began)}: {reason}", err=True)
 
     def stop(self) -> None:
-        self._stop.set()
+        """Stops it; once this returns it prints nothing more."""
+        with self._printing:
+            self._stop.set()
 
 
 def _duration(seconds: float) -> str:
