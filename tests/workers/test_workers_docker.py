@@ -46,3 +46,22 @@ def test_workers_docker_limits_oom_and_stop(pool, worker_factory, dockerd):
     )
     assert wait_state(c, sleeper).job.state == "KILLED"
     worker.signal(signal.SIGTERM)
+
+
+def test_workers_docker_job_runs_in_its_workspace_and_sees_no_gpus(pool, worker_factory, dockerd, tmp_path):
+    from iris.client import IrisClient
+
+    worker_factory(pool, "boxed", "--runtime", "docker", env={"DOCKER_HOST": dockerd.host})
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "data.txt").write_text("from the workspace\n")
+    script = 'cat data.txt; echo "[$CUDA_VISIBLE_DEVICES]"; pwd; echo written > out.txt && cat out.txt'
+    with IrisClient(pool.url, token="") as sdk:
+        job = sdk.submit(
+            ["sh", "-c", script], name="ws", user="alice", cpu=0.5, image=dockerd.image, workdir=str(project)
+        )
+        assert sdk.wait(job, timeout=60).state == "SUCCEEDED", [line.text for line in sdk.logs(job)]
+        lines = [line.text for line in sdk.logs(job) if line.stream == "stdout"]
+    assert lines[0] == "from the workspace" and lines[1] == "[]" and lines[3] == "written"
+    assert lines[2].endswith("/work")  # the attempt's own folder, at the same path inside the container
+    assert not (project / "out.txt").exists()

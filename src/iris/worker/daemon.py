@@ -119,7 +119,9 @@ class WorkerDaemon:
             from iris.worker.docker import DockerRuntime
 
             return DockerRuntime(self.settings, self._report_now.set)
-        return ProcessRuntime(self.settings.work_dir, self.settings.capacity.device, self._report_now.set)
+        return ProcessRuntime(
+            self.settings.work_dir, self.settings.capacity.device, self._report_now.set, self.settings.device_ids
+        )
 
     def _client(self, timeout_s: float) -> ControllerServiceClientSync:
         return ControllerServiceClientSync(self.settings.controller, timeout_ms=int(timeout_s * 1000))

@@ -1,8 +1,10 @@
 """How a `--runtime docker` worker runs attempts: a job naming an image runs in a container.
 
 The container gets the attempt's cpu and memory as Docker limits (`--cpus`, `--memory`, with swap
-capped at the same value so the limit is real), the worker's assigned GPUs (`/dev/nvidiaN` where
-present, and `CUDA_VISIBLE_DEVICES`), and the host's network (`--network host`: tasks reach the
+capped at the same value so the limit is real), the job's workspace mounted at the attempt's own
+working folder (the same path inside as outside), the worker's assigned GPUs through Docker's device
+request (`--gpus device=UUID,…`, with `CUDA_VISIBLE_DEVICES`; empty for a task given none), and the
+host's network (`--network host`: tasks reach the
 controller and each other as processes do). Every container carries the labels `iris.worker` and
 `iris.attempt`, which is how a restarted daemon finds and removes what its previous life left.
 A job without an image runs as a process, exactly as on a process worker.
@@ -21,7 +23,6 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable
-from pathlib import Path
 
 from iris.rpc import controller_pb2 as pb
 from iris.worker.runtime import AttemptRun, ProcessRuntime, StartFailed
@@ -42,7 +43,7 @@ class DockerRuntime(ProcessRuntime):
     name = "docker"
 
     def __init__(self, settings: WorkerSettings, on_exit: Callable[[], None] = lambda: None):
-        super().__init__(settings.work_dir, settings.capacity.device, on_exit)
+        super().__init__(settings.work_dir, settings.capacity.device, on_exit, settings.device_ids)
         self.worker = settings.name
         self.docker = shutil.which("docker") or "docker"
         self.env = dict(os.environ)
@@ -76,13 +77,21 @@ class DockerRuntime(ProcessRuntime):
             argv += ["--cpus", f"{resources.cpu:g}"]
         if resources.memory_bytes > 0:
             argv += ["--memory", str(resources.memory_bytes), "--memory-swap", str(resources.memory_bytes)]
-        for index in run.devices:
-            if Path(f"/dev/nvidia{index}").exists():
-                argv += ["--device", f"/dev/nvidia{index}"]
+        # The job's workspace, as a process task gets it: its layers copied into the attempt's own
+        # folder, mounted at the same path and the container's working directory.
+        for layer in layers:
+            shutil.copytree(layer, workdir, symlinks=True, dirs_exist_ok=True)
+        argv += ["--volume", f"{workdir}:{workdir}", "--workdir", workdir]
         # Values travel in the client's environment (`-e KEY`), never on its command line.
         passed = {**dict(launch.env), "IRIS_ATTEMPT_ID": launch.attempt_id}
-        if "CUDA_VISIBLE_DEVICES" in env:
-            passed["CUDA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"]
+        if run.devices:
+            # Docker's device request (the NVIDIA container runtime), by UUID where the GPUs were
+            # found: the container sees those GPUs alone, numbered from 0 inside it.
+            ids = [self.device_ids[i] if self.device_ids else str(i) for i in run.devices]
+            argv += ["--gpus", f'"device={",".join(ids)}"']
+            passed["CUDA_VISIBLE_DEVICES"] = ",".join(ids) if self.device_ids else ",".join(map(str, range(len(ids))))
+        else:
+            passed["CUDA_VISIBLE_DEVICES"] = ""
         for key in passed:
             argv += ["-e", key]
         argv += ["--", launch.image, *launch.command]  # after `--`, the image is never read as an option

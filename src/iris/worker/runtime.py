@@ -74,10 +74,17 @@ class ProcessRuntime:
 
     name = "process"
 
-    def __init__(self, work_dir: Path, device: Device, on_exit: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        work_dir: Path,
+        device: Device,
+        on_exit: Callable[[], None] = lambda: None,
+        device_ids: tuple[str, ...] = (),
+    ):
         self.root = work_dir / "attempts"
         self.root.mkdir(parents=True, exist_ok=True)
         self.device = device
+        self.device_ids = device_ids  # the UUIDs of the found GPUs, by index; () where --devices said
         self._free = set(range(device.count)) if device.kind == "gpu" else set()
         self._on_exit = on_exit
         self._lock = threading.Lock()
@@ -130,8 +137,9 @@ class ProcessRuntime:
             self._free.difference_update(run.devices)
             self.attempts[launch.attempt_id] = run
         env = {**os.environ, **dict(launch.env), "IRIS_ATTEMPT_ID": launch.attempt_id}
-        if launch.resources.device.kind == "gpu":
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, run.devices))
+        # What it was given, by UUID where the GPUs were found (indexes otherwise); a task given none
+        # is told so, and does not see every GPU of the host.
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(self.device_ids[i] if self.device_ids else str(i) for i in run.devices)
         if launch.workdir and Path(launch.workdir).is_dir():
             workdir, layers = launch.workdir, ()
         else:

@@ -30,6 +30,7 @@ class WorkerSettings:
     runtime: str = "process"
     token: str | None = None
     docker_host: str | None = None  # the Docker daemon's socket (--runtime docker); None: $DOCKER_HOST
+    device_ids: tuple[str, ...] = ()  # the found GPUs' UUIDs by index (`iris.backends.gpus`); () with --devices
 
 
 def parse_devices(text: str) -> Device:
@@ -92,7 +93,14 @@ def host_settings(
     name = validate_worker_name(name or socket.gethostname().split(".")[0])
     # Absolute, so that attempts, which run in folders of their own, still find the worker's files.
     folder = (Path(work_dir).expanduser() if work_dir else Path("~/.iris/worker").expanduser() / name).resolve()
-    device = parse_devices(devices) if devices else Device()
+    device_ids: tuple[str, ...] = ()
+    if devices:
+        device = parse_devices(devices)
+    else:  # what the host has, found through NVML: --devices states it instead
+        from iris.backends import gpus
+
+        found = gpus.usable(gpus.detect())
+        device, device_ids = gpus.as_device(found), tuple(g.uuid for g in found)
     implied = device_attributes(device)
     given = parse_attributes(attrs)
     for key, value in given.items():
@@ -117,4 +125,6 @@ def host_settings(
     )
     if capacity.cpu <= 0:
         raise InvalidArgument(f"--cpu {cpu} must be more than zero")
-    return WorkerSettings(controller.rstrip("/"), backend, name, capacity, attributes, folder, runtime, token)
+    return WorkerSettings(
+        controller.rstrip("/"), backend, name, capacity, attributes, folder, runtime, token, device_ids=device_ids
+    )

@@ -31,6 +31,7 @@ them: a failed commit (a full disk) loses nothing, and the pump stops reading wh
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import re
@@ -44,6 +45,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from iris.backends import gpus
 from iris.backends.local.attempts_root import attempts_root
 from iris.backends.local.containment import Containment
 from iris.backends.local.own_uid import give_workspace, uid_task_env
@@ -98,25 +100,41 @@ def worker_attributes(config: LocalBackendConfig) -> dict[str, str]:
     """The attributes every worker of this backend carries: configured ones plus device facts."""
     attrs = {k: str(v).lower() for k, v in config.attributes.items()}
     attrs.setdefault("pool", config.id)
-    if config.devices:
-        kind = "gpu" if config.devices.gpu else "tpu"
-        attrs["device-type"] = kind
-        attrs["device-variant"] = (config.devices.gpu or config.devices.tpu or "").lower()
-        if kind == "gpu":
-            attrs["gpu-count"] = str(config.devices.count)
+    device = worker_capacity(config).device
+    if device.is_accelerator:
+        attrs["device-type"] = device.kind
+        attrs["device-variant"] = device.variant
+        if device.kind == "gpu":
+            attrs["gpu-count"] = str(device.count)
         else:
-            attrs["tpu-topology"] = f"{attrs['device-variant']}-{config.devices.count}"
+            attrs["tpu-topology"] = f"{device.variant}-{device.count}"
     else:
         attrs["device-type"] = "cpu"
     return attrs
 
 
 def worker_capacity(config: LocalBackendConfig) -> Resources:
+    """What each worker of the backend holds: its configured capacity, and its `devices:` or, for a
+    backend of one worker that names none, the GPUs this host has (found through NVML)."""
     device = Device()
     if config.devices:
         kind = "gpu" if config.devices.gpu else "tpu"
         device = Device(kind, (config.devices.gpu or config.devices.tpu or "").lower(), config.devices.count)
+    elif config.workers == 1:
+        device = gpus.as_device(host_gpus())
     return Resources(cpu=config.capacity.cpu, memory=config.capacity.memory, disk=config.capacity.disk, device=device)
+
+
+@functools.cache
+def host_gpus() -> tuple[gpus.Gpu, ...]:
+    """The GPUs of this host that a local backend offers, found once per process."""
+    return gpus.usable(gpus.detect())
+
+
+def device_ids(config: LocalBackendConfig) -> tuple[str, ...]:
+    """The UUIDs CUDA_VISIBLE_DEVICES names a task's GPUs by, when they were found; () when the
+    config states its devices (they are then named by index, as configured)."""
+    return tuple(g.uuid for g in host_gpus()) if not config.devices and config.workers == 1 else ()
 
 
 def shell_argv(command: tuple[str, ...]) -> list[str]:
@@ -188,6 +206,7 @@ class LocalBackend:
         # Wakes the tick only to store events that free nothing (an attempt's process now runs).
         self._note = note or wake
         self._capacity = worker_capacity(config)
+        self._device_ids = device_ids(config)
         attrs = worker_attributes(config)
         self._workers = tuple(
             WorkerSnapshot(f"{config.id}-{i}", config.id, self._capacity, dict(attrs, worker=f"{config.id}-{i}"))
@@ -296,8 +315,8 @@ class LocalBackend:
         )
         env = dict(spec.env)
         env["IRIS_ATTEMPT_ID"] = spec.attempt_id
-        if devices or (spec.resources.device.kind == "gpu"):
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
+        # What it was given (by UUID where the GPUs were found); a task given none sees none.
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(self._device_ids[i] if self._device_ids else str(i) for i in devices)
         # Tasks start in a folder of their own (a copy of the job's workspace, or empty), removed
         # when the attempt ends; the attempt's own files (pid, exit, logs) stay beside it.
         workdir = spec.workdir
