@@ -152,10 +152,30 @@ class WorkerDaemon:
         self.claim_work_dir()
         reporter = threading.Thread(target=self._report_loop, name="worker-report", daemon=True)
         reporter.start()
+        # The long poll runs on a thread of its own, so that a stop does not wait out the poll the
+        # controller holds open (up to `hold_s`): the daemon leaves at once, and a poll answered
+        # after that starts nothing (`_apply` skips starts once stopping).
+        failed: list[BaseException] = []
+
+        def poll() -> None:
+            try:
+                self._poll_loop()
+            except BaseException as exc:  # a refused registration: the daemon's own error
+                failed.append(exc)
+            finally:
+                self._stop.set()
+
+        poller = threading.Thread(target=poll, name="worker-poll", daemon=True)
+        poller.start()
         try:
-            self._poll_loop()
+            while not self._stop.wait(1.0):
+                pass
+            if failed:
+                raise failed[0]
         finally:
             self._stop.set()
+            with self._lock:  # an answer being applied now finishes first; later ones start nothing
+                pass
             self._report_now.set()
             reporter.join(timeout=5)
             killed = self.runtime.shutdown()
