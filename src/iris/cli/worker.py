@@ -50,6 +50,11 @@ def worker() -> None:
     show_default=True,
     help="process: attempts run as process groups; docker: jobs naming --image run in containers.",
 )
+@click.option(
+    "--metrics-listen",
+    metavar="HOST:PORT",
+    help="Serve Prometheus /metrics there (e.g. 0.0.0.0:9101); default: listen on nothing.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log every exchange with the controller.")
 @output_option
 @click.pass_obj
@@ -65,6 +70,7 @@ def start(
     attrs: tuple[str, ...],
     work_dir: str | None,
     runtime: str,
+    metrics_listen: str | None,
     verbose: bool,
 ) -> int:
     """Joins backend ID of a cluster and runs the attempts it is given, until stopped (SIGTERM).
@@ -99,6 +105,11 @@ def start(
     on_joined = (lambda resp: echo(json.dumps(joined_doc(settings, resp)))) if obj.json else None
     daemon = WorkerDaemon(settings, on_joined=on_joined)
     daemon.install_signal_handlers()
+    if metrics_listen:
+        from iris.worker import metrics
+
+        port = metrics.serve(daemon, metrics_listen)
+        click.echo(f"worker {settings.name}: /metrics on {metrics_listen.rpartition(':')[0]}:{port}", err=True)
     click.echo(
         f"worker {settings.name} joining backend {backend} at {url} "
         f"({settings.capacity.describe()}, {runtime}, work dir {settings.work_dir})",

@@ -47,6 +47,7 @@ from iris.rpc.codec import resources_to_proto
 from iris.rpc.controller_connect import ControllerServiceClientSync
 from iris.rpc.errors import from_connect
 from iris.rpc.worker_text import clip_error
+from iris.worker import metrics
 from iris.worker.runtime import STREAMS, AttemptRun, ProcessRuntime, StartFailed
 from iris.worker.settings import WorkerSettings
 
@@ -185,6 +186,10 @@ class WorkerDaemon:
     def stop(self) -> None:
         self._stop.set()
 
+    def session_open(self) -> bool:
+        """Whether the daemon holds a session with the controller now (registered, not yet left)."""
+        return self._session is not None and not self._stop.is_set()
+
     def install_signal_handlers(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stop())
@@ -235,15 +240,19 @@ class WorkerDaemon:
                     backend_id=self.settings.backend, session=session, acked_seq=acked, wait_ms=int(self.hold_s * 1000)
                 )
                 resp = client.worker_poll(req, headers=self._headers())
+                metrics.POLLS.labels("ok").inc()
                 self._apply(resp, session)
                 backoff.reset()
             except ConnectError as exc:
                 if exc.code in FATAL:
+                    metrics.POLLS.labels("refused").inc()
                     raise from_connect(exc) from None
+                metrics.POLLS.labels("unreachable").inc()
                 log.info("controller unreachable (%s); retrying", exc.message)
                 client = None
                 backoff.wait(self._stop)
             except (OSError, TimeoutError) as exc:
+                metrics.POLLS.labels("unreachable").inc()
                 log.info("controller unreachable (%s); retrying", exc)
                 client = None
                 backoff.wait(self._stop)
@@ -276,7 +285,9 @@ class WorkerDaemon:
         self._sent.setdefault(launch.attempt_id, dict.fromkeys(STREAMS, 0))
         try:
             self.runtime.start(launch, self._workspace(launch))
+            metrics.ATTEMPTS_STARTED.labels("started").inc()
         except StartFailed as exc:
+            metrics.ATTEMPTS_STARTED.labels("refused").inc()
             log.warning("cannot start %s: %s", launch.attempt_id, exc)
             self._failed[launch.attempt_id] = clip_error(str(exc))
         self._report_now.set()

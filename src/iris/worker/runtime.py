@@ -109,6 +109,12 @@ class ProcessRuntime:
         self.containment = Containment(self.root)
         return killed
 
+    def levels(self) -> tuple[int, int]:
+        """(attempts running, devices they hold) now, for `/metrics`."""
+        with self._lock:
+            live = [a for a in self.attempts.values() if not a.exited]
+            return len(live), sum(len(a.devices) for a in live)
+
     def shutdown(self) -> list[str]:
         with self._lock:
             live = [a for a in self.attempts.values() if not a.exited]
