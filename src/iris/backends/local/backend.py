@@ -90,7 +90,7 @@ MAX_PENDING_LINES = 200_000
 POLL_LINES = 50_000
 DEFAULT_OUTPUT_CAP = 100 * 1024**2
 STAGING_REASON = "staging files: the job's workspace is being laid out for the attempt"
-STAGING_THREADS = 4  # working folders made at once; linking is mostly system calls
+STAGING_THREADS = 2  # working folders made at once: more contend on the same files (measured)
 
 
 def now_ms() -> int:
