@@ -31,6 +31,7 @@ them: a failed commit (a full disk) loses nothing, and the pump stops reading wh
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import os
 import re
@@ -235,6 +236,7 @@ class LocalBackend:
             self._selector.register(self._spawner.exits_fd(), selectors.EVENT_READ, _SPAWNER)
         self._spawned: list[Spawned] = []  # processes known to run since the last `ack`
         self._waiting: list[tuple[str, str]] = []  # (attempt, why it has no process yet) since the last `ack`
+        self._gone = itertools.count()  # names for folders moved aside to be removed (see `_remove_later`)
         self._stager = StagingPool(min(STAGING_THREADS, os.cpu_count() or 1), f"staging-{self.id}")
         self._threads = [
             threading.Thread(target=self._watch_exits, name=f"exits-{self.id}", daemon=True),
@@ -324,7 +326,7 @@ class LocalBackend:
         layers = spec.workspace if not spec.workdir else ()
         try:
             if stale and (layers or as_task):
-                shutil.rmtree(home, ignore_errors=True)  # maybe altered by the task since; never follows a link
+                self._remove_later(home)  # maybe altered by the task since
             if layers or as_task:
                 # The controller's until it is filled and handed over: a folder given to the task's
                 # uid first could be filled with links by another of its user's tasks.
@@ -740,7 +742,25 @@ class LocalBackend:
         if record.stop_deadline is None or not self.containment.members(record.name, -1, record.attempt_id):
             self._empty(record, wake=False)  # reported just below
         self._release_devices(record)
-        _remove_tree(record.folder / "work")  # the workspace copy ends with the attempt
+        self._remove_later(record.folder / "work")  # the workspace copy ends with the attempt
+
+    def _remove_later(self, folder: Path) -> None:
+        """Removes `folder` on a staging thread, after moving it out of the way at once: a tree of
+        20,000 links takes a while to remove, and neither exits nor the tick wait for it, while a
+        new attempt of the same id may make a folder of that name meanwhile."""
+        try:
+            folder.rmdir()  # most are empty or absent: nothing to hand over
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            pass
+        gone = folder.with_name(f".gone-{folder.name}-{next(self._gone)}")
+        try:
+            os.rename(folder, gone)
+            self._stager.submit("", lambda: shutil.rmtree(gone, ignore_errors=True))
+        except (OSError, RuntimeError):  # RuntimeError: shutting down, no staging thread is left
+            shutil.rmtree(gone if gone.exists() else folder, ignore_errors=True)
 
     # -- output ----------------------------------------------------------------------------------
 
@@ -930,16 +950,6 @@ class LocalBackend:
         for attempt_id in strays:
             _kill_folder(self.containment, self.root / safe_dirname(attempt_id), attempt_id)
             marks.drop(attempt_id)
-
-
-def _remove_tree(folder: Path) -> None:
-    """Removes `folder` and what it holds, if anything: most attempts leave their folder empty."""
-    try:
-        folder.rmdir()
-    except FileNotFoundError:
-        pass
-    except OSError:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _kill_folder(containment: Containment, folder: Path, attempt_id: str = "") -> int:
