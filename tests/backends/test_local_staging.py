@@ -5,6 +5,8 @@ attempt's end, and the staging threads shared fairly between users."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import threading
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import pytest
 
 from iris.backends.local.backend import STAGING_REASON, LocalBackend
 from iris.backends.protocol import AttemptExit, LaunchSpec
-from iris.backends.staging import StagingPool, stage_tree, write_files
+from iris.backends.staging import StagingPool, drop_layer_copies, near_layer, stage_tree, write_files
 from iris.core.config import LocalBackendConfig
 from iris.core.resources import Resources
 from iris.core.states import TaskState
@@ -116,3 +118,26 @@ def test_staging_pool_takes_each_owners_work_in_turn():
     wait_until(lambda: len(done) == 4)
     assert done == ["alice-0", "bob", "alice-1", "alice-2"]  # bob's one waits for one of alice's, not all
     assert pool.close() == []
+
+
+def test_a_layer_on_another_filesystem_is_copied_once_and_linked_from_there(tmp_path):
+    lower, _ = _layers(tmp_path)
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("no second filesystem (a tmpfs /dev/shm) beside the test's folder")
+    root = Path(tempfile.mkdtemp(dir=shm))
+    try:
+        near = near_layer(str(lower), root)
+        assert near != str(lower) and near_layer(str(lower), root) == near  # made once
+        works = [root / "a", root / "b"]
+        for work in works:
+            work.mkdir()
+            stage_tree((near,), work, UID, UID)
+        assert len({os.stat(w / "pkg" / "a.py").st_ino for w in works}) == 1  # one copy on this filesystem
+        drop_layer_copies(root, lambda name: name == lower.name)
+        assert Path(near).is_dir()
+        shutil.rmtree(lower)
+        drop_layer_copies(root, lambda name: (lower.parent / name).is_dir())
+        assert not Path(near).exists() and (works[0] / "pkg" / "a.py").read_text() == "lower"
+    finally:
+        shutil.rmtree(root)

@@ -13,8 +13,10 @@ which is sealed read-only (no write bit for anyone, readable by all, owned by th
 so a job of 45 replicas costs the bundle's bytes once, and a task under a uid of its own cannot
 write through a link into the shared file (it may remove or replace the name, its folders are its
 own). A task that would run as root (which permission bits do not stop) gets a copy of each file
-instead, as does a layer on another filesystem than the attempt's folder. The tree is made on a
-thread of the backend's own, never the tick's: 20,000 files take about half a second to link.
+instead. A layer on another filesystem than the attempts' folder (a state directory on disk, the
+attempts in a tmpfs `/tmp`) is copied there once (`near_layer`) and linked from that copy. The
+tree is made on a thread of the backend's own, never the tick's: 20,000 files take about half a
+second to link.
 
 Nothing is trusted: names are checked (normalised, relative, no component that is `.` or `..`,
 no name that is both a file and a folder), and a bundle's expanded size and file count are read
@@ -391,3 +393,40 @@ class StagingPool:
             if t is not threading.current_thread():
                 t.join(timeout=5)
         return left
+
+
+def near_layer(layer: str, root: Path) -> str:
+    """`layer`, or where it lies on another filesystem than `root`, a sealed copy of it under
+    `root/.layers/` (made once, shared by the attempts that link to it) that can be linked from."""
+    if os.stat(layer).st_dev == os.stat(root).st_dev:
+        return layer
+    target = root / LAYER_COPIES / Path(layer).name
+    if not target.is_dir():
+        (root / LAYER_COPIES).mkdir(mode=0o700, exist_ok=True)  # reached by links only, never by name
+        publish_folder(target, lambda tmp: _copy_sealed(layer, tmp))
+    return str(target)
+
+
+def drop_layer_copies(root: Path, keep: Callable[[str], bool]) -> None:
+    """Removes the copies `near_layer` made under `root` whose name `keep` does not accept (their
+    layer is gone); attempts that linked to one keep their files."""
+    folder = root / LAYER_COPIES
+    if folder.is_dir():
+        for entry in os.scandir(folder):
+            if not entry.name.startswith(".") and not keep(entry.name):
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
+LAYER_COPIES = ".layers"
+
+
+def _copy_sealed(layer: str, dest: Path) -> None:
+    for folder, dirs, names in os.walk(layer):
+        out = dest / os.path.relpath(folder, layer)
+        for name in dirs:
+            (out / name).mkdir()
+        for name in names:
+            src = os.path.join(folder, name)
+            if os.path.isfile(src) and not os.path.islink(src):
+                shutil.copyfile(src, out / name)
+                os.chmod(out / name, sealed(stat.S_IMODE(os.stat(src).st_mode)))

@@ -65,7 +65,14 @@ from iris.backends.protocol import (
     WorkerSnapshot,
 )
 from iris.backends.spool import OutputSpool
-from iris.backends.staging import StagingPool, safe_dirname, stage_tree
+from iris.backends.staging import (
+    LAYER_COPIES,
+    StagingPool,
+    drop_layer_copies,
+    near_layer,
+    safe_dirname,
+    stage_tree,
+)
 from iris.core import spans
 from iris.core.config import LocalBackendConfig
 from iris.core.names import JobName
@@ -370,7 +377,10 @@ class LocalBackend:
         came meanwhile ends it as a stopped process would."""
         try:
             if record.stop_deadline is None:
-                stage_tree(layers, home, launch.uid, launch.gid)
+                near = [near_layer(layer, self.root) for layer in layers]
+                stage_tree(near, home, launch.uid, launch.gid)
+                if near != list(layers):  # copies made on this filesystem: those whose layer has gone go
+                    drop_layer_copies(self.root, lambda name: (Path(layers[0]).parent / name).is_dir())
         except OSError as exc:
             self._start_failed(record, f"the job's files cannot be staged into it ({exc.strerror or exc})")
             return
@@ -985,7 +995,7 @@ def kill_leftover_attempts(state_dir: Path) -> list[int]:
     containment = Containment(root)
     # Every attempt folder, not only those with a pid file: a wrapper joins its cgroup before it
     # writes its pid, so one caught in between is still ended through its cgroup.
-    for folder in (f for f in root.iterdir() if f.is_dir() and f.name != MARKS):
+    for folder in (f for f in root.iterdir() if f.is_dir() and f.name not in (MARKS, LAYER_COPIES)):
         pid = _kill_folder(containment, folder)
         if pid > 0:
             killed.append(pid)
