@@ -14,6 +14,11 @@ under a uid of its own, as a root controller's are:
           user's attempt without a workspace, made right after, until its process runs. Disk: the
           blocks of distinct files under the attempts' folders.
 
+  controller  the same job submitted to a real root controller (tasks under uids of their own, a
+          local backend of 4 workers with room for every replica), then another user's `true`:
+          the time from that submit until it succeeded, and until every replica of the big job
+          runs; the controller must still be up at the end (its watchdog ended it before).
+
 Prints a bare `python -c pass` beside, as a scale for this host. Run as root (the uids need it).
 """
 
@@ -72,6 +77,40 @@ def spec(job: str, index: int, layers: tuple[str, ...], command: tuple[str, ...]
         f"{job}/{index}:0", job, index, 0, "cpu-0", command, {}, Resources(cpu=0.1),
         workspace=layers, uid=UID + index, gid=UID + index,
     )  # fmt: skip
+
+
+def controller_phase(base: Path, data: bytes, replicas: int) -> None:
+    from common import Controller, local_backend, wait_until
+
+    from iris.rpc import controller_pb2 as pb
+    from iris.rpc.controller_connect import ControllerServiceClientSync
+
+    auth = {"task_uids": {"enabled": True, "range": "240000-249999"}}
+    with Controller("staging", base, [local_backend(workers=4, cpu=64, memory="256G")], extra={"auth": auth}) as ctl:
+        c = ControllerServiceClientSync(ctl.url)
+        small_res = pb.Resources(cpu=0.5, memory_bytes=64 * 1024**2)
+        t = time.perf_counter()
+        big = c.launch_job(
+            pb.LaunchJobRequest(
+                name="big", user="alice", command=["sleep", "300"], replicas=replicas, workspace_bundle=data,
+                resources=small_res,
+            )
+        ).job_id  # fmt: skip
+        submit_s = time.perf_counter() - t
+        t = time.perf_counter()
+        small = c.launch_job(pb.LaunchJobRequest(name="small", user="bob", command=["true"], resources=small_res))
+        state = lambda job: c.get_job_status(pb.GetJobStatusRequest(job_id=job, include_tasks=True))  # noqa: E731
+        wait_until(lambda: state(small.job_id).job.state == "SUCCEEDED", 120, what="bob's job to succeed")
+        small_s = time.perf_counter() - t
+        wait_until(
+            lambda: sum(x.state == "RUNNING" for x in state(big).tasks) == replicas, 600, what="every replica to run"
+        )
+        all_s = time.perf_counter() - t
+        alive = ctl.proc is not None and ctl.proc.poll() is None
+        c.terminate_job(pb.TerminateJobRequest(job_id=big))
+        print(f"controller: the big submit answered in {submit_s:.1f} s; another user's `true` succeeded"
+              f" {small_s * 1000:.0f} ms after its submit; every replica running {all_s:.1f} s after it;"
+              f" controller {'still up' if alive else 'GONE'}")  # fmt: skip
 
 
 def main() -> None:
@@ -135,6 +174,7 @@ def main() -> None:
                   f" and the shared copy {after_disk / 1e6:.2f} MB ({files} distinct files) for the job")  # fmt: skip
         finally:
             backend.shutdown()
+        controller_phase(state / "cluster", data, args.replicas)
     finally:
         shutil.rmtree(state, ignore_errors=True)
 
