@@ -155,7 +155,6 @@ class _Attempt:
     code: int | None = None  # that code, once reported
     start_error: str | None = None  # why the wrapper never ran (set up after the spawner answered)
     awaiting: bool = False  # asked of the spawner, not yet answered: its pid is not known yet
-    staging: bool = False  # its working folder is being made (see `_stage`); no process yet
     lost: str = ""  # why its end is not known (its exit code and error are then None and this)
     workdir: str = ""
     pidfd: int | None = None
@@ -361,7 +360,7 @@ class LocalBackend:
         if layers:
             with self._lock:  # held from now on: a stop while it is staged is seen by `_stage`
                 self._attempts[spec.attempt_id] = record
-                record.awaiting = record.staging = True
+                record.awaiting = True  # no process yet: its folder is being made (see `_stage`)
                 self._waiting.append((spec.attempt_id, STAGING_REASON))
             self._stager.submit(JobName.parse(spec.job_id).user, lambda: self._stage(record, layers, home, launch))
             self._note()
@@ -385,7 +384,6 @@ class LocalBackend:
             self._start_failed(record, f"the job's files cannot be staged into it ({exc.strerror or exc})")
             return
         with self._lock:
-            record.staging = False
             stopped = record.stop_deadline is not None
             if stopped:
                 record.awaiting = False
@@ -402,7 +400,7 @@ class LocalBackend:
         """Ends an attempt the staging pool could not start, reporting `why` as its error."""
         with self._lock:
             self._attempts.setdefault(record.attempt_id, record)
-            record.staging = record.awaiting = False
+            record.awaiting = False
             record.start_error = why
         self._finish(record)
 
