@@ -82,7 +82,7 @@ def test_wrapper_started_directly_hands_its_command_the_process_limit(tmp_path, 
         pytest.skip("no writable cgroup v2 here")
     folder = tmp_path / "attempt"
     folder.mkdir()
-    argv = ["0", "/bin/cat", "/proc/self/limits"]
+    argv = ["/bin/cat", "/proc/self/limits"]
     cgroup = containment.prepare(folder.name)
     pid, popen = start_wrapper(None, containment, folder, cgroup, argv, str(tmp_path), {}, nproc=77)
     assert isinstance(popen, subprocess.Popen) and popen.wait(timeout=30) == 0

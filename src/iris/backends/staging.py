@@ -8,6 +8,16 @@ files likewise by the content id of the set. Each attempt starts from its own co
 layers, made by its backend as part of starting it and removed with it, so tasks never see each
 other's writes and a retry starts clean.
 
+That copy is of folders only (`stage_tree`): each file is a hard link to the one unpacked file,
+which is sealed read-only (no write bit for anyone, readable by all, owned by the host's service),
+so a job of 45 replicas costs the bundle's bytes once, and a task under a uid of its own cannot
+write through a link into the shared file (it may remove or replace the name, its folders are its
+own). A task that would run as root (which permission bits do not stop) gets a copy of each file
+instead. A layer on another filesystem than the attempts' folder (a state directory on disk, the
+attempts in a tmpfs `/tmp`) is copied there once (`near_layer`) and linked from that copy. The
+tree is made on a thread of the backend's own, never the tick's: 20,000 files take about half a
+second to link.
+
 Nothing is trusted: names are checked (normalised, relative, no component that is `.` or `..`,
 no name that is both a file and a folder), and a bundle's expanded size and file count are read
 from its directory and bounded before a byte is written. Unpacking counts what it writes, so a zip
@@ -18,20 +28,26 @@ callers agree and a reader never sees half of it.
 
 from __future__ import annotations
 
+import collections
+import errno
 import hashlib
 import io
+import logging
 import os
 import re
 import shutil
 import stat
 import tempfile
+import threading
 import zipfile
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from iris.core.errors import InvalidArgument
+
+log = logging.getLogger("iris.backends.staging")
 
 MAX_EXPANDED_BYTES = 1024**3  # what a bundle may unpack to
 MAX_FILES = 20_000
@@ -188,6 +204,7 @@ def write_files(state_dir: Path, files: dict[str, bytes]) -> str:
             path = tmp / name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
+            path.chmod(sealed(0o644))
 
     publish_folder(target, fill)
     return fid
@@ -220,7 +237,7 @@ def _extract(zf: zipfile.ZipFile, root: Path) -> None:
             path.mkdir(parents=True, exist_ok=True)
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with zf.open(info) as src, os.fdopen(fd, "wb") as dst:
             left = info.file_size
             while chunk := src.read(_CHUNK):
@@ -230,5 +247,186 @@ def _extract(zf: zipfile.ZipFile, root: Path) -> None:
                     raise InvalidArgument(f"workspace file {name!r} expands past the size its bundle declares")
                 dst.write(chunk)
         mode = (info.external_attr >> 16) & 0o777
-        if mode and not stat.S_ISLNK(info.external_attr >> 16):
-            os.chmod(path, mode | 0o600)
+        os.chmod(path, sealed(mode if mode and not stat.S_ISLNK(info.external_attr >> 16) else 0o644))
+
+
+def sealed(mode: int) -> int:
+    """The permission bits of a shared unpacked file: `mode`'s execute bits, readable by all, writable by none."""
+    return (mode & 0o555) | 0o444
+
+
+def stage_tree(layers: Sequence[str], dest: Path, uid: int | None = None, gid: int | None = None) -> None:
+    """Fills the folder `dest` (the caller's, empty) with the contents of `layers` in order (later
+    ones on top): folders are made anew, files are hard links to the layers' sealed files, or
+    copies where a link would not protect them (`uid` None while this process is root: the task
+    runs as root) or cannot be made (another filesystem). With `uid`, the folders (and any copied
+    file) are then given to `uid` and `gid`, `dest` last, so no one else can enter it while it is
+    filled. OSError when a file cannot be linked or copied (a full disk)."""
+    link = not (uid is None and os.geteuid() == 0) and uid != 0
+    made: list[str] = []
+    for layer in layers:
+        _stage_layer(layer, str(dest), link, made)
+    if uid is not None:
+        group = uid if gid is None else gid
+        for path in reversed(made):
+            os.lchown(path, uid, group)
+        os.chown(dest, uid, group)
+
+
+def _stage_layer(layer: str, dest: str, link: bool, made: list[str]) -> None:
+    """Adds `layer`'s tree to `dest`, noting in `made` what was made that its task should own."""
+    stack = [(layer, dest)]
+    while stack:
+        src, dst = stack.pop()
+        with os.scandir(src) as entries:
+            for entry in entries:
+                target = os.path.join(dst, entry.name)
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    if not os.path.isdir(target) or os.path.islink(target):
+                        _clear(target)
+                        os.mkdir(target, stat.S_IMODE(st.st_mode) | 0o700)
+                        made.append(target)
+                    stack.append((entry.path, target))
+                elif stat.S_ISREG(st.st_mode):
+                    _clear(target)  # a lower layer's file of this name: the upper one wins
+                    if not (link and _link(entry.path, st, target)):
+                        shutil.copyfile(entry.path, target, follow_symlinks=False)
+                        os.chmod(target, stat.S_IMODE(st.st_mode) | 0o600)
+                        made.append(target)
+                # Nothing else is unpacked (links and devices never are): anything else is skipped.
+
+
+def _link(src: str, st: os.stat_result, target: str) -> bool:
+    """Links `target` to the layer file `src`, sealing it first; False where it must be copied."""
+    mode = stat.S_IMODE(st.st_mode)
+    try:
+        if mode != sealed(mode):  # unpacked before files were sealed, or written by hand
+            os.chmod(src, sealed(mode))
+        os.link(src, target, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EACCES):
+            return False
+        raise
+    return True
+
+
+def _clear(path: str) -> None:
+    """Removes whatever is at `path` (never following a link out of it); nothing when it is absent."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except (IsADirectoryError, PermissionError):
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            raise
+
+
+class StagingPool:
+    """A few threads that make attempts' working folders, off the thread that starts attempts.
+
+    Work is queued per owner (a user) and taken round-robin: one user's job of 45 replicas over a
+    20,000-file workspace holds at most the threads it is given, and another user's attempt waits
+    for one folder at most, not for all of the first job's. Bounded by its threads: how many trees
+    are made at once; the queue holds what the scheduler placed, which its capacity bounds."""
+
+    def __init__(self, threads: int, name: str):
+        self._queues: dict[str, collections.deque[Callable[[], None]]] = {}
+        self._turns: collections.deque[str] = collections.deque()  # owners with work, in turn
+        self._ready = threading.Condition()
+        self._closed = False
+        self._threads = [
+            threading.Thread(target=self._serve, name=f"{name}-{i}", daemon=True) for i in range(max(1, threads))
+        ]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, owner: str, work: Callable[[], None]) -> None:
+        """Runs `work` on one of the pool's threads, in `owner`'s turn; it must handle its own errors."""
+        with self._ready:
+            if self._closed:
+                raise RuntimeError("the staging pool is closed")
+            queue = self._queues.get(owner)
+            if queue is None:
+                queue = self._queues[owner] = collections.deque()
+                self._turns.append(owner)
+            queue.append(work)
+            self._ready.notify()
+
+    def queued(self) -> int:
+        with self._ready:
+            return sum(len(q) for q in self._queues.values())
+
+    def _next(self) -> Callable[[], None] | None:
+        with self._ready:
+            while not self._turns and not self._closed:
+                self._ready.wait()
+            if not self._turns:
+                return None
+            owner = self._turns.popleft()
+            queue = self._queues[owner]
+            work = queue.popleft()
+            if queue:
+                self._turns.append(owner)  # to the back: the next owner goes first
+            else:
+                del self._queues[owner]
+            return work
+
+    def _serve(self) -> None:
+        while (work := self._next()) is not None:
+            try:
+                work()
+            except Exception:  # one attempt's failure must not take a staging thread with it
+                log.exception("staging an attempt's files failed")
+
+    def close(self) -> list[Callable[[], None]]:
+        """Stops taking work; returns what was queued and never run (the caller ends those)."""
+        with self._ready:
+            self._closed = True
+            left = [w for q in self._queues.values() for w in q]
+            self._queues.clear()
+            self._turns.clear()
+            self._ready.notify_all()
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout=5)
+        return left
+
+
+def near_layer(layer: str, root: Path) -> str:
+    """`layer`, or where it lies on another filesystem than `root`, a sealed copy of it under
+    `root/.layers/` (made once, shared by the attempts that link to it) that can be linked from."""
+    if os.stat(layer).st_dev == os.stat(root).st_dev:
+        return layer
+    target = root / LAYER_COPIES / Path(layer).name
+    if not target.is_dir():
+        (root / LAYER_COPIES).mkdir(mode=0o700, exist_ok=True)  # reached by links only, never by name
+        publish_folder(target, lambda tmp: _copy_sealed(layer, tmp))
+    return str(target)
+
+
+def drop_layer_copies(root: Path, keep: Callable[[str], bool]) -> None:
+    """Removes the copies `near_layer` made under `root` whose name `keep` does not accept (their
+    layer is gone); attempts that linked to one keep their files."""
+    folder = root / LAYER_COPIES
+    if folder.is_dir():
+        for entry in os.scandir(folder):
+            if not entry.name.startswith(".") and not keep(entry.name):
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
+LAYER_COPIES = ".layers"
+
+
+def _copy_sealed(layer: str, dest: Path) -> None:
+    for folder, dirs, names in os.walk(layer):
+        out = dest / os.path.relpath(folder, layer)
+        for name in dirs:
+            (out / name).mkdir()
+        for name in names:
+            src = os.path.join(folder, name)
+            if os.path.isfile(src) and not os.path.islink(src):
+                shutil.copyfile(src, out / name)
+                os.chmod(out / name, sealed(stat.S_IMODE(os.stat(src).st_mode)))

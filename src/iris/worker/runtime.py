@@ -35,7 +35,7 @@ from iris.backends.local.backend import kill_leftover_attempts, shell_argv
 from iris.backends.local.containment import Containment
 from iris.backends.local.spawner import Spawned, Spawner
 from iris.backends.local.wrapper import start_spawner, start_wrapper
-from iris.backends.staging import safe_dirname
+from iris.backends.staging import safe_dirname, stage_tree
 from iris.core.resources import Device
 from iris.rpc import controller_pb2 as pb
 
@@ -129,7 +129,7 @@ class ProcessRuntime:
     # -- attempts -------------------------------------------------------------------------------
 
     def start(self, launch: pb.AttemptLaunch, layers: tuple[str, ...] = ()) -> AttemptRun:
-        """Starts an attempt in its own working folder, a copy of `layers` (the workspace) in order."""
+        """Starts an attempt in its own working folder, holding `layers` (the workspace) in order."""
         folder = self.root / safe_dirname(launch.attempt_id)
         folder.mkdir(parents=True, exist_ok=True)
         run = AttemptRun(launch.attempt_id, folder)
@@ -167,8 +167,9 @@ class ProcessRuntime:
     def _launch(
         self, run: AttemptRun, launch: pb.AttemptLaunch, env: dict, workdir: str, layers: tuple[str, ...]
     ) -> None:
+        stage_tree(layers, Path(workdir))  # links to the cached layers' sealed files, as the local backend
         cgroup = self.containment.prepare(run.folder.name)
-        argv = [str(len(layers)), *layers, *shell_argv(tuple(launch.command))]
+        argv = shell_argv(tuple(launch.command))
         run.pid, started = start_wrapper(
             self._spawner, self.containment, run.folder, cgroup, argv, workdir, env, gone=self._spawner_gone
         )

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import itertools
 import logging
 import os
 import re
@@ -48,7 +49,7 @@ from pathlib import Path
 from iris.backends import gpus
 from iris.backends.local.attempts_root import attempts_root
 from iris.backends.local.containment import Containment
-from iris.backends.local.own_uid import give_workspace, uid_task_env
+from iris.backends.local.own_uid import uid_task_env
 from iris.backends.local.spawner import Spawner, SpawnerGone
 from iris.backends.local.wrapper import start_spawner, start_wrapper, wrapper_start
 from iris.backends.marks import LiveMarks
@@ -66,9 +67,17 @@ from iris.backends.protocol import (
     WorkerSnapshot,
 )
 from iris.backends.spool import OutputSpool
-from iris.backends.staging import safe_dirname
+from iris.backends.staging import (
+    LAYER_COPIES,
+    StagingPool,
+    drop_layer_copies,
+    near_layer,
+    safe_dirname,
+    stage_tree,
+)
 from iris.core import spans
 from iris.core.config import LocalBackendConfig
+from iris.core.names import JobName
 from iris.core.processes import is_attempt, pid_alive
 from iris.core.resources import Device, Resources
 from iris.core.states import TaskState
@@ -90,6 +99,8 @@ MAX_PENDING_LINES = 200_000
 # stored in slices that let submits in between.
 POLL_LINES = 50_000
 DEFAULT_OUTPUT_CAP = 100 * 1024**2
+STAGING_REASON = "staging files: the job's workspace is being laid out for the attempt"
+STAGING_THREADS = 2  # working folders made at once: more contend on the same files (measured)
 
 
 def now_ms() -> int:
@@ -176,6 +187,19 @@ class _Attempt:
         return self.folder.name
 
 
+@dataclass(frozen=True, slots=True)
+class _Launch:
+    """How an attempt's wrapper is started once its working folder is ready."""
+
+    command: list[str]
+    env: dict[str, str]
+    cgroup: str
+    umask: int
+    nproc: int
+    uid: int | None
+    gid: int | None
+
+
 class LocalBackend:
     kind = "local"
 
@@ -236,6 +260,9 @@ class LocalBackend:
         if self._spawner is not None:
             self._selector.register(self._spawner.exits_fd(), selectors.EVENT_READ, _SPAWNER)
         self._spawned: list[Spawned] = []  # processes known to run since the last `ack`
+        self._waiting: list[tuple[str, str]] = []  # (attempt, why it has no process yet) since the last `ack`
+        self._gone = itertools.count()  # names for folders moved aside to be removed (see `_remove_later`)
+        self._stager = StagingPool(min(STAGING_THREADS, os.cpu_count() or 1), f"staging-{self.id}")
         self._threads = [
             threading.Thread(target=self._watch_exits, name=f"exits-{self.id}", daemon=True),
             threading.Thread(target=self._pump_logs, name=f"logs-{self.id}", daemon=True),
@@ -317,29 +344,22 @@ class LocalBackend:
         env["IRIS_ATTEMPT_ID"] = spec.attempt_id
         # What it was given (by UUID where the GPUs were found); a task given none sees none.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(self._device_ids[i] if self._device_ids else str(i) for i in devices)
-        # Tasks start in a folder of their own (a copy of the job's workspace, or empty), removed
-        # when the attempt ends; the attempt's own files (pid, exit, logs) stay beside it.
-        workdir = spec.workdir
+        # Tasks start in a folder of their own (the job's workspace, or empty), removed when the
+        # attempt ends; the attempt's own files (pid, exit, logs) stay beside it. The workspace is
+        # staged by the staging pool, not here (see `_stage`): the tick only records the intent.
+        workdir = spec.workdir or str(home)
         layers = spec.workspace if not spec.workdir else ()
-        if spec.uid is not None and gid is not None:
-            # The task's uid owns its copy of the workspace: copied here, not by the wrapper
-            # (which is the controller's), then handed over.
-            try:
-                give_workspace(home, layers, spec.uid, gid, fresh=stale)
-            except OSError as exc:
-                raise self._not_started(spec, folder, devices, str(home), exc) from None
-            layers = ()
-        else:
-            home.mkdir(exist_ok=True)
-        if not workdir:
-            workdir = str(home)
-        if as_task:
-            env.update(uid_task_env(env, str(home)))
-        cgroup = self.containment.prepare(folder.name)
-        argv = [str(len(layers)), *layers, *command]
-        umask = 0o077 if as_task else -1
-        shown = ",".join(map(str, devices))
         try:
+            if stale and (layers or as_task):
+                self._remove_later(home)  # maybe altered by the task since
+            if layers or as_task:
+                # The controller's until it is filled and handed over: a folder given to the task's
+                # uid first could be filled with links by another of its user's tasks.
+                home.mkdir(mode=0o700)
+                if as_task and not layers:
+                    os.chown(home, spec.uid, gid)  # type: ignore[arg-type]  # as_task: uid is set
+            else:
+                home.mkdir(exist_ok=True)
             # Checked here: the spawner answers before the wrapper has entered its folder (the
             # tick goes on meanwhile), and a job's own workdir that is missing is its own fault.
             if not os.path.isdir(workdir):
@@ -348,40 +368,101 @@ class LocalBackend:
             self.marks.put(spec.attempt_id)
         except OSError as exc:
             raise self._not_started(spec, folder, devices, workdir, exc) from None
+        if as_task:
+            env.update(uid_task_env(env, str(home)))
+        shown = ",".join(map(str, devices))
+        launch = _Launch(
+            command, env, self.containment.prepare(folder.name), 0o077 if as_task else -1, nproc, spec.uid, gid
+        )
         record = _Attempt(spec.attempt_id, spec.worker_id, -1, folder, devices, OutputSpool(folder, self.output_cap))
         record.workdir = workdir
+        if layers:
+            with self._lock:  # held from now on: a stop while it is staged is seen by `_stage`
+                self._attempts[spec.attempt_id] = record
+                record.awaiting = True  # no process yet: its folder is being made (see `_stage`)
+                self._waiting.append((spec.attempt_id, STAGING_REASON))
+            self._stager.submit(JobName.parse(spec.job_id).user, lambda: self._stage(record, layers, home, launch))
+            self._note()
+            return Started(spec.attempt_id, 0, shown, running=False)
+        try:
+            return self._spawn(record, launch, shown, staged=False)
+        except OSError as exc:
+            raise self._not_started(spec, folder, devices, workdir, exc) from None
+
+    def _stage(self, record: _Attempt, layers: Sequence[str], home: Path, launch: _Launch) -> None:
+        """Makes the working folder of an attempt the tick started, then its process (on a thread
+        of the staging pool). A failure ends the attempt with an error that says why; a stop that
+        came meanwhile ends it as a stopped process would."""
+        try:
+            if record.stop_deadline is None:
+                near = [near_layer(layer, self.root) for layer in layers]
+                stage_tree(near, home, launch.uid, launch.gid)
+                if near != list(layers):  # copies made on this filesystem: those whose layer has gone go
+                    drop_layer_copies(self.root, lambda name: (Path(layers[0]).parent / name).is_dir())
+        except OSError as exc:
+            self._start_failed(record, f"the job's files cannot be staged into it ({exc.strerror or exc})")
+            return
+        with self._lock:
+            stopped = record.stop_deadline is not None
+            if stopped:
+                record.awaiting = False
+                record.code = 128 + signal.SIGTERM  # as its wrapper would have ended at the stop
+        if stopped:
+            self._finish(record)
+            return
+        try:
+            self._spawn(record, launch, "", staged=True)
+        except OSError as exc:
+            self._start_failed(record, exc.strerror or str(exc))
+
+    def _start_failed(self, record: _Attempt, why: str) -> None:
+        """Ends an attempt the staging pool could not start, reporting `why` as its error."""
+        with self._lock:
+            self._attempts.setdefault(record.attempt_id, record)
+            record.awaiting = False
+            record.start_error = why
+        self._finish(record)
+
+    def _spawn(self, record: _Attempt, launch: _Launch, shown: str, staged: bool) -> Started:
+        """Starts the wrapper of an attempt whose working folder is ready; OSError when it cannot
+        be started (the caller undoes or reports it). `staged`: started by the staging pool, after
+        `start` returned, so a pid known at once is reported as an event too."""
         spawner = self._spawner
+        argv = launch.command
         if spawner is not None:
             with self._lock:  # held before it is asked for: the answer may be read at once
-                self._attempts[spec.attempt_id] = record
+                self._attempts[record.attempt_id] = record
                 record.awaiting = True
             try:
-                start = wrapper_start(folder, "", argv, env, spec.uid, gid)
+                start = wrapper_start(record.folder, "", argv, launch.env, launch.uid, launch.gid)
                 spawner.submit(
-                    record, start.argv, start.env, workdir, str(folder / "stdout"),
-                    str(folder / "stderr"), cgroup=cgroup, umask=umask,
-                    subreaper=self.containment.kind == "subreaper", nproc=nproc, stdin=start.stdin,
+                    record, start.argv, start.env, record.workdir, str(record.folder / "stdout"),
+                    str(record.folder / "stderr"), cgroup=launch.cgroup, umask=launch.umask,
+                    subreaper=self.containment.kind == "subreaper", nproc=launch.nproc, stdin=start.stdin,
                 )  # fmt: skip
                 # Its pid comes back as an event (see `poll`) once the helper has answered, read
                 # by the tick's next pass, which the note makes come within its delay.
                 self._note()
-                return Started(spec.attempt_id, 0, shown, running=False)
+                return Started(record.attempt_id, 0, shown, running=False)
             except SpawnerGone:
                 with self._lock:
-                    self._attempts.pop(spec.attempt_id, None)
+                    self._attempts.pop(record.attempt_id, None)
                     record.awaiting = False
                 self._spawner_gone(spawner)
-        try:
-            pid, popen = start_wrapper(
-                None, self.containment, folder, cgroup, argv, workdir, env, umask=umask, nproc=nproc,
-                uid=spec.uid, gid=gid,
-            )  # fmt: skip
-        except OSError as exc:
-            raise self._not_started(spec, folder, devices, workdir, exc) from None
+        pid, popen = start_wrapper(
+            None, self.containment, record.folder, launch.cgroup, argv, record.workdir, launch.env,
+            umask=launch.umask, nproc=launch.nproc, uid=launch.uid, gid=launch.gid,
+        )  # fmt: skip
         assert isinstance(popen, subprocess.Popen)  # started without a spawner
+        with self._lock:
+            record.awaiting = False
+            if staged:  # an event before any exit of its own (`_register` may report one at once)
+                self._spawned.append(Spawned(record.attempt_id, pid, now_ms()))
         record.pid, record.popen = pid, popen
         self._register(record)
-        return Started(spec.attempt_id, pid, shown)
+        if staged:
+            self._note()
+        return Started(record.attempt_id, pid, shown)
 
     def _not_started(
         self, spec: LaunchSpec, folder: Path, devices: list[int], workdir: str, exc: OSError
@@ -415,6 +496,8 @@ class LocalBackend:
         ids = self._live()
         for attempt_id in ids:
             self.stop(attempt_id)
+        for work in self._stager.close():
+            work()  # each was stopped above: it ends its attempt without staging it
         deadline = time.monotonic() + 5
         while self._live() and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -659,7 +742,7 @@ class LocalBackend:
         code: int | None = None
         if record.popen is not None:
             code = record.popen.wait()
-        elif record.spawned:
+        else:  # reported by the spawner, or set by a stop while its files were staged
             code = record.code
         # A wrapper that exited by itself exited with its command's code, which it also wrote to
         # its exit file: read only when the wrapper was killed, or its code is unknown (adopted).
@@ -686,7 +769,25 @@ class LocalBackend:
         if record.stop_deadline is None or not self.containment.members(record.name, -1, record.attempt_id):
             self._empty(record, wake=False)  # reported just below
         self._release_devices(record)
-        _remove_tree(record.folder / "work")  # the workspace copy ends with the attempt
+        self._remove_later(record.folder / "work")  # the workspace copy ends with the attempt
+
+    def _remove_later(self, folder: Path) -> None:
+        """Removes `folder` on a staging thread, after moving it out of the way at once: a tree of
+        20,000 links takes a while to remove, and neither exits nor the tick wait for it, while a
+        new attempt of the same id may make a folder of that name meanwhile."""
+        try:
+            folder.rmdir()  # most are empty or absent: nothing to hand over
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            pass
+        gone = folder.with_name(f".gone-{folder.name}-{next(self._gone)}")
+        try:
+            os.rename(folder, gone)
+            self._stager.submit("", lambda: shutil.rmtree(gone, ignore_errors=True))
+        except (OSError, RuntimeError):  # RuntimeError: shutting down, no staging thread is left
+            shutil.rmtree(gone if gone.exists() else folder, ignore_errors=True)
 
     # -- output ----------------------------------------------------------------------------------
 
@@ -788,7 +889,7 @@ class LocalBackend:
             later = {c.attempt_id for c in self._logs[len(logs) :]}
             exits = tuple(e for e in self._exits if e.attempt_id not in later)
             # An attempt's pid is known before its exit: the exit is never polled without it.
-            return BackendEvents(exits, tuple(logs), spawned=tuple(self._spawned))
+            return BackendEvents(exits, tuple(logs), waiting=tuple(self._waiting), spawned=tuple(self._spawned))
 
     def ack(self, events: BackendEvents) -> None:
         """The tick committed `events`: forget them, and free the spool bytes they came from."""
@@ -800,6 +901,7 @@ class LocalBackend:
             )
             del self._logs[: len(events.logs)]
             del self._spawned[: len(events.spawned)]
+            del self._waiting[: len(events.waiting)]
             stored = {id(e) for e in events.exits}
             self._exits = [e for e in self._exits if id(e) not in stored]
             self._pending_lines -= sum(len(c.lines) for c in events.logs)
@@ -877,16 +979,6 @@ class LocalBackend:
             marks.drop(attempt_id)
 
 
-def _remove_tree(folder: Path) -> None:
-    """Removes `folder` and what it holds, if anything: most attempts leave their folder empty."""
-    try:
-        folder.rmdir()
-    except FileNotFoundError:
-        pass
-    except OSError:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def _kill_folder(containment: Containment, folder: Path, attempt_id: str = "") -> int:
     """SIGKILLs the attempt started in `folder` (its cgroup, its wrapper's process group, checked
     to be an attempt's, of `attempt_id` when given): the wrapper's pid, or -1 when none was running."""
@@ -920,7 +1012,7 @@ def kill_leftover_attempts(state_dir: Path) -> list[int]:
     containment = Containment(root)
     # Every attempt folder, not only those with a pid file: a wrapper joins its cgroup before it
     # writes its pid, so one caught in between is still ended through its cgroup.
-    for folder in (f for f in root.iterdir() if f.is_dir() and f.name != MARKS):
+    for folder in (f for f in root.iterdir() if f.is_dir() and f.name not in (MARKS, LAYER_COPIES)):
         pid = _kill_folder(containment, folder)
         if pid > 0:
             killed.append(pid)

@@ -32,19 +32,16 @@ from iris.core.processes import ATTEMPT_ENV
 log = logging.getLogger("iris.backends.local")
 
 # Its stdin is the task's environment (a script, see `privileged.shell_exports`), moved to fd 3 for
-# the command. $0 is the attempt folder, $1 the cgroup to join (or ""), $2 the number of workspace
-# layer folders that follow (their contents are copied in order into the attempt's working folder,
-# its cwd: the copy runs in the attempt's process, not on the caller's thread); the command comes
-# last. Only shell builtins besides `cp` (and `mkdir`, should the attempt's cgroup have gone), so an
-# attempt without a workspace costs one extra fork (the command's). A cgroup that cannot be joined
-# leaves the attempt contained by its process group alone, and never puts a line in its output.
+# the command. $0 is the attempt folder, $1 the cgroup to join (or ""); the command follows. Its
+# working folder is ready before it starts (see `staging.stage_tree`). Only shell builtins (and
+# `mkdir`, should the attempt's cgroup have gone), so an attempt costs one extra fork (the
+# command's). A cgroup that cannot be joined leaves the attempt contained by its process group
+# alone, and never puts a line in its output.
 WRAPPER = (
     "exec 3<&0 </dev/null; "
     'cg=$1; shift; if [ -n "$cg" ]; then [ -d "$cg" ] || /bin/mkdir "$cg" 2>/dev/null; '
     '{ echo $$ > "$cg/cgroup.procs"; } 2>/dev/null; fi; '
-    'echo $$ > "$0/pid"; n=$1; shift; '
-    'while [ "$n" -gt 0 ] && /bin/cp -R "$1/." .; do shift; n=$((n-1)); done; '
-    'if [ "$n" -ne 0 ]; then echo "iris: cannot copy the job\'s workspace into $PWD" >&2; echo 126 > "$0/exit"; exit 126; fi; '
+    'echo $$ > "$0/pid"; '
     '"$@"; rc=$?; echo $rc > "$0/exit"; exit $rc'
 )
 
@@ -67,21 +64,17 @@ def wrapper_start(
     uid: int | None = None,
     gid: int | None = None,
 ) -> WrapperStart:
-    """How to start the wrapper of the attempt in `folder` on `argv` (the layer count, the layers,
-    the command) with the task's environment `env`: it joins `cgroup` ("" when it is born in it),
-    and runs the command under `uid` and `gid` (None: the caller's own)."""
-    count = int(argv[0])
-    layers, command = argv[1 : 1 + count], argv[1 + count :]
-    task = [SH, "-c", APPLY_ENV, "sh", *command]
+    """How to start the wrapper of the attempt in `folder` on the command `argv` with the task's
+    environment `env`: it joins `cgroup` ("" when it is born in it), and runs the command under
+    `uid` and `gid` (None: the caller's own)."""
+    task = [SH, "-c", APPLY_ENV, "sh", *argv]
     if uid is not None:
         group = uid if gid is None else gid
         task = [SETPRIV, f"--reuid={uid}", f"--regid={group}", "--clear-groups", "--", *task]
     # The attempt's id stays in the wrapper's own environment: a restarted controller tells the
     # attempt's processes by it (`iris.core.processes.attempt_of`).
     own = fixed_env(**({ATTEMPT_ENV: env[ATTEMPT_ENV]} if ATTEMPT_ENV in env else {}))
-    return WrapperStart(
-        [SH, "-c", WRAPPER, str(folder), cgroup, str(count), *layers, *task], own, shell_exports(env, own)
-    )
+    return WrapperStart([SH, "-c", WRAPPER, str(folder), cgroup, *task], own, shell_exports(env, own))
 
 
 def start_spawner(what: str) -> Spawner | None:
@@ -108,8 +101,7 @@ def start_wrapper(
     uid: int | None = None,
     gid: int | None = None,
 ) -> tuple[int, Spawned | subprocess.Popen]:
-    """Starts the wrapper of the attempt in `folder` on `argv` (the layer count, the layers, the
-    command), the command with the task's environment `env` under `uid` and `gid` (None: this
+    """Starts the wrapper of the attempt in `folder` on the command `argv`, the command with the task's environment `env` under `uid` and `gid` (None: this
     process's own): through `spawner`, born in `cgroup`, or without one (or once it has gone, which
     `gone` is told) directly. Returns its pid and what started it; OSError when it cannot start.
     With `early`, a spawner answers before the wrapper has exec'd (see `Spawner.spawn`). With
