@@ -19,10 +19,10 @@ named, and none of them imports the server (pydantic, SQLAlchemy, uvicorn) at mo
 
 from __future__ import annotations
 
-import _thread
 import gc
 import os
 import sys
+import threading
 
 from iris.core.errors import InvalidArgument, IrisError, NotFound, Unauthenticated, Unavailable
 
@@ -234,7 +234,7 @@ class _Deferred(ModuleType):
         return getattr(real, attr)
 
 
-_DEFERRED_LOCK = _thread.allocate_lock()  # threading.Lock, without importing threading's own imports
+_DEFERRED_LOCK = threading.Lock()
 
 
 def _run(args: list[str], lean: bool = True) -> None:
