@@ -129,11 +129,6 @@ class ConnectTransport:
                 f"{self.url} answered {method} with a body that is not a {response_type.__name__}: {exc}"
             ) from None
 
-    def call_bytes(self, method: str, body: bytes) -> bytes:
-        """Calls `method` with a request already in protobuf's binary encoding; returns the answer's
-        bytes."""
-        return self._unary(method, body, "application/proto")
-
     def call_json(self, method: str, request: dict[str, Any]) -> dict[str, Any]:
         """Calls `method` with a request given as its Connect JSON document; returns the response's document."""
         import json
