@@ -6,8 +6,6 @@ the command tree is imported (see `main`). How a command line is read: `iris.cli
 
 from __future__ import annotations
 
-import importlib
-
 from iris.cli import commands as cmd
 from iris.cli.main import CliContext, end_startup
 
@@ -33,7 +31,7 @@ class LazyGroup(cmd.Group):
     def get_command(self, name: str) -> cmd.Command | None:
         if name in SUBCOMMANDS:
             module, attr, _ = SUBCOMMANDS[name]
-            return getattr(importlib.import_module(module), attr)
+            return getattr(__import__(module, fromlist=(attr,)), attr)  # not importlib: one import less
         return super().get_command(name)
 
     def command_summaries(self) -> list[tuple[str, str]]:

@@ -667,7 +667,12 @@ def _parser(command: Command, ctx: Context):
         def error(self, message: str):
             raise UsageError(_argparse_message(message), ctx)
 
-    parser = Parser(prog=ctx.command_path, add_help=False, allow_abbrev=False)
+    def formatter(prog: str) -> argparse.HelpFormatter:
+        # argparse makes one to check each option it is given; without a width it imports `shutil`
+        # (and `bz2`, `lzma` under it) to ask the terminal, a few ms of every command. Help is ours.
+        return argparse.HelpFormatter(prog, width=_WIDTH)
+
+    parser = Parser(prog=ctx.command_path, add_help=False, allow_abbrev=False, formatter_class=formatter)
     parser.add_argument(*HELP_OPTIONS, dest="__help", action="store_true")
     if isinstance(command, Group) and command.version:
         parser.add_argument("--version", dest="__version", action="store_true")

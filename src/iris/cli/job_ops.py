@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
 
 from iris.cli import commands as cmd
 from iris.cli.checks import job_state
@@ -21,6 +19,11 @@ from iris.cli.submit import STATE_EXIT_CODES
 from iris.cli.values import resolve_job
 from iris.core.errors import IrisError, Unavailable
 from iris.core.names import in_job_tree
+
+TYPE_CHECKING = False  # typing's own constant costs `import typing` on `iris job run`, which imports this module
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
 
 CONFIRM_ABOVE = 10
 LIVE_STATES = ("PENDING", "RUNNING")

@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     if program:
         gc.disable()
         _defer("inspect")
+        _defer("ssl")  # `http.client` imports it for https; a command that speaks plain http never reads it
     try:
         _run(sys.argv[1:] if argv is None else list(argv))
     finally:
@@ -202,7 +203,9 @@ class _Deferred(ModuleType):
     budget in all is about 30 (a bare `python -c pass` takes about 10). A stand-in answers that
     import instead; the real module replaces it in `sys.modules` on first use, and the stand-in
     passes every later read on to it. (`importlib.util.LazyLoader` does not serve here: the import
-    statement reads the module's `__spec__`, and that read loads a lazy module at once.)
+    statement reads the module's `__spec__`, and that read loads a lazy module at once.) `ssl` is
+    deferred the same way: `http.client` imports it at its top, and loading it (OpenSSL's libraries)
+    took about 3 ms of every command, which only an https controller needs.
     """
 
     def __getattr__(self, attr: str) -> object:

@@ -199,7 +199,7 @@ class ConnectTransport:
             return http.client.HTTPSConnection(
                 self._host, self._port, timeout=self._timeout, context=ssl.create_default_context()
             )
-        return http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+        return _plain_connection_class()(self._host, self._port, timeout=self._timeout)
 
     def _connection(self) -> tuple[HTTPConnection, bool]:
         """The calling thread's connection, and whether it has served a request before."""
@@ -316,6 +316,29 @@ class ConnectTransport:
             text = payload.decode("utf-8", "replace").strip()
             message = f"the controller at {self.url} answered HTTP {status}" + (f": {text[:200]}" if text else "")
         return error_from_code(code, message)
+
+
+_PLAIN: list[type] = []  # the class below, made on first use: importing this module imports no http.client
+
+
+def _plain_connection_class() -> type[HTTPConnection]:
+    if _PLAIN:
+        return _PLAIN[0]
+    import http.client
+    import socket
+
+    class PlainConnection(http.client.HTTPConnection):
+        """http.client's connection, with the host looked up as ASCII bytes where it is ASCII: a str
+        host is encoded with the `idna` codec, whose first use imports `stringprep` and `unicodedata`
+        (a few ms of every CLI command)."""
+
+        def connect(self) -> None:
+            host = self.host.encode("ascii") if self.host.isascii() else self.host
+            self.sock = socket.create_connection((host, self.port), self.timeout)  # type: ignore[arg-type]
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    _PLAIN.append(PlainConnection)
+    return PlainConnection
 
 
 def parse_url(url: str) -> tuple[str, str, int, str]:
