@@ -53,3 +53,42 @@ def test_layout_no_two_module_names_in_a_folder_differ_by_one_letter():
 def test_layout_check_sees_a_one_letter_pair():
     assert _one_edit_apart("submit", "submits") and _one_edit_apart("tick", "tack")
     assert not _one_edit_apart("jobs", "job_spec") and not _one_edit_apart("reads", "reads")
+
+
+def _private_imports(source: str) -> list[str]:
+    """Imports in `source` of a module or name that its library keeps private (a leading `_`),
+    outside iris itself; dunders such as `__version__` are public."""
+    import ast
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if any(private(p) for p in a.name.split("."))]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module != "__future__":
+            module = node.module or ""
+            if any(private(p) for p in module.split(".")):
+                found.append(module)
+            elif module.split(".")[0] != "iris":
+                found += [f"{module}.{a.name}" for a in node.names if private(a.name)]
+    return found
+
+
+def test_layout_nothing_imports_a_private_module_or_name_of_another_library():
+    """A library's `_`-prefixed modules and names change without notice (connectrpc's `_protocol`,
+    CPython's `_socket`): src/ uses what each library documents."""
+    found = {
+        f"{path.relative_to(SRC)}: {name}"
+        for path in SRC.rglob("*.py")
+        if path.stem not in GENERATED
+        for name in _private_imports(path.read_text())
+    }
+    assert not found, sorted(found)
+
+
+def test_layout_private_import_scan_sees_each_spelling():
+    planted = "import _thread\nfrom connectrpc._shared import x\nfrom json import _private\nimport a._b as c\n"
+    assert _private_imports(planted) == ["_thread", "connectrpc._shared", "json._private", "a._b"]
+    assert _private_imports("from iris import __version__\nfrom iris.x import _y\nimport json.encoder\n") == []

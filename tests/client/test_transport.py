@@ -239,7 +239,7 @@ def test_peer_client_of_a_peer_that_does_not_answer_is_unavailable():
 
 
 def test_a_call_interrupted_midway_leaves_the_next_call_a_fresh_connection(scripted, monkeypatch):
-    from iris.rpc import http1
+    import http.client
 
     info = pb.GetClusterInfoResponse(name="a")
     server = scripted(ok_response(info), ok_response(info), ok_response(info))
@@ -250,7 +250,7 @@ def test_a_call_interrupted_midway_leaves_the_next_call_a_fresh_connection(scrip
         raise KeyboardInterrupt
 
     with monkeypatch.context() as m:
-        m.setattr(http1.Connection, "_read_head", interrupted)
+        m.setattr(http.client.HTTPConnection, "getresponse", interrupted)
         with pytest.raises(KeyboardInterrupt):
             transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
     assert transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse) == info

@@ -10,16 +10,15 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-import click
-
+from iris.cli import commands as cmd
 from iris.cli.main import EXIT_FAILED, EXIT_OK, CliContext, output_option
 from iris.core.errors import IrisError
 
 
 def config_options(fn):
-    fn = click.option("--port", type=click.IntRange(1, 65535), help="With --local: the port (default 10000).")(fn)
-    fn = click.option("--local", is_flag=True, help="The embedded single-machine cluster (state in $IRIS_HOME).")(fn)
-    fn = click.option("--config", "config_path", metavar="FILE", help="The cluster's YAML config.")(fn)
+    fn = cmd.option("--port", type=cmd.IntRange(1, 65535), help="With --local: the port (default 10000).")(fn)
+    fn = cmd.option("--local", is_flag=True, help="The embedded single-machine cluster (state in $IRIS_HOME).")(fn)
+    fn = cmd.option("--config", "config_path", metavar="FILE", help="The cluster's YAML config.")(fn)
     return fn
 
 
@@ -35,16 +34,16 @@ def resolve_config(obj: CliContext, config_path: str | None, local: bool, port: 
         elif named is not None and named.name == "local":  # recorded by `cluster start --local`
             local, port = True, port or int(named.url.rpartition(":")[2])
     if config_path and local:
-        raise click.UsageError("give --config FILE or --local, not both")
+        raise cmd.UsageError("give --config FILE or --local, not both")
     if local:
         argv = ["--local"] + (["--port", str(port)] if port else [])
         return local_config(port=port or 10000), argv
     if config_path:
         if port:
-            raise click.UsageError("--port goes with --local; set `listen:` in the config instead")
+            raise cmd.UsageError("--port goes with --local; set `listen:` in the config instead")
         path = os.path.abspath(config_path)
         return load_config(path), ["--config", path]
-    raise click.UsageError(
+    raise cmd.UsageError(
         "say which cluster: --config cluster.yaml, --local for the embedded one, or --cluster NAME"
         " (`iris cluster list`; `iris cluster use NAME` sets a default)"
     )
@@ -64,29 +63,29 @@ def _named_cluster(obj: CliContext):  # -> NamedCluster | None
     return named
 
 
-@click.group()
+@cmd.group()
 def cluster() -> None:
     """Start, stop and inspect a cluster's controller."""
 
 
 @cluster.command("start")
 @config_options
-@click.option("--detach", is_flag=True, help="Run in the background; return once the controller answers.")
-@click.option(
+@cmd.option("--detach", is_flag=True, help="Run in the background; return once the controller answers.")
+@cmd.option(
     "--remember/--no-remember",
     default=True,
     show_default=True,
     help="Record the cluster in ~/.iris/clusters.yaml, so `--cluster NAME` reaches it.",
 )
-@click.option(
+@cmd.option(
     "--timeout",
-    type=click.FloatRange(min=0),
+    type=cmd.FloatRange(min=0),
     default=30.0,
     show_default=True,
     help="With --detach: seconds to wait for it to answer (0: no limit).",
 )
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def start(
     obj: CliContext,
     config_path: str | None,
@@ -111,7 +110,7 @@ def start(
         if taken is not None:  # never "serving on" a port that another process holds
             raise taken
         if not obj.json:
-            click.echo(
+            cmd.echo(
                 f"cluster {config.name}: serving on {config.url}, state in {config.state_path} (Ctrl-C stops it)",
                 err=True,
             )
@@ -130,8 +129,8 @@ def start(
     if obj.json:
         obj.emit(doc)
     else:
-        click.echo(f"cluster {config.name} is up at {config.url} (pid {pid}); log: {doc['log']}")
-        click.echo(f"  export IRIS_CONTROLLER={config.url}")
+        cmd.echo(f"cluster {config.name} is up at {config.url} (pid {pid}); log: {doc['log']}")
+        cmd.echo(f"  export IRIS_CONTROLLER={config.url}")
         _warn_if_not_isolated(config)
     return EXIT_OK
 
@@ -142,7 +141,7 @@ def _warn_if_not_isolated(config) -> None:
 
     reason = not_isolated_reason(config.auth.task_uids.enabled)
     if reason:
-        click.echo(f"warning: {reason}", err=True)
+        cmd.echo(f"warning: {reason}", err=True)
 
 
 def _remember(config, config_path: str | None) -> None:
@@ -152,19 +151,19 @@ def _remember(config, config_path: str | None) -> None:
     try:
         remember(NamedCluster(config.name, config.url, os.path.abspath(config_path) if config_path else ""))
     except (OSError, IrisError) as exc:  # a read-only home must not fail a cluster that is up
-        click.echo(f"warning: could not record cluster {config.name} in the cluster list: {exc}", err=True)
+        cmd.echo(f"warning: could not record cluster {config.name} in the cluster list: {exc}", err=True)
 
 
 @cluster.command("list")
-@click.option(
+@cmd.option(
     "--timeout",
-    type=click.FloatRange(min=0),
+    type=cmd.FloatRange(min=0),
     default=5.0,
     show_default=True,
     help="Seconds to wait for each cluster's answer (0: no limit); one that answers later is shown as slow.",
 )
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def list_clusters(obj: CliContext, timeout: float) -> int:
     """Lists the named clusters (~/.iris/clusters.yaml), the default one, and which answer now.
 
@@ -197,11 +196,11 @@ def list_clusters(obj: CliContext, timeout: float) -> int:
         obj.emit({"file": clusters_file(), "default": named.default, "clusters": rows})
         return EXIT_OK
     if not rows:
-        click.echo(f"no named clusters yet ({clusters_file()}); `iris cluster start` or `iris cluster add` adds one")
+        cmd.echo(f"no named clusters yet ({clusters_file()}); `iris cluster start` or `iris cluster add` adds one")
         return EXIT_OK
     from iris.cli.output import render_table
 
-    click.echo(
+    cmd.echo(
         render_table(
             ["", "NAME", "URL", "STATUS", "CONFIG", "ANSWER"],
             [
@@ -220,7 +219,7 @@ def _answer(row: dict) -> str:
 
 @cluster.command("peers")
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def peers(obj: CliContext) -> int:
     """Shows each federation peer, in both directions.
 
@@ -268,14 +267,14 @@ def peers(obj: CliContext) -> int:
         )
         return EXIT_OK
     if not rows and not inbound:
-        click.echo(
+        cmd.echo(
             "this cluster has no federation peers: it sends to none (`peers:` in its config) and"
             " receives from none (`auth.federation_peers`)",
             err=True,
         )
         return EXIT_OK
     if rows:
-        click.echo(
+        cmd.echo(
             render_table(
                 ["PEER", "ADDRESS", "STATUS", "LAST ANSWER", "CAPACITY REPORT", "JOBS", "LAST ERROR"],
                 [
@@ -294,8 +293,8 @@ def peers(obj: CliContext) -> int:
         )
     if inbound:
         if rows:
-            click.echo("")
-        click.echo(
+            cmd.echo("")
+        cmd.echo(
             render_table(
                 ["INBOUND PEER", "TRUSTED", "LAST CONTACT", "JOBS"],
                 [
@@ -315,9 +314,9 @@ def peers(obj: CliContext) -> int:
 
 
 @cluster.command("use")
-@click.argument("name")
+@cmd.argument("name")
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def use_cluster(obj: CliContext, name: str) -> int:
     """Makes NAME the cluster every command talks to unless told otherwise."""
     from iris.client.clusters import use
@@ -326,7 +325,7 @@ def use_cluster(obj: CliContext, name: str) -> int:
     if obj.json:
         obj.emit({"default": name, "url": entry.url})
     else:
-        click.echo(f"default cluster is now {name} ({entry.url})")
+        cmd.echo(f"default cluster is now {name} ({entry.url})")
     return EXIT_OK
 
 
@@ -336,7 +335,7 @@ def check_cluster_entry(name: str, url: str) -> None:
     from urllib.parse import urlsplit
 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", name):
-        raise click.BadParameter(
+        raise cmd.BadParameter(
             f"{name!r} cannot name a cluster: use letters, digits, '.', '_' or '-', starting with a letter or digit",
             param_hint="NAME",
         )
@@ -346,20 +345,20 @@ def check_cluster_entry(name: str, url: str) -> None:
     except ValueError:  # a port past 65535 or not a number
         parts, port_ok = None, False
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
-        raise click.BadParameter(
+        raise cmd.BadParameter(
             f"{url!r} is not a controller URL: use http://HOST:PORT or https://HOST[:PORT]", param_hint="--url"
         )
     if any(c.isspace() for c in url):
-        raise click.BadParameter(f"{url!r} has a blank in it; a controller URL has none", param_hint="--url")
+        raise cmd.BadParameter(f"{url!r} has a blank in it; a controller URL has none", param_hint="--url")
 
 
 @cluster.command("add")
-@click.argument("name")
-@click.option("--url", help="The controller's URL.")
-@click.option("--config", "config_path", metavar="FILE", help="The cluster's YAML config (its URL is used).")
-@click.option("--replace", is_flag=True, help="Replace the entry when NAME is already in the list.")
+@cmd.argument("name")
+@cmd.option("--url", help="The controller's URL.")
+@cmd.option("--config", "config_path", metavar="FILE", help="The cluster's YAML config (its URL is used).")
+@cmd.option("--replace", is_flag=True, help="Replace the entry when NAME is already in the list.")
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def add_cluster(obj: CliContext, name: str, url: str | None, config_path: str | None, replace: bool) -> int:
     """Adds a named cluster: by --url, or by --config for a cluster whose config is here.
 
@@ -369,7 +368,7 @@ def add_cluster(obj: CliContext, name: str, url: str | None, config_path: str | 
     from iris.client.clusters import NamedCluster, add
 
     if not url and not config_path:
-        raise click.UsageError("give the cluster's --url URL or its --config FILE")
+        raise cmd.UsageError("give the cluster's --url URL or its --config FILE")
     if config_path:
         from iris.core.config import load_config
 
@@ -384,18 +383,18 @@ def add_cluster(obj: CliContext, name: str, url: str | None, config_path: str | 
         was = {"url": previous.url, "config": previous.config} if previous is not None and changed else None
         obj.emit({"name": name, "url": entry.url, "config": entry.config, "changed": changed, "replaced": was})
     elif previous == entry:
-        click.echo(f"cluster {name} ({entry.url}) is already in the list as given; nothing changed")
+        cmd.echo(f"cluster {name} ({entry.url}) is already in the list as given; nothing changed")
     elif previous is not None:
-        click.echo(f"replaced cluster {name}: {previous.url} is now {entry.url}; use it with `iris --cluster {name} …`")
+        cmd.echo(f"replaced cluster {name}: {previous.url} is now {entry.url}; use it with `iris --cluster {name} …`")
     else:
-        click.echo(f"added cluster {name} ({entry.url}); use it with `iris --cluster {name} …`")
+        cmd.echo(f"added cluster {name} ({entry.url}); use it with `iris --cluster {name} …`")
     return EXIT_OK
 
 
 @cluster.command("remove")
-@click.argument("name")
+@cmd.argument("name")
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def remove_cluster(obj: CliContext, name: str) -> int:
     """Removes a named cluster from the list (the cluster itself is untouched)."""
     from iris.client.clusters import forget
@@ -404,21 +403,21 @@ def remove_cluster(obj: CliContext, name: str) -> int:
     if obj.json:
         obj.emit({"removed": name})
     else:
-        click.echo(f"removed cluster {name} from the list")
+        cmd.echo(f"removed cluster {name} from the list")
     return EXIT_OK
 
 
 @cluster.command("stop")
 @config_options
-@click.option(
+@cmd.option(
     "--timeout",
-    type=click.FloatRange(min=0),
+    type=cmd.FloatRange(min=0),
     default=15.0,
     show_default=True,
     help="Seconds before it is killed (0: no limit, wait for it to exit).",
 )
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def stop(obj: CliContext, config_path: str | None, local: bool, port: int | None, timeout: float) -> int:
     """Stops the controller started for this config (its attempts are stopped with it)."""
     config, _ = resolve_config(obj, config_path, local, port)
@@ -428,16 +427,16 @@ def stop(obj: CliContext, config_path: str | None, local: bool, port: int | None
     if obj.json:
         obj.emit({"cluster": config.name, "stopped": stopped, "state_dir": str(config.state_path)})
     elif stopped:
-        click.echo(f"stopped cluster {config.name}")
+        cmd.echo(f"stopped cluster {config.name}")
     else:
-        click.echo(f"no controller was running for cluster {config.name} (state in {config.state_path})")
+        cmd.echo(f"no controller was running for cluster {config.name} (state in {config.state_path})")
     return EXIT_OK
 
 
 @cluster.command("status")
 @config_options
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def status(obj: CliContext, config_path: str | None, local: bool, port: int | None) -> int:
     """Reports whether the controller answers, what it runs, and its backends' free capacity.
 
@@ -465,15 +464,15 @@ def status(obj: CliContext, config_path: str | None, local: bool, port: int | No
             }
         )
     else:
-        click.echo(cluster_status_text(client.url, info, backends, workers))
+        cmd.echo(cluster_status_text(client.url, info, backends, workers))
     return EXIT_OK if info.healthy else EXIT_FAILED
 
 
 @cluster.command("backup")
 @config_options
-@click.option("--to", "dest", metavar="FILE", required=True, help="The backup file to write (replaced whole).")
+@cmd.option("--to", "dest", metavar="FILE", required=True, help="The backup file to write (replaced whole).")
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def backup(obj: CliContext, config_path: str | None, local: bool, port: int | None, dest: str) -> int:
     """Writes a consistent copy of the cluster's database and signing key to FILE.
 
@@ -488,7 +487,7 @@ def backup(obj: CliContext, config_path: str | None, local: bool, port: int | No
     if obj.json:
         obj.emit({"file": os.path.abspath(dest), **asdict(info)})
     else:
-        click.echo(
+        cmd.echo(
             f"backed up cluster {info.cluster} ({info.jobs} jobs, schema {info.schema_version}) to {os.path.abspath(dest)}"
         )
     return EXIT_OK
@@ -496,14 +495,14 @@ def backup(obj: CliContext, config_path: str | None, local: bool, port: int | No
 
 @cluster.command("restore")
 @config_options
-@click.option("--from", "source", metavar="FILE", required=True, help="A file `iris cluster backup` wrote.")
-@click.option(
+@cmd.option("--from", "source", metavar="FILE", required=True, help="A file `iris cluster backup` wrote.")
+@cmd.option(
     "--force",
     is_flag=True,
     help="Restore over a state folder that holds a database (moved aside), or a backup of another cluster.",
 )
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def restore(obj: CliContext, config_path: str | None, local: bool, port: int | None, source: str, force: bool) -> int:
     """Puts a backup in place as the cluster's state; then `iris cluster start` runs it.
 
@@ -517,7 +516,7 @@ def restore(obj: CliContext, config_path: str | None, local: bool, port: int | N
     if obj.json:
         obj.emit({"state_dir": str(config.state_path), **asdict(info)})
     else:
-        click.echo(
+        cmd.echo(
             f"restored cluster {info.cluster} ({info.jobs} jobs) into {config.state_path};"
             f" start it with `iris cluster start {' '.join(argv)}`"
         )
@@ -527,7 +526,7 @@ def restore(obj: CliContext, config_path: str | None, local: bool, port: int | N
 @cluster.command("public-key")
 @config_options
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def public_key(obj: CliContext, config_path: str | None, local: bool, port: int | None) -> int:
     """Prints the public half of the cluster's signing key (PEM): what a peer lists in auth.federation_peers.
 
@@ -543,5 +542,5 @@ def public_key(obj: CliContext, config_path: str | None, local: bool, port: int 
     if obj.json:
         obj.emit({"cluster": config.name, "public_key": pem, "key_id": key_id(key)})
     else:
-        click.echo(pem, nl=False)
+        cmd.echo(pem, nl=False)
     return EXIT_OK

@@ -32,8 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import click
-
+from iris.cli import commands as cmd
 from iris.cli.main import CliContext, output_option
 from iris.testing import free_port, leftovers, pid_alive, wait_until
 
@@ -596,14 +595,14 @@ def run_demo(echo: Echo = print) -> tuple[int, dict]:
     return (0 if ok else 1), report
 
 
-@click.command("demo")
+@cmd.command("demo")
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def demo(obj: CliContext) -> int:
     """Starts three throw-away clusters on loopback (a CPU parent, two GPU peers), shows a CPU job run at
     home, a GPU job handed to the peer with capacity, a pinned job, a rejected one and a cancel from
     the parent, with where each landed and why, then stops everything."""
-    code, report = run_demo((lambda line: None) if obj.json else click.echo)
+    code, report = run_demo((lambda line: None) if obj.json else cmd.echo)
     if obj.json:
         obj.emit(report)
     return code

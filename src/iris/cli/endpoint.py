@@ -6,22 +6,21 @@ A URL is minted by the cluster that runs the job; when that cluster sits behind 
 
 from __future__ import annotations
 
-import click
-
+from iris.cli import commands as cmd
 from iris.cli.main import CliContext, output_option
 from iris.cli.values import positive_duration
 
 
-@click.group("endpoint")
+@cmd.group("endpoint")
 def endpoint() -> None:
     """Serving endpoints registered by tasks (`IrisClient.register_endpoint`)."""
 
 
 @endpoint.command("list")
-@click.argument("job", required=False, default="")
-@click.option("--limit", type=click.IntRange(min=0), default=0, help="At most this many (0: every live endpoint).")
+@cmd.argument("job", required=False, default="")
+@cmd.option("--limit", type=cmd.IntRange(min=0), default=0, help="At most this many (0: every live endpoint).")
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def list_endpoints(obj: CliContext, job: str, limit: int) -> None:
     """Lists the live endpoints of JOB (of every job without one), by job and name."""
     from iris.cli.pages import collect, hint
@@ -51,19 +50,19 @@ def list_endpoints(obj: CliContext, job: str, limit: int) -> None:
         hint(got, "endpoints", "drop --limit for every one")
         return
     if not eps:
-        click.echo("no live endpoints" + (f" for {job}" if job else ""))
+        cmd.echo("no live endpoints" + (f" for {job}" if job else ""))
         return
     rows = [("JOB", "NAME", "ADDRESS", "ATTEMPT")] + [(e.job_id, e.name, e.address, e.attempt_id) for e in eps]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
-        click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[3])
+        cmd.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[3])
     hint(got, "endpoints", "drop --limit for every one")
 
 
 @endpoint.command("url")
-@click.argument("job")
-@click.argument("name")
-@click.option(
+@cmd.argument("job")
+@cmd.argument("name")
+@cmd.option(
     "--ttl",
     default="8h",
     show_default=True,
@@ -72,7 +71,7 @@ def list_endpoints(obj: CliContext, job: str, limit: int) -> None:
     help="How long the URL works (e.g. 30m, 8h, 2d; at most 30d).",
 )
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def url(obj: CliContext, job: str, name: str, ttl: float) -> None:
     """Mints a capability URL that reaches endpoint NAME of JOB until it expires.
 
@@ -84,4 +83,4 @@ def url(obj: CliContext, job: str, name: str, ttl: float) -> None:
     if obj.json:
         obj.emit({"url": resp.url, "expires_ms": resp.expires_ms})
     else:
-        click.echo(resp.url)
+        cmd.echo(resp.url)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 import time
 
-import click
-
-from iris.cli.checks import EnvPairsCommand, checked, env_pairs, job_state, not_blank, size_with_unit
+from iris.cli import commands as cmd
+from iris.cli.checks import checked, env_pair_words, env_pairs, job_state, not_blank, size_with_unit
 from iris.cli.main import EXIT_OK, CliContext, output_option
 from iris.cli.pages import MAX_PAGE
 from iris.cli.submit import PendingWatcher, launch_and_report
@@ -28,7 +27,7 @@ def _core(name: str, *first: object):
 
 
 def _then(first, second):
-    """A click callback running `first`, then `second` on what it returned."""
+    """A parameter callback running `first`, then `second` on what it returned."""
     return lambda ctx, param, value: second(ctx, param, first(ctx, param, value))
 
 
@@ -48,7 +47,7 @@ _JOB_NAME = _then(not_blank, checked(_core("iris.client.launch.check_job_name"))
 _USER = checked(_core("iris.core.names.validate_component", "user"))
 
 
-raw_option = click.option(
+raw_option = cmd.option(
     "--raw",
     is_flag=True,
     help="Print the job's output exactly as it wrote it, escape sequences included. By default every control"
@@ -57,31 +56,29 @@ raw_option = click.option(
 )
 
 
-@click.group()
+@cmd.group()
 def job() -> None:
     """Submit, list, watch and stop jobs."""
 
 
 @job.command(
     "run",
-    cls=EnvPairsCommand,
-    context_settings={"allow_interspersed_args": False},
+    prepare=env_pair_words,
+    interspersed=False,
     short_help="Submit a job, stream its logs, exit with its outcome.",
 )
-@click.option("--cpu", type=float, callback=_CPU, help="Cores per task (fractional allowed; default 1).")
-@click.option("--memory", metavar="SIZE", callback=_MEMORY, help="Memory per task, e.g. 8G, 512M (default 1G).")
-@click.option("--disk", metavar="SIZE", callback=_DISK, help="Disk per task, e.g. 10G.")
-@click.option("--gpu", metavar="SPEC", callback=_GPU, help="GPUs per task: H100x8, 8 (any variant) or H100 (one).")
-@click.option("--tpu", metavar="SLICE", callback=_TPU, help="A TPU slice, e.g. v5p-8.")
-@click.option(
-    "--replicas", type=click.IntRange(min=1), callback=_REPLICAS, default=1, show_default=True, help="Number of tasks."
+@cmd.option("--cpu", type=float, callback=_CPU, help="Cores per task (fractional allowed; default 1).")
+@cmd.option("--memory", metavar="SIZE", callback=_MEMORY, help="Memory per task, e.g. 8G, 512M (default 1G).")
+@cmd.option("--disk", metavar="SIZE", callback=_DISK, help="Disk per task, e.g. 10G.")
+@cmd.option("--gpu", metavar="SPEC", callback=_GPU, help="GPUs per task: H100x8, 8 (any variant) or H100 (one).")
+@cmd.option("--tpu", metavar="SLICE", callback=_TPU, help="A TPU slice, e.g. v5p-8.")
+@cmd.option(
+    "--replicas", type=cmd.IntRange(min=1), callback=_REPLICAS, default=1, show_default=True, help="Number of tasks."
 )
-@click.option(
-    "--priority", type=click.Choice(["production", "interactive", "batch"]), help="Band (default interactive)."
-)
-@click.option("--region", help="Run in this region; `any` opts out of the parent job's region.")
-@click.option("--zone", help="Run in this zone.")
-@click.option(
+@cmd.option("--priority", type=cmd.Choice(["production", "interactive", "batch"]), help="Band (default interactive).")
+@cmd.option("--region", help="Run in this region; `any` opts out of the parent job's region.")
+@cmd.option("--zone", help="Run in this zone.")
+@cmd.option(
     "--constraint",
     "constraints",
     multiple=True,
@@ -89,15 +86,15 @@ def job() -> None:
     callback=_CONSTRAINT,
     help="A placement constraint: key=value, key!=value, key>=N, 'key in a,b', 'key exists'. Repeatable.",
 )
-@click.option("--target-cluster", metavar="PEER", help="Hand the job to this federation peer.")
-@click.option("--coschedule", is_flag=True, help="Start all replicas together or not at all.")
-@click.option(
+@cmd.option("--target-cluster", metavar="PEER", help="Hand the job to this federation peer.")
+@cmd.option("--coschedule", is_flag=True, help="Start all replicas together or not at all.")
+@cmd.option(
     "--image",
     metavar="IMAGE",
     callback=not_blank,
     help="Run each task in this container image (workers started with --runtime docker).",
 )
-@click.option(
+@cmd.option(
     "-e",
     "--env",
     "env",
@@ -105,65 +102,65 @@ def job() -> None:
     metavar="KEY=VALUE",
     help="Set an env variable: -e KEY=VALUE or -e KEY VALUE. Repeatable.",
 )
-@click.option("--env-file", metavar="FILE", help="Env variables from a file of KEY=VALUE lines (# comments).")
-@click.option(
+@cmd.option("--env-file", metavar="FILE", help="Env variables from a file of KEY=VALUE lines (# comments).")
+@cmd.option(
     "--job-name",
     metavar="NAME",
     callback=_JOB_NAME,
     help="Short name (/<user>/<NAME>) or full id; generated when omitted.",
 )
-@click.option("--user", callback=_USER, help="The submitting user (default: the token's user, else $USER).")
-@click.option(
+@cmd.option("--user", callback=_USER, help="The submitting user (default: the token's user, else $USER).")
+@cmd.option(
     "--max-retries",
-    type=click.IntRange(min=0),
+    type=cmd.IntRange(min=0),
     callback=_RETRIES,
     default=0,
     show_default=True,
     help="Retries of a task whose attempt fails.",
 )
-@click.option(
+@cmd.option(
     "--max-retries-preemption",
-    type=click.IntRange(min=0),
+    type=cmd.IntRange(min=0),
     callback=_PREEMPTION_RETRIES,
     help="Retries after preemption or a lost worker (default 100).",
 )
-@click.option(
+@cmd.option(
     "--timeout",
     metavar="DURATION",
     callback=_TIMEOUT,
     help="Kill the job after this long running, e.g. 30m; 0 (the default): no limit.",
 )
-@click.option(
+@cmd.option(
     "--scheduling-timeout",
     metavar="DURATION",
     callback=_SCHEDULING_TIMEOUT,
     help="Give up if not placed within this long; 0 (the default): wait as long as it takes.",
 )
-@click.option(
+@cmd.option(
     "--existing",
-    type=click.Choice(["error", "keep", "replace"]),
+    type=cmd.Choice(["error", "keep", "replace"]),
     default="error",
     show_default=True,
     help="What to do when a job of this name exists.",
 )
-@click.option(
+@cmd.option(
     "--workdir",
     metavar="DIR",
-    type=click.Path(exists=True, file_okay=False),
+    type=cmd.Path(exists=True, file_okay=False),
     help="Ship this folder as the job's workspace instead of the current one.",
 )
-@click.option("--no-workspace", is_flag=True, help="Ship no files; tasks start in an empty folder.")
-@click.option(
+@cmd.option("--no-workspace", is_flag=True, help="Ship no files; tasks start in an empty folder.")
+@cmd.option(
     "--no-wait",
     is_flag=True,
     help="Print the job id and return at once: exit 0, or 2 when the cluster rejected the job at submit.",
 )
-@click.option("--cancel-on-interrupt", is_flag=True, help="Ctrl-C stops the job (by default it only detaches from it).")
-@click.option("-t", "--timestamps", is_flag=True, help="Prefix each log line with its time.")
+@cmd.option("--cancel-on-interrupt", is_flag=True, help="Ctrl-C stops the job (by default it only detaches from it).")
+@cmd.option("-t", "--timestamps", is_flag=True, help="Prefix each log line with its time.")
 @raw_option
 @output_option
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-@click.pass_obj
+@cmd.argument("command", nargs=-1, required=True, type=cmd.UNPROCESSED)
+@cmd.pass_obj
 def run(
     obj: CliContext,
     command: tuple[str, ...],
@@ -190,7 +187,7 @@ def run(
     or connection error.
     """
     if workdir and no_workspace:
-        raise click.UsageError("--workdir and --no-workspace contradict each other; give one")
+        raise cmd.UsageError("--workdir and --no-workspace contradict each other; give one")
     env_vars = env_pairs(env, env_file)
     client = obj.client()
     if options.get("target_cluster"):
@@ -222,41 +219,41 @@ def _check_peer(client, peer: str) -> None:
     if peer in peers:
         return
     if not peers:
-        raise click.BadParameter(
+        raise cmd.BadParameter(
             f"this cluster has no federation peers, so no job can be handed to {peer!r};"
             " list peers under `peers:` in its config, or drop --target-cluster",
             param_hint="--target-cluster",
         )
-    raise click.BadParameter(
+    raise cmd.BadParameter(
         f"{peer!r} is not a peer of this cluster; its peers: {', '.join(sorted(peers))}",
         param_hint="--target-cluster",
     )
 
 
 @job.command("list")
-@click.option(
+@cmd.option(
     "--state",
     callback=job_state,
     help="Only jobs in these states: PENDING, RUNNING, SUCCEEDED, FAILED, KILLED or UNSCHEDULABLE, or several joined by commas (PENDING,RUNNING).",
 )
-@click.option("--prefix", help="Only jobs whose id starts with this, e.g. /alice/.")
-@click.option("--user", help="Only this user's jobs.")
-@click.option(
+@cmd.option("--prefix", help="Only jobs whose id starts with this, e.g. /alice/.")
+@cmd.option("--user", help="Only this user's jobs.")
+@cmd.option(
     "--limit",
-    type=click.IntRange(min=0),
+    type=cmd.IntRange(min=0),
     default=0,
     help="At most this many, newest first, fetched a page at a time (0: one page, the server's default of 1000).",
 )
-@click.option("--all", "everything", is_flag=True, help="Every matching job, fetched a page at a time.")
-@click.option(
+@cmd.option("--all", "everything", is_flag=True, help="Every matching job, fetched a page at a time.")
+@cmd.option(
     "--page-size",
-    type=click.IntRange(min=0, max=MAX_PAGE),
+    type=cmd.IntRange(min=0, max=MAX_PAGE),
     default=0,
     help="Jobs per request while fetching (0: the server's default, 1000; it allows at most 5000).",
 )
-@click.option("-w", "--watch", is_flag=True, help="Redraw the list every 2 s until Ctrl-C.")
+@cmd.option("-w", "--watch", is_flag=True, help="Redraw the list every 2 s until Ctrl-C.")
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def list_jobs(
     obj: CliContext,
     state: str | None,
@@ -277,7 +274,7 @@ def list_jobs(
 
     check_all_or_limit(everything, limit)
     if watch and obj.json:
-        raise click.UsageError("--watch redraws a table; for scripts, call `iris -o json job list` repeatedly")
+        raise cmd.UsageError("--watch redraws a table; for scripts, call `iris -o json job list` repeatedly")
     client = obj.client()
 
     def fetch():  # every redraw of --watch fetches as a single listing does
@@ -298,9 +295,9 @@ def list_jobs(
     if obj.json:
         obj.emit({"jobs": [message_to_dict(j) for j in jobs], "total": got.total})
     elif jobs:
-        click.echo(jobs_table(jobs))
+        cmd.echo(jobs_table(jobs))
     else:
-        click.echo(
+        cmd.echo(
             "no jobs" + (f" in state {state.upper()}" if state else "") + (f" under {prefix}" if prefix else ""),
             err=True,
         )
@@ -309,10 +306,10 @@ def list_jobs(
 
 
 @job.command("describe")
-@click.argument("job_id", metavar="JOB")
-@click.option("--all-tasks", is_flag=True, help="Every task of a job with more than one page (1000) of them.")
+@cmd.argument("job_id", metavar="JOB")
+@cmd.option("--all-tasks", is_flag=True, help="Every task of a job with more than one page (1000) of them.")
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def describe(obj: CliContext, job_id: str, all_tasks: bool) -> None:
     """Shows a job (an id, or a short name as --job-name takes), its tasks and their latest attempts.
 
@@ -327,7 +324,7 @@ def describe(obj: CliContext, job_id: str, all_tasks: bool) -> None:
     if obj.json:
         obj.emit(message_to_dict(resp))
     else:
-        click.echo(describe_job(resp))
+        cmd.echo(describe_job(resp))
     hint(
         Collected(list(resp.tasks), resp.total_tasks, bool(resp.next_task_page_token)),
         "tasks",
@@ -336,18 +333,18 @@ def describe(obj: CliContext, job_id: str, all_tasks: bool) -> None:
 
 
 @job.command("logs")
-@click.argument("job_id", metavar="JOB")
-@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the job ends.")
-@click.option(
+@cmd.argument("job_id", metavar="JOB")
+@cmd.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the job ends.")
+@cmd.option(
     "--tail",
-    type=click.IntRange(min=0),
+    type=cmd.IntRange(min=0),
     help="Only the last N lines (then follow, with -f); 0: none, so -f --tail 0 prints only new lines.",
 )
-@click.option("--task", type=click.IntRange(min=0), help="Only this task's lines.")
-@click.option("-t", "--timestamps", is_flag=True, help="Prefix each line with its time.")
+@cmd.option("--task", type=cmd.IntRange(min=0), help="Only this task's lines.")
+@cmd.option("-t", "--timestamps", is_flag=True, help="Prefix each line with its time.")
 @raw_option
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def logs(
     obj: CliContext, job_id: str, follow: bool, tail: int | None, task: int | None, timestamps: bool, raw: bool
 ) -> int:
@@ -381,7 +378,7 @@ def logs(
     watcher = None
     if follow and status.state == "PENDING":  # no line comes until it starts: say what it waits for
         reason = status.pending_reason or "waiting to be scheduled"
-        click.echo(f"pending: {reason}", err=True)
+        cmd.echo(f"pending: {reason}", err=True)
         watcher = PendingWatcher(client, job_id, reason)
     try:
         marks = AttemptMarks()
@@ -390,7 +387,7 @@ def logs(
                 watcher.stop()
             mark = marks.before(line)
             if mark is not None:
-                click.echo(mark)
+                cmd.echo(mark)
             write_log_line(line, show_task=show_task, timestamps=timestamps, raw=raw)
     except KeyboardInterrupt:
         return 130
@@ -401,7 +398,7 @@ def logs(
         final = client.status(job_id)
         if final.state != "SUCCEEDED" and final.error:
             # why the lines stop here; the error may quote a stop reason, shown escaped as the output is
-            click.echo(f"{job_id} ended {final.state}: {visible(final.error)}", err=True)
+            cmd.echo(f"{job_id} ended {final.state}: {visible(final.error)}", err=True)
     return EXIT_OK
 
 
@@ -415,9 +412,9 @@ def _log_source(client, job_id: str, follow: bool, tail: int | None, task: int |
 
 
 @job.command("explain")
-@click.argument("job_id", metavar="JOB")
+@cmd.argument("job_id", metavar="JOB")
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def explain(obj: CliContext, job_id: str) -> None:
     """Says, per backend and group of identical workers, whether and why a job fits."""
     from iris.cli.output import explain_document, explain_text
@@ -427,7 +424,7 @@ def explain(obj: CliContext, job_id: str) -> None:
     if obj.json:
         obj.emit(explain_document(resp))
     else:
-        click.echo(explain_text(resp))
+        cmd.echo(explain_text(resp))
 
 
 from iris.cli import job_ops  # noqa: E402,F401  (registers stop, wait and history on the group)

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
 
-import click
-
+from iris.cli import commands as cmd
 from iris.cli.checks import job_state
 from iris.cli.job import job
 from iris.cli.main import EXIT_FAILED, EXIT_OK, EXIT_REJECTED, CliContext, exit_code_for, output_option
@@ -22,6 +19,11 @@ from iris.cli.submit import STATE_EXIT_CODES
 from iris.cli.values import resolve_job
 from iris.core.errors import IrisError, Unavailable
 from iris.core.names import in_job_tree
+
+TYPE_CHECKING = False  # typing's own constant costs `import typing` on `iris job run`, which imports this module
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
 
 CONFIRM_ABOVE = 10
 LIVE_STATES = ("PENDING", "RUNNING")
@@ -41,20 +43,20 @@ def _matching(obj: CliContext, user: str | None, state: str | None, prefix: str 
 
 
 @job.command("stop")
-@click.argument("job_ids", metavar="[JOB]...", nargs=-1)
-@click.option("--user", help="Stop this user's live jobs.")
-@click.option("--state", callback=job_state, help="Only jobs in this state: PENDING, RUNNING or PENDING,RUNNING.")
-@click.option("--prefix", help="Only jobs whose id starts with this, e.g. /alice/sweep-.")
-@click.option("-y", "--yes", is_flag=True, help=f"Stop more than {CONFIRM_ABOVE} jobs without asking.")
-@click.option("--reason", default="", help="Recorded as the reason the job was stopped.")
-@click.option(
+@cmd.argument("job_ids", metavar="[JOB]...", nargs=-1)
+@cmd.option("--user", help="Stop this user's live jobs.")
+@cmd.option("--state", callback=job_state, help="Only jobs in this state: PENDING, RUNNING or PENDING,RUNNING.")
+@cmd.option("--prefix", help="Only jobs whose id starts with this, e.g. /alice/sweep-.")
+@cmd.option("-y", "--yes", is_flag=True, help=f"Stop more than {CONFIRM_ABOVE} jobs without asking.")
+@cmd.option("--reason", default="", help="Recorded as the reason the job was stopped.")
+@cmd.option(
     "--wait",
     "wait_ended",
     is_flag=True,
     help="Return only once each stopped job has ended (a job on a peer: once the peer confirms).",
 )
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def stop(
     obj: CliContext,
     job_ids: tuple[str, ...],
@@ -72,12 +74,12 @@ def stop(
     """
     filtered = bool(user or state or prefix)
     if job_ids and filtered:
-        raise click.UsageError("give job ids or filters (--user, --state, --prefix), not both")
+        raise cmd.UsageError("give job ids or filters (--user, --state, --prefix), not both")
     if not job_ids and not filtered:
-        raise click.UsageError("say which jobs: JOB... or filters such as --user U --state PENDING --prefix P")
+        raise cmd.UsageError("say which jobs: JOB... or filters such as --user U --state PENDING --prefix P")
     ended = [s for s in (state or "").split(",") if s and s not in LIVE_STATES]
     if ended:
-        raise click.BadParameter(
+        raise cmd.BadParameter(
             f"{ended[0]} jobs have ended already; stop PENDING or RUNNING ones", param_hint="--state"
         )
     targets = [resolve_job(obj, j) for j in job_ids] if job_ids else _matching(obj, user, state, prefix)
@@ -86,16 +88,16 @@ def stop(
             if obj.json:
                 obj.emit({"stopped": {}, "already_finished": {}, "errors": {}})
             else:
-                click.echo("no live jobs match", err=True)
+                cmd.echo("no live jobs match", err=True)
             return EXIT_OK
         if len(targets) > CONFIRM_ABOVE and not yes:
             if not sys.stdin.isatty():
-                raise click.UsageError(
+                raise cmd.UsageError(
                     f"{len(targets)} jobs match; pass --yes to stop more than {CONFIRM_ABOVE} without being asked"
                 )
-            click.confirm(f"stop {len(targets)} jobs (and every job below them)?", abort=True, err=True)
+            cmd.confirm(f"stop {len(targets)} jobs (and every job below them)?", abort=True, err=True)
         if not obj.json:
-            click.echo(f"stopping {len(targets)} job(s)", err=True)
+            cmd.echo(f"stopping {len(targets)} job(s)", err=True)
     return _stop_each(obj, targets, reason or "stopped with iris job stop", wait_ended)
 
 
@@ -116,26 +118,26 @@ def _stop_each(obj: CliContext, targets: list[str], reason: str, wait_ended: boo
             errors[job_id] = {"code": exc.code, "message": exc.message}
             code = max(code, exit_code_for(exc))  # a job that names nothing is a usage error (3)
             if not obj.json:
-                click.echo(f"error: {exc.message}", err=True)
+                cmd.echo(f"error: {exc.message}", err=True)
             continue
         if job_id in finished:
             if not obj.json:
-                click.echo(f"{job_id} had already finished ({finished[job_id]}); nothing to stop")
+                cmd.echo(f"{job_id} had already finished ({finished[job_id]}); nothing to stop")
             continue
         stopped[job_id] = list(resp.terminated)
         if not obj.json:
             children = [j for j in resp.terminated if j != job_id]
             more = f" and {len(children)} job(s) below it" if children else ""
-            click.echo(f"stopped {job_id}{more}")
+            cmd.echo(f"stopped {job_id}{more}")
     ended: dict[str, str] = {}
     if wait_ended:
         for job_id in stopped:
             status = client.status(job_id)
             if status.state not in STATE_EXIT_CODES and not obj.json:
-                click.echo(f"{job_id}: {status.pending_reason or 'stopping'}", err=True)
+                cmd.echo(f"{job_id}: {status.pending_reason or 'stopping'}", err=True)
             ended[job_id] = client.wait(job_id).state
             if not obj.json:
-                click.echo(f"{job_id} {ended[job_id]}")
+                cmd.echo(f"{job_id} {ended[job_id]}")
     if obj.json:
         out = {"stopped": stopped, "already_finished": finished, "errors": errors}
         obj.emit({**out, "ended": ended} if wait_ended else out)
@@ -143,12 +145,10 @@ def _stop_each(obj: CliContext, targets: list[str], reason: str, wait_ended: boo
 
 
 @job.command("wait")
-@click.argument("job_ids", metavar="JOB...", nargs=-1, required=True)
-@click.option(
-    "--timeout", metavar="DURATION", help="Give up after this long (e.g. 30s, 2h); 0 (the default): no limit."
-)
+@cmd.argument("job_ids", metavar="JOB...", nargs=-1, required=True)
+@cmd.option("--timeout", metavar="DURATION", help="Give up after this long (e.g. 30s, 2h); 0 (the default): no limit.")
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def wait(obj: CliContext, job_ids: tuple[str, ...], timeout: str | None) -> int:
     """Waits until every JOB has ended, printing each as it ends; a job still waiting to start has
     its pending reason printed to stderr when it changes.
@@ -161,7 +161,7 @@ def wait(obj: CliContext, job_ids: tuple[str, ...], timeout: str | None) -> int:
     try:
         limit = parse_duration(timeout) if timeout else None
     except IrisError as exc:
-        raise click.BadParameter(exc.message, param_hint="--timeout") from None
+        raise cmd.BadParameter(exc.message, param_hint="--timeout") from None
     limit = limit or None  # 0 means no limit, as for `job run --timeout`
     client = obj.client()
     ids = [resolve_job(obj, j) for j in job_ids]
@@ -182,13 +182,13 @@ def wait(obj: CliContext, job_ids: tuple[str, ...], timeout: str | None) -> int:
                     reason = status.pending_reason or "waiting to be scheduled"
                     if said.get(job_id) != reason:
                         said[job_id] = reason
-                        click.echo(f"{job_id} pending: {reason}", err=True)
+                        cmd.echo(f"{job_id} pending: {reason}", err=True)
                 if status.state in STATE_EXIT_CODES:
                     final[job_id] = status
                     left.remove(job_id)
                     if not obj.json:
                         detail = status.error or (f"exit code {status.exit_code}" if status.has_exit_code else "")
-                        click.echo(f"{job_id} {status.state}" + (f" ({detail})" if detail else ""))
+                        cmd.echo(f"{job_id} {status.state}" + (f" ({detail})" if detail else ""))
             if not left:
                 break
             if limit is not None and time.monotonic() - began > limit:
@@ -229,7 +229,7 @@ def _interrupted(obj: CliContext, final: dict, left: list[str]) -> int:
             }
         )
     ids = " ".join(left)
-    click.echo(
+    cmd.echo(
         f"\nstopped waiting; {', '.join(left)} {'keeps' if len(left) == 1 else 'keep'} running"
         f" (wait again with `iris job wait {ids}`, or look with `iris job describe {left[0]}`)",
         err=True,
@@ -242,16 +242,16 @@ def _timed_out(obj: CliContext, final: dict, left: list[str], timeout: str) -> i
         from iris.cli.output import message_to_dict
 
         obj.emit({"jobs": {j: message_to_dict(s) for j, s in final.items()}, "still_running": left})
-    click.echo(f"error: still not finished after {timeout}: {', '.join(left)}", err=True)
+    cmd.echo(f"error: still not finished after {timeout}: {', '.join(left)}", err=True)
     return EXIT_FAILED
 
 
 @job.command("history")
-@click.option("--since", default="1d", show_default=True, help="How far back: e.g. 6h, 1d, 7d.")
-@click.option("--user", help="Only this user's jobs.")
-@click.option("--prefix", help="Only jobs whose id starts with this.")
+@cmd.option("--since", default="1d", show_default=True, help="How far back: e.g. 6h, 1d, 7d.")
+@cmd.option("--user", help="Only this user's jobs.")
+@cmd.option("--prefix", help="Only jobs whose id starts with this.")
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def history(obj: CliContext, since: str, user: str | None, prefix: str | None) -> int:
     """Summarises the jobs submitted in a window (like sacct): how many ended in each state, and run time."""
     from iris.cli.output import format_duration, render_table
@@ -260,7 +260,7 @@ def history(obj: CliContext, since: str, user: str | None, prefix: str | None) -
     try:
         window = parse_duration(since)
     except IrisError as exc:
-        raise click.BadParameter(exc.message, param_hint="--since") from None
+        raise cmd.BadParameter(exc.message, param_hint="--since") from None
     now_ms = int(time.time() * 1000)
     cutoff = now_ms - int(window * 1000)
     by_state: dict[str, dict[str, float]] = {}
@@ -285,7 +285,7 @@ def history(obj: CliContext, since: str, user: str | None, prefix: str | None) -
         )
         return EXIT_OK
     if not total:
-        click.echo(f"no jobs submitted in the last {since}", err=True)
+        cmd.echo(f"no jobs submitted in the last {since}", err=True)
         return EXIT_OK
     rows = [
         [
@@ -298,8 +298,8 @@ def history(obj: CliContext, since: str, user: str | None, prefix: str | None) -
     ]
     all_run = sum(r["run_s"] for r in by_state.values())
     rows.append(["TOTAL", total, format_duration(all_run), "-"])
-    click.echo(f"jobs submitted in the last {since}" + (f" by {user}" if user else ""))
-    click.echo(render_table(["STATE", "JOBS", "RUN TIME", "MEAN"], rows))
+    cmd.echo(f"jobs submitted in the last {since}" + (f" by {user}" if user else ""))
+    cmd.echo(render_table(["STATE", "JOBS", "RUN TIME", "MEAN"], rows))
     return EXIT_OK
 
 
@@ -311,10 +311,10 @@ def watch_list(fetch: Callable[[], Sequence[Any]]) -> int:
         while True:
             jobs = fetch()
             if sys.stdout.isatty():
-                click.clear()
-            click.echo(f"every {WATCH_INTERVAL_S:g}s, {time.strftime('%H:%M:%S')} (Ctrl-C to stop)")
-            click.echo(jobs_table(jobs) if jobs else "no jobs")
-            click.echo("", nl=True)
+                cmd.clear()
+            cmd.echo(f"every {WATCH_INTERVAL_S:g}s, {time.strftime('%H:%M:%S')} (Ctrl-C to stop)")
+            cmd.echo(jobs_table(jobs) if jobs else "no jobs")
+            cmd.echo("", nl=True)
             sys.stdout.flush()
             time.sleep(WATCH_INTERVAL_S)
     except KeyboardInterrupt:

@@ -9,20 +9,17 @@ cluster said no", and an unknown job is 3 so that 1 from `iris job wait` or `iri
 means a job that ran and failed.
 
 Start-up is most of what a short command costs (`iris job run --no-wait` has a budget of three
-times a bare `python -c pass`), so the hot commands do not go through click at all: `main` first
-offers the arguments to `iris.cli.lean`, which recognises the common forms of `iris job run` and
-runs them with the same checks, request and output as the click command, and hands anything else
-(help, a rare flag, any value it would refuse) to the click command group in `iris.cli.app`, so
-that every message and exit code comes from one place. Subcommand modules are imported only when
-named, and none of them imports the server (pydantic, SQLAlchemy, uvicorn) at module level.
+times a bare `python -c pass`), so the command table (`iris.cli.app`, read by `iris.cli.commands`)
+imports a subcommand's module only when it is named, and none of them imports the server
+(pydantic, SQLAlchemy, uvicorn) at module level.
 """
 
 from __future__ import annotations
 
-import _thread
 import gc
 import os
 import sys
+import threading
 
 from iris.core.errors import InvalidArgument, IrisError, NotFound, Unauthenticated, Unavailable
 
@@ -105,16 +102,6 @@ class CliContext:
             return IrisClient(url, token=token_for(url, self.token), on_unreachable=unchosen_unreachable)
         return IrisClient(url, **self._connection(url))
 
-    def transport(self):  # -> ConnectTransport, or IrisClient where no URL was chosen
-        """What the lean paths call (`call_bytes`): the transport an IrisClient of the same URL, token
-        and errors would use, without importing the SDK (its request builders import most of iris.core)."""
-        url = self.controller_url()
-        if url is None:
-            return self.client()
-        from iris.rpc.transport import ConnectTransport
-
-        return ConnectTransport(url, **self._connection(url))
-
     def _connection(self, url: str) -> dict:
         """The token and the error for an unreachable controller that a client of `url` is given."""
         from iris.client.tokens import token_for
@@ -135,7 +122,7 @@ class CliContext:
 
 
 def echo(text: str, err: bool = False) -> None:
-    """Prints one line to stdout (or stderr) at once, as `click.echo` does, without importing click."""
+    """Prints one line to stdout (or stderr) at once, as `cmd.echo` does, without importing cmd."""
     stream = sys.stderr if err else sys.stdout
     stream.write(text + "\n")
     stream.flush()
@@ -143,16 +130,16 @@ def echo(text: str, err: bool = False) -> None:
 
 def output_option(fn):
     """`-o/--output` after a subcommand (`iris job list -o json`), overriding the global one."""
-    import click
+    from iris.cli import commands as cmd
 
-    def set_output(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    def set_output(ctx: cmd.Context, _param: cmd.Param, value: str | None) -> None:
         if value is not None:
             ctx.ensure_object(CliContext).output = value
 
-    return click.option(
+    return cmd.option(
         "-o",
         "--output",
-        type=click.Choice(["table", "json"]),
+        type=cmd.Choice(["table", "json"]),
         default=None,
         expose_value=False,
         callback=set_output,
@@ -174,13 +161,11 @@ def _report(error_code: str, message: str, json_mode: bool) -> None:
     echo(f"error: {message}", err=True)
 
 
-def main(argv: list[str] | None = None, *, lean: bool = True) -> None:
+def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: runs the CLI and exits with its documented code.
 
-    `lean=False` sends every command line through click, as the lean path's tests compare.
-
     Called without `argv` it is the program, and it spares the process two costs of the garbage
-    collector that buy nothing here: collections while start-up imports click and the command
+    collector that buy nothing here: collections while start-up imports the command
     tree (which allocates a few hundred thousand objects and frees almost none; `end_startup`
     turns the collector back on), and the walk over every object at interpreter shutdown.
     """
@@ -188,8 +173,9 @@ def main(argv: list[str] | None = None, *, lean: bool = True) -> None:
     if program:
         gc.disable()
         _defer("inspect")
+        _defer("ssl")  # `http.client` imports it for https; a command that speaks plain http never reads it
     try:
-        _run(sys.argv[1:] if argv is None else list(argv), lean)
+        _run(sys.argv[1:] if argv is None else list(argv))
     finally:
         if program:
             gc.freeze()  # shutdown's collections skip frozen objects; the process is ending anyway
@@ -217,7 +203,9 @@ class _Deferred(ModuleType):
     budget in all is about 30 (a bare `python -c pass` takes about 10). A stand-in answers that
     import instead; the real module replaces it in `sys.modules` on first use, and the stand-in
     passes every later read on to it. (`importlib.util.LazyLoader` does not serve here: the import
-    statement reads the module's `__spec__`, and that read loads a lazy module at once.)
+    statement reads the module's `__spec__`, and that read loads a lazy module at once.) `ssl` is
+    deferred the same way: `http.client` imports it at its top, and loading it (OpenSSL's libraries)
+    took about 3 ms of every command, which only an https controller needs.
     """
 
     def __getattr__(self, attr: str) -> object:
@@ -234,18 +222,13 @@ class _Deferred(ModuleType):
         return getattr(real, attr)
 
 
-_DEFERRED_LOCK = _thread.allocate_lock()  # threading.Lock, without importing threading's own imports
+_DEFERRED_LOCK = threading.Lock()
 
 
-def _run(args: list[str], lean: bool = True) -> None:
-    from iris.cli.lean import lean_command
-
+def _run(args: list[str]) -> None:
     json_mode = _wants_json(args)
     try:
-        command = lean_command(args) if lean else None
-        rv: object = command() if command is not None else None
-        if rv is None:  # not a form the lean path takes, or a value it leaves to click to report
-            rv = run_click(args, json_mode)
+        rv = run_command(args, json_mode)
     except IrisError as exc:
         message = exc.message
         if isinstance(exc, Unauthenticated):
@@ -271,28 +254,27 @@ def _run(args: list[str], lean: bool = True) -> None:
     sys.exit(rv if isinstance(rv, int) else EXIT_OK)
 
 
-def run_click(args: list[str], json_mode: bool) -> object:
-    """Runs the arguments through the click command group; its usage errors become exit code 3."""
-    import click
-
+def run_command(args: list[str], json_mode: bool) -> object:
+    """Runs the arguments through the command table; its usage errors become exit code 3."""
+    from iris.cli import commands as cmd
     from iris.cli.app import cli
 
     try:
-        return cli.main(args=args, prog_name="iris", standalone_mode=False)
-    except click.exceptions.NoArgsIsHelpError as exc:  # `iris`, `iris job`: the help, not an "error: Usage: …"
+        return cli.invoke(cmd.Context(cli, "iris"), args)
+    except cmd.HelpShown:
+        return EXIT_OK
+    except cmd.NoArgsIsHelp as exc:  # `iris`, `iris job`: the help, not an "error: Usage: …"
         if json_mode:
+            assert exc.ctx is not None  # noqa: S101 # raised by a group, with its context
             _report("invalid_argument", f"missing command; `{exc.ctx.command_path} --help` lists them", True)
         else:
             echo(exc.format_message(), err=True)
         sys.exit(EXIT_USAGE)
-    except click.UsageError as exc:
+    except cmd.UsageError as exc:
         hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
         _report("invalid_argument", exc.format_message() + hint, json_mode)
         sys.exit(EXIT_USAGE)
-    except click.ClickException as exc:
-        _report("invalid_argument", exc.format_message(), json_mode)
-        sys.exit(EXIT_USAGE)
-    except click.Abort:
+    except cmd.Abort:
         raise KeyboardInterrupt from None
 
 

@@ -75,10 +75,7 @@ def dump_json(doc: Any) -> str:
     third of that. A document holding anything but dicts with string keys, lists, tuples, strings,
     ints, floats, booleans and None goes to `json.dumps` itself.
     """
-    try:  # the C escaper itself: the `json` package imports `re` (for its decoder), a few ms of `job list -o json`
-        from _json import encode_basestring_ascii
-    except ImportError:
-        from json.encoder import encode_basestring_ascii
+    from json.encoder import encode_basestring_ascii  # the C escaper, where the interpreter has it
 
     out: list[str] = []
     try:

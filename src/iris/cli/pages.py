@@ -70,6 +70,6 @@ def hint(collected: Collected, noun: str, how: str = "--all for every one, --lim
 
 def check_all_or_limit(everything: bool, limit: int, all_flag: str = "--all") -> None:
     if everything and limit:
-        import click
+        from iris.cli import commands as cmd
 
-        raise click.UsageError(f"{all_flag} and --limit contradict each other; give one")
+        raise cmd.UsageError(f"{all_flag} and --limit contradict each other; give one")

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import click
-
+from iris.cli import commands as cmd
 from iris.cli.main import CliContext, output_option
 
 
-@click.command("query")
-@click.argument("sql")
-@click.option(
-    "--limit", type=click.IntRange(min=0), default=0, help="At most this many rows (0: the server's default)."
-)
+@cmd.command("query")
+@cmd.argument("sql")
+@cmd.option("--limit", type=cmd.IntRange(min=0), default=0, help="At most this many rows (0: the server's default).")
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def query(obj: CliContext, sql: str, limit: int) -> None:
     """Runs SQL (read-only: a write is refused) and prints the rows.
 
@@ -25,4 +22,4 @@ def query(obj: CliContext, sql: str, limit: int) -> None:
     if obj.json:
         obj.emit({"columns": list(resp.columns), "rows": query_rows(resp), "truncated": resp.truncated})
     else:
-        click.echo(query_table(resp))
+        cmd.echo(query_table(resp))

@@ -10,8 +10,7 @@ import re
 import sys
 from typing import TYPE_CHECKING
 
-import click
-
+from iris.cli import commands as cmd
 from iris.cli.main import CliContext
 
 if TYPE_CHECKING:
@@ -42,7 +41,7 @@ def read_body(body: str | None) -> str:
             with open(body[1:]) as f:
                 return f.read()
         except OSError as exc:
-            raise click.BadParameter(f"cannot read {body[1:]}: {exc.strerror}", param_hint="--json") from None
+            raise cmd.BadParameter(f"cannot read {body[1:]}: {exc.strerror}", param_hint="--json") from None
     return body
 
 
@@ -59,11 +58,9 @@ def call_method(obj: CliContext, method_name: str, body: str | None) -> None:
     try:
         doc = json.loads(read_body(body))
     except ValueError as exc:
-        raise click.BadParameter(
-            f"not a valid {method.input_type.name}: not JSON ({exc})", param_hint="--json"
-        ) from None
+        raise cmd.BadParameter(f"not a valid {method.input_type.name}: not JSON ({exc})", param_hint="--json") from None
     if not isinstance(doc, dict):
-        raise click.BadParameter(
+        raise cmd.BadParameter(
             f"not a valid {method.input_type.name}: the body must be a JSON object ({{...}}), not {type(doc).__name__}:"
             " e.g. --json '{\"limit\": 20}', or leave --json out for an empty request",
             param_hint="--json",
@@ -71,32 +68,32 @@ def call_method(obj: CliContext, method_name: str, body: str | None) -> None:
     try:
         json_format.ParseDict(doc, request)
     except json_format.ParseError as exc:
-        raise click.BadParameter(f"not a valid {method.input_type.name}: {exc}", param_hint="--json") from None
+        raise cmd.BadParameter(f"not a valid {method.input_type.name}: {exc}", param_hint="--json") from None
     response = obj.client().call(method.name, request)
-    click.echo(dump_json(message_to_dict(response)))
+    cmd.echo(dump_json(message_to_dict(response)))
 
 
-class ServiceGroup(click.Group):
+class ServiceGroup(cmd.Group):
     """One subcommand per method of the service, built from its descriptor on demand."""
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self) -> list[str]:
         return sorted(service_methods())
 
-    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+    def get_command(self, name: str) -> cmd.Command | None:
         methods = service_methods()
         if name not in methods:
             return None
         descriptor = methods[name]
 
-        @click.pass_obj
+        @cmd.pass_obj
         def callback(obj: CliContext, json_body: str | None) -> None:
             call_method(obj, name, json_body)
 
-        return click.Command(
+        return cmd.Command(
             name,
             callback=callback,
             params=[
-                click.Option(
+                cmd.Option(
                     ["--json", "json_body"],
                     metavar="BODY",
                     help=f"The {descriptor.input_type.name} as JSON, @FILE, or - for stdin (default {{}}).",
@@ -107,7 +104,7 @@ class ServiceGroup(click.Group):
         )
 
 
-@click.group()
+@cmd.group()
 def rpc() -> None:
     """Call any API method with a JSON body, e.g. `iris rpc controller list-peers`."""
 

@@ -1,9 +1,6 @@
 """What `iris job run` does once its request is built: send it, print the job id, follow the job to its end.
 
-Both ways into `job run` end here: the click command (`iris.cli.job`) and the lean path for hot
-commands (`iris.cli.lean`), which parse the same flags and build the same request, so what the
-command prints and the exit code it returns cannot differ between them. Nothing here imports click,
-and the protobuf messages are imported only when the job is followed (`--no-wait` never loads them).
+`iris job run` (`iris.cli.job`) builds the request and hands it here. The protobuf messages are imported only when the job is followed (`--no-wait` never loads them).
 """
 
 from __future__ import annotations

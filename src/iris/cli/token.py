@@ -15,8 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import click
-
+from iris.cli import commands as cmd
 from iris.cli.cluster import config_options, resolve_config
 from iris.cli.main import EXIT_OK, CliContext, output_option
 from iris.cli.values import positive_duration
@@ -78,23 +77,23 @@ def issue_token(config, user: str, role: str, ttl_s: float) -> IssuedToken:
     )
 
 
-@click.group()
+@cmd.group()
 def token() -> None:
     """Mint, revoke and forget bearer tokens for a cluster's users."""
 
 
 @token.command("create")
 @config_options
-@click.option("--user", required=True, help="The user the token identifies; jobs submitted with it are theirs.")
-@click.option(
+@cmd.option("--user", required=True, help="The user the token identifies; jobs submitted with it are theirs.")
+@cmd.option(
     "--role",
-    type=click.Choice(PERSON_ROLES),
+    type=cmd.Choice(PERSON_ROLES),
     default="user",
     show_default=True,
     help="user: runs and stops own jobs; admin: everything; dashboard: read-only; "
     "worker: joins a workers backend (`iris worker start`) and nothing else.",
 )
-@click.option(
+@cmd.option(
     "--ttl",
     default=DEFAULT_TTL,
     show_default=True,
@@ -102,9 +101,9 @@ def token() -> None:
     metavar="DURATION",
     help="How long the token is valid, e.g. 12h, 30d (controllers allow 30 s of clock skew past it).",
 )
-@click.option("--save", is_flag=True, help="Remember it for this cluster's URL: later commands send it by themselves.")
+@cmd.option("--save", is_flag=True, help="Remember it for this cluster's URL: later commands send it by themselves.")
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def create(
     obj: CliContext,
     config_path: str | None,
@@ -142,9 +141,9 @@ def create(
             }
         )
         return EXIT_OK
-    click.echo(issued.token)
+    cmd.echo(issued.token)
     if save:
-        click.echo(f"saved for {config.url} in {token_file()}; iris commands for that controller now send it", err=True)
+        cmd.echo(f"saved for {config.url} in {token_file()}; iris commands for that controller now send it", err=True)
     return EXIT_OK
 
 
@@ -160,7 +159,7 @@ def revocation(value: str) -> tuple[str, str, int]:
         # A bare id: the 32 hex digits every token is minted with. Anything else is a typo or a cut
         # token, and revoking it would say "revoked" while the real token still works.
         if not _TOKEN_ID.fullmatch(value):
-            raise click.BadParameter(
+            raise cmd.BadParameter(
                 f"{value[:40]!r} is neither a token nor a token id (32 hex digits, the token_id "
                 "`iris token create -o json` prints); pass the whole token or its id",
                 param_hint="TOKEN",
@@ -169,21 +168,19 @@ def revocation(value: str) -> tuple[str, str, int]:
     try:
         claims = jwt.decode(value, options={"verify_signature": False})
     except jwt.InvalidTokenError as exc:
-        raise click.BadParameter(
+        raise cmd.BadParameter(
             f"not a token ({exc}); pass the whole token or its token id (jti)", param_hint="TOKEN"
         ) from None
     if not claims.get("jti"):
-        raise click.BadParameter(
-            "this token has no id (jti); mint tokens with this version of iris", param_hint="TOKEN"
-        )
+        raise cmd.BadParameter("this token has no id (jti); mint tokens with this version of iris", param_hint="TOKEN")
     exp = claims.get("exp")
     return str(claims["jti"]), str(claims.get("sub", "")), int(exp) * 1000 if isinstance(exp, int | float) else 0
 
 
 @token.command("revoke")
-@click.argument("value", metavar="TOKEN")
+@cmd.argument("value", metavar="TOKEN")
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def revoke(obj: CliContext, value: str) -> int:
     """Revokes TOKEN (the token itself, or its id as `token create -o json` prints it).
 
@@ -200,14 +197,14 @@ def revoke(obj: CliContext, value: str) -> int:
         obj.emit({"token_id": reply.token_id, "newly_revoked": reply.newly_revoked})
         return EXIT_OK
     already = "" if reply.newly_revoked else " (it was already revoked)"
-    click.echo(f"revoked token {reply.token_id}{already}")
+    cmd.echo(f"revoked token {reply.token_id}{already}")
     return EXIT_OK
 
 
 @token.command("forget")
-@click.argument("url", metavar="[URL]", required=False)
+@cmd.argument("url", metavar="[URL]", required=False)
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def forget(obj: CliContext, url: str | None) -> int:
     """Removes the token saved for URL (default: the controller this command would call) from
     ~/.iris/tokens.json, so later commands to it send no token unless given one.
@@ -219,14 +216,14 @@ def forget(obj: CliContext, url: str | None) -> int:
     from iris.client.tokens import token_file
 
     if url is not None and not re.match(r"^https?://[^/\s]+", url.strip()):
-        raise click.BadParameter(f"{url!r} is not a controller URL (http://HOST:PORT)", param_hint="URL")
+        raise cmd.BadParameter(f"{url!r} is not a controller URL (http://HOST:PORT)", param_hint="URL")
     target = url.strip() if url is not None else (obj.controller_url() or default_url())
     path = token_file()
     forgotten = TokenStore(path).delete(target) if path.exists() else False
     if obj.json:
         obj.emit({"url": target, "file": str(path), "forgotten": forgotten})
     elif forgotten:
-        click.echo(f"forgot the token saved for {target} in {path}")
+        cmd.echo(f"forgot the token saved for {target} in {path}")
     else:
-        click.echo(f"no token was saved for {target} in {path}; nothing to forget")
+        cmd.echo(f"no token was saved for {target} in {path}; nothing to forget")
     return EXIT_OK

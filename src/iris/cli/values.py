@@ -1,10 +1,8 @@
 """Decides whether a value typed for a job command can be used: sizes, `-e` variables, env files, job names.
 
 These checks are about how a person types values on a command line (a size without a unit, `-e KEY
-VALUE` beside `-e KEY=VALUE`, a short job name), so they live with the CLI, not in iris.core. They import no click:
-the click command wraps each failure in click's usage error (`iris.cli.checks`), and the lean path
-for hot commands (`iris.cli.lean`) runs the very same checks before it sends anything, handing
-anything they refuse to the click command, which then reports it.
+VALUE` beside `-e KEY=VALUE`, a short job name), so they live with the CLI, not in iris.core. Each
+failure is a `BadValue`; `iris.cli.checks` turns it into the command's usage error, which names the flag.
 """
 
 from __future__ import annotations
@@ -62,17 +60,16 @@ def size_text(value: str) -> str:
 
 
 def positive_duration(_ctx, param, value: str) -> float:
-    """A click callback: `value` as seconds, refused in the flag's words unless it is positive."""
-    import click
-
+    """A parameter callback: `value` as seconds, refused in the flag's words unless it is positive."""
+    from iris.cli import commands as cmd
     from iris.core.units import parse_duration
 
     try:
         seconds = parse_duration(value)
     except IrisError as exc:
-        raise click.BadParameter(exc.message, param=param) from None
+        raise cmd.BadParameter(exc.message, param=param) from None
     if seconds <= 0:
-        raise click.BadParameter(f"{value!r} is not a positive duration; use e.g. 30m, 8h, 2d", param=param)
+        raise cmd.BadParameter(f"{value!r} is not a positive duration; use e.g. 30m, 8h, 2d", param=param)
     return seconds
 
 

@@ -2,62 +2,59 @@
 
 from __future__ import annotations
 
-import click
-
+from iris.cli import commands as cmd
 from iris.cli.checks import size_with_unit
 from iris.cli.main import EXIT_OK, CliContext, echo, output_option
 
 
-@click.group()
+@cmd.group()
 def worker() -> None:
     """Turn this host into capacity for a cluster, and list workers."""
 
 
 @worker.command("start")
-@click.option(
+@cmd.option(
     "--controller",
     "controller_url",
     metavar="URL",
     help="The controller to join (default: --controller / $IRIS_CONTROLLER).",
 )
-@click.option("--backend", required=True, metavar="ID", help="The `kind: workers` backend of the cluster to join.")
-@click.option("--name", help="This worker's name in the pool (default: the host name).")
-@click.option(
-    "--cpu", type=click.FloatRange(min=0, min_open=True), help="Cores to offer (default: all of this host's)."
-)
-@click.option(
+@cmd.option("--backend", required=True, metavar="ID", help="The `kind: workers` backend of the cluster to join.")
+@cmd.option("--name", help="This worker's name in the pool (default: the host name).")
+@cmd.option("--cpu", type=cmd.FloatRange(min=0, min_open=True), help="Cores to offer (default: all of this host's).")
+@cmd.option(
     "--memory", metavar="SIZE", callback=size_with_unit, help="Memory to offer, e.g. 64G (default: this host's total)."
 )
-@click.option(
+@cmd.option(
     "--disk",
     metavar="SIZE",
     callback=size_with_unit,
     help="Disk to offer, e.g. 500G (default: free space of --work-dir).",
 )
-@click.option("--devices", metavar="KIND:VARIANT:COUNT", help="Accelerators to offer, e.g. gpu:h100:8.")
-@click.option(
+@cmd.option("--devices", metavar="KIND:VARIANT:COUNT", help="Accelerators to offer, e.g. gpu:h100:8.")
+@cmd.option(
     "--attr",
     "attrs",
     multiple=True,
     metavar="KEY=VALUE",
     help="An attribute to advertise (repeatable), e.g. zone=us-east5-a.",
 )
-@click.option("--work-dir", metavar="DIR", help="Where attempts' files live (default: ~/.iris/worker/NAME).")
-@click.option(
+@cmd.option("--work-dir", metavar="DIR", help="Where attempts' files live (default: ~/.iris/worker/NAME).")
+@cmd.option(
     "--runtime",
-    type=click.Choice(["process", "docker"]),
+    type=cmd.Choice(["process", "docker"]),
     default="process",
     show_default=True,
     help="process: attempts run as process groups; docker: jobs naming --image run in containers.",
 )
-@click.option(
+@cmd.option(
     "--metrics-listen",
     metavar="HOST:PORT",
     help="Serve Prometheus /metrics there (e.g. 0.0.0.0:9101); default: listen on nothing.",
 )
-@click.option("-v", "--verbose", is_flag=True, help="Log every exchange with the controller.")
+@cmd.option("-v", "--verbose", is_flag=True, help="Log every exchange with the controller.")
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def start(
     obj: CliContext,
     controller_url: str | None,
@@ -109,8 +106,8 @@ def start(
         from iris.worker import metrics
 
         port = metrics.serve(daemon, metrics_listen)
-        click.echo(f"worker {settings.name}: /metrics on {metrics_listen.rpartition(':')[0]}:{port}", err=True)
-    click.echo(
+        cmd.echo(f"worker {settings.name}: /metrics on {metrics_listen.rpartition(':')[0]}:{port}", err=True)
+    cmd.echo(
         f"worker {settings.name} joining backend {backend} at {url} "
         f"({settings.capacity.describe()}, {runtime}, work dir {settings.work_dir})",
         err=True,
@@ -140,10 +137,10 @@ def joined_doc(settings, resp) -> dict:  # (WorkerSettings, pb.RegisterWorkerRes
 
 
 @worker.command("list")
-@click.option("--backend", metavar="ID", help="Only this backend's workers.")
-@click.option("--limit", type=click.IntRange(min=0), default=0, help="At most this many (0: every worker).")
+@cmd.option("--backend", metavar="ID", help="Only this backend's workers.")
+@cmd.option("--limit", type=cmd.IntRange(min=0), default=0, help="At most this many (0: every worker).")
 @output_option
-@click.pass_obj
+@cmd.pass_obj
 def list_workers(obj: CliContext, backend: str | None, limit: int) -> int:
     """Lists each worker: backend, devices, attributes, running tasks and last contact.
 
@@ -165,6 +162,6 @@ def list_workers(obj: CliContext, backend: str | None, limit: int) -> int:
     if obj.json:
         obj.emit({"workers": [message_to_dict(w) for w in got.rows], "total": got.total})
     else:
-        click.echo(worker_table(got.rows))
+        cmd.echo(worker_table(got.rows))
     hint(got, "workers", "drop --limit for every one")
     return EXIT_OK

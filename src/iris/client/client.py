@@ -236,11 +236,6 @@ class IrisClient:
         self._bundles.pop(bundle_id, None)
         return {**reply, "uploadedBytes": uploaded}
 
-    def call_bytes(self, method: str, body: bytes) -> bytes:
-        """Calls `method` with a request already in protobuf's binary encoding (`iris.rpc.wire`);
-        returns the answer's bytes, or raises the typed error of a refusal."""
-        return self._transport.call_bytes(method, body)
-
     def _bundle_bytes(self, bundle_id: str) -> bytes:
         bundle = self._bundles.get(bundle_id)
         if bundle is None:

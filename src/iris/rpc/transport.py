@@ -1,12 +1,12 @@
 """Makes Connect unary calls to a controller and turns its answers into messages or typed errors:
 the one transport the SDK (and so the CLI) and the federation peer client share.
 
-It speaks HTTP/1.1 through `iris.rpc.http1`, not through an HTTP library and not through the
-generated Connect client: `connectrpc` with its HTTP client costs about 130 ms to import, `httpx`
-about 250 ms and even the standard library's `http.client` about 14 ms (it imports `email` and
-`ssl`), against a budget for `iris job run --no-wait` of about 30 ms in all; `ssl` is imported only
-for an https URL. Nothing of the wire layer is imported with this module, only when the first call
-is made, so a command that fails its checks before any request pays nothing for it.
+It speaks HTTP/1.1 through the standard library's `http.client`: the generated Connect client with
+its HTTP client costs about 130 ms to import and `httpx` about 250 ms, against a budget for `iris job
+run --no-wait` of three times a bare `python -c pass`. `http.client` is imported when the first call
+is made, so a command that fails its checks before any request pays nothing for it. Each call opens
+its connection through `_new_connection`, the one place that decides how the controller is reached
+(TCP, or TLS for an https URL).
 
 A unary Connect call is one POST of the request to `/<service>/<Method>`: 200 carries the response,
 any other status a JSON body `{"code": …, "message": …}`, turned into the `iris.core.errors` type
@@ -25,7 +25,7 @@ hang or a client out of memory.
 
 from __future__ import annotations
 
-import _thread  # `threading` itself imports functools and collections: a few ms of every CLI command
+import threading
 import time
 
 from iris.core import errors
@@ -33,11 +33,10 @@ from iris.core import errors
 TYPE_CHECKING = False  # typing's own constant costs `import typing` (4 ms) on the CLI's submit path
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from http.client import HTTPConnection, HTTPResponse
     from typing import Any, TypeVar
 
     from google.protobuf.message import Message
-
-    from iris.rpc.http1 import Answer, Connection
 
     _M = TypeVar("_M", bound=Message)
 
@@ -61,6 +60,15 @@ _IDLE_RECONNECT_S = 4.0
 MAX_RETRY_WAIT_S = 300.0
 # The largest answer body a call accepts, before and after decompression.
 MAX_ANSWER_BYTES = 256 * 1024 * 1024
+_READ_BYTES = 256 * 1024  # the most one read of an answer's body asks for
+
+
+class _TooLarge(Exception):
+    """An answer's body is (or declares that it is) larger than the call accepts."""
+
+    def __init__(self, size: int):
+        super().__init__(f"an answer body of {size} bytes or more")
+        self.size = size
 
 
 def error_from_code(code: str, message: str) -> errors.IrisError:
@@ -104,9 +112,9 @@ class ConnectTransport:
         self._on_unreachable = on_unreachable  # (url, reason) -> what a failed connection raises
         self.token = token
         self._headers = {"Connect-Protocol-Version": "1", "User-Agent": "iris-client"}
-        self._local = _thread._local()  # what threading.local and threading.Lock are
-        self._lock = _thread.allocate_lock()
-        self._open: set[Connection] = set()  # every thread's, for close()
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._open: set[HTTPConnection] = set()  # every thread's, for close()
 
     def call(self, method: str, request: Message, response_type: type[_M], token: str | None = None) -> _M:
         """Calls `method` (e.g. "LaunchJob") and returns its decoded response or raises a typed error;
@@ -120,11 +128,6 @@ class ConnectTransport:
             raise errors.IrisError(
                 f"{self.url} answered {method} with a body that is not a {response_type.__name__}: {exc}"
             ) from None
-
-    def call_bytes(self, method: str, body: bytes) -> bytes:
-        """Calls `method` with a request already in protobuf's binary encoding; returns the answer's
-        bytes (the CLI's lean paths encode and decode them without the protobuf runtime)."""
-        return self._unary(method, body, "application/proto")
 
     def call_json(self, method: str, request: dict[str, Any]) -> dict[str, Any]:
         """Calls `method` with a request given as its Connect JSON document; returns the response's document."""
@@ -148,7 +151,7 @@ class ConnectTransport:
             conn.close()
         self._local.conn = None
 
-    def _drop(self, conn: Connection) -> None:
+    def _drop(self, conn: HTTPConnection) -> None:
         """Closes the calling thread's connection after a failure or a `Connection: close` answer."""
         conn.close()
         with self._lock:
@@ -186,43 +189,58 @@ class ConnectTransport:
             )
         return payload
 
-    def _connection(self) -> tuple[Connection, bool]:
-        """The calling thread's connection, and whether it has served a request before."""
-        from iris.rpc.http1 import Connection
+    def _new_connection(self) -> HTTPConnection:
+        """A connection to the controller, not yet open (it connects on its first request)."""
+        import http.client
 
+        if self._scheme == "https":
+            import ssl
+
+            return http.client.HTTPSConnection(
+                self._host, self._port, timeout=self._timeout, context=ssl.create_default_context()
+            )
+        return _plain_connection_class()(self._host, self._port, timeout=self._timeout)
+
+    def _connection(self) -> tuple[HTTPConnection, bool]:
+        """The calling thread's connection, and whether it has served a request before."""
         conn = getattr(self._local, "conn", None)
         if conn is not None and conn.sock is not None and time.monotonic() - self._local.last_used < _IDLE_RECONNECT_S:
             return conn, True
         if conn is not None:
             self._drop(conn)
-        conn = Connection(self._host, self._port, self._timeout, tls=self._scheme == "https")
+        conn = self._new_connection()
         self._local.conn = conn
         with self._lock:
             self._open.add(conn)
         return conn, False
 
     def _post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
-        from iris.rpc import http1
+        import http.client
 
         for attempt in (0, 1):
             conn, reused = self._connection()
             try:
-                answer: Answer = conn.request("POST", path, body, headers)
-                payload = answer.body(self._max_answer, time.monotonic() + self._timeout)
-            except http1.TooLarge as exc:
+                try:
+                    conn.request("POST", path, body, headers)
+                except ValueError as exc:  # a header value with a line break, say: nothing was sent
+                    if isinstance(exc, OSError):  # a TLS failure is both
+                        raise
+                    self._drop(conn)
+                    raise errors.InvalidArgument(f"a request header cannot be sent: {exc}") from None
+                sock = conn.sock  # the answer is read through it, even once `conn` lets go of it
+                answer = conn.getresponse()
+                payload = self._read_body(answer, sock, time.monotonic() + self._timeout)
+            except _TooLarge as exc:
                 self._drop(conn)
                 raise errors.IrisError(
                     f"{self.url} answered with a body of {exc.size} bytes or more; at most {self._max_answer} are accepted"
                 ) from None
-            except http1.BadHeader as exc:  # e.g. a token with a line break
-                self._drop(conn)
-                raise errors.InvalidArgument(str(exc)) from None
-            except (ConnectionResetError, BrokenPipeError) as exc:
+            except (ConnectionResetError, BrokenPipeError) as exc:  # RemoteDisconnected too: no byte came
                 self._drop(conn)
                 if reused and attempt == 0:
                     continue  # the server dropped an idle connection: it processed nothing
                 raise self._on_unreachable(self.url, _describe(exc)) from None
-            except OSError as exc:
+            except (OSError, http.client.HTTPException) as exc:
                 self._drop(conn)
                 raise self._on_unreachable(self.url, _describe(exc)) from None
             except BaseException:
@@ -233,8 +251,47 @@ class ConnectTransport:
             self._local.last_used = time.monotonic()
             if answer.will_close:
                 self._drop(conn)
-            return answer.status, answer.headers, payload
+            head: dict[str, str] = {}
+            for name, value in answer.getheaders():
+                key = name.lower()
+                head[key] = f"{head[key]}, {value}" if key in head else value
+            return answer.status, head, payload
         raise AssertionError("not reached")  # pragma: no cover
+
+    def _read_body(self, answer: HTTPResponse, sock: Any, deadline: float) -> bytes:
+        """The answer's whole body: `_TooLarge` past the bound, TimeoutError once `deadline` (monotonic)
+        passes, however the server trickles it (each read waits at most what is left of the call's time)."""
+        declared = answer.getheader("content-length")
+        if declared is not None and not declared.strip().isdigit():
+            declared = None  # http.client reads such an answer to the close
+        if declared is not None and int(declared) > self._max_answer:
+            raise _TooLarge(int(declared))
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0:
+                    raise TimeoutError()
+                if sock is not None:
+                    sock.settimeout(left)
+                part = answer.read1(min(_READ_BYTES, self._max_answer + 1 - size))
+            except TimeoutError:
+                raise TimeoutError(f"no whole answer within {self._timeout:g} s") from None
+            if not part:
+                break
+            parts.append(part)
+            size += len(part)
+            if size > self._max_answer:
+                raise _TooLarge(size)
+        if declared is not None and not answer.chunked and size < int(declared):
+            import http.client
+
+            raise http.client.IncompleteRead(b"".join(parts), int(declared) - size)
+        if sock is not None and not answer.will_close:
+            sock.settimeout(self._timeout)  # for the next request's answer
+        answer.close()  # read whole: the connection may carry the next request
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _error(self, status: int, headers: dict[str, str], payload: bytes) -> errors.IrisError:
         code, message = _HTTP_CODES.get(status, "unknown"), ""
@@ -259,6 +316,29 @@ class ConnectTransport:
             text = payload.decode("utf-8", "replace").strip()
             message = f"the controller at {self.url} answered HTTP {status}" + (f": {text[:200]}" if text else "")
         return error_from_code(code, message)
+
+
+_PLAIN: list[type] = []  # the class below, made on first use: importing this module imports no http.client
+
+
+def _plain_connection_class() -> type[HTTPConnection]:
+    if _PLAIN:
+        return _PLAIN[0]
+    import http.client
+    import socket
+
+    class PlainConnection(http.client.HTTPConnection):
+        """http.client's connection, with the host looked up as ASCII bytes where it is ASCII: a str
+        host is encoded with the `idna` codec, whose first use imports `stringprep` and `unicodedata`
+        (a few ms of every CLI command)."""
+
+        def connect(self) -> None:
+            host = self.host.encode("ascii") if self.host.isascii() else self.host
+            self.sock = socket.create_connection((host, self.port), self.timeout)  # type: ignore[arg-type]
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    _PLAIN.append(PlainConnection)
+    return PlainConnection
 
 
 def parse_url(url: str) -> tuple[str, str, int, str]:
@@ -287,14 +367,23 @@ def parse_url(url: str) -> tuple[str, str, int, str]:
 
 def _describe(exc: BaseException) -> str:
     """A failed connection's cause in a few words."""
-    import _socket  # what `socket` raises, without building that module's enums (see iris.rpc.http1)
+    import http.client
+    import socket
 
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
     if isinstance(exc, TimeoutError):
         return str(exc) or "timed out"
-    if isinstance(exc, _socket.gaierror):
+    if isinstance(exc, socket.gaierror):
         return f"unknown host: {exc.strerror}"
+    if isinstance(exc, http.client.IncompleteRead):
+        return "the connection closed in the middle of an answer"
+    if isinstance(exc, http.client.RemoteDisconnected):
+        return "the connection closed before an answer"
+    if isinstance(exc, http.client.BadStatusLine):
+        return f"the server did not answer in HTTP/1.x: {str(exc)[:80]!r}"
+    if isinstance(exc, http.client.HTTPException):
+        return f"the answer could not be read: {type(exc).__name__}: {str(exc)[:80]}"
     return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
 
 

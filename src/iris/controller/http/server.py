@@ -33,7 +33,7 @@ from iris.controller.auth import RELAYED_HEADER, Role
 from iris.controller.auth.callers import Peer, calling_peer
 from iris.controller.db.group_commit import Announcement, GroupCommit, current_announcement
 from iris.controller.db.workspace import MAX_WORKSPACE_BYTES
-from iris.controller.http import direct_launch, proxy, request_bodies
+from iris.controller.http import proxy, request_bodies
 from iris.controller.http.body_budget import BodyBudget
 from iris.controller.http.connections import caller_of
 from iris.core import metrics, spans
@@ -244,7 +244,7 @@ def build_app(controller: Controller):
 
     @contextlib.contextmanager
     def in_flight(scope):
-        """One API call, by either path. It counts as in flight: the tick rests between passes only
+        """One API call. It counts as in flight: the tick rests between passes only
         while calls are (see ControlLoop._run); the counter runs on the event loop's one thread, so
         it needs no lock. Its own task is the calling peer. And it starts with no decoded message:
         a request pipelined behind another on its connection runs in a copy of the context of the
@@ -263,31 +263,13 @@ def build_app(controller: Controller):
     @contextlib.contextmanager
     def announced_submit(receive):
         """A LaunchJob's `receive`, which announces it to the submit groups once its body has come
-        whole (see `_announcing`), settled when the call ends, by either path."""
+        whole (see `_announcing`), settled when the call ends."""
         with controller.commits.announced(note := Announcement(pending=False)):
             current_announcement.set(note)
             yield _announcing(receive, controller.commits, note)
 
-    async def launch(scope, receive, send, headers) -> None:
-        """A submit as the SDK sends it (see iris.controller.http.direct_launch): small and plain, so
-        neither of the size checks below applies; counted and announced as every submit is."""
-        with in_flight(scope), announced_submit(receive) as receive:
-            if spans.enabled():
-                started = spans.mark()
-                await direct_launch.serve(service, headers, scope, receive, send)
-                spans.add_since("api.LaunchJob", started)
-                spans.add_since("api.LaunchJob.direct", started)  # which of the two ways it took
-            else:
-                await direct_launch.serve(service, headers, scope, receive, send)
-
     async def app(scope, receive, send):
-        if (
-            scope["type"] == "http"
-            and scope["path"] == LAUNCH_PATH
-            and (headers := direct_launch.headers_of(scope)) is not None
-        ):
-            await launch(scope, receive, send, headers)
-        elif scope["type"] == "http" and scope["path"].startswith(API_PREFIX):
+        if scope["type"] == "http" and scope["path"].startswith(API_PREFIX):
             size = _declared_size(scope)
             if size > MAX_REQUEST_BYTES:
                 # Answered as a Connect error (resource_exhausted) without reading it.
