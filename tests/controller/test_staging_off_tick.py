@@ -18,8 +18,8 @@ from tests.controller.helpers import client, launch, logs, status, user_token, w
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="tasks get uids of their own only under a root controller")
 
-FILES = 10_000
-REPLICAS = 16
+FILES = 6_000
+REPLICAS = 12
 RUNNING_STATES = ("PENDING", "RUNNING")
 
 # Each replica: a new file of its own, an attempt to overwrite a shared file (refused), a shared
