@@ -17,6 +17,14 @@ failing is real, and raises whatever `on_unreachable` makes of it. An answer 429
 `retry-after` header (a user's submit rate, see `iris.controller.api.submit_rate`) is waited out and
 the call sent again, for at most `MAX_RETRY_WAIT_S` in all.
 
+On the controller's own host a call without a token goes through the controller's Unix socket
+(`<state_dir>/controller.sock`), where the kernel tells the controller who is calling (see
+`iris.controller.auth.callers`); over TCP such a call is anonymous. The first tokenless call asks
+the URL for GetClusterInfo, which names the controller's state directory and pid; when that
+directory holds a socket whose server (`SO_PEERCRED`) is that very process, every later call of the
+transport goes through it, and otherwise over TCP as before. That costs one round trip per
+transport, and needs nothing written anywhere but the socket itself.
+
 An answer is bounded: its body (and what it decompresses to) may be at most `max_answer_bytes`,
 and once its head has come the whole body must come within `timeout`, not merely each read, so a server that
 trickles a byte at a time, declares a huge body or answers a compression bomb is an error, not a
@@ -42,6 +50,10 @@ if TYPE_CHECKING:
     _M = TypeVar("_M", bound=Message)
 
 SERVICE = "iris.v1.ControllerService"
+SOCKET_NAME = "controller.sock"  # the controller's Unix socket, in its state directory
+_UNKNOWN = object()  # a transport's socket before its first tokenless call looks for it
+# The longest path bound or connected as it is: `sockaddr_un` holds 108 bytes with its NUL.
+_MAX_UNIX_PATH = 100
 
 # The Connect protocol's code for a non-200 answer without a Connect error body.
 _HTTP_CODES = {
@@ -95,7 +107,9 @@ class ConnectTransport:
         timeout: float = 30.0,
         on_unreachable: Callable[[str, str], errors.IrisError] = unreachable,
         max_answer_bytes: int = MAX_ANSWER_BYTES,
+        local_socket: bool = True,
     ):
+        """`local_socket` false: never look for the controller's Unix socket (a probe of who answers)."""
         self._scheme, self._host, self._port, self._prefix = parse_url(url)
         text = url.strip().rstrip("/")
         self.url = text if "://" in text else f"http://{text}"
@@ -107,6 +121,9 @@ class ConnectTransport:
         self._local = _thread._local()  # what threading.local and threading.Lock are
         self._lock = _thread.allocate_lock()
         self._open: set[Connection] = set()  # every thread's, for close()
+        # The controller's Unix socket once found; None: calls go over TCP.
+        self._socket: object = _UNKNOWN if local_socket else None
+        self._finding = _thread.allocate_lock()
 
     def call(self, method: str, request: Message, response_type: type[_M], token: str | None = None) -> _M:
         """Calls `method` (e.g. "LaunchJob") and returns its decoded response or raises a typed error;
@@ -161,6 +178,8 @@ class ConnectTransport:
         token = token or self.token
         if token:
             headers["Authorization"] = f"Bearer {token}"
+        elif self._socket is _UNKNOWN and not getattr(self._local, "finding", False):
+            self._find_socket()
         waited = 0.0
         while True:
             status, answer, payload = self._post(f"{self._prefix}/{SERVICE}/{method}", body, headers)
@@ -186,16 +205,75 @@ class ConnectTransport:
             )
         return payload
 
+    def _find_socket(self) -> None:
+        """Looks for the controller's Unix socket (see the module docstring); from then on the
+        calling thread's connection is to it when found. A controller that cannot be reached
+        raises as the call would; any other answer leaves the calls on TCP."""
+        with self._finding:  # one thread asks; the others wait for its answer
+            if self._socket is not _UNKNOWN:
+                return
+            self._local.finding = True  # the question itself goes over TCP
+            try:
+                conn = self._socket_connection()
+            finally:
+                self._local.finding = False
+            self._socket = None if conn is None else conn.path
+        if conn is not None:
+            old = getattr(self._local, "conn", None)
+            if old is not None:
+                self._drop(old)
+            self._local.conn, self._local.last_used = conn, time.monotonic()
+            with self._lock:
+                self._open.add(conn)
+
+    def _socket_connection(self):  # -> UnixConnection | None
+        """A connection to the controller's Unix socket, when the URL's controller serves one here."""
+        import json
+
+        try:
+            doc = json.loads(self._unary("GetClusterInfo", b"{}", "application/json"))
+        except errors.Unavailable:
+            raise
+        except (errors.IrisError, ValueError):
+            return None
+        state_dir, pid = (doc.get("stateDir"), doc.get("pid")) if isinstance(doc, dict) else (None, None)
+        if not isinstance(state_dir, str) or not state_dir.startswith("/") or not isinstance(pid, int):
+            return None
+        conn = _unix_connection_class()(f"{state_dir.rstrip('/')}/{SOCKET_NAME}", self._host, self._port, self._timeout)
+        try:
+            conn.connect()
+            served_by = peer_pid(conn.sock)
+        except OSError:
+            conn.close()
+            return None
+        if served_by != pid:  # another process's socket (or one of another pid namespace): not this controller
+            conn.close()
+            return None
+        return conn
+
+    @property
+    def local_socket(self) -> str | None:
+        """The controller's Unix socket this transport's calls go through; None: over TCP (or not yet known)."""
+        return self._socket if isinstance(self._socket, str) else None
+
     def _connection(self) -> tuple[Connection, bool]:
         """The calling thread's connection, and whether it has served a request before."""
         from iris.rpc.http1 import Connection
 
         conn = getattr(self._local, "conn", None)
-        if conn is not None and conn.sock is not None and time.monotonic() - self._local.last_used < _IDLE_RECONNECT_S:
+        if (
+            conn is not None
+            and conn.sock is not None
+            and time.monotonic() - self._local.last_used < _IDLE_RECONNECT_S
+            and getattr(conn, "path", None) == self.local_socket  # not one opened before the socket was found
+        ):
             return conn, True
         if conn is not None:
             self._drop(conn)
-        conn = Connection(self._host, self._port, self._timeout, tls=self._scheme == "https")
+        if isinstance(self._socket, str):
+            conn = _unix_connection_class()(self._socket, self._host, self._port, self._timeout)
+        else:
+            conn = Connection(self._host, self._port, self._timeout, tls=self._scheme == "https")
         self._local.conn = conn
         with self._lock:
             self._open.add(conn)
@@ -259,6 +337,76 @@ class ConnectTransport:
             text = payload.decode("utf-8", "replace").strip()
             message = f"the controller at {self.url} answered HTTP {status}" + (f": {text[:200]}" if text else "")
         return error_from_code(code, message)
+
+
+class unix_address:  # noqa: N801 (used as a context manager, like a function)
+    """`with unix_address(path) as address:` the address to bind or connect a Unix socket at `path`
+    by: the path itself, or one too long for `sockaddr_un` reached through a descriptor of its
+    folder (`/proc/self/fd/N/NAME`), closed on leaving."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._fd: int | None = None
+
+    def __enter__(self) -> str:
+        if len(self.path.encode()) <= _MAX_UNIX_PATH:
+            return self.path
+        import os
+
+        folder, _, name = self.path.rpartition("/")
+        self._fd = os.open(folder or "/", os.O_PATH | os.O_DIRECTORY)
+        return f"/proc/self/fd/{self._fd}/{name}"
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            import os
+
+            os.close(self._fd)
+            self._fd = None
+
+
+def peer_pid(sock) -> int:
+    """The pid of the process at the other end of a Unix socket, as the kernel recorded it."""
+    import _socket
+    import struct
+
+    pid, _uid, _gid = struct.unpack("3i", sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12))
+    return pid
+
+
+_UnixConnection: type | None = None
+
+
+def _unix_connection_class() -> type:
+    """`UnixConnection`, made on first use (it extends `iris.rpc.http1.Connection`, imported only then)."""
+    global _UnixConnection
+    if _UnixConnection is None:
+        import _socket
+
+        from iris.rpc.http1 import Connection
+
+        class UnixConnection(Connection):
+            """A connection to the controller's Unix socket at `path`, whose requests name HOST:PORT
+            (the controller's URL) as their Host."""
+
+            def __init__(self, path: str, host: str, port: int, timeout: float):
+                super().__init__(host, port, timeout)
+                self.path = path
+
+            def connect(self) -> None:
+                sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+                try:
+                    sock.settimeout(self.timeout)
+                    with unix_address(self.path) as address:
+                        sock.connect(address)
+                except BaseException:
+                    sock.close()
+                    raise
+                self.sock = sock
+                self._buffer.clear()
+
+        _UnixConnection = UnixConnection
+    return _UnixConnection
 
 
 def parse_url(url: str) -> tuple[str, str, int, str]:

@@ -213,8 +213,8 @@ def _required_claims(claims: dict[str, Any]) -> tuple[str, Role, str]:
     if not all(isinstance(claims[c], int | float) and not isinstance(claims[c], bool) for c in ("iat", "exp")):
         raise Unauthenticated("malformed token: iat and exp must be numbers; " + MINT_HINT)
     try:
-        parsed = Role(role)
-    except ValueError:
+        parsed = Role.parse(role)
+    except (InvalidArgument, ValueError):
         raise Unauthenticated(f"malformed token: unknown role {role!r}; " + MINT_HINT) from None
     if not isinstance(jti, str) or not jti:
         raise Unauthenticated("malformed token: its id (jti) is empty; " + MINT_HINT)
