@@ -204,7 +204,7 @@ def test_a_call_to_an_http_url_imports_neither_ssl_nor_email(server):
     code = (
         "import sys\n"
         "from iris.rpc.transport import ConnectTransport\n"
-        f"print(ConnectTransport({srv.url!r}).call_json('GetClusterInfo', {{}}))\n"
+        f"print(ConnectTransport({srv.url!r}, local_socket=False).call_json('GetClusterInfo', {{}}))\n"
         "print(sorted(m for m in ('ssl', 'email', 'http.client', 'typing') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

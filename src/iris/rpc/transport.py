@@ -20,7 +20,7 @@ the call sent again, for at most `MAX_RETRY_WAIT_S` in all.
 On the controller's own host a call without a token goes through the controller's Unix socket
 (`<state_dir>/controller.sock`), where the kernel tells the controller who is calling (see
 `iris.controller.auth.callers`); over TCP such a call is anonymous. The first tokenless call asks
-the URL for GetClusterInfo, which names the controller's state directory and pid; when that
+a loopback URL for GetClusterInfo, which names the controller's state directory and pid; when that
 directory holds a socket whose server (`SO_PEERCRED`) is that very process, every later call of the
 transport goes through it, and otherwise over TCP as before. That costs one round trip per
 transport, and needs nothing written anywhere but the socket itself.
@@ -122,7 +122,7 @@ class ConnectTransport:
         self._lock = _thread.allocate_lock()
         self._open: set[Connection] = set()  # every thread's, for close()
         # The controller's Unix socket once found; None: calls go over TCP.
-        self._socket: object = _UNKNOWN if local_socket else None
+        self._socket: object = _UNKNOWN if local_socket and _may_be_here(self._scheme, self._host) else None
         self._finding = _thread.allocate_lock()
 
     def call(self, method: str, request: Message, response_type: type[_M], token: str | None = None) -> _M:
@@ -207,8 +207,7 @@ class ConnectTransport:
 
     def _find_socket(self) -> None:
         """Looks for the controller's Unix socket (see the module docstring); from then on the
-        calling thread's connection is to it when found. A controller that cannot be reached
-        raises as the call would; any other answer leaves the calls on TCP."""
+        calling thread's connection is to it when found; any other answer leaves the calls on TCP."""
         with self._finding:  # one thread asks; the others wait for its answer
             if self._socket is not _UNKNOWN:
                 return
@@ -232,9 +231,7 @@ class ConnectTransport:
 
         try:
             doc = json.loads(self._unary("GetClusterInfo", b"{}", "application/json"))
-        except errors.Unavailable:
-            raise
-        except (errors.IrisError, ValueError):
+        except (errors.IrisError, ValueError):  # the call itself meets (and reports) the same
             return None
         state_dir, pid = (doc.get("stateDir"), doc.get("pid")) if isinstance(doc, dict) else (None, None)
         if not isinstance(state_dir, str) or not state_dir.startswith("/") or not isinstance(pid, int):
@@ -363,6 +360,17 @@ class unix_address:  # noqa: N801 (used as a context manager, like a function)
 
             os.close(self._fd)
             self._fd = None
+
+
+def _may_be_here(scheme: str, host: str) -> bool:
+    """Whether a controller URL may name one on this host, whose socket to look for: plain HTTP to
+    a loopback address (a controller's socket serves this host alone, and TLS is for remote ones)."""
+    if scheme != "http":
+        return False
+    if host == "localhost" or host == "::1":
+        return True
+    first, _, rest = host.partition(".")
+    return first == "127" and rest.count(".") == 2 and rest.replace(".", "").isdigit()
 
 
 def peer_pid(sock) -> int:
