@@ -12,10 +12,10 @@ from iris.controller.auth import (
     Identity,
     Role,
     SigningKey,
+    authorize,
     load_or_create_signing_key,
     mint_peer_token,
     mint_token,
-    authorize,
     public_key_pem,
 )
 from iris.core.config import parse_config

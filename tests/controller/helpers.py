@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 
+from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
+from iris.core.errors import IrisError
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.controller_connect import ControllerServiceClientSync
+from iris.rpc.transport import ConnectTransport
 from tests.conftest import wait_until
 
 TERMINAL = {"SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE"}
@@ -25,9 +28,33 @@ class _TokenClient:
         return lambda request: method(request, headers=self._headers)
 
 
+class _OperatorClient:
+    """The Connect client's methods (`list_jobs(request)`), called as the operator: without a token,
+    through the controller's Unix socket, as `iris` on the controller's host calls it. Errors are
+    raised as the Connect client raises them."""
+
+    _service = pb.DESCRIPTOR.services_by_name["ControllerService"]
+
+    def __init__(self, url: str):
+        self._transport = ConnectTransport(url, timeout=120)
+
+    def __getattr__(self, name):
+        method = self._service.methods_by_name["".join(part.title() for part in name.split("_"))]
+        answer = getattr(pb, method.output_type.name)
+
+        def call(request, headers=None):
+            token = (headers or {}).get("authorization", "").removeprefix("Bearer ") or None
+            try:
+                return self._transport.call(method.name, request, answer, token=token)
+            except IrisError as exc:
+                raise ConnectError(Code(exc.code), exc.message) from None
+
+        return call
+
+
 def client(ctl, token: str | None = None):
-    """A client of `ctl`: as local_admin (loopback, no token) or with `token`."""
-    return _TokenClient(ctl.url, token) if token else ControllerServiceClientSync(ctl.url)
+    """A client of `ctl`: as local_admin (its Unix socket, no token) or with `token`."""
+    return _TokenClient(ctl.url, token) if token else _OperatorClient(ctl.url)
 
 
 def user_token(ctl, user: str, role: str = "user") -> str:

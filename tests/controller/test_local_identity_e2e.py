@@ -1,0 +1,118 @@
+"""Who a tokenless caller is, on a real controller: the kernel's word on its Unix socket, and
+anonymous over TCP, however quickly the caller comes and goes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+
+import httpx
+import pytest
+
+from iris.rpc import controller_pb2 as pb
+from tests.conftest import ControllerFactory
+from tests.controller.helpers import client
+
+TASK_UID = 250_123  # in the default auth.task_uids.range
+PERSON_UID = 65534  # `nobody`: an account of this host that is not the operator's
+
+
+@pytest.fixture
+def reachable(tmp_path):
+    """A controller whose state directory other uids can reach (pytest's own folder is root's alone)."""
+    base = Path(tempfile.mkdtemp(prefix="iris-peercred-"))
+    base.chmod(0o711)
+    factory = ControllerFactory(base)
+    try:
+        ctl = factory()
+        for folder in (ctl.state_dir.parent, ctl.state_dir):
+            folder.chmod(0o711)
+        yield ctl
+    finally:
+        factory.cleanup()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _request(method: str, doc: dict) -> bytes:
+    body = json.dumps(doc).encode()
+    return (
+        f"POST /iris.v1.ControllerService/{method} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode() + body
+
+
+def _sent_and_gone(path: Path, uid: int, method: str, doc: dict) -> socket.socket:
+    """The connection a process running as `uid` opened to `path`: it sent one request and exited
+    at once, handing this process its end to read the answer from."""
+    parent, child = socket.socketpair()
+    request = _request(method, doc)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        code = 1
+        try:
+            parent.close()
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            conn.connect(str(path))
+            conn.sendall(request)
+            socket.send_fds(child, [b"x"], [conn.fileno()])
+            code = 0
+        finally:
+            os._exit(code)
+    child.close()
+    _msg, fds, _flags, _addr = socket.recv_fds(parent, 1, 1)
+    parent.close()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and fds, "the child could not connect and send"
+    return socket.socket(fileno=fds[0])
+
+
+def _answer(conn: socket.socket) -> tuple[int, dict]:
+    data = b""
+    with conn:
+        while chunk := conn.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def test_a_caller_that_sends_and_exits_at_once_is_still_named_by_its_uid(reachable):
+    sock = reachable.state_dir / "controller.sock"
+    launch = {"name": "sneaky", "user": "alice", "command": ["true"]}
+    # A task's uid without its token: refused, though it was gone before its request was read.
+    status, doc = _answer(_sent_and_gone(sock, TASK_UID, "LaunchJob", launch))
+    assert status == 401, doc
+    assert doc["code"] == "unauthenticated" and f"uid {TASK_UID}, one Iris tasks run as" in doc["message"]
+    # Another account of this host is the Iris user of its name, never local_admin.
+    status, doc = _answer(_sent_and_gone(sock, PERSON_UID, "GetClusterInfo", {}))
+    assert status == 200, doc
+    assert (doc["caller"], doc["callerRole"]) == ("nobody", "user")
+    status, doc = _answer(_sent_and_gone(sock, PERSON_UID, "LaunchJob", launch))
+    assert status == 403 and "nobody (user) may not create /alice/sneaky" in doc["message"], doc
+    assert client(reachable).list_jobs(pb.ListJobsRequest()).jobs == []
+
+
+def test_tokenless_tcp_is_anonymous_and_told_how_to_authenticate(controller):
+    api = f"{controller.url}/iris.v1.ControllerService"
+    info = httpx.post(f"{api}/GetClusterInfo", json={}, timeout=10)
+    assert info.status_code == 200
+    assert (info.json()["caller"], info.json()["callerRole"]) == ("anonymous", "anonymous")
+    refused = httpx.post(f"{api}/LaunchJob", json={"name": "x", "user": "alice", "command": ["true"]}, timeout=10)
+    assert refused.status_code == 401
+    message = refused.json()["message"]
+    assert "carries no token" in message and "IRIS_TOKEN" in message and "iris token create" in message
+    assert "Unix socket" in message
+    assert httpx.get(f"{controller.url}/health", timeout=10).status_code == 200
+
+
+def test_the_cli_on_the_controllers_host_needs_no_token(controller):
+    listed = controller.cli("--controller", controller.url, "job", "list", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    run = controller.cli("job", "run", "--no-wait", "--", "true")
+    assert run.returncode == 0 and run.stdout.strip().startswith("/"), (run.stdout, run.stderr)
