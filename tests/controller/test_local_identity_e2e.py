@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from iris.rpc import controller_pb2 as pb
-from tests.conftest import ControllerFactory
+from tests.conftest import ControllerFactory, wait_until
 from tests.controller.helpers import client
 
 TASK_UID = 250_123  # in the default auth.task_uids.range
@@ -116,3 +116,35 @@ def test_the_cli_on_the_controllers_host_needs_no_token(controller):
     assert listed.returncode == 0, listed.stderr
     run = controller.cli("job", "run", "--no-wait", "--", "true")
     assert run.returncode == 0 and run.stdout.strip().startswith("/"), (run.stdout, run.stderr)
+
+
+def test_revoking_a_users_token_stops_her_running_tasks_child_submits(controller, tmp_path):
+    import sys
+
+    from tests.controller.helpers import launch, logs, user_token, wait_state
+
+    go = tmp_path / "go"
+    script = (
+        "import os, time\n"
+        "from iris.client.client import IrisClient\n"
+        "c = IrisClient()\n"
+        "print('before', c.submit(['true'], name='first'), flush=True)\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+        "try:\n"
+        "    print('after', c.submit(['true'], name='second'))\n"
+        "except Exception as exc:\n"
+        "    print('refused', type(exc).__name__, exc)\n"
+    )
+    token = user_token(controller, "alice")
+    alice = client(controller, token)
+    driver = launch(alice, "driver", [sys.executable, "-c", script])
+    wait_until(lambda: logs(alice, driver), message="the task's first child")  # its token worked while hers did
+    revoked = controller.cli("token", "revoke", token)
+    assert revoked.returncode == 0, revoked.stderr
+    go.touch()
+    operator = client(controller)
+    assert wait_state(operator, driver).job.state == "SUCCEEDED", logs(operator, driver)
+    lines = logs(operator, driver)
+    assert lines[0] == f"before {driver}/first"
+    assert lines[1].startswith("refused Unauthenticated") and "has since been revoked" in lines[1], lines
+    assert "second" not in " ".join(j.job_id for j in operator.list_jobs(pb.ListJobsRequest()).jobs)

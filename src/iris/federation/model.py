@@ -100,6 +100,7 @@ class Submitter:
 
     principal: str
     local_admin: bool = False
+    credential: str = ""  # the id of the token it submitted with (see Identity.submitted_with)
 
 
 # --- decisions ----------------------------------------------------------------------------------

@@ -130,6 +130,12 @@ class Identities:
             with self._lock:
                 self._verified[authorization] = (identity, token_expiry(authorization))
         if identity.role is Role.TASK:
+            if identity.credential in self.revoked:
+                raise Unauthenticated(
+                    f"this task token acts for {identity.principal!r} under token {identity.credential}, which"
+                    f" submitted {identity.job_scope} and has since been revoked; the job's tasks may no longer"
+                    " act for anyone"
+                )
             self._check_attempt_live(identity)
         return identity
 
@@ -199,15 +205,18 @@ class Identities:
         """Who is accountable for a submission. A user token submits only as its own user."""
         if identity.role is Role.USER and req.user and req.user != identity.principal and not req.parent_job_id:
             raise PermissionDenied(f"your token is for user {identity.principal}; it cannot submit jobs as {req.user}")
-        return Submitter(principal=identity.principal, local_admin=identity.local_admin)
+        return Submitter(identity.principal, identity.local_admin, identity.submitted_with)
 
-    def task_identity(self, conn, job_id: str, owner: str, user: str, attempt_id: str) -> TaskIdentity:
+    def task_identity(
+        self, conn, job_id: str, owner: str, user: str, attempt_id: str, credential: str = ""
+    ) -> TaskIdentity:
         """Who one attempt runs as: a token confined to its job that ends with the attempt, and
         (when the controller is root) the uid of the job's user, never the controller's own.
 
         The token speaks for the user whose namespace the job is in, so the child jobs a task
-        submits are that user's. A handed-off job's tasks get this cluster's token, never the
-        parent's: credentials do not travel between clusters.
+        submits are that user's, and names `credential`, the token the job's tree was submitted
+        with: revoking that token ends this one too. A handed-off job's tasks get this cluster's
+        token, never the parent's: credentials do not travel between clusters.
         """
         token = mint_token(
             self.auth.signing_key,
@@ -217,6 +226,7 @@ class Identities:
             self.config.auth.token_lifetime(Role.TASK.value),
             job_scope=job_id,
             attempt_id=attempt_id,
+            credential=credential or None,
         )
         return TaskIdentity(token, self.tasks.account_for(conn, user or owner))
 

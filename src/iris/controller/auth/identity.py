@@ -63,3 +63,12 @@ class Identity:
     token_id: str | None = None
     job_scope: str | None = None  # a task: the job it belongs to; it reaches only that job's subtree
     attempt_id: str | None = None  # a task: the attempt whose end ends the token
+    # A task: the id of the token that submitted its job's tree (None: the operator did), whose
+    # revocation ends the task's token too.
+    credential: str | None = None
+
+    @property
+    def submitted_with(self) -> str:
+        """The token id a job this identity submits runs under ("" for none): its own token's, or a
+        task's the one its own job came from."""
+        return (self.credential if self.role is Role.TASK else self.token_id) or ""
