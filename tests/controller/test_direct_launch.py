@@ -20,7 +20,7 @@ from iris.rpc import controller_pb2 as pb
 from iris.rpc.bounds import MAX_ITEMS
 from iris.rpc.controller_connect import ControllerServiceASGIApplication
 from iris.rpc.request_codecs import BoundedJSONCodec, BoundedProtoCodec
-from tests.controller.helpers import client, job_count, user_token, wait_state
+from tests.controller.helpers import client, job_count, operator_http, user_token, wait_state
 
 PATH = "/iris.v1.ControllerService/LaunchJob"
 SDK_HEADERS = {"connect-protocol-version": "1", "user-agent": "iris-client", "content-type": "application/proto"}
@@ -59,7 +59,7 @@ def test_direct_submits_are_answered_as_connectrpc_answers_them(controller_facto
     c = client(ctl)
     direct_calls = 0
     # httpx asks for gzip answers unless told otherwise; the SDK asks for none.
-    with httpx.Client(base_url=ctl.url, timeout=60) as http:
+    with operator_http(ctl, timeout=60) as http:
         http.headers.pop("accept-encoding")
         # A good submit: the same head; the bodies differ only by the job's name, of the same length.
         direct = _post(http, _request("job-a"))

@@ -17,13 +17,14 @@ failing is real, and raises whatever `on_unreachable` makes of it. An answer 429
 `retry-after` header (a user's submit rate, see `iris.controller.api.submit_rate`) is waited out and
 the call sent again, for at most `MAX_RETRY_WAIT_S` in all.
 
-On the controller's own host a call without a token goes through the controller's Unix socket
+On the controller's own host calls go through the controller's Unix socket
 (`<state_dir>/controller.sock`), where the kernel tells the controller who is calling (see
-`iris.controller.auth.callers`); over TCP such a call is anonymous. The first tokenless call asks
-a loopback URL for GetClusterInfo, which names the controller's state directory and pid; when that
-directory holds a socket whose server (`SO_PEERCRED`) is that very process, every later call of the
-transport goes through it, and otherwise over TCP as before. That costs one round trip per
-transport, and needs nothing written anywhere but the socket itself.
+`iris.controller.auth.callers`): a call without a token is then its caller's account, where over
+TCP it would be anonymous, and each account's connections are its own share of the controller's.
+The first call to a loopback URL asks it for GetClusterInfo, which names the controller's state
+directory and pid; when that directory holds a socket whose server (`SO_PEERCRED`) is that very
+process, every later call of the transport goes through it, and otherwise over TCP as before. That
+costs one round trip per transport, and needs nothing written anywhere but the socket itself.
 
 An answer is bounded: its body (and what it decompresses to) may be at most `max_answer_bytes`,
 and once its head has come the whole body must come within `timeout`, not merely each read, so a server that
@@ -107,9 +108,10 @@ class ConnectTransport:
         timeout: float = 30.0,
         on_unreachable: Callable[[str, str], errors.IrisError] = unreachable,
         max_answer_bytes: int = MAX_ANSWER_BYTES,
-        local_socket: bool = True,
+        local_socket: bool | str = True,
     ):
-        """`local_socket` false: never look for the controller's Unix socket (a probe of who answers)."""
+        """`local_socket` false: never look for the controller's Unix socket (a probe of who answers);
+        a path: call through that socket, known to be the controller's (from its config)."""
         self._scheme, self._host, self._port, self._prefix = parse_url(url)
         text = url.strip().rstrip("/")
         self.url = text if "://" in text else f"http://{text}"
@@ -122,7 +124,9 @@ class ConnectTransport:
         self._lock = _thread.allocate_lock()
         self._open: set[Connection] = set()  # every thread's, for close()
         # The controller's Unix socket once found; None: calls go over TCP.
-        self._socket: object = _UNKNOWN if local_socket and _may_be_here(self._scheme, self._host) else None
+        self._socket: object = local_socket if isinstance(local_socket, str) else None
+        if local_socket is True and _may_be_here(self._scheme, self._host):
+            self._socket = _UNKNOWN
         self._finding = _thread.allocate_lock()
 
     def call(self, method: str, request: Message, response_type: type[_M], token: str | None = None) -> _M:
@@ -178,7 +182,7 @@ class ConnectTransport:
         token = token or self.token
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        elif self._socket is _UNKNOWN and not getattr(self._local, "finding", False):
+        if self._socket is _UNKNOWN and not getattr(self._local, "finding", False):
             self._find_socket()
         waited = 0.0
         while True:
