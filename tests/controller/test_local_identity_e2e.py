@@ -15,20 +15,21 @@ import pytest
 
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import ControllerFactory, wait_until
-from tests.controller.helpers import client
+from tests.controller.helpers import client, launch, logs, wait_state
 
 TASK_UID = 250_123  # in the default auth.task_uids.range
 PERSON_UID = 65534  # `nobody`: an account of this host that is not the operator's
 
 
 @pytest.fixture
-def reachable(tmp_path):
-    """A controller whose state directory other uids can reach (pytest's own folder is root's alone)."""
+def reachable():
+    """A controller whose state directory other uids can reach (pytest's own folder is root's
+    alone), its tasks under uids of their own."""
     base = Path(tempfile.mkdtemp(prefix="iris-peercred-"))
     base.chmod(0o711)
     factory = ControllerFactory(base)
     try:
-        ctl = factory()
+        ctl = factory(auth={"task_uids": {"enabled": True, "range": "200000-299999"}})
         for folder in (ctl.state_dir.parent, ctl.state_dir):
             folder.chmod(0o711)
         yield ctl
@@ -98,6 +99,38 @@ def test_a_caller_that_sends_and_exits_at_once_is_still_named_by_its_uid(reachab
     assert client(reachable).list_jobs(pb.ListJobsRequest()).jobs == []
 
 
+# Runs as a task under its own uid: tokenless calls over TCP and through the socket, a call with
+# its token through the socket; prints their status codes.
+PROBE = r"""
+import http.client, json, os, socket, urllib.parse
+url = urllib.parse.urlsplit(os.environ["IRIS_CONTROLLER"])
+
+class Local(http.client.HTTPConnection):
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(os.environ["SOCK"])
+
+def code(conn, headers={}):
+    conn.request("POST", "/iris.v1.ControllerService/ListJobs", body=b"{}",
+                 headers={"Content-Type": "application/json", **headers})
+    answer = conn.getresponse()
+    answer.read()
+    return answer.status
+
+tcp, local = http.client.HTTPConnection(url.hostname, url.port, timeout=10), Local("localhost", timeout=10)
+print(json.dumps([code(tcp), code(local), code(local), code(local, {"Authorization": "Bearer " + os.environ["IRIS_TOKEN"]})]))
+"""
+
+
+def test_a_task_without_its_token_is_refused_on_both_ways_in(reachable):
+    c = client(reachable)
+    env = {"SOCK": str(reachable.state_dir / "controller.sock")}
+    # The system's Python: this host's own may sit in root's closed home, which a task uid cannot enter.
+    probe = launch(c, "probe", ["/usr/bin/python3", "-c", PROBE], env=env)
+    assert wait_state(c, probe).job.state == "SUCCEEDED", logs(c, probe)
+    assert json.loads(logs(c, probe)[-1]) == [401, 401, 401, 200]
+
+
 def test_tokenless_tcp_is_anonymous_and_told_how_to_authenticate(controller):
     api = f"{controller.url}/iris.v1.ControllerService"
     info = httpx.post(f"{api}/GetClusterInfo", json={}, timeout=10)
@@ -121,7 +154,7 @@ def test_the_cli_on_the_controllers_host_needs_no_token(controller):
 def test_revoking_a_users_token_stops_her_running_tasks_child_submits(controller, tmp_path):
     import sys
 
-    from tests.controller.helpers import launch, logs, user_token, wait_state
+    from tests.controller.helpers import user_token
 
     go = tmp_path / "go"
     script = (
