@@ -320,3 +320,11 @@ def test_a_server_that_trickles_its_answer_is_cut_off_at_the_call_timeout():
         stop.set()
         sock.close()
         thread.join(timeout=10)
+
+
+def test_the_fields_naming_where_a_controller_is_match_the_generated_descriptor():
+    from iris.rpc.transport import CLUSTER_WHERE
+
+    fields = pb.GetClusterInfoResponse.DESCRIPTOR.fields_by_name
+    kinds = {fields["pid"].TYPE_INT32: "int32", fields["pid"].TYPE_STRING: "str"}
+    assert CLUSTER_WHERE == tuple((fields[name].number, name, kinds[fields[name].type]) for _, name, _ in CLUSTER_WHERE)

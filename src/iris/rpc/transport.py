@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 
 SERVICE = "iris.v1.ControllerService"
 SOCKET_NAME = "controller.sock"  # the controller's Unix socket, in its state directory
+# The fields of GetClusterInfoResponse that say where the controller is (see iris.rpc.wire).
+CLUSTER_WHERE = ((8, "pid", "int32"), (9, "state_dir", "str"))
 _UNKNOWN = object()  # a transport's socket before its first tokenless call looks for it
 # The longest path bound or connected as it is: `sockaddr_un` holds 108 bytes with its NUL.
 _MAX_UNIX_PATH = 100
@@ -231,13 +233,13 @@ class ConnectTransport:
 
     def _socket_connection(self):  # -> UnixConnection | None
         """A connection to the controller's Unix socket, when the URL's controller serves one here."""
-        import json
+        from iris.rpc import wire  # the protobuf runtime, or json and its `re`, cost the CLI's lean paths
 
         try:
-            doc = json.loads(self._unary("GetClusterInfo", b"{}", "application/json"))
-        except (errors.IrisError, ValueError):  # the call itself meets (and reports) the same
+            doc = wire.decode(self._unary("GetClusterInfo", b"", "application/proto"), CLUSTER_WHERE)
+        except (errors.IrisError, wire.Unreadable):  # the call itself meets (and reports) the same
             return None
-        state_dir, pid = (doc.get("stateDir"), doc.get("pid")) if isinstance(doc, dict) else (None, None)
+        state_dir, pid = doc.get("state_dir"), doc.get("pid")
         if not isinstance(state_dir, str) or not state_dir.startswith("/") or not isinstance(pid, int):
             return None
         conn = _unix_connection_class()(f"{state_dir.rstrip('/')}/{SOCKET_NAME}", self._host, self._port, self._timeout)
@@ -380,10 +382,10 @@ def _may_be_here(scheme: str, host: str) -> bool:
 def peer_pid(sock) -> int:
     """The pid of the process at the other end of a Unix socket, as the kernel recorded it."""
     import _socket
-    import struct
+    import sys
 
-    pid, _uid, _gid = struct.unpack("3i", sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12))
-    return pid
+    credentials = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)  # pid, uid, gid: three ints
+    return int.from_bytes(credentials[:4], sys.byteorder, signed=True)
 
 
 _UnixConnection: type | None = None
