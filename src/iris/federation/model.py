@@ -96,7 +96,7 @@ class QueuedJob:
 
 @dataclass(frozen=True, slots=True)
 class Submitter:
-    """Who submitted a job. A `local_admin` identity (trusted network, no token) never federates."""
+    """Who submitted a job. A `local_admin` identity (the operator, no token) never federates."""
 
     principal: str
     local_admin: bool = False
