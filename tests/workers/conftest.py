@@ -91,7 +91,7 @@ class WorkerFactory:
             stderr=out,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            env={**operator_env(ctl), **(env or {})},
+            env={**(os.environ if env and "IRIS_TOKEN" in env else operator_env(ctl)), **(env or {})},
             cwd=self.base,
         )
         out.close()
