@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 
@@ -328,3 +329,21 @@ def test_the_fields_naming_where_a_controller_is_match_the_generated_descriptor(
     fields = pb.GetClusterInfoResponse.DESCRIPTOR.fields_by_name
     kinds = {fields["pid"].TYPE_INT32: "int32", fields["pid"].TYPE_STRING: "str"}
     assert CLUSTER_WHERE == tuple((fields[name].number, name, kinds[fields[name].type]) for _, name, _ in CLUSTER_WHERE)
+
+
+def test_a_unix_socket_path_too_long_for_sockaddr_un_is_bound_and_reached(tmp_path):
+    from iris.rpc.transport import peer_pid, unix_address
+
+    folder = tmp_path / ("d" * 60) / ("e" * 60)
+    folder.mkdir(parents=True)
+    path = str(folder / "controller.sock")
+    assert len(path) > 108
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        with unix_address(path) as address:
+            server.bind(address)
+        server.listen()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            with unix_address(path) as address:
+                conn.connect(address)
+            assert peer_pid(conn) == os.getpid()
+    assert (folder / "controller.sock").exists()
