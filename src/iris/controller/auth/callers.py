@@ -56,6 +56,7 @@ class Peer(tuple[str, int]):
     and its port the caller's pid."""
 
     uid: int | None = None
+    identity: Identity | None = None  # who `uid` is, once asked: it cannot change while connected
 
     @classmethod
     def local(cls, pid: int, uid: int) -> Peer:
@@ -111,7 +112,9 @@ class Identities:
             )
         peer = calling_peer.get()
         if not authorization and peer is not None and peer.uid is not None:
-            return self.local_caller(peer.uid)
+            if peer.identity is None:
+                peer.identity = self.local_caller(peer.uid)
+            return peer.identity
         if not authorization and (site or origin):
             foreign = self.sites.refusal(site, origin)
             if foreign is not None:
