@@ -181,3 +181,18 @@ def test_revoking_a_users_token_stops_her_running_tasks_child_submits(controller
     assert lines[0] == f"before {driver}/first"
     assert lines[1].startswith("refused Unauthenticated") and "has since been revoked" in lines[1], lines
     assert "second" not in " ".join(j.job_id for j in operator.list_jobs(pb.ListJobsRequest()).jobs)
+
+
+def test_a_client_made_before_its_controller_starts_finds_the_socket_once_it_is_up(controller_factory):
+    from iris.core.errors import Unavailable
+    from iris.rpc.transport import ConnectTransport
+
+    ctl = controller_factory(start=False)
+    transport = ConnectTransport(ctl.url, timeout=10)
+    with pytest.raises(Unavailable, match="cannot reach the Iris controller"):
+        transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
+    ctl.start()
+    info = transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
+    assert (info.caller, info.caller_role) == ("local_admin", "admin")
+    assert transport.local_socket == str(ctl.state_dir / "controller.sock")
+    transport.close()

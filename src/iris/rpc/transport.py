@@ -54,7 +54,7 @@ SERVICE = "iris.v1.ControllerService"
 SOCKET_NAME = "controller.sock"  # the controller's Unix socket, in its state directory
 # The fields of GetClusterInfoResponse that say where the controller is (see iris.rpc.wire).
 CLUSTER_WHERE = ((8, "pid", "int32"), (9, "state_dir", "str"))
-_UNKNOWN = object()  # a transport's socket before its first tokenless call looks for it
+_UNKNOWN = object()  # a transport's socket before a call has looked for it
 # The longest path bound or connected as it is: `sockaddr_un` holds 108 bytes with its NUL.
 _MAX_UNIX_PATH = 100
 
@@ -213,13 +213,18 @@ class ConnectTransport:
 
     def _find_socket(self) -> None:
         """Looks for the controller's Unix socket (see the module docstring); from then on the
-        calling thread's connection is to it when found; any other answer leaves the calls on TCP."""
+        calling thread's connection is to it when found; any other answer leaves the calls on TCP.
+        A controller that does not answer at all raises as the call would, and is asked again."""
         with self._finding:  # one thread asks; the others wait for its answer
             if self._socket is not _UNKNOWN:
                 return
-            self._local.finding = True  # the question itself goes over TCP
+            self._local.finding, self._local.unreached = True, False  # the question itself goes over TCP
             try:
                 conn = self._socket_connection()
+            except errors.IrisError:
+                if self._local.unreached:
+                    raise  # nothing answers (yet): the call fails as it would, and the next one asks again
+                conn = None  # an answer, but not a controller's that says where it is
             finally:
                 self._local.finding = False
             self._socket = None if conn is None else conn.path
@@ -237,7 +242,7 @@ class ConnectTransport:
 
         try:
             doc = wire.decode(self._unary("GetClusterInfo", b"", "application/proto"), CLUSTER_WHERE)
-        except (errors.IrisError, wire.Unreadable):  # the call itself meets (and reports) the same
+        except wire.Unreadable:
             return None
         state_dir, pid = doc.get("state_dir"), doc.get("pid")
         if not isinstance(state_dir, str) or not state_dir.startswith("/") or not isinstance(pid, int):
@@ -302,10 +307,10 @@ class ConnectTransport:
                 self._drop(conn)
                 if reused and attempt == 0:
                     continue  # the server dropped an idle connection: it processed nothing
-                raise self._on_unreachable(self.url, _describe(exc)) from None
+                raise self._unreachable(exc) from None
             except OSError as exc:
                 self._drop(conn)
-                raise self._on_unreachable(self.url, _describe(exc)) from None
+                raise self._unreachable(exc) from None
             except BaseException:
                 # Ctrl-C (or any exception) in the middle of an exchange leaves the connection
                 # holding half of it; the next call must start on a fresh one.
@@ -316,6 +321,11 @@ class ConnectTransport:
                 self._drop(conn)
             return answer.status, answer.headers, payload
         raise AssertionError("not reached")  # pragma: no cover
+
+    def _unreachable(self, exc: OSError) -> errors.IrisError:
+        """What a call raises for a controller it could not exchange with (see `on_unreachable`)."""
+        self._local.unreached = True
+        return self._on_unreachable(self.url, _describe(exc))
 
     def _error(self, status: int, headers: dict[str, str], payload: bytes) -> errors.IrisError:
         code, message = _HTTP_CODES.get(status, "unknown"), ""
