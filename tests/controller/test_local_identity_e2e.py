@@ -195,4 +195,11 @@ def test_a_client_made_before_its_controller_starts_finds_the_socket_once_it_is_
     info = transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
     assert (info.caller, info.caller_role) == ("local_admin", "admin")
     assert transport.local_socket == str(ctl.state_dir / "controller.sock")
+    # Restarted, it is found again, through the socket it made anew.
+    ctl.stop()
+    with pytest.raises(Unavailable):
+        transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
+    ctl.start()
+    info = transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
+    assert (info.caller, info.pid) == ("local_admin", ctl.pid)
     transport.close()

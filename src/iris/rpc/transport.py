@@ -130,6 +130,7 @@ class ConnectTransport:
         if local_socket is True and _may_be_here(self._scheme, self._host):
             self._socket = _UNKNOWN
         self._finding = _thread.allocate_lock()
+        self._found = False  # whether `_socket` is one this transport found (not one it was given)
 
     def call(self, method: str, request: Message, response_type: type[_M], token: str | None = None) -> _M:
         """Calls `method` (e.g. "LaunchJob") and returns its decoded response or raises a typed error;
@@ -227,7 +228,7 @@ class ConnectTransport:
                 conn = None  # an answer, but not a controller's that says where it is
             finally:
                 self._local.finding = False
-            self._socket = None if conn is None else conn.path
+            self._socket, self._found = (None, False) if conn is None else (conn.path, True)
         if conn is not None:
             old = getattr(self._local, "conn", None)
             if old is not None:
@@ -325,6 +326,8 @@ class ConnectTransport:
     def _unreachable(self, exc: OSError) -> errors.IrisError:
         """What a call raises for a controller it could not exchange with (see `on_unreachable`)."""
         self._local.unreached = True
+        if self._found:  # the controller went away, or came back elsewhere: the next call looks again
+            self._socket, self._found = _UNKNOWN, False
         return self._on_unreachable(self.url, _describe(exc))
 
     def _error(self, status: int, headers: dict[str, str], payload: bytes) -> errors.IrisError:
