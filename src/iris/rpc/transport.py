@@ -224,8 +224,8 @@ class ConnectTransport:
                 conn = self._socket_connection()
             except errors.IrisError:
                 if self._local.unreached:
-                    raise  # nothing answers (yet): the call fails as it would, and the next one asks again
-                conn = None  # an answer, but not a controller's that says where it is
+                    raise  # nothing listens (yet): the call fails as it would, and the next one asks again
+                conn = None  # something answers, but not as a controller saying where it is
             finally:
                 self._local.finding = False
             self._socket, self._found = (None, False) if conn is None else (conn.path, True)
@@ -305,13 +305,15 @@ class ConnectTransport:
                 self._drop(conn)
                 raise errors.InvalidArgument(str(exc)) from None
             except (ConnectionResetError, BrokenPipeError) as exc:
+                connected = conn.sock is not None
                 self._drop(conn)
                 if reused and attempt == 0:
                     continue  # the server dropped an idle connection: it processed nothing
-                raise self._unreachable(exc) from None
+                raise self._unreachable(exc, connected) from None
             except OSError as exc:
+                connected = conn.sock is not None
                 self._drop(conn)
-                raise self._unreachable(exc) from None
+                raise self._unreachable(exc, connected) from None
             except BaseException:
                 # Ctrl-C (or any exception) in the middle of an exchange leaves the connection
                 # holding half of it; the next call must start on a fresh one.
@@ -323,10 +325,11 @@ class ConnectTransport:
             return answer.status, answer.headers, payload
         raise AssertionError("not reached")  # pragma: no cover
 
-    def _unreachable(self, exc: OSError) -> errors.IrisError:
-        """What a call raises for a controller it could not exchange with (see `on_unreachable`)."""
-        self._local.unreached = True
-        if self._found:  # the controller went away, or came back elsewhere: the next call looks again
+    def _unreachable(self, exc: OSError, connected: bool) -> errors.IrisError:
+        """What a call raises for a controller it could not exchange with (see `on_unreachable`);
+        `connected`: a connection was made (and the server then dropped or stalled the call)."""
+        self._local.unreached = not connected
+        if self._found and not connected:  # the controller went away, or came back elsewhere: the next call looks again
             self._socket, self._found = _UNKNOWN, False
         return self._on_unreachable(self.url, _describe(exc))
 
