@@ -6,11 +6,13 @@ import jwt
 import pytest
 
 from iris.controller.auth import (
+    ANONYMOUS,
     LOCAL_ADMIN,
     Authenticator,
     Identity,
     Role,
     SigningKey,
+    authorize,
     load_or_create_signing_key,
     mint_peer_token,
     mint_token,
@@ -146,11 +148,6 @@ def test_identify_token_longer_than_its_roles_lifetime_unauthenticated(peer_key)
     assert auth.identify(bearer(mint_token(peer_key, "cw-h100", "alice", "user", 3600, now=NOW)), None, now=NOW)
 
 
-def test_identify_tokenless_task_from_loopback_is_not_local_admin(auth):
-    with pytest.raises(Unauthenticated, match=r"from an Iris task .* never acts as local_admin"):
-        auth.identify(None, "127.0.0.1", caller_is_task=True)
-
-
 def test_identify_unknown_issuer_unauthenticated_lists_trusted(auth):
     stranger = mint_peer_token(SigningKey.generate(), "evil", "cw-h100", now=NOW)
     expected = r"issued by 'evil', which this cluster \('cw-h100'\) does not trust.*\(marin\)"
@@ -158,31 +155,36 @@ def test_identify_unknown_issuer_unauthenticated_lists_trusted(auth):
         auth.identify(bearer(stranger), "10.0.0.5", now=NOW)
 
 
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "10.0.0.1", "2001:db8::1", None, "", "testclient"])
+def test_identify_tokenless_tcp_caller_is_anonymous_by_default(auth, host):
+    """No network is trusted unless the config says so, loopback included: an address names no one."""
+    ident = auth.identify(None, host)
+    assert ident == Identity(ANONYMOUS, Role.ANONYMOUS, "cw-h100")
+    assert not ident.local_admin
+
+
+def test_identify_anonymous_may_read_cluster_info_only(auth):
+    anonymous = auth.identify("  ", "127.0.0.1")
+    authorize(anonymous, "GetClusterInfo")
+    with pytest.raises(Unauthenticated, match=r"^ListJobs needs a caller .* no token .* IRIS_TOKEN .* Unix socket"):
+        authorize(anonymous, "ListJobs")
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.8.9.10", "::1", "[::1]", "::ffff:127.0.0.1"])
-def test_identify_trusted_cidr_without_token_local_admin(auth, host):
+def test_identify_opted_in_loopback_without_token_local_admin(peer_key, host):
+    auth = Authenticator("cw-h100", peer_key, trusted_cidrs=["127.0.0.0/8", "::1/128"])
     assert auth.identify(None, host) == Identity(LOCAL_ADMIN, Role.ADMIN, "cw-h100", local_admin=True)
-
-
-def test_identify_empty_header_from_loopback_local_admin(auth):
-    assert auth.identify("  ", "127.0.0.1").local_admin
-
-
-@pytest.mark.parametrize("host", ["10.0.0.1", "192.168.1.20", "2001:db8::1", None, "", "testclient"])
-def test_identify_untrusted_without_token_unauthenticated(auth, host):
-    with pytest.raises(Unauthenticated, match=r"^this cluster requires a token: .*IRIS_TOKEN"):
-        auth.identify(None, host)
 
 
 def test_identify_configured_cidr_trusts_that_network_only(peer_key):
     auth = Authenticator("cw-h100", peer_key, trusted_cidrs=["10.0.0.0/8"])
     assert auth.identify(None, "10.20.30.40").local_admin
-    with pytest.raises(Unauthenticated, match=r"not in auth.trusted_cidrs \(10.0.0.0/8\)"):
-        auth.identify(None, "127.0.0.1")
+    assert auth.identify(None, "127.0.0.1").role is Role.ANONYMOUS
 
 
-def test_identify_empty_cidrs_trusts_nobody(peer_key):
-    with pytest.raises(Unauthenticated, match=r"\(none\)"):
-        Authenticator("cw-h100", peer_key, trusted_cidrs=[]).identify(None, "127.0.0.1")
+def test_anonymous_is_no_tokens_role(peer_key):
+    with pytest.raises(InvalidArgument, match=r"unknown role 'anonymous'"):
+        mint_token(peer_key, "cw-h100", "alice", "anonymous", 60, now=NOW)
 
 
 def test_identify_bad_token_from_loopback_unauthenticated_not_local_admin(auth):

@@ -296,7 +296,8 @@ def test_job_run_no_wait_imports_no_protobuf(fake_controller, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("/alice/")
     assert "iris.client.launch" in modules  # the listing is real
-    # The Connect transport lives beside the generated code, but the JSON path never imports that.
+    # The Connect transport lives beside the generated code, but the JSON path never imports that
+    # (the hand-written wire decoder reads where a controller on this host is).
     assert not {m for m in modules if m.startswith(("google.protobuf", "iris.rpc."))} - {
         "iris.rpc.transport",
     }

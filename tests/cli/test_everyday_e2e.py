@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -194,11 +195,7 @@ def test_wait_timeout_zero_means_no_limit_as_for_job_run(controller, tmp_path):
     port = int(controller.url.rsplit(":", 1)[1])
     proc = _spawn(controller, "job", "wait", "--timeout", "0", "gated")
     try:
-        connections = psutil.Process(proc.pid).net_connections
-        wait_until(
-            lambda: proc.poll() is not None or any(c.raddr and c.raddr.port == port for c in connections(kind="tcp")),
-            message="the wait to call the controller",
-        )
+        wait_until(lambda: proc.poll() is not None or _calls(proc.pid, port), message="the wait to call the controller")
         wait_until(lambda: {j["job_id"]: j["state"] for j in _jobs(controller)}["/alice/gated"] == "RUNNING")
         gate.touch()
         out, err = proc.communicate(timeout=60)
@@ -218,11 +215,7 @@ def _interrupt_once_connected(controller, *args: str) -> tuple[str, str, int]:
     port = int(controller.url.rsplit(":", 1)[1])
     proc = _spawn(controller, *args)
     try:
-        connections = psutil.Process(proc.pid).net_connections
-        wait_until(
-            lambda: any(c.raddr and c.raddr.port == port for c in connections(kind="tcp")),
-            message="the command to call the controller",
-        )
+        wait_until(lambda: _calls(proc.pid, port), message="the command to call the controller")
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     finally:
@@ -233,11 +226,13 @@ def _interrupt_once_connected(controller, *args: str) -> tuple[str, str, int]:
 
 
 def _calls(pid: int, port: int) -> bool:
-    """Whether process `pid` holds a TCP connection to `port` (on loopback)."""
+    """Whether process `pid` holds a connection to the controller: a TCP one to `port` (on loopback),
+    or one to its Unix socket (the command's only Unix socket)."""
     try:
-        return any(c.raddr and c.raddr.port == port for c in psutil.Process(pid).net_connections(kind="tcp"))
+        held = psutil.Process(pid).net_connections(kind="all")
     except psutil.Error:
         return False
+    return any(c.family == socket.AF_UNIX or (c.raddr and c.raddr.port == port) for c in held)
 
 
 def _spawn(controller, *args: str) -> subprocess.Popen:

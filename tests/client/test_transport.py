@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 
@@ -120,7 +121,7 @@ def test_parse_url_rejects_what_is_not_a_controller_url(url):
 def test_call_decodes_a_length_delimited_and_a_chunked_answer(scripted):
     info = pb.GetClusterInfoResponse(name="marin", version="0.1.0", pid=42)
     server = scripted(ok_response(info), ok_response(info, chunked=True))
-    transport = ConnectTransport(server.url)
+    transport = ConnectTransport(server.url, local_socket=False)
     for _ in range(2):
         got = transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
         assert got == info
@@ -132,14 +133,16 @@ def test_call_decodes_a_length_delimited_and_a_chunked_answer(scripted):
 
 def test_call_sends_the_bearer_token(scripted):
     server = scripted(ok_response(pb.ListPeersResponse()))
-    ConnectTransport(server.url, token="tok123").call("ListPeers", pb.ListPeersRequest(), pb.ListPeersResponse)
+    ConnectTransport(server.url, token="tok123", local_socket=False).call(
+        "ListPeers", pb.ListPeersRequest(), pb.ListPeersResponse
+    )
     assert b"Authorization: Bearer tok123" in server.requests[0]
 
 
 def test_call_retries_once_when_the_server_dropped_the_kept_alive_connection(scripted):
     info = pb.GetClusterInfoResponse(name="a")
     server = scripted(ok_response(info), ok_response(info), close_after=1)
-    transport = ConnectTransport(server.url, timeout=5)
+    transport = ConnectTransport(server.url, timeout=5, local_socket=False)
     transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
     assert transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse) == info
     assert server.connections == 2
@@ -151,7 +154,7 @@ def test_connect_error_body_becomes_the_typed_error_with_the_server_message(scri
         b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
     )
     with pytest.raises(errors.NotFound) as err:
-        ConnectTransport(server.url).call(
+        ConnectTransport(server.url, local_socket=False).call(
             "GetJobStatus", pb.GetJobStatusRequest(job_id="/a/b"), pb.GetJobStatusResponse
         )
     assert err.value.message == "job /a/b does not exist"
@@ -160,7 +163,7 @@ def test_connect_error_body_becomes_the_typed_error_with_the_server_message(scri
 def test_http_error_without_a_connect_body_maps_by_status(scripted):
     server = scripted(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 4\r\nconnection: close\r\n\r\nbusy")
     with pytest.raises(errors.Unavailable, match="HTTP 503: busy"):
-        ConnectTransport(server.url).call("ListPeers", pb.ListPeersRequest(), pb.ListPeersResponse)
+        ConnectTransport(server.url, local_socket=False).call("ListPeers", pb.ListPeersRequest(), pb.ListPeersResponse)
 
 
 def test_unreachable_controller_is_unavailable_naming_the_url_and_how_to_start_one():
@@ -169,7 +172,7 @@ def test_unreachable_controller_is_unavailable_naming_the_url_and_how_to_start_o
         port = s.getsockname()[1]  # bound but not listening: connections are refused
         url = f"http://127.0.0.1:{port}"
         with pytest.raises(errors.Unavailable) as err:
-            ConnectTransport(url).call("ListPeers", pb.ListPeersRequest(), pb.ListPeersResponse)
+            ConnectTransport(url, local_socket=False).call("ListPeers", pb.ListPeersRequest(), pb.ListPeersResponse)
     assert url in err.value.message and "connection refused" in err.value.message
     assert "iris cluster start" in err.value.message
 
@@ -184,7 +187,7 @@ def test_transport_close_closes_the_connections_of_every_thread(scripted):
     info = pb.GetClusterInfoResponse(name="a")
     # The scripted server serves one connection at a time: it drops each after one answer.
     server = scripted(ok_response(info), ok_response(info), ok_response(info), close_after=1)
-    transport = ConnectTransport(server.url, timeout=5)
+    transport = ConnectTransport(server.url, timeout=5, local_socket=False)
     worker = threading.Thread(
         target=transport.call, args=("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
     )
@@ -243,7 +246,7 @@ def test_a_call_interrupted_midway_leaves_the_next_call_a_fresh_connection(scrip
 
     info = pb.GetClusterInfoResponse(name="a")
     server = scripted(ok_response(info), ok_response(info), ok_response(info))
-    transport = ConnectTransport(server.url, timeout=5)
+    transport = ConnectTransport(server.url, timeout=5, local_socket=False)
     transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
 
     def interrupted(self):
@@ -262,7 +265,7 @@ def test_an_answer_larger_than_the_bound_is_a_clear_error_not_read_whole(scripte
     undeclared = b"HTTP/1.1 200 OK\r\ncontent-type: application/proto\r\nconnection: close\r\n\r\n" + b"x" * 5000
     for response in (declared, undeclared):
         server = scripted(response)
-        transport = ConnectTransport(server.url, timeout=5, max_answer_bytes=1000)
+        transport = ConnectTransport(server.url, timeout=5, max_answer_bytes=1000, local_socket=False)
         with pytest.raises(errors.IrisError, match="at most 1000 are accepted"):
             transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
 
@@ -281,10 +284,12 @@ def test_a_gzip_answer_that_is_garbage_or_a_bomb_is_a_clear_error(scripted):
         (gzipped(gzip.compress(info.SerializeToString())[:-12]), "cut short"),
     ]
     for response, words in cases:
-        transport = ConnectTransport(scripted(response).url, timeout=5, max_answer_bytes=1000)
+        transport = ConnectTransport(scripted(response).url, timeout=5, max_answer_bytes=1000, local_socket=False)
         with pytest.raises(errors.IrisError, match=words):
             transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
-    good = ConnectTransport(scripted(gzipped(gzip.compress(info.SerializeToString()))).url, timeout=5)
+    good = ConnectTransport(
+        scripted(gzipped(gzip.compress(info.SerializeToString()))).url, timeout=5, local_socket=False
+    )
     assert good.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse) == info
 
 
@@ -309,10 +314,28 @@ def test_a_server_that_trickles_its_answer_is_cut_off_at_the_call_timeout():
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
-        transport = ConnectTransport(f"http://127.0.0.1:{sock.getsockname()[1]}", timeout=1)
+        transport = ConnectTransport(f"http://127.0.0.1:{sock.getsockname()[1]}", timeout=1, local_socket=False)
         with pytest.raises(errors.Unavailable, match="no whole answer within 1 s"):
             transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
     finally:
         stop.set()
         sock.close()
         thread.join(timeout=10)
+
+
+def test_a_unix_socket_path_too_long_for_sockaddr_un_is_bound_and_reached(tmp_path):
+    from iris.rpc.transport import peer_pid, unix_address
+
+    folder = tmp_path / ("d" * 60) / ("e" * 60)
+    folder.mkdir(parents=True)
+    path = str(folder / "controller.sock")
+    assert len(path) > 108
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        with unix_address(path) as address:
+            server.bind(address)
+        server.listen()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            with unix_address(path) as address:
+                conn.connect(address)
+            assert peer_pid(conn) == os.getpid()
+    assert (folder / "controller.sock").exists()

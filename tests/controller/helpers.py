@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import socket
 
+import httpx
+from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
+from iris.core.errors import IrisError
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.controller_connect import ControllerServiceClientSync
+from iris.rpc.transport import SOCKET_NAME, ConnectTransport
 from tests.conftest import wait_until
 
 TERMINAL = {"SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE"}
@@ -25,9 +30,53 @@ class _TokenClient:
         return lambda request: method(request, headers=self._headers)
 
 
+class _OperatorClient:
+    """The Connect client's methods (`list_jobs(request)`), called as the operator: without a token,
+    through the controller's Unix socket, as `iris` on the controller's host calls it. Errors are
+    raised as the Connect client raises them."""
+
+    _service = pb.DESCRIPTOR.services_by_name["ControllerService"]
+
+    def __init__(self, ctl):
+        self._transport = ConnectTransport(ctl.url, timeout=120, local_socket=str(ctl.state_dir / SOCKET_NAME))
+
+    def __enter__(self) -> _OperatorClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._transport.close()
+
+    def __getattr__(self, name):
+        method = self._service.methods_by_name["".join(part.title() for part in name.split("_"))]
+        answer = getattr(pb, method.output_type.name)
+
+        def call(request, headers=None):
+            token = (headers or {}).get("authorization", "").removeprefix("Bearer ") or None
+            try:
+                return self._transport.call(method.name, request, answer, token=token)
+            except IrisError as exc:
+                raise ConnectError(Code(exc.code), exc.message) from None
+
+        return call
+
+
+def operator_http(ctl, timeout: float = 30) -> httpx.Client:
+    """An HTTP client of `ctl` as the operator: through its Unix socket, without a token."""
+    transport = httpx.HTTPTransport(uds=str(ctl.state_dir / SOCKET_NAME))
+    return httpx.Client(transport=transport, base_url=ctl.url, timeout=timeout)
+
+
+def operator_socket(ctl, timeout: float = 30) -> socket.socket:
+    """A connection to `ctl`'s Unix socket, for raw HTTP as the operator."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    sock.connect(str(ctl.state_dir / SOCKET_NAME))
+    return sock
+
+
 def client(ctl, token: str | None = None):
-    """A client of `ctl`: as local_admin (loopback, no token) or with `token`."""
-    return _TokenClient(ctl.url, token) if token else ControllerServiceClientSync(ctl.url)
+    """A client of `ctl`: as local_admin (its Unix socket, no token) or with `token`."""
+    return _TokenClient(ctl.url, token) if token else _OperatorClient(ctl)
 
 
 def user_token(ctl, user: str, role: str = "user") -> str:

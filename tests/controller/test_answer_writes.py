@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 
 from iris.controller.http.server import JoinedWrites
+from tests.controller.helpers import operator_socket
 
 
 class Recorder:
@@ -73,13 +73,14 @@ def test_joined_writes_never_hold_an_interim_answer():
     assert recorder.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]  # at once: the client waits for it
 
 
-def _raw_call(port: int, method: str, doc: dict) -> bytes:
+def _raw_call(ctl, method: str, doc: dict) -> bytes:
+    """One call as the operator (through the controller's socket), its answer as it came."""
     body = json.dumps(doc).encode()
     head = (
-        f"POST /iris.v1.ControllerService/{method} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"POST /iris.v1.ControllerService/{method} HTTP/1.1\r\nHost: 127.0.0.1:{ctl.port}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode()
-    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+    with operator_socket(ctl, timeout=20) as s:
         s.sendall(head + body)
         answer = b""
         while b"\r\n\r\n" not in answer or len(answer.partition(b"\r\n\r\n")[2]) < _length(answer):
@@ -98,11 +99,11 @@ def _length(answer: bytes) -> int:
 
 
 def test_api_answers_and_errors_are_framed_by_their_length(controller):
-    answer = _raw_call(controller.port, "LaunchJob", {"name": "framed", "user": "alice", "command": ["true"]})
+    answer = _raw_call(controller, "LaunchJob", {"name": "framed", "user": "alice", "command": ["true"]})
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding" not in head.lower()
     assert json.loads(body)["jobId"] == "/alice/framed"
-    refused = _raw_call(controller.port, "LaunchJob", {"name": "framed", "user": "alice", "command": ["true"]})
+    refused = _raw_call(controller, "LaunchJob", {"name": "framed", "user": "alice", "command": ["true"]})
     head, _, body = refused.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 409") and json.loads(body)["code"] == "already_exists"
 

@@ -71,13 +71,20 @@ def test_a_task_submits_child_jobs_as_its_owner_with_the_token_in_its_env(contro
     assert status(alice, "/alice/driver/kid").job.owner == "alice"
 
 
-def test_a_forwarded_for_header_never_changes_who_a_call_comes_from(controller):
+def test_a_forwarded_for_header_never_changes_who_a_call_comes_from(controller_factory):
     # The caller's address is its socket's: a header naming another one is not believed, whether
-    # it would take trust away (here) or lend it to a caller outside auth.trusted_cidrs.
+    # it would take trust away (here: loopback is opted in) or lend it to a caller outside
+    # auth.trusted_cidrs (there: nothing is).
     import httpx
 
-    url = f"{controller.url}/iris.v1.ControllerService/ListJobs"
+    trusting = controller_factory("trusting", auth={"trusted_cidrs": ["127.0.0.0/8"]})
+    untrusting = controller_factory("untrusting", auth={"trusted_cidrs": ["203.0.113.0/24"]})
     for header in ("X-Forwarded-For", "Forwarded"):
         value = "203.0.113.9" if header == "X-Forwarded-For" else "for=203.0.113.9"
-        answer = httpx.post(url, json={}, headers={header: value, "X-Forwarded-Proto": "https"}, timeout=10)
+        headers = {header: value, "X-Forwarded-Proto": "https"}
+        answer = httpx.post(f"{trusting.url}/iris.v1.ControllerService/ListJobs", json={}, headers=headers, timeout=10)
         assert answer.status_code == 200, (header, answer.text)  # loopback: local_admin, as without it
+        answer = httpx.post(
+            f"{untrusting.url}/iris.v1.ControllerService/ListJobs", json={}, headers=headers, timeout=10
+        )
+        assert answer.status_code == 401, (header, answer.text)  # anonymous, as without it

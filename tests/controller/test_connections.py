@@ -16,7 +16,7 @@ import pytest
 from iris.controller.http.connections import connection_limit
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until
-from tests.controller.helpers import client, launch, wait_state
+from tests.controller.helpers import client, launch, operator_socket, wait_state
 
 HEAD = b"POST /iris.v1.ControllerService/ListJobs HTTP/1.1\r\nHost: x\r\n"
 BODY = HEAD + b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
@@ -148,7 +148,7 @@ def test_a_request_head_past_its_limit_is_refused_before_it_is_held(module_contr
         assert answer.startswith(b"HTTP/1.1 431") and b"longer than 65536 bytes" in answer, answer[:200]
     # A head within the limit (a long token, say) is answered as usual.
     head = b"POST /iris.v1.ControllerService/ListJobs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: " + b"a" * 30_000
-    with socket.create_connection(("127.0.0.1", module_controller.port), timeout=30) as sock:
+    with operator_socket(module_controller) as sock:
         sock.sendall(head + b"\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
         assert sock.recv(4096).startswith(b"HTTP/1.1 200")
 

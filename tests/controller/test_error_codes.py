@@ -10,7 +10,7 @@ from iris.core.errors import NotFound, Unauthenticated, Unavailable
 from iris.federation.peer import PeerClient
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import free_port
-from tests.controller.helpers import client, error_code
+from tests.controller.helpers import client, error_code, user_token
 
 
 def test_error_codes_reach_sdk_peer_and_raw_callers_as_the_same_type(controller):
@@ -22,7 +22,8 @@ def test_error_codes_reach_sdk_peer_and_raw_callers_as_the_same_type(controller)
         sdk.explain(missing)
     assert sdk_err.value.message == message
 
-    peer = PeerClient("upstream", controller.url, requester="home")
+    admin = user_token(controller, "root", role="admin")  # a peer always calls with a token
+    peer = PeerClient("upstream", controller.url, token_source=lambda: admin, requester="home")
     with pytest.raises(NotFound) as peer_err:
         peer.terminate_job(missing, "test")
     # the peer files what cluster "home" hands it under "home." and answers in its own ids

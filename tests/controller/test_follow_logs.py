@@ -70,7 +70,8 @@ def in_process(tmp_path):
             "name": "solo",
             "state_dir": str(tmp_path / "state"),
             "backends": [{"id": "cpu", "kind": "local", "workers": 1, "capacity": {"cpu": 8, "memory": "8G"}}],
-            "auth": {"task_uids": {"enabled": False}},
+            # Its calls are made in process, as from 127.0.0.1 without a token: loopback is opted in.
+            "auth": {"task_uids": {"enabled": False}, "trusted_cidrs": ["127.0.0.0/8"]},
             "controller": {"tick_interval": "0.2s"},
         }
     )

@@ -8,9 +8,6 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import socket
-import urllib.error
-import urllib.request
 
 import pytest
 from connectrpc.errors import ConnectError
@@ -18,46 +15,44 @@ from google.protobuf import json_format
 
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.request_codecs import MAX_DEPTH, MAX_VALUES, BoundedJSONCodec, BoundedProtoCodec
-from tests.controller.helpers import client, job_count, wait_state
+from tests.controller.helpers import client, job_count, operator_http, operator_socket, wait_state
 
 CODEC = BoundedJSONCodec()  # JSON unless named otherwise
 
 
-def _post(url: str, body: bytes, compress: bool, kind: str = "json") -> tuple[int, dict]:
+def _post(ctl, body: bytes, compress: bool, kind: str = "json") -> tuple[int, dict]:
+    """A LaunchJob of `body`, as the operator."""
     headers = {"content-type": kind if "/" in kind else f"application/{kind}"}
     if compress:
         body, headers["content-encoding"] = gzip.compress(body), "gzip"
-    request = urllib.request.Request(f"{url}/iris.v1.ControllerService/LaunchJob", body, headers, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=60) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+    with operator_http(ctl, timeout=60) as http:
+        answer = http.post("/iris.v1.ControllerService/LaunchJob", content=body, headers=headers)
+    return answer.status_code, answer.json()
 
 
 def test_json_bodies_with_millions_of_values_are_refused_before_parsing(module_controller):
     c = client(module_controller)
     before = job_count(c)
     flood = json.dumps({"name": "flood", "user": "mallory", "command": ["a"] * 2_000_000}).encode()
-    status, answer = _post(module_controller.url, flood, compress=False)
+    status, answer = _post(module_controller, flood, compress=False)
     assert status == 400 and answer["code"] == "invalid_argument", answer
     assert "commas" in answer["message"], answer
     # The same body gzipped (a thousand times smaller) is refused before it is even unpacked whole.
-    status, answer = _post(module_controller.url, flood, compress=True)
+    status, answer = _post(module_controller, flood, compress=True)
     assert status == 429 and answer["code"] == "resource_exhausted", answer
     assert "unpacks to more than" in answer["message"] and "uncompressed" in answer["message"], answer
     # Many arrays, each within the per-list bound: refused by the total.
     wide = json.dumps(
         {"name": "wide", "user": "mallory", "constraints": [{"key": "zone", "values": ["z"] * 5000}] * 40}
     ).encode()
-    status, answer = _post(module_controller.url, wide, compress=True)
+    status, answer = _post(module_controller, wide, compress=True)
     assert status == 400 and f"more than {MAX_VALUES} values" in answer["message"], answer
     binary = pb.LaunchJobRequest(name="flood", user="mallory", command=["a"] * 2_000_000).SerializeToString()
-    status, answer = _post(module_controller.url, binary, compress=True, kind="proto")
+    status, answer = _post(module_controller, binary, compress=True, kind="proto")
     assert status == 400 and f"more than {MAX_VALUES} values" in answer["message"], answer
     assert job_count(c) == before
     fine = json.dumps({"name": "fine", "user": "mallory", "command": ["true"], "env": {"A": "1"}}).encode()
-    status, answer = _post(module_controller.url, fine, compress=True)
+    status, answer = _post(module_controller, fine, compress=True)
     assert status == 200, answer
     assert wait_state(c, answer["jobId"]).job.state == "SUCCEEDED"
 
@@ -128,11 +123,11 @@ def test_gzip_body_unpacking_far_past_its_size_is_refused_and_large_bodies_still
     before = job_count(c)
     # 20 MB of one string, 20 KB gzipped: once unpacked and parsed on the event loop, for seconds.
     bomb = json.dumps({"name": "a" * 20_000_000, "user": "mallory", "command": ["true"]}).encode()
-    status, answer = _post(module_controller.url, bomb, compress=True)
+    status, answer = _post(module_controller, bomb, compress=True)
     assert status == 429 and answer["code"] == "resource_exhausted", answer
     assert "unpacks to more than" in answer["message"], answer
     for kind in ("application/connect+json", "application/grpc-web+proto", "text/plain"):
-        status, answer = _post(module_controller.url, b"{}", compress=False, kind=kind)
+        status, answer = _post(module_controller, b"{}", compress=False, kind=kind)
         assert status == 415 and "application/json" in answer["message"], (kind, answer)
     assert job_count(c) == before
     # A body past the small-body size, plain and gzipped, is decoded (off the loop) and runs.
@@ -141,7 +136,7 @@ def test_gzip_body_unpacking_far_past_its_size_is_refused_and_large_bodies_still
         request = pb.LaunchJobRequest(
             name=f"large-{compress}", user="alice", command=["sh", "-c", "cat f7.txt | wc -c"], workdir_files=files
         )
-        status, answer = _post(module_controller.url, json_format.MessageToJson(request).encode(), compress)
+        status, answer = _post(module_controller, json_format.MessageToJson(request).encode(), compress)
         assert status == 200, answer
         assert wait_state(c, answer["jobId"]).job.state == "SUCCEEDED"
 
@@ -158,11 +153,10 @@ def test_codec_refuses_a_long_string_field_but_not_long_bytes():
     assert decoded.workspace_bundle == b"AAA" * 100_000
 
 
-def _pipelined(url: str, requests: list[bytes]) -> list[bytes]:
+def _pipelined(ctl, requests: list[bytes]) -> list[bytes]:
     """Sends `requests` (whole HTTP requests, the last closing the connection) in one write on one
-    connection; each answer's status line."""
-    host, _, port = url.removeprefix("http://").partition(":")
-    with socket.create_connection((host, int(port)), timeout=60) as sock:
+    connection of the operator's; each answer's status line."""
+    with operator_socket(ctl, timeout=60) as sock:
         sock.sendall(b"".join(requests))
         answers = b""
         while chunk := sock.recv(65536):
@@ -186,7 +180,7 @@ def test_a_pipelined_request_is_decoded_from_its_own_body(module_controller, sec
     )
     own = pb.LaunchJobRequest(name=f"second-{len(second)}", user="alice", command=["true"])
     statuses = _pipelined(
-        module_controller.url,
+        module_controller,
         [
             _launch(large.SerializeToString(), "connect-protocol-version: 2"),
             _launch(own.SerializeToString(), "connect-protocol-version: 1", "connection: close", *second),

@@ -156,11 +156,17 @@ def _start_locked(ctl: RunningController) -> None:
     assert ctl.proc.poll() is None, f"controller {ctl.name} exited:\n{ctl.log.read_text()[-3000:]}"
 
 
+# A browser cannot dial the controller's Unix socket: the pages act as local_admin only where the
+# cluster opts loopback in (the single-user set-up auth.trusted_cidrs is for); "locked" does not.
+BROWSER_IS_OPERATOR = {"trusted_cidrs": ["127.0.0.0/8", "::1/128"]}
+
+
 def _build_site(factory: ControllerFactory, base: Path) -> Site:
     marin = factory(
         "marin",
         start=False,
         controller=FAST,
+        auth=BROWSER_IS_OPERATOR,
         backends=[
             {"id": "cpu", "kind": "local", "workers": 2, "capacity": {"cpu": 4, "memory": "8G"}},
             {
@@ -176,7 +182,7 @@ def _build_site(factory: ControllerFactory, base: Path) -> Site:
     peer = factory(
         "cw-a100",
         controller=FAST,
-        auth={"federation_peers": {"marin": marin_key}},
+        auth={**BROWSER_IS_OPERATOR, "federation_peers": {"marin": marin_key}},
         backends=[
             {
                 "id": "a100",

@@ -9,6 +9,7 @@ import pytest
 
 from tests.conftest import wait_until
 from tests.controller.helpers import client, pb
+from tests.dashboard.conftest import BROWSER_IS_OPERATOR
 from tests.workers.conftest import GRACE, WorkerFactory, workers_backends
 
 expect = pytest.importorskip("playwright.sync_api", reason="dashboard browser tests need the playwright package").expect
@@ -27,7 +28,10 @@ def workers(tmp_path):
 
 def test_backends_page_leaves_a_dead_workers_cpu_out_of_the_meter(controller_factory, workers, new_page):
     ctl = controller_factory(
-        "pool", backends=workers_backends(), controller={"tick_interval": "1s", "worker_grace_period": GRACE}
+        "pool",
+        backends=workers_backends(),
+        controller={"tick_interval": "1s", "worker_grace_period": GRACE},
+        auth=BROWSER_IS_OPERATOR,
     )
     c = client(ctl)
     workers(ctl, "live")

@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import wait_until
 from tests.controller.helpers import client, launch, pb, status, user_token, wait_state
+from tests.dashboard.conftest import BROWSER_IS_OPERATOR
 from tests.dashboard.test_dashboard_browser import open_as
 
 expect = pytest.importorskip("playwright.sync_api", reason="dashboard browser tests need the playwright package").expect
@@ -21,7 +22,9 @@ ISO = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 
 def test_job_page_explains_waiting_replicas_names_processes_and_marks_no_output(controller_factory, new_page):
     ctl = controller_factory(
-        "page", backends=[{"id": "cpu", "kind": "local", "workers": 1, "capacity": {"cpu": 4, "memory": "8G"}}]
+        "page",
+        backends=[{"id": "cpu", "kind": "local", "workers": 1, "capacity": {"cpu": 4, "memory": "8G"}}],
+        auth=BROWSER_IS_OPERATOR,
     )
     c = client(ctl)
     quiet = launch(c, "quiet", ["true"])

@@ -9,6 +9,7 @@ import pytest
 
 from tests.conftest import free_port
 from tests.controller.helpers import user_token
+from tests.dashboard.conftest import BROWSER_IS_OPERATOR
 
 expect = pytest.importorskip("playwright.sync_api", reason="dashboard browser tests need the playwright package").expect
 
@@ -39,7 +40,9 @@ def _run(ctl, token: str, name: str, *args: str) -> int:
 
 def test_jobs_without_tasks_show_their_task_count_and_why_none_exists(controller_factory, new_page):
     # A peer that never answers: a job nothing can host is refused at submit, a pinned one waits for it.
-    ctl = controller_factory("home", peers={"gone": {"address": f"http://127.0.0.1:{free_port()}"}})
+    ctl = controller_factory(
+        "home", peers={"gone": {"address": f"http://127.0.0.1:{free_port()}"}}, auth=BROWSER_IS_OPERATOR
+    )
     alice = user_token(ctl, "alice")  # only an accountable user's job is handed to a peer
     assert _run(ctl, alice, "huge", "--cpu", "10000") == 2
     assert _run(ctl, alice, "queued", "--target-cluster", "gone") == 0

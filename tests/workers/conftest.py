@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from iris.backends.local.backend import kill_leftover_attempts
+from iris.controller.auth import LOCAL_ADMIN
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until
-from tests.controller.helpers import client
+from tests.controller.helpers import client, user_token
 
 GRACE = "2s"
 
@@ -90,7 +91,7 @@ class WorkerFactory:
             stderr=out,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            env={**os.environ, **(env or {})},
+            env={**(os.environ if env and "IRIS_TOKEN" in env else operator_env(ctl)), **(env or {})},
             cwd=self.base,
         )
         out.close()
@@ -119,6 +120,12 @@ class WorkerFactory:
                     w.proc.kill()
                     w.proc.wait()
             kill_leftover_attempts(w.work_dir)
+
+
+def operator_env(ctl) -> dict[str, str]:
+    """The environment of a daemon the operator starts: with an admin token for `local_admin`, as
+    a daemon authenticates with a token (a tokenless one is anonymous over TCP)."""
+    return {**os.environ, "IRIS_TOKEN": user_token(ctl, LOCAL_ADMIN, role="admin")}
 
 
 @pytest.fixture

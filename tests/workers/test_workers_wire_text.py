@@ -13,6 +13,7 @@ import pytest
 
 from iris.rpc.worker_text import MAX_ATTRIBUTE_VALUE_CHARS, MAX_ERROR_CHARS, MAX_ID_CHARS, clip_error
 from tests.controller.helpers import client, error_code, launch, pb, wait_state
+from tests.workers.conftest import operator_env
 
 
 def _registration(**fields) -> pb.RegisterWorkerRequest:
@@ -87,7 +88,12 @@ def test_worker_start_json_prints_one_line_describing_the_joined_worker(pool, tm
     cmd = [sys.executable, "-m", "iris.cli.main", "worker", "start", "--controller", pool.url, "--backend", "pool"]
     cmd += ["--name", "jw", "--work-dir", str(work_dir), "--cpu", "2", "--memory", "4G", "--attr", "zone=z1"]
     proc = subprocess.Popen(
-        [*cmd, "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True
+        [*cmd, "-o", "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+        env=operator_env(pool),
     )
     try:
         assert proc.stdout is not None
@@ -110,7 +116,11 @@ def test_worker_start_json_prints_one_line_describing_the_joined_worker(pool, tm
             proc.kill()
             proc.wait()
     refused = subprocess.run(
-        [*cmd[:-2], "--attr", "zone=" + "z" * 300, "-o", "json"], capture_output=True, text=True, timeout=60
+        [*cmd[:-2], "--attr", "zone=" + "z" * 300, "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=operator_env(pool),
     )
     assert refused.returncode == 3, refused.stderr
     assert json.loads(refused.stdout)["error"]["code"] == "invalid_argument" and "at most 256" in refused.stderr

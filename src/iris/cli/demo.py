@@ -12,7 +12,7 @@ it), and its logs as relayed back to marin.
 It drives only public surfaces: YAML configs, the key and token functions behind `iris cluster
 public-key` and `iris token create`, controllers started the way `iris cluster start --detach`
 starts them, and the SDK. Jobs go to marin with a user token minted by marin, because a tokenless
-loopback caller is local_admin and local_admin jobs never federate.
+caller on the controller's host (its Unix socket) is local_admin and local_admin jobs never federate.
 
 It ends by stopping the three controllers and checking that nothing it started is left: no process
 whose command line or working directory lies in the demo's temporary folder (controllers, task
@@ -527,7 +527,7 @@ def run_demo(echo: Echo = print) -> tuple[int, dict]:
         token = issue_token(clusters[PARENT].config, USER, "user", 3600)
         echo(
             f"   jobs go to marin as user '{USER}', with a token marin's key minted (`iris token create`): "
-            "tokenless loopback callers are local_admin, whose jobs never federate"
+            "tokenless callers on this host are local_admin, whose jobs never federate"
         )
         with IrisClient(clusters[PARENT].config.url, token=token.token) as marin:
             peers = {name: IrisClient(clusters[name].config.url, token="") for name in PEER_GPUS}

@@ -48,7 +48,9 @@ def probe_cluster(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> ClusterProbe:
     except (OSError, IrisError) as exc:
         return ClusterProbe("down", None, _words(exc))
     left = max(limit - (time.monotonic() - began), 0.05)
-    transport = ConnectTransport(url, timeout=left, on_unreachable=lambda _url, why: _Unanswered(why))
+    transport = ConnectTransport(
+        url, timeout=left, on_unreachable=lambda _url, why: _Unanswered(why), local_socket=False
+    )
     try:
         transport.call_json("GetClusterInfo", {})
     except _Unanswered as exc:

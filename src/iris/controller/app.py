@@ -59,7 +59,7 @@ class Controller:
         self.commits = GroupCommit(self.db)  # submits that arrive together share one commit
         self.identities = Identities(config, self.db, clock)
         self.auth = self.identities.auth
-        secure_state_dir(state, tasks_have_own_uids=self.identities.tasks.enabled)
+        secure_state_dir(state)
         self.isolation_warning = not_isolated_reason(config.auth.task_uids.enabled)
         if self.isolation_warning:
             log.warning("cluster %s: %s", config.name, self.isolation_warning)

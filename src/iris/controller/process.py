@@ -37,11 +37,39 @@ def log_path(config: ClusterConfig) -> Path:
     return config.state_path / "controller.log"
 
 
+def socket_path(config: ClusterConfig) -> Path:
+    """The controller's Unix socket, the tokenless way in on its host (see `iris.controller.auth.callers`)."""
+    from iris.rpc.transport import SOCKET_NAME
+
+    return config.state_path / SOCKET_NAME
+
+
+def _unix_listener(path: Path, backlog: int):
+    """A listening Unix socket at `path` (a leftover of an earlier run replaced: the caller holds the
+    state directory's lock) that every local account may connect to: who connects is told by the
+    kernel, not by the file's mode."""
+    import socket
+
+    from iris.rpc.transport import unix_address
+
+    path.unlink(missing_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with unix_address(str(path)) as address:
+            sock.bind(address)
+        os.chmod(path, 0o666)
+        sock.listen(backlog)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def probe(url: str, timeout: float = 1.0) -> dict | None:
     """GetClusterInfo over Connect JSON; None when nothing (or nothing that speaks Connect) answers."""
     from iris.rpc.transport import ConnectTransport
 
-    transport = ConnectTransport(url, timeout=timeout)
+    transport = ConnectTransport(url, timeout=timeout, local_socket=False)
     try:
         return transport.call_json("GetClusterInfo", {})
     except IrisError:
@@ -187,6 +215,21 @@ def _server_class():
         before the controller stops its attempts; forget the captured signal instead."""
 
         on_exit: tuple = ()  # called at once on SIGTERM/SIGINT, before uvicorn drains requests
+        unix_socket = None  # a listening Unix socket served beside the TCP port, once that is bound
+
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if self.should_exit or self.unix_socket is None:
+                return
+            import asyncio
+
+            config, state, app_state = self.config, self.server_state, self.lifespan.state
+
+            def protocol(_loop=None):
+                return config.http_protocol_class(config=config, server_state=state, app_state=app_state, _loop=_loop)
+
+            loop = asyncio.get_running_loop()
+            self.servers.append(await loop.create_unix_server(protocol, sock=self.unix_socket, backlog=config.backlog))
 
         @contextlib.contextmanager
         def capture_signals(self):
@@ -206,6 +249,9 @@ def _http_protocol(settings):
     """uvicorn's httptools protocol, giving each connection one `Peer` for every request's scope,
     so what the controller learns about a connection's client is kept for the connection's life,
     and holding connections to `iris.controller.http.connections`' limits."""
+    import socket
+    import struct
+
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     from iris.controller.auth.callers import Peer
@@ -216,7 +262,13 @@ def _http_protocol(settings):
         def connection_made(self, transport) -> None:
             # An answer's head and body leave in one write (see iris.controller.http.server).
             super().connection_made(JoinedWrites(transport, self.loop))  # type: ignore[arg-type]
-            if self.client is not None:
+            sock = transport.get_extra_info("socket")
+            if sock is not None and sock.family == socket.AF_UNIX:
+                # Who connected, as the kernel recorded it at connect(): true even when the caller
+                # has already sent its request and closed.
+                pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+                self.client = Peer.local(pid, uid)
+            elif self.client is not None:
                 self.client = Peer(self.client)
 
     return guarded(Protocol, settings.request_read_timeout, settings.max_connections)
@@ -241,6 +293,7 @@ def run_foreground(config: ClusterConfig, on_ready=lambda: None, argv: Sequence[
     # add a line to controller.log, at whatever rate users drive them.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     controller = Controller(config)
+    unix = None
     pid_path(config).write_text(f"{os.getpid()}\n")
     try:
         controller.start()
@@ -273,6 +326,7 @@ def run_foreground(config: ClusterConfig, on_ready=lambda: None, argv: Sequence[
             )
         )
         server.on_exit = (controller.queries.close,)
+        server.unix_socket = unix = _unix_listener(socket_path(config), server.config.backlog)
         logging.getLogger("iris.controller").info(
             "cluster %s serving on %s (state in %s)", config.name, config.url, config.state_path
         )
@@ -281,6 +335,9 @@ def run_foreground(config: ClusterConfig, on_ready=lambda: None, argv: Sequence[
         if not server.started:
             raise _port_error(config, probe(config.url, timeout=0.5))
     finally:
+        if unix is not None:
+            unix.close()
+            socket_path(config).unlink(missing_ok=True)
         controller.shutdown()
         pid_path(config).unlink(missing_ok=True)
         _release_lock(lock)

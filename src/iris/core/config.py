@@ -179,7 +179,10 @@ ClusterName = Annotated[str, Field(pattern=CLUSTER_NAME_PATTERN)]
 
 
 class AuthConfig(_Model):
-    trusted_cidrs: list[str] = ["127.0.0.0/8", "::1/128"]
+    # Networks whose tokenless TCP callers are local_admin: an explicit opt-in for single-user
+    # set-ups. Without it a tokenless TCP caller is anonymous; the operator's own `iris` reaches the
+    # controller tokenless through its Unix socket instead.
+    trusted_cidrs: list[str] = []
     signing_key: str | None = None
     federation_peers: dict[ClusterName, str] = {}
     allowed_submitters: list[str] = ["*"]

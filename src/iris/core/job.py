@@ -40,3 +40,4 @@ class JobSpec:
     parent_job_id: str | None = None
     depth: int = 0
     root_job_id: str = ""
+    credential: str = ""  # the id of the token the job's tree was submitted with ("" for none)

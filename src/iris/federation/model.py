@@ -96,10 +96,11 @@ class QueuedJob:
 
 @dataclass(frozen=True, slots=True)
 class Submitter:
-    """Who submitted a job. A `local_admin` identity (trusted network, no token) never federates."""
+    """Who submitted a job. A `local_admin` identity (the operator, no token) never federates."""
 
     principal: str
     local_admin: bool = False
+    credential: str = ""  # the id of the token it submitted with (see Identity.submitted_with)
 
 
 # --- decisions ----------------------------------------------------------------------------------

@@ -111,7 +111,10 @@ class PeerClient:
         self.address = address.rstrip("/")
         self.requester = requester
         self._token_source = token_source
-        self._transport = ConnectTransport(self.address, timeout=timeout_s, on_unreachable=self._unreachable)
+        # A peer is called with its federation token, never as whoever runs this process.
+        self._transport = ConnectTransport(
+            self.address, timeout=timeout_s, on_unreachable=self._unreachable, local_socket=False
+        )
         self._token: tuple[str | None, float] | None = None  # (token, monotonic time it was minted)
         self._token_lock = threading.Lock()
 

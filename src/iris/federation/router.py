@@ -92,7 +92,7 @@ def _check_may_federate(job: SubmittedJob, submitter: Submitter, peer_id: str | 
     if submitter.local_admin:
         raise PermissionDenied(
             f"job {job.job_id} would be handed to a federation peer, but it was submitted as local_admin "
-            f"(a trusted-network identity with no accountable user); submit it with a user token "
+            f"(the operator without a token, no accountable user); submit it with a user token "
             f"(iris token create) to federate it"
         )
 

@@ -17,6 +17,15 @@ failing is real, and raises whatever `on_unreachable` makes of it. An answer 429
 `retry-after` header (a user's submit rate, see `iris.controller.api.submit_rate`) is waited out and
 the call sent again, for at most `MAX_RETRY_WAIT_S` in all.
 
+On the controller's own host calls go through the controller's Unix socket
+(`<state_dir>/controller.sock`), where the kernel tells the controller who is calling (see
+`iris.controller.auth.callers`): a call without a token is then its caller's account, where over
+TCP it would be anonymous, and each account's connections are its own share of the controller's.
+The first call to a loopback URL asks it for GetClusterInfo, which names the controller's state
+directory and pid; when that directory holds a socket whose server (`SO_PEERCRED`) is that very
+process, every later call of the transport goes through it, and otherwise over TCP as before. That
+costs one round trip per transport, and needs nothing written anywhere but the socket itself.
+
 An answer is bounded: its body (and what it decompresses to) may be at most `max_answer_bytes`,
 and once its head has come the whole body must come within `timeout`, not merely each read, so a server that
 trickles a byte at a time, declares a huge body or answers a compression bomb is an error, not a
@@ -41,6 +50,10 @@ if TYPE_CHECKING:
     _M = TypeVar("_M", bound=Message)
 
 SERVICE = "iris.v1.ControllerService"
+SOCKET_NAME = "controller.sock"  # the controller's Unix socket, in its state directory
+_UNKNOWN = object()  # a transport's socket before a call has looked for it
+# The longest path bound or connected as it is: `sockaddr_un` holds 108 bytes with its NUL.
+_MAX_UNIX_PATH = 100
 
 # The Connect protocol's code for a non-200 answer without a Connect error body.
 _HTTP_CODES = {
@@ -103,7 +116,10 @@ class ConnectTransport:
         timeout: float = 30.0,
         on_unreachable: Callable[[str, str], errors.IrisError] = unreachable,
         max_answer_bytes: int = MAX_ANSWER_BYTES,
+        local_socket: bool | str = True,
     ):
+        """`local_socket` false: never look for the controller's Unix socket (a probe of who answers);
+        a path: call through that socket, known to be the controller's (from its config)."""
         self._scheme, self._host, self._port, self._prefix = parse_url(url)
         text = url.strip().rstrip("/")
         self.url = text if "://" in text else f"http://{text}"
@@ -115,6 +131,12 @@ class ConnectTransport:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._open: set[HTTPConnection] = set()  # every thread's, for close()
+        # The controller's Unix socket once found; None: calls go over TCP.
+        self._socket: object = local_socket if isinstance(local_socket, str) else None
+        if local_socket is True and _may_be_here(self._scheme, self._host):
+            self._socket = _UNKNOWN
+        self._finding = threading.Lock()
+        self._found = False  # whether `_socket` is one this transport found (not one it was given)
 
     def call(self, method: str, request: Message, response_type: type[_M], token: str | None = None) -> _M:
         """Calls `method` (e.g. "LaunchJob") and returns its decoded response or raises a typed error;
@@ -164,6 +186,8 @@ class ConnectTransport:
         token = token or self.token
         if token:
             headers["Authorization"] = f"Bearer {token}"
+        if self._socket is _UNKNOWN and not getattr(self._local, "finding", False):
+            self._find_socket()
         waited = 0.0
         while True:
             status, answer, payload = self._post(f"{self._prefix}/{SERVICE}/{method}", body, headers)
@@ -189,9 +213,62 @@ class ConnectTransport:
             )
         return payload
 
+    def _find_socket(self) -> None:
+        """Looks for the controller's Unix socket (see the module docstring); from then on the
+        calling thread's connection is to it when found; any other answer leaves the calls on TCP.
+        A controller that does not answer at all raises as the call would, and is asked again."""
+        with self._finding:  # one thread asks; the others wait for its answer
+            if self._socket is not _UNKNOWN:
+                return
+            self._local.finding, self._local.unreached = True, False  # the question itself goes over TCP
+            try:
+                conn = self._socket_connection()
+            except errors.IrisError:
+                if self._local.unreached:
+                    raise  # nothing listens (yet): the call fails as it would, and the next one asks again
+                conn = None  # something answers, but not as a controller saying where it is
+            finally:
+                self._local.finding = False
+            self._socket, self._found = (None, False) if conn is None else (conn.path, True)
+        if conn is not None:
+            old = getattr(self._local, "conn", None)
+            if old is not None:
+                self._drop(old)
+            self._local.conn, self._local.last_used = conn, time.monotonic()
+            with self._lock:
+                self._open.add(conn)
+
+    def _socket_connection(self):  # -> UnixConnection | None
+        """A connection to the controller's Unix socket, when the URL's controller serves one here."""
+        # JSON, not the protobuf runtime: this question is asked by every CLI command to a loopback URL.
+        doc = self.call_json("GetClusterInfo", {})  # an error: `_find_socket` decides what it means
+        state_dir, pid = doc.get("stateDir"), doc.get("pid")
+        if not isinstance(state_dir, str) or not state_dir.startswith("/") or not isinstance(pid, int):
+            return None
+        conn = _unix_connection_class()(f"{state_dir.rstrip('/')}/{SOCKET_NAME}", self._host, self._port, self._timeout)
+        try:
+            conn.connect()
+            served_by = peer_pid(conn.sock)
+        except OSError:
+            conn.close()
+            return None
+        if served_by != pid:  # another process's socket (or one of another pid namespace): not this controller
+            conn.close()
+            return None
+        return conn
+
+    @property
+    def local_socket(self) -> str | None:
+        """The controller's Unix socket this transport's calls go through; None: over TCP (or not yet known)."""
+        return self._socket if isinstance(self._socket, str) else None
+
     def _new_connection(self) -> HTTPConnection:
-        """A connection to the controller, not yet open (it connects on its first request)."""
+        """A connection to the controller, not yet open (it connects on its first request): through
+        its Unix socket once found, else TCP, or TLS for an https URL."""
         import http.client
+
+        if isinstance(self._socket, str):
+            return _unix_connection_class()(self._socket, self._host, self._port, self._timeout)
 
         if self._scheme == "https":
             import ssl
@@ -204,7 +281,12 @@ class ConnectTransport:
     def _connection(self) -> tuple[HTTPConnection, bool]:
         """The calling thread's connection, and whether it has served a request before."""
         conn = getattr(self._local, "conn", None)
-        if conn is not None and conn.sock is not None and time.monotonic() - self._local.last_used < _IDLE_RECONNECT_S:
+        if (
+            conn is not None
+            and conn.sock is not None
+            and time.monotonic() - self._local.last_used < _IDLE_RECONNECT_S
+            and getattr(conn, "path", None) == self.local_socket  # not one opened before the socket was found
+        ):
             return conn, True
         if conn is not None:
             self._drop(conn)
@@ -236,13 +318,15 @@ class ConnectTransport:
                     f"{self.url} answered with a body of {exc.size} bytes or more; at most {self._max_answer} are accepted"
                 ) from None
             except (ConnectionResetError, BrokenPipeError) as exc:  # RemoteDisconnected too: no byte came
+                connected = conn.sock is not None
                 self._drop(conn)
                 if reused and attempt == 0:
                     continue  # the server dropped an idle connection: it processed nothing
-                raise self._on_unreachable(self.url, _describe(exc)) from None
+                raise self._unreachable(exc, connected) from None
             except (OSError, http.client.HTTPException) as exc:
+                connected = conn.sock is not None
                 self._drop(conn)
-                raise self._on_unreachable(self.url, _describe(exc)) from None
+                raise self._unreachable(exc, connected) from None
             except BaseException:
                 # Ctrl-C (or any exception) in the middle of an exchange leaves the connection
                 # holding half of it; the next call must start on a fresh one.
@@ -293,6 +377,14 @@ class ConnectTransport:
         answer.close()  # read whole: the connection may carry the next request
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    def _unreachable(self, exc: Exception, connected: bool) -> errors.IrisError:
+        """What a call raises for a controller it could not exchange with (see `on_unreachable`);
+        `connected`: a connection was made (and the server then dropped or stalled the call)."""
+        self._local.unreached = not connected
+        if self._found and not connected:  # the controller went away, or came back elsewhere: the next call looks again
+            self._socket, self._found = _UNKNOWN, False
+        return self._on_unreachable(self.url, _describe(exc))
+
     def _error(self, status: int, headers: dict[str, str], payload: bytes) -> errors.IrisError:
         code, message = _HTTP_CODES.get(status, "unknown"), ""
         if headers.get("content-type", "").startswith("application/json"):
@@ -339,6 +431,85 @@ def _plain_connection_class() -> type[HTTPConnection]:
 
     _PLAIN.append(PlainConnection)
     return PlainConnection
+
+
+class unix_address:  # noqa: N801 (used as a context manager, like a function)
+    """`with unix_address(path) as address:` the address to bind or connect a Unix socket at `path`
+    by: the path itself, or one too long for `sockaddr_un` reached through a descriptor of its
+    folder (`/proc/self/fd/N/NAME`), closed on leaving."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._fd: int | None = None
+
+    def __enter__(self) -> str:
+        if len(self.path.encode()) <= _MAX_UNIX_PATH:
+            return self.path
+        import os
+
+        folder, _, name = self.path.rpartition("/")
+        self._fd = os.open(folder or "/", os.O_PATH | os.O_DIRECTORY)
+        return f"/proc/self/fd/{self._fd}/{name}"
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            import os
+
+            os.close(self._fd)
+            self._fd = None
+
+
+def _may_be_here(scheme: str, host: str) -> bool:
+    """Whether a controller URL may name one on this host, whose socket to look for: plain HTTP to
+    a loopback address (a controller's socket serves this host alone, and TLS is for remote ones)."""
+    if scheme != "http":
+        return False
+    if host == "localhost" or host == "::1":
+        return True
+    first, _, rest = host.partition(".")
+    return first == "127" and rest.count(".") == 2 and rest.replace(".", "").isdigit()
+
+
+def peer_pid(sock) -> int:
+    """The pid of the process at the other end of a Unix socket, as the kernel recorded it."""
+    import _socket
+    import sys
+
+    credentials = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)  # pid, uid, gid: three ints
+    return int.from_bytes(credentials[:4], sys.byteorder, signed=True)
+
+
+_UnixConnection: list[type] = []
+
+
+def _unix_connection_class() -> type:
+    """`UnixConnection`, made on first use: importing this module imports no http.client."""
+    if _UnixConnection:
+        return _UnixConnection[0]
+    import _socket
+    import http.client
+
+    class UnixConnection(http.client.HTTPConnection):
+        """A connection to the controller's Unix socket at `path`, whose requests name HOST:PORT
+        (the controller's URL) as their Host."""
+
+        def __init__(self, path: str, host: str, port: int, timeout: float):
+            super().__init__(host, port, timeout=timeout)
+            self.path = path
+
+        def connect(self) -> None:
+            sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+            try:
+                sock.settimeout(self.timeout)
+                with unix_address(self.path) as address:
+                    sock.connect(address)
+            except BaseException:
+                sock.close()
+                raise
+            self.sock = sock
+
+    _UnixConnection.append(UnixConnection)
+    return UnixConnection
 
 
 def parse_url(url: str) -> tuple[str, str, int, str]:

@@ -183,6 +183,8 @@ class Submits:
             if name.parent is not None:
                 parent, parent_constraints, parent_env = parent_context(conn, str(name.parent))
             spec = build_spec(req, parent, parent_constraints, parent_env, owner=submitter.principal)
+            if submitter.credential:
+                spec = replace(spec, credential=submitter.credential)
             if files_id:
                 spec = replace(spec, files_id=files_id)
             if parent is not None and not spec.bundle_id:

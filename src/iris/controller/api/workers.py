@@ -48,6 +48,8 @@ def _caller_address() -> str:
     """The address the current call came from: where a worker's attempts run, and so the only
     host an endpoint of theirs may be relayed to (see `iris.controller.api.endpoint_hosts`)."""
     peer = calling_peer.get()
+    if peer is not None and peer.uid is not None:
+        return "127.0.0.1"  # the controller's Unix socket: a caller on its own host
     return peer[0] if peer else ""
 
 

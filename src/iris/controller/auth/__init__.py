@@ -7,7 +7,7 @@ where it keeps tokens is the SDK's (`iris.client.token_store`).
 """
 
 from iris.controller.auth.authenticator import DEFAULT_TRUSTED_CIDRS, Authenticator, parse_cidrs
-from iris.controller.auth.identity import LOCAL_ADMIN, RELAYED_HEADER, Identity, Role
+from iris.controller.auth.identity import ANONYMOUS, LOCAL_ADMIN, RELAYED_HEADER, Identity, Role
 from iris.controller.auth.keys import (
     SIGNING_KEY_FILE,
     SigningKey,
@@ -40,6 +40,7 @@ from iris.controller.auth.tokens import (
 __all__ = [
     "CONTROLLER_METHODS",
     "DEFAULT_TRUSTED_CIDRS",
+    "ANONYMOUS",
     "LOCAL_ADMIN",
     "PEER_TOKEN_TTL_S",
     "RELAYED_HEADER",

@@ -1,4 +1,4 @@
-"""Who is calling: resolves a request's Authorization header and peer address to an Identity.
+"""Who is calling: resolves a TCP request's Authorization header and peer address to an Identity.
 
 The rules, in order:
 - a Bearer token whose issuer is this cluster is verified with this cluster's key and yields the
@@ -7,10 +7,15 @@ The rules, in order:
   public key and yields Identity(principal=<peer>, role=federation-peer). It must be a federation
   token (role federation-peer, subject = the peer, audience = this cluster): otherwise any user
   holding a token from that peer could act as the peer here;
-- a request with no token from `auth.trusted_cidrs` (loopback by default) is local_admin, unless
-  it comes from a task (the caller says so: see `isolation.loopback_socket_uid`): a task never
-  holds local_admin, whatever its address;
-- anything else is Unauthenticated.
+- a request with no token from `auth.trusted_cidrs` (empty by default: an explicit opt-in for a
+  single-user set-up) is local_admin;
+- any other request without a token is anonymous: it may read the cluster's health and info, and
+  is refused anything else with a message saying how to authenticate (`policy.authorize`).
+
+A TCP connection's address says nothing about who opened it, so no tokenless TCP caller is ever
+more than anonymous unless the operator opted in. The controller's Unix socket is the tokenless way
+in on its own host: there the kernel names the caller's uid at connect time (see
+`iris.controller.auth.callers`).
 
 Every token must carry an id (`jti`) that is not on the cluster's deny list (`iris token revoke`),
 and may not have been minted to live longer than `auth.max_token_lifetime` allows for its role;
@@ -19,7 +24,7 @@ very next call.
 
 A token that is present but bad is refused even from a trusted network: a caller that sends a token
 asked to be judged by it. `client_host` must be the socket's peer address, never a forwarded header,
-or anyone could claim to be on loopback.
+or anyone could claim to be in a trusted network.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from typing import TYPE_CHECKING
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from iris.controller.auth import policy
-from iris.controller.auth.identity import LOCAL_ADMIN, Identity, Role
+from iris.controller.auth.identity import ANONYMOUS, LOCAL_ADMIN, Identity, Role
 from iris.controller.auth.keys import SigningKey, load_or_create_signing_key, load_public_key
 from iris.controller.auth.tokens import mint_peer_token, unverified_issuer, verify_token
 from iris.core.errors import InvalidArgument, Unauthenticated
@@ -44,7 +49,7 @@ from iris.core.errors import InvalidArgument, Unauthenticated
 if TYPE_CHECKING:
     from iris.core.config import ClusterConfig
 
-DEFAULT_TRUSTED_CIDRS = ("127.0.0.0/8", "::1/128")
+DEFAULT_TRUSTED_CIDRS: tuple[str, ...] = ()  # tokenless TCP callers are anonymous unless the config opts in
 
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -114,23 +119,18 @@ class Authenticator:
         authorization_header: str | None,
         client_host: str | None,
         now: float | None = None,
-        caller_is_task: bool = False,
     ) -> Identity:
-        """The caller's identity from its Authorization header, or from its address when it sent none."""
+        """The caller's identity from its Authorization header, or from its address when it sent none:
+        local_admin from `auth.trusted_cidrs`, anonymous from anywhere else."""
         if authorization_header is not None and authorization_header.strip():
             return self.verify(_bearer_token(authorization_header), now=now)
-        if caller_is_task:
-            raise Unauthenticated(
-                "this request comes from an Iris task and carries no token; a task never acts as local_admin. "
-                "Tasks call the controller with the token in their IRIS_TOKEN environment variable"
-            )
         if self.is_trusted(client_host):
-            return Identity(LOCAL_ADMIN, Role.ADMIN, self.cluster_name, local_admin=True)
-        cidrs = ", ".join(str(n) for n in self.trusted_cidrs) or "none"
-        raise Unauthenticated(
-            f"this cluster requires a token: {client_host or 'the caller'} is not in auth.trusted_cidrs ({cidrs}). "
-            "Pass --token or set IRIS_TOKEN; an admin mints one with `iris token create --user NAME`"
-        )
+            return self.local_admin()
+        return Identity(ANONYMOUS, Role.ANONYMOUS, self.cluster_name)
+
+    def local_admin(self) -> Identity:
+        """The operator, acting without a token."""
+        return Identity(LOCAL_ADMIN, Role.ADMIN, self.cluster_name, local_admin=True)
 
     def verify(self, token: str, now: float | None = None) -> Identity:
         """The identity of a bearer token minted by this cluster or signed by a configured peer."""

@@ -1,5 +1,5 @@
 """What separates tasks from the controller and from each other: the uid each user's tasks run as,
-the permissions of the state directory, and whether a tokenless loopback caller is a task.
+the permissions of the state directory, and which Iris user a local account is.
 
 When the controller runs as root, every Iris user's tasks run under a uid of that user's own, never
 the controller's: a real account named in `auth.task_accounts` (`{alice: alice}`, the way Slurm runs
@@ -10,14 +10,11 @@ The kernel then does the isolating: the state directory is 0711 (tasks may pass 
 own attempt folders but cannot list it), the database and the signing key are 0600, an attempt
 folder is 0700 and owned by its task's uid, and `/proc/<pid>/environ` of another uid is unreadable.
 
-Telling a task from the cluster's operator on loopback: a TCP peer address cannot say who is
-calling, and SO_PEERCRED exists only for Unix sockets. But both ends of a loopback connection live
-in this kernel, and `/proc/net/tcp` lists every socket with the uid that owns it, so the controller
-looks up the caller's socket by its address and port (first asking the kernel for that one socket
-over sock_diag netlink, `sockdiag`: reading the whole table costs milliseconds). A tokenless caller
-whose socket belongs to a task uid is refused instead of being made local_admin, while `iris` run by the operator on the
-controller's host keeps working without flags. Every task also carries its own task token, so the
-well-behaved ones never arrive tokenless in the first place.
+Telling a task from the cluster's operator: a tokenless caller is named by the kernel only on the
+controller's Unix socket (`SO_PEERCRED`, see `iris.controller.auth.callers`), where a uid of the
+task range is refused; over TCP a tokenless caller is anonymous. Every task carries its own task
+token, so the well-behaved ones never arrive tokenless in the first place. The state directory is
+0711 in every mode, so other local accounts can reach the socket inside it (never list it).
 
 When the controller runs as an ordinary user, tasks share its uid and none of this can hold: a task
 can read the state directory, the key and other tasks' environments, and can reach the controller
@@ -27,7 +24,6 @@ as local_admin. That mode is for a person's own laptop; README says so.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import os
 import pwd
 from collections.abc import Mapping
@@ -37,12 +33,12 @@ from types import MappingProxyType
 
 from sqlalchemy.engine import Connection
 
-from iris.controller.auth import sockdiag
 from iris.controller.db.database import sql
 from iris.core.errors import FailedPrecondition, InvalidArgument
 
-STATE_DIR_MODE_SHARED = 0o711  # tasks under their own uids pass through to their attempt folders
-STATE_DIR_MODE_PRIVATE = 0o700
+# Tasks under their own uids pass through to their attempt folders, and local accounts to the
+# controller's socket; nobody but the controller lists it. Everything in it is 0600 or 0700.
+STATE_DIR_MODE = 0o711
 PRIVATE_FILE_MODE = 0o600
 DEFAULT_TASK_UID_RANGE = (200_000, 299_999)
 
@@ -118,10 +114,12 @@ class TaskIdentities:
             parse_uid_range(range_text), resolved, enabled=enabled and os.geteuid() == 0, max_processes=max_processes
         )
 
-    def is_task_uid(self, uid: int) -> bool:
-        """Whether `uid` is one that tasks run as (so a process owned by it is a task)."""
-        low, high = self.uid_range
-        return low <= uid <= high or any(a.uid == uid for a in self.accounts.values())
+    def user_of(self, uid: int) -> str | None:
+        """The Iris user `auth.task_accounts` maps to account `uid`; None when none does."""
+        for user, account in self.accounts.items():
+            if account.uid == uid:
+                return user
+        return None
 
     def account_for(self, conn: Connection, user: str) -> TaskAccount | None:
         """The uid `user`'s tasks run as, assigned and recorded on first use; None when not root."""
@@ -186,10 +184,10 @@ def host_process_share() -> int:
     return max(64, min(table or [32768]) // 4)
 
 
-def secure_state_dir(state_dir: Path, tasks_have_own_uids: bool) -> None:
-    """Makes the state directory unlistable by tasks and its database and key files private."""
+def secure_state_dir(state_dir: Path) -> None:
+    """Makes the state directory unlistable by others and its database and key files private."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    os.chmod(state_dir, STATE_DIR_MODE_SHARED if tasks_have_own_uids else STATE_DIR_MODE_PRIVATE)
+    os.chmod(state_dir, STATE_DIR_MODE)
     for child in state_dir.iterdir():
         if child.is_file() and not child.is_symlink():
             os.chmod(child, PRIVATE_FILE_MODE)
@@ -204,47 +202,3 @@ def give_to(path: Path, account: TaskAccount | None) -> None:
             os.lchown(os.path.join(root, name), account.uid, account.gid)
     os.chown(path, account.uid, account.gid)
     os.chmod(path, 0o700)
-
-
-def _proc_net_address(text: str) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]:
-    host, _, port = text.partition(":")
-    raw = bytes.fromhex(host)
-    # The kernel prints each 32-bit word of the address in host (little-endian) byte order.
-    swapped = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
-    address = ipaddress.ip_address(swapped)
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address, int(port, 16)
-
-
-def loopback_socket_uid(client_host: str, client_port: int, server_port: int, proc: Path = Path("/proc")) -> int | None:
-    """The uid owning the client end of a loopback TCP connection to `server_port`; None if not found."""
-    try:
-        client = ipaddress.ip_address(client_host.strip("[]"))
-    except ValueError:
-        return None
-    if isinstance(client, ipaddress.IPv6Address) and client.ipv4_mapped is not None:
-        client = client.ipv4_mapped
-    if proc == Path("/proc"):
-        try:  # the kernel's answer for exactly this connection (the caller dialled its own address)
-            uid = sockdiag.socket_uid((client, client_port), (client, server_port))
-        except OSError:
-            uid = None
-        if uid is not None:
-            return uid
-    for table in ("tcp", "tcp6"):
-        try:
-            lines = (proc / "net" / table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) < 8:
-                continue
-            try:
-                local, remote = _proc_net_address(fields[1]), _proc_net_address(fields[2])
-            except ValueError:
-                continue
-            if local == (client, client_port) and remote[1] == server_port:
-                return int(fields[7])
-    return None

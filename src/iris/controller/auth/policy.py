@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 from iris.controller.auth.identity import LOCAL_ADMIN, Identity, Role
-from iris.core.errors import PermissionDenied
+from iris.core.errors import PermissionDenied, Unauthenticated
 from iris.core.names import check_accountable_name, in_job_tree
 
 CONTROLLER_METHODS = frozenset(
@@ -90,6 +90,8 @@ ROLE_METHODS: Mapping[Role, frozenset[str]] = MappingProxyType(
                 "ListEndpoints",
             }
         ),
+        # A tokenless TCP caller: what anyone may read, the cluster's name and health.
+        Role.ANONYMOUS: frozenset({"GetClusterInfo"}),
         Role.FEDERATION_PEER: frozenset(
             {
                 "LaunchJob",
@@ -122,6 +124,13 @@ def authorize(identity: Identity, method: str) -> None:
     if is_allowed(identity.role, method):
         return
     name = method_name(method)
+    if identity.role is Role.ANONYMOUS:
+        raise Unauthenticated(
+            f"{name} needs a caller Iris knows, and this request carries no token (over TCP a caller without one"
+            " may only read the cluster's health and info). Pass --token or set IRIS_TOKEN (an admin mints one"
+            " with `iris token create --user NAME`); on the controller's own host, `iris` and the SDK reach it"
+            " without a token through the Unix socket in its state directory"
+        )
     allowed = ", ".join(sorted(ROLE_METHODS.get(identity.role, frozenset()))) or "nothing"
     why = " (the dashboard role is read-only)" if identity.role is Role.DASHBOARD else ""
     raise PermissionDenied(

@@ -44,10 +44,13 @@ def mint_token(
     audience: str | None = None,
     job_scope: str | None = None,
     attempt_id: str | None = None,
+    credential: str | None = None,
 ) -> str:
     """A signed JWT saying `issuer_cluster` vouches for `subject` in `role` for `ttl_s` seconds.
 
-    A task token (role task) also names the job it is confined to and the attempt it ends with.
+    A task token (role task) also names the job it is confined to and the attempt it ends with,
+    and `credential`: the id of the token whose submission the job's tree came from (none for the
+    operator's), so that revoking that token stops its tasks too.
     """
     role = Role.parse(role)
     if not issuer_cluster:
@@ -72,6 +75,8 @@ def mint_token(
         if not job_scope or not attempt_id:
             raise InvalidArgument("a task token needs the job and the attempt it belongs to")
         claims.update(job=job_scope, att=attempt_id)
+        if credential:
+            claims["cred"] = credential
     return jwt.encode(claims, key.private_key, algorithm=ALGORITHM, headers={"kid": key.key_id})
 
 
@@ -147,9 +152,11 @@ def verify_token(
             f"token was issued in the future ({_iso(iat)}); the clocks of {issuer!r} and this host disagree "
             f"by about {_span(iat - t)}; synchronise both hosts' clocks (NTP)"
         )
-    job_scope, attempt_id = claims.get("job"), claims.get("att")
+    job_scope, attempt_id, credential = claims.get("job"), claims.get("att"), claims.get("cred")
     if role is Role.TASK and not (isinstance(job_scope, str) and job_scope and isinstance(attempt_id, str)):
         raise Unauthenticated("malformed task token: it names no job and attempt; tasks get theirs from the cluster")
+    if credential is not None and not (isinstance(credential, str) and credential):
+        raise Unauthenticated("malformed task token: its credential (cred) is not a token id; " + MINT_HINT)
     return Identity(
         principal=subject,
         role=role,
@@ -157,6 +164,7 @@ def verify_token(
         token_id=token_id,
         job_scope=job_scope if role is Role.TASK else None,
         attempt_id=attempt_id if role is Role.TASK else None,
+        credential=credential if role is Role.TASK else None,
     )
 
 
@@ -213,8 +221,8 @@ def _required_claims(claims: dict[str, Any]) -> tuple[str, Role, str]:
     if not all(isinstance(claims[c], int | float) and not isinstance(claims[c], bool) for c in ("iat", "exp")):
         raise Unauthenticated("malformed token: iat and exp must be numbers; " + MINT_HINT)
     try:
-        parsed = Role(role)
-    except ValueError:
+        parsed = Role.parse(role)
+    except (InvalidArgument, ValueError):
         raise Unauthenticated(f"malformed token: unknown role {role!r}; " + MINT_HINT) from None
     if not isinstance(jti, str) or not jti:
         raise Unauthenticated("malformed token: its id (jti) is empty; " + MINT_HINT)

@@ -205,9 +205,9 @@ def _insert_row(
     cursor = run(
         conn,
         "INSERT INTO jobs (job_id, insertion, parent_job_id, root_job_id, depth, user, owner, band, state,"
-        " replicas, cluster, submitted_ms, root_submitted_ms, scheduling_deadline_ms, pending_reason)"
+        " replicas, cluster, submitted_ms, root_submitted_ms, scheduling_deadline_ms, pending_reason, credential)"
         f" VALUES (:job_id, COALESCE(:insertion, (SELECT COALESCE(MAX(insertion), 0) + 1 FROM jobs)), :parent, :root, :depth, :user, :owner, :band, {quoted(JobState.PENDING)}, :replicas,"
-        " :cluster, :now, :root_now, :deadline, :reason) ON CONFLICT (job_id) DO NOTHING",
+        " :cluster, :now, :root_now, :deadline, :reason, :credential) ON CONFLICT (job_id) DO NOTHING",
         {
             "job_id": spec.job_id,
             "insertion": insertion,
@@ -223,6 +223,7 @@ def _insert_row(
             "root_now": root_submitted_ms,
             "deadline": deadline,
             "reason": "Waiting for the scheduler's next pass",
+            "credential": spec.credential,
         },
     )
     return cursor.rowcount == 1

@@ -406,6 +406,11 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             " SELECT user, SUM(log_chars) FROM jobs WHERE log_chars > 0 GROUP BY user",
         ],
     ),
+    (
+        17,
+        "the token each job's tree was submitted with, whose revocation ends its tasks' tokens",
+        ["ALTER TABLE jobs ADD COLUMN credential TEXT NOT NULL DEFAULT ''"],
+    ),
 ]
 
 

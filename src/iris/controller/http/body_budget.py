@@ -12,8 +12,8 @@ or of no declared length) first reserves that size (the most a request may be, w
 none) from this budget, and gives it back when its answer is sent. Past the budget it is answered `resource_exhausted` (429) with a `retry-after`
 of a second, which `iris` and the SDK wait out and send again, before any of its body is read.
 
-One client (`iris.controller.http.connections.client_of`: an address, an IPv6 /64, or on loopback the
-uid owning the socket) may hold at most half of the budget, so another's upload still gets in.
+One client (`iris.controller.http.connections.client_of`: an address, an IPv6 /64, or on the Unix
+socket the caller's uid) may hold at most half of the budget, so another's upload still gets in.
 Small calls, nearly all of them, never touch it. It runs on the event loop's one thread, so it
 needs no lock.
 """

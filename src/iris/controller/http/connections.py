@@ -26,11 +26,10 @@ call was answered and no attempt could start. So:
   soon as others come, however slowly it keeps its connections busy.
 
 A client is what the kernel says, never what a request says: an IPv4 address, an IPv6 /64 (one
-host's usual allotment), and on loopback the uid owning the socket. Loopback addresses are not told
-apart, as any local process may dial from any 127.x.y.z; its uid is asked once per connection
-(`loopback_socket_uid`, tens of microseconds) and kept on the connection's `Peer` for the
-authentication of its calls. Tasks that run under uids of their own (a root controller) are thus
-each user's own client; tasks that share the controller's uid share the operator's share too.
+host's usual allotment), on the Unix socket the caller's uid (read once per connection with
+`SO_PEERCRED` and kept on its `Peer`), and loopback TCP as one client, as any local process may
+dial from any 127.x.y.z. Tasks that run under uids of their own (a root controller) are thus each
+user's own client on the socket; tasks that share the controller's uid share the operator's share.
 
 Long polls (a follow of a job's logs, a wait for a job's end) are not idle: their request is read
 whole and their answer is under way, so the read timeout never cuts them; only a full table does,
@@ -47,8 +46,6 @@ from typing import TYPE_CHECKING
 
 from iris.controller.auth.authenticator import parse_address
 from iris.controller.auth.callers import Peer
-from iris.controller.auth.isolation import loopback_socket_uid
-from iris.core import spans
 
 if TYPE_CHECKING:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -87,20 +84,17 @@ def _refusal(status: str, code: str, message: str) -> bytes:
     return head.encode() + body
 
 
-def client_of(host: str, port: int, server_port: int, peer=None) -> Hashable:
+def client_of(host: str, peer=None) -> Hashable:
     """The client a connection from (`host`, `port`) counts against (see the module docstring);
-    on loopback the uid is taken from, or kept on, `peer` (the connection's `Peer`)."""
+    on the Unix socket the uid the kernel named is kept on `peer` (the connection's `Peer`)."""
+    uid = getattr(peer, "uid", None)
+    if uid is not None:
+        return ("uid", uid)
     address = parse_address(host)
     if address is None:
         return host
     if address.is_loopback:
-        uid = getattr(peer, "owner_uid", None)
-        if uid is None:
-            with spans.span("api.peer_lookup"):
-                uid = loopback_socket_uid(host, port, server_port)
-            if uid is not None and peer is not None:
-                peer.owner_uid = uid
-        return ("uid", uid)
+        return "loopback"
     if isinstance(address, ipaddress.IPv6Address):
         return ipaddress.ip_network(f"{address}/64", strict=False)
     return address
@@ -111,8 +105,7 @@ def caller_of(scope) -> Hashable:
     peer = scope.get("client")
     if not peer:
         return None
-    server = scope.get("server") or ("", 0)
-    return client_of(peer[0], peer[1], server[1] or 0, peer if isinstance(peer, Peer) else None)
+    return client_of(peer[0], peer if isinstance(peer, Peer) else None)
 
 
 def guarded(
@@ -144,9 +137,7 @@ def guarded(
             if self.client is None:
                 self._client: Hashable = None
             else:
-                self._client = client_of(
-                    self.client[0], self.client[1], self.server[1] if self.server else 0, self.client
-                )
+                self._client = client_of(self.client[0], self.client)
             by_client.setdefault(self._client, {})[self] = None
             if len(self.connections) > limit:
                 victim = self._displaced()

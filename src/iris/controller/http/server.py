@@ -195,6 +195,8 @@ def _announcing(receive, commits: GroupCommit, note: Announcement):
 def _metrics_refusal(controller: Controller, request) -> Response | None:
     """None when the caller of `/metrics` may read it (`controller.metrics_require_token`): the
     operator, or an admin or dashboard token (what Prometheus sends from its credentials file)."""
+    peer = request.scope.get("client")
+    calling_peer.set(peer if isinstance(peer, Peer) else None)
     try:
         identity = controller.identities.identify(
             request.headers.get("authorization"),

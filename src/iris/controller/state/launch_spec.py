@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from iris.controller.state.snapshot import JobConfig
 
 
-# (conn, job_id, owner, user, attempt_id) -> the attempt's identity
-TaskIdentitySource = Callable[[object, str, str, str, str], TaskIdentity]
+# (conn, job_id, owner, user, attempt_id, credential) -> the attempt's identity
+TaskIdentitySource = Callable[[object, str, str, str, str, str], TaskIdentity]
 # (conn, job_id, insertion) -> the job's parsed config
 JobConfigSource = Callable[[object, str, int], "JobConfig"]
 
@@ -48,13 +48,13 @@ class LaunchSpecs:
     def build(self, conn, attempt: AttemptName, worker_id: str, backend_id: str) -> LaunchSpec:
         """What a backend needs to start `attempt` on `worker_id`; `conn` is the tick's open transaction."""
         job_id, index = attempt.job_id, attempt.index
-        replicas, owner, user, insertion = run(
-            conn, "SELECT replicas, owner, user, insertion FROM jobs WHERE job_id = :j", {"j": job_id}
+        replicas, owner, user, insertion, credential = run(
+            conn, "SELECT replicas, owner, user, insertion, credential FROM jobs WHERE job_id = :j", {"j": job_id}
         ).fetchone()
         cfg = self.job_config(conn, job_id, insertion)
         # Unpacked at submit, off the tick; the backend copies the layers into the attempt's folder.
         layers = staging.layers(self.state_dir, cfg.bundle_id, cfg.files_id) if self.state_dir else ()
-        identity = self.task_identity(conn, job_id, owner, user, str(attempt))
+        identity = self.task_identity(conn, job_id, owner, user, str(attempt), credential)
         env = {
             **self.base_env,
             **cfg.env,
