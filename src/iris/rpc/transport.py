@@ -472,10 +472,10 @@ def _may_be_here(scheme: str, host: str) -> bool:
 
 def peer_pid(sock) -> int:
     """The pid of the process at the other end of a Unix socket, as the kernel recorded it."""
-    import _socket
+    import socket
     import sys
 
-    credentials = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)  # pid, uid, gid: three ints
+    credentials = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)  # pid, uid, gid: three ints
     return int.from_bytes(credentials[:4], sys.byteorder, signed=True)
 
 
@@ -486,8 +486,8 @@ def _unix_connection_class() -> type:
     """`UnixConnection`, made on first use: importing this module imports no http.client."""
     if _UnixConnection:
         return _UnixConnection[0]
-    import _socket
     import http.client
+    import socket
 
     class UnixConnection(http.client.HTTPConnection):
         """A connection to the controller's Unix socket at `path`, whose requests name HOST:PORT
@@ -498,7 +498,7 @@ def _unix_connection_class() -> type:
             self.path = path
 
         def connect(self) -> None:
-            sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 sock.settimeout(self.timeout)
                 with unix_address(self.path) as address:
