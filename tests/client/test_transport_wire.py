@@ -33,7 +33,7 @@ def server():
 
 
 def _info(url: str, **kwargs) -> pb.GetClusterInfoResponse:
-    return ConnectTransport(url, timeout=5, **kwargs).call(
+    return ConnectTransport(url, local_socket=False, timeout=5, **kwargs).call(
         "GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse
     )
 
@@ -56,7 +56,7 @@ def test_transport_joins_a_chunked_answer_with_extensions_and_trailers(server):
 
 def test_transport_reads_an_answer_without_a_length_to_the_close_and_then_opens_a_new_connection(server):
     srv = server(b"HTTP/1.0 200 OK\r\n" + PROTO + b"\r\n" + BODY, ok_response(INFO), close_after=1)
-    transport = ConnectTransport(srv.url, timeout=5)
+    transport = ConnectTransport(srv.url, local_socket=False, timeout=5)
     for _ in range(2):
         assert transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse) == INFO
     assert srv.connections == 2
@@ -104,7 +104,7 @@ def test_transport_a_connection_closed_before_any_answer_is_named_so():
 
 def test_transport_refuses_a_token_with_a_line_break_before_sending_anything(server):
     srv = server(ok_response(INFO), ok_response(INFO))
-    transport = ConnectTransport(srv.url, timeout=5, token="a\r\nX-Evil: 1")
+    transport = ConnectTransport(srv.url, local_socket=False, timeout=5, token="a\r\nX-Evil: 1")
     with pytest.raises(errors.InvalidArgument, match="header cannot be sent"):
         transport.call("GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse)
     transport.token = "good"
@@ -114,7 +114,7 @@ def test_transport_refuses_a_token_with_a_line_break_before_sending_anything(ser
 
 def test_transport_requests_on_one_connection_carry_each_its_own_length_and_token(server):
     srv = server(ok_response(INFO), ok_response(INFO), ok_response(INFO))
-    transport = ConnectTransport(srv.url, timeout=5, token="a")
+    transport = ConnectTransport(srv.url, local_socket=False, timeout=5, token="a")
     for request, token in (
         (pb.GetClusterInfoRequest(), None),
         (pb.GetJobStatusRequest(job_id="/u/j"), None),
