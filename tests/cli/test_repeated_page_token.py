@@ -20,6 +20,8 @@ ANSWERS = {
     "ListJobs": pb.ListJobsResponse(jobs=[JOB], next_page_token="again", total=10**6),
     "GetJobStatus": pb.GetJobStatusResponse(job=JOB, tasks=[TASK], next_task_page_token="again", total_tasks=10**6),
     "ListTasks": pb.ListTasksResponse(tasks=[TASK], next_page_token="again", total=10**6),
+    # Asked first by a client of a loopback URL, for the controller's socket: this one serves none.
+    "GetClusterInfo": pb.GetClusterInfoResponse(name="loop"),
 }
 
 
