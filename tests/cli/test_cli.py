@@ -301,8 +301,21 @@ def test_job_run_no_wait_imports_no_protobuf(fake_controller, tmp_path):
     assert not {m for m in modules if m.startswith(("google.protobuf", "iris.rpc."))} - {
         "iris.rpc.transport",
     }
-    # Nor YAML, or the server's libraries.
-    assert not {m.partition(".")[0] for m in modules} & {"yaml", "pydantic", "sqlalchemy", "uvicorn"}
+    # Nor YAML, the server's libraries, or click: one parser, argparse, and no other command's module.
+    assert not {m.partition(".")[0] for m in modules} & {"yaml", "pydantic", "sqlalchemy", "uvicorn", "click"}
+    assert "argparse" in modules and "iris.cli.job" in modules
+    others = {m for m in modules if m.startswith("iris.cli.")} - {
+        "iris.cli.app",
+        "iris.cli.checks",
+        "iris.cli.commands",
+        "iris.cli.job",
+        "iris.cli.job_ops",
+        "iris.cli.main",
+        "iris.cli.pages",
+        "iris.cli.submit",
+        "iris.cli.values",
+    }
+    assert not others, others
     sent = fake_controller.service.requests[-1]
     assert sent.resources.memory_bytes == 2 << 30 and [c.key for c in sent.constraints] == ["pool"]
 

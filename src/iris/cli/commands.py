@@ -7,12 +7,11 @@ and no other command's module. A command line is read level by level: the group'
 the first word that is not one, that word as the subcommand, and the rest handed down; a command's
 options and arguments are read by an `argparse` parser built for that command alone, when it runs.
 
-Why argparse and not click. Measured on the project's 2-core machine (each the least of 20 fresh
-processes, `-X importtime`, with a bytecode cache): `python -c pass` about 10 ms; importing
-`argparse` adds about 3 ms (mostly `gettext` and `re`, which the SDK's submit path imports anyway);
-importing `click` adds about 20 ms, two thirds of the budget of `iris job run --no-wait`
-(three times a bare `python -c pass`, so about 30 ms), before any command module is imported. Lazily
-loaded click groups cannot save that: click itself is what costs. So the command table is this
+Why argparse and not click. Measured on the project's 2-core machine (wall time, the least of 20
+fresh processes each, `python -c "import X"` less a bare `python -c pass` of 12.4 ms): `argparse`
+10.5 ms, `click` 35.9 ms. `iris job run --no-wait` has a budget of three times a bare start, and
+click alone would spend most of it before any command module is imported; lazily loaded click
+groups cannot save that, as click itself is what costs. So the command table is this
 module, a few hundred lines over argparse, and it reproduces click's conventions that scripts and
 the tests rely on: its usage errors in click's words (`No such option '--bogus'.`, `Invalid value for
 '--cpu': …`, `Missing argument 'JOB'.`), `-h/--help` with the same text, options after a command's
