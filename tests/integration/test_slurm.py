@@ -363,16 +363,7 @@ def test_slurm_job_id_a_leftover_marker_names_that_now_names_another_job_is_not_
     """A marker outlives its Slurm job (a controller down for long, a Slurm whose ids started over):
     the id it records may name another job by then, which is not this attempt's to cancel."""
     config = SlurmBackendConfig.model_validate(slurm_backend(slurm))
-    other = int(
-        (
-            slurm._run(
-                ["sbatch", "--parsable", "--job-name=not-iris", f"--partition={slurm.partition}", "--wrap", "sleep 300"]
-            )
-            or ""
-        )
-        .strip()
-        .split(";")[0]
-    )
+    other = slurm.sbatch("sleep 300", "--job-name=not-iris")  # its output goes to the cluster's folder
     try:
         SlurmBackend(config, "orphans", tmp_path).marks.put("/alice/long-gone/0:0", other)
         second = SlurmBackend(config, "orphans", tmp_path)
