@@ -33,6 +33,7 @@ from iris.controller.state.health import Health, Watchdog, assess
 from iris.controller.state.retention import LogRetention
 from iris.controller.state.tick import LIVE_ATTEMPTS, ControlLoop
 from iris.controller.state.transitions import WorkerLost
+from iris.controller.tls import peer_tls
 from iris.core import metrics
 from iris.core.config import ClusterConfig
 from iris.rpc import controller_pb2 as pb
@@ -144,6 +145,7 @@ class Controller:
             token_source=self.auth.peer_token,
             clock=self.clock,
             wake_tick=lambda: self.tick.wake_federation(at_once=True),
+            peer_tls=peer_tls(self.config),
         )
 
     def _wake(self) -> None:
