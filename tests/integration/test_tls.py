@@ -187,3 +187,13 @@ def test_tls_connection_guard_closes_a_tls_connection_that_sends_nothing(fed):
         with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
             # The request's head never comes: past request_read_timeout (1 s) the controller closes.
             assert tls.recv(1) == b""
+
+
+def test_tls_connection_guard_closes_a_connection_that_never_starts_its_handshake(fed):
+    with socket.create_connection(("127.0.0.1", fed.h100.port), timeout=30) as raw:
+        # No ClientHello ever comes: the handshake is cut after request_read_timeout (1 s), not the
+        # event loop's minute.
+        try:
+            assert raw.recv(1) == b""
+        except ConnectionResetError:
+            pass
