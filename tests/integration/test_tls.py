@@ -9,6 +9,7 @@ https with mutual TLS, and every test leaves it as it found it.
 
 from __future__ import annotations
 
+import http.client
 import os
 import socket
 import ssl
@@ -49,7 +50,7 @@ class TlsFederation:
         given = {"IRIS_TOKEN": user_token(ctl, "alice"), **self.tls_env(), **(env or {})}
         cwd = self.base / "cwd"
         cwd.mkdir(exist_ok=True)
-        environ = {**os.environ, "IRIS_CONTROLLER": ctl.url, **given}
+        environ: dict[str, str | None] = {**os.environ, "IRIS_CONTROLLER": ctl.url, **given}
         return subprocess.run(
             [sys.executable, "-m", "iris.cli.main", *args],
             stdin=subprocess.DEVNULL,
@@ -197,3 +198,36 @@ def test_tls_connection_guard_closes_a_connection_that_never_starts_its_handshak
             assert raw.recv(1) == b""
         except ConnectionResetError:
             pass
+
+
+def _get(fed: TlsFederation, ctl: RunningController, path: str) -> tuple[int, bytes]:
+    """GET `path` from `ctl` over TLS, presenting alice's certificate."""
+    context = ssl.create_default_context(cafile=str(fed.ca.ca))
+    context.load_cert_chain(str(fed.alice_cert.certificate), str(fed.alice_cert.key))
+    conn = http.client.HTTPSConnection("127.0.0.1", ctl.port, timeout=30, context=context)
+    try:
+        conn.request("GET", path)
+        answer = conn.getresponse()
+        return answer.status, answer.read()
+    finally:
+        conn.close()
+
+
+def test_tls_the_endpoint_relay_reaches_a_peer_over_tls_and_not_one_it_cannot_verify(fed):
+    # A capability token the peer cannot verify: the peer's own refusal comes back through the relay.
+    status, body = _get(fed, fed.marin, "/proxy/t/cluster=cw-h100/not-a-token/web/")
+    assert status in (401, 403, 404) and b'"code"' in body, (status, body)
+    status, body = _get(fed, fed.marin, "/proxy/t/cluster=cw-untrusted/not-a-token/web/")
+    assert status == 502, (status, body)
+
+
+def test_tls_a_named_cluster_entry_carries_its_ca(fed):
+    home = fed.base / "home"
+    home.mkdir(exist_ok=True)
+    env = {"HOME": str(home), "IRIS_CA": None, "IRIS_CONTROLLER": None}
+    added = fed.cli(fed.marin, "cluster", "add", "marin", "--url", fed.marin.url, "--ca", str(fed.ca.ca), env=env)
+    assert added.returncode == 0, added.stderr
+    listed = fed.cli(fed.marin, "--cluster", "marin", "job", "list", env=env)
+    assert listed.returncode == 0, listed.stderr
+    status = fed.cli(fed.marin, "cluster", "list", "-o", "json", env=env)
+    assert '"status": "up"' in status.stdout, status.stdout + status.stderr
