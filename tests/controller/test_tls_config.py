@@ -8,9 +8,10 @@ import ssl
 import pytest
 import yaml
 
-from iris.controller.tls import check_peer_cas, peer_tls, self_tls, server_tls_context
+from iris.controller.tls import check_peer_cas, peer_tls, self_tls, server_tls_context, task_ca
 from iris.core.config import load_config, parse_config
 from iris.core.errors import InvalidArgument
+from iris.rpc.transport import ClientTls
 from iris.testing.tls import Authority
 
 BASE = {"name": "lab", "backends": [{"id": "cpu", "kind": "local"}]}
@@ -92,3 +93,14 @@ def test_tls_a_peer_ca_that_cannot_be_read_is_refused_naming_the_peer(tmp_path):
     config = parse_config({**BASE, "peers": {"cw": {"address": "https://cw:1", "ca": str(tmp_path / "none.pem")}}})
     with pytest.raises(InvalidArgument, match="peers.cw.ca"):
         check_peer_cas(config)
+
+
+def test_tls_tasks_are_given_the_served_certificates_and_never_a_key_in_the_same_file(ca, tmp_path):
+    server = ca.issue("bundled")
+    bundle = tmp_path / "bundle.pem"  # key and certificates in one file, as some tools write them
+    bundle.write_text(server.key.read_text() + server.certificate.read_text())
+    config = parse_config({**BASE, "tls": {"certificate": str(bundle), "key": str(bundle)}})
+    text = task_ca(config)
+    assert text is not None and text.count("BEGIN CERTIFICATE") == 2 and "PRIVATE KEY" not in text
+    assert ClientTls(ca=text).context().verify_mode == ssl.CERT_REQUIRED  # PEM text serves as a CA
+    assert task_ca(parse_config(BASE)) is None

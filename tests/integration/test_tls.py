@@ -85,6 +85,10 @@ def fed(tmp_path_factory) -> Iterator[TlsFederation]:
             backends=[{"id": "pool", "kind": "workers"}],
             controller={**FAST, "worker_grace_period": "5s"},
             tls={"certificate": str(marin_cert.certificate), "key": str(marin_cert.key), "client_ca": str(ca.ca)},
+            # tasks find $IRIS_CA set by the controller; a client certificate is theirs to be given
+            defaults={
+                "task_env": {"IRIS_CLIENT_CERT": str(alice_cert.certificate), "IRIS_CLIENT_KEY": str(alice_cert.key)}
+            },
         )
         marin_key = public_key_pem(load_or_create_signing_key(None, marin.state_dir))
         h100 = factory(
@@ -117,6 +121,19 @@ def test_tls_cli_runs_a_job_over_https_on_a_worker_that_joined_over_https(fed):
     assert "served over tls" in done.stdout
     workers = client(fed.marin).list_workers(pb.ListWorkersRequest()).workers
     assert [w.worker_id for w in workers if w.alive] == ["w1"], workers
+
+
+def test_tls_a_task_calls_its_controller_back_over_https(fed):
+    if not _joined(fed, "w1"):  # the first test's worker, when this one runs alone
+        fed.workers(fed.marin, "w1", env=fed.tls_env())
+    call_back = "from iris.client.client import IrisClient; print('back at', IrisClient().cluster_info().name)"
+    done = fed.cli(fed.marin, "job", "run", "--", sys.executable, "-c", call_back)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "back at marin" in done.stdout
+
+
+def _joined(fed: TlsFederation, name: str) -> bool:
+    return any(w.worker_id == name and w.alive for w in client(fed.marin).list_workers(pb.ListWorkersRequest()).workers)
 
 
 def test_tls_federation_hands_a_job_to_a_peer_over_mutual_tls(fed):
