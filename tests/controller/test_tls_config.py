@@ -27,14 +27,14 @@ def test_tls_config_paths_are_relative_to_the_file_and_the_url_is_https(tmp_path
         yaml.safe_dump(
             {
                 **BASE,
-                "listen": "0.0.0.0:10443",
+                "listen": "10.0.0.5:10443",
                 "tls": {"certificate": "tls/server.pem", "key": "tls/server.key", "client_ca": "tls/ca.pem"},
                 "peers": {"cw": {"address": "https://cw.lab:10443", "ca": "tls/cw-ca.pem"}},
             }
         )
     )
     config = load_config(tmp_path / "cluster.yaml")
-    assert config.url == "https://0.0.0.0:10443"
+    assert config.url == "https://10.0.0.5:10443"
     assert config.tls is not None and config.tls.certificate == str(tmp_path / "tls/server.pem")
     assert config.tls.client_ca == str(tmp_path / "tls/ca.pem")
     assert config.peers["cw"].ca == str(tmp_path / "tls/cw-ca.pem")
@@ -45,6 +45,14 @@ def test_tls_config_paths_are_relative_to_the_file_and_the_url_is_https(tmp_path
 def test_tls_config_an_http_public_url_beside_tls_is_refused():
     with pytest.raises(InvalidArgument, match="must start with https://"):
         parse_config({**BASE, "public_url": "http://lab:1", "tls": {"certificate": "c.pem", "key": "k.pem"}})
+
+
+def test_tls_config_listening_on_every_address_needs_a_public_url():
+    tls = {"certificate": "c.pem", "key": "k.pem"}
+    with pytest.raises(InvalidArgument, match="public_url: with tls and listen '0.0.0.0:10443'"):
+        parse_config({**BASE, "listen": "0.0.0.0:10443", "tls": tls})
+    named = parse_config({**BASE, "listen": "0.0.0.0:10443", "public_url": "https://lab:10443", "tls": tls})
+    assert named.url == "https://lab:10443"
 
 
 def test_tls_config_an_unknown_key_is_refused_with_a_hint():
