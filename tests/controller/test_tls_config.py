@@ -8,9 +8,10 @@ import ssl
 import pytest
 import yaml
 
-from iris.controller.tls import check_peer_cas, peer_tls, self_tls, server_tls_context
+from iris.controller.tls import check_peer_cas, peer_tls, self_tls, server_tls_context, task_ca
 from iris.core.config import load_config, parse_config
 from iris.core.errors import InvalidArgument
+from iris.rpc.transport import ClientTls
 from iris.testing.tls import Authority
 
 BASE = {"name": "lab", "backends": [{"id": "cpu", "kind": "local"}]}
@@ -26,14 +27,14 @@ def test_tls_config_paths_are_relative_to_the_file_and_the_url_is_https(tmp_path
         yaml.safe_dump(
             {
                 **BASE,
-                "listen": "0.0.0.0:10443",
+                "listen": "10.0.0.5:10443",
                 "tls": {"certificate": "tls/server.pem", "key": "tls/server.key", "client_ca": "tls/ca.pem"},
                 "peers": {"cw": {"address": "https://cw.lab:10443", "ca": "tls/cw-ca.pem"}},
             }
         )
     )
     config = load_config(tmp_path / "cluster.yaml")
-    assert config.url == "https://0.0.0.0:10443"
+    assert config.url == "https://10.0.0.5:10443"
     assert config.tls is not None and config.tls.certificate == str(tmp_path / "tls/server.pem")
     assert config.tls.client_ca == str(tmp_path / "tls/ca.pem")
     assert config.peers["cw"].ca == str(tmp_path / "tls/cw-ca.pem")
@@ -44,6 +45,14 @@ def test_tls_config_paths_are_relative_to_the_file_and_the_url_is_https(tmp_path
 def test_tls_config_an_http_public_url_beside_tls_is_refused():
     with pytest.raises(InvalidArgument, match="must start with https://"):
         parse_config({**BASE, "public_url": "http://lab:1", "tls": {"certificate": "c.pem", "key": "k.pem"}})
+
+
+def test_tls_config_listening_on_every_address_needs_a_public_url():
+    tls = {"certificate": "c.pem", "key": "k.pem"}
+    with pytest.raises(InvalidArgument, match="public_url: with tls and listen '0.0.0.0:10443'"):
+        parse_config({**BASE, "listen": "0.0.0.0:10443", "tls": tls})
+    named = parse_config({**BASE, "listen": "0.0.0.0:10443", "public_url": "https://lab:10443", "tls": tls})
+    assert named.url == "https://lab:10443"
 
 
 def test_tls_config_an_unknown_key_is_refused_with_a_hint():
@@ -92,3 +101,14 @@ def test_tls_a_peer_ca_that_cannot_be_read_is_refused_naming_the_peer(tmp_path):
     config = parse_config({**BASE, "peers": {"cw": {"address": "https://cw:1", "ca": str(tmp_path / "none.pem")}}})
     with pytest.raises(InvalidArgument, match="peers.cw.ca"):
         check_peer_cas(config)
+
+
+def test_tls_tasks_are_given_the_served_certificates_and_never_a_key_in_the_same_file(ca, tmp_path):
+    server = ca.issue("bundled")
+    bundle = tmp_path / "bundle.pem"  # key and certificates in one file, as some tools write them
+    bundle.write_text(server.key.read_text() + server.certificate.read_text())
+    config = parse_config({**BASE, "tls": {"certificate": str(bundle), "key": str(bundle)}})
+    text = task_ca(config)
+    assert text is not None and text.count("BEGIN CERTIFICATE") == 2 and "PRIVATE KEY" not in text
+    assert ClientTls(ca=text).context().verify_mode == ssl.CERT_REQUIRED  # PEM text serves as a CA
+    assert task_ca(parse_config(BASE)) is None

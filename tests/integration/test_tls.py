@@ -9,6 +9,7 @@ https with mutual TLS, and every test leaves it as it found it.
 
 from __future__ import annotations
 
+import http.client
 import os
 import socket
 import ssl
@@ -49,7 +50,7 @@ class TlsFederation:
         given = {"IRIS_TOKEN": user_token(ctl, "alice"), **self.tls_env(), **(env or {})}
         cwd = self.base / "cwd"
         cwd.mkdir(exist_ok=True)
-        environ = {**os.environ, "IRIS_CONTROLLER": ctl.url, **given}
+        environ: dict[str, str | None] = {**os.environ, "IRIS_CONTROLLER": ctl.url, **given}
         return subprocess.run(
             [sys.executable, "-m", "iris.cli.main", *args],
             stdin=subprocess.DEVNULL,
@@ -84,6 +85,10 @@ def fed(tmp_path_factory) -> Iterator[TlsFederation]:
             backends=[{"id": "pool", "kind": "workers"}],
             controller={**FAST, "worker_grace_period": "5s"},
             tls={"certificate": str(marin_cert.certificate), "key": str(marin_cert.key), "client_ca": str(ca.ca)},
+            # tasks find $IRIS_CA set by the controller; a client certificate is theirs to be given
+            defaults={
+                "task_env": {"IRIS_CLIENT_CERT": str(alice_cert.certificate), "IRIS_CLIENT_KEY": str(alice_cert.key)}
+            },
         )
         marin_key = public_key_pem(load_or_create_signing_key(None, marin.state_dir))
         h100 = factory(
@@ -116,6 +121,19 @@ def test_tls_cli_runs_a_job_over_https_on_a_worker_that_joined_over_https(fed):
     assert "served over tls" in done.stdout
     workers = client(fed.marin).list_workers(pb.ListWorkersRequest()).workers
     assert [w.worker_id for w in workers if w.alive] == ["w1"], workers
+
+
+def test_tls_a_task_calls_its_controller_back_over_https(fed):
+    if not _joined(fed, "w1"):  # the first test's worker, when this one runs alone
+        fed.workers(fed.marin, "w1", env=fed.tls_env())
+    call_back = "from iris.client.client import IrisClient; print('back at', IrisClient().cluster_info().name)"
+    done = fed.cli(fed.marin, "job", "run", "--", sys.executable, "-c", call_back)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "back at marin" in done.stdout
+
+
+def _joined(fed: TlsFederation, name: str) -> bool:
+    return any(w.worker_id == name and w.alive for w in client(fed.marin).list_workers(pb.ListWorkersRequest()).workers)
 
 
 def test_tls_federation_hands_a_job_to_a_peer_over_mutual_tls(fed):
@@ -187,3 +205,46 @@ def test_tls_connection_guard_closes_a_tls_connection_that_sends_nothing(fed):
         with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
             # The request's head never comes: past request_read_timeout (1 s) the controller closes.
             assert tls.recv(1) == b""
+
+
+def test_tls_connection_guard_closes_a_connection_that_never_starts_its_handshake(fed):
+    with socket.create_connection(("127.0.0.1", fed.h100.port), timeout=30) as raw:
+        # No ClientHello ever comes: the handshake is cut after request_read_timeout (1 s), not the
+        # event loop's minute.
+        try:
+            assert raw.recv(1) == b""
+        except ConnectionResetError:
+            pass
+
+
+def _get(fed: TlsFederation, ctl: RunningController, path: str) -> tuple[int, bytes]:
+    """GET `path` from `ctl` over TLS, presenting alice's certificate."""
+    context = ssl.create_default_context(cafile=str(fed.ca.ca))
+    context.load_cert_chain(str(fed.alice_cert.certificate), str(fed.alice_cert.key))
+    conn = http.client.HTTPSConnection("127.0.0.1", ctl.port, timeout=30, context=context)
+    try:
+        conn.request("GET", path)
+        answer = conn.getresponse()
+        return answer.status, answer.read()
+    finally:
+        conn.close()
+
+
+def test_tls_the_endpoint_relay_reaches_a_peer_over_tls_and_not_one_it_cannot_verify(fed):
+    # A capability token the peer cannot verify: the peer's own refusal comes back through the relay.
+    status, body = _get(fed, fed.marin, "/proxy/t/cluster=cw-h100/not-a-token/web/")
+    assert status in (401, 403, 404) and b'"code"' in body, (status, body)
+    status, body = _get(fed, fed.marin, "/proxy/t/cluster=cw-untrusted/not-a-token/web/")
+    assert status == 502, (status, body)
+
+
+def test_tls_a_named_cluster_entry_carries_its_ca(fed):
+    home = fed.base / "home"
+    home.mkdir(exist_ok=True)
+    env = {"HOME": str(home), "IRIS_CA": None, "IRIS_CONTROLLER": None}
+    added = fed.cli(fed.marin, "cluster", "add", "marin", "--url", fed.marin.url, "--ca", str(fed.ca.ca), env=env)
+    assert added.returncode == 0, added.stderr
+    listed = fed.cli(fed.marin, "--cluster", "marin", "job", "list", env=env)
+    assert listed.returncode == 0, listed.stderr
+    status = fed.cli(fed.marin, "cluster", "list", "-o", "json", env=env)
+    assert '"status": "up"' in status.stdout, status.stdout + status.stderr

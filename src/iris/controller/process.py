@@ -229,20 +229,57 @@ def _server_class():
 
         on_exit: tuple = ()  # called at once on SIGTERM/SIGINT, before uvicorn drains requests
         unix_socket = None  # a listening Unix socket served beside the TCP port, once that is bound
+        # With TLS: how long a connection may take over its handshake (None: the event loop's 60 s).
+        # The connection guard (iris.controller.http.connections) sees a TLS connection only once
+        # its handshake is done, so a caller that connects and never shakes hands would otherwise
+        # hold a descriptor for a minute, where one that sends nothing is closed after the guard's
+        # read timeout.
+        handshake_timeout: float | None = None
 
         async def startup(self, sockets=None) -> None:
-            await super().startup(sockets)
-            if self.should_exit or self.unix_socket is None:
-                return
             import asyncio
 
-            config, state, app_state = self.config, self.server_state, self.lifespan.state
-
-            def protocol(_loop=None):
-                return config.http_protocol_class(config=config, server_state=state, app_state=app_state, _loop=_loop)
-
+            if self.handshake_timeout is None or self.config.ssl is None or sockets is not None:
+                await super().startup(sockets)
+            else:
+                await self._tls_startup()
+            if self.should_exit or self.unix_socket is None:
+                return
             loop = asyncio.get_running_loop()
-            self.servers.append(await loop.create_unix_server(protocol, sock=self.unix_socket, backlog=config.backlog))
+            self.servers.append(
+                await loop.create_unix_server(self._protocol, sock=self.unix_socket, backlog=self.config.backlog)
+            )
+
+        def _protocol(self, _loop=None):
+            """A connection's protocol, as uvicorn's own start-up makes it."""
+            config = self.config
+            return config.http_protocol_class(
+                config=config, server_state=self.server_state, app_state=self.lifespan.state, _loop=_loop
+            )
+
+        async def _tls_startup(self) -> None:
+            """uvicorn's start-up on HOST:PORT with TLS, its handshakes bounded by `handshake_timeout`."""
+            import asyncio
+
+            from uvicorn.config import STARTUP_FAILURE
+
+            await self.lifespan.startup()
+            config = self.config
+            try:
+                server = await asyncio.get_running_loop().create_server(
+                    self._protocol,
+                    host=config.host,
+                    port=config.port,
+                    ssl=config.ssl,
+                    backlog=config.backlog,
+                    ssl_handshake_timeout=self.handshake_timeout,
+                )
+            except OSError as exc:  # the port is taken: as uvicorn's own start-up does
+                logging.getLogger("uvicorn.error").error(exc)
+                await self.lifespan.shutdown()
+                sys.exit(STARTUP_FAILURE)
+            self.servers = [server]
+            self.started = True
 
         @contextlib.contextmanager
         def capture_signals(self):
@@ -342,6 +379,7 @@ def run_foreground(config: ClusterConfig, on_ready=lambda: None, argv: Sequence[
             )
         )
         server.on_exit = (controller.queries.close,)
+        server.handshake_timeout = config.controller.request_read_timeout
         server.unix_socket = unix = _unix_listener(socket_path(config), server.config.backlog)
         logging.getLogger("iris.controller").info(
             "cluster %s serving on %s (state in %s)", config.name, config.url, config.state_path

@@ -1,14 +1,19 @@
-"""The controller's TLS, from its config: the context its port serves with, and how it calls
-itself and its peers over https.
+"""The controller's TLS, from its config: the context its port serves with, and how it, its tasks
+and its peers' clients call over https.
 
 Built from the config alone, in one place, so the port, the controller's probe of itself, the
 federation's peer clients and the endpoint relay to peers all read `tls:` and `peers.*.ca` alike.
-A cluster with `tls:` presents its own certificate to its peers: a peer whose `tls.client_ca`
+Its tasks are told to trust the certificates it serves ($IRIS_CA, as PEM text: a task may run on
+another host, under another uid, where no file of the controller's can be read), so a task calling
+back (a driver submitting children) checks the controller as any client does. A cluster with `tls:`
+presents its own certificate to its peers: a peer whose `tls.client_ca`
 asks callers for one sees the cluster's certificate (issued for both ends of a connection), and a
 peer that asks for none is sent none.
 """
 
 from __future__ import annotations
+
+import re
 
 from iris.core.config import ClusterConfig
 from iris.core.errors import InvalidArgument
@@ -78,3 +83,19 @@ def check_peer_cas(config: ClusterConfig) -> None:
                     f"peers.{peer_id}.ca: {peer.ca} cannot be read as PEM certificates; name the file of the CA"
                     " that signed the peer's certificate"
                 ) from None
+
+
+_CERTIFICATE = re.compile(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----\s*", re.S)
+
+
+def task_ca(config: ClusterConfig) -> str | None:
+    """The certificates the controller serves (its certificate file's, without anything else the
+    file holds, a key least of all), as PEM text for its tasks' $IRIS_CA; None without `tls:`."""
+    if config.tls is None:
+        return None
+    try:
+        with open(config.tls.certificate) as f:
+            text = f.read()
+    except OSError as exc:
+        raise InvalidArgument(f"tls.certificate ({config.tls.certificate}) cannot be read: {exc.strerror}") from None
+    return "".join(_CERTIFICATE.findall(text)) or None

@@ -382,6 +382,12 @@ class ClusterConfig(_Model):
             raise ValueError(f"peers: a cluster cannot peer with itself ({self.name})")
         if self.tls is not None and self.public_url is not None and not self.public_url.startswith("https://"):
             raise ValueError(f"public_url: {self.public_url!r} must start with https:// when tls is set")
+        if self.tls is not None and self.public_url is None and self.host.strip("[]") in ("0.0.0.0", "::", ""):
+            raise ValueError(
+                f"public_url: with tls and listen {self.listen!r} (every address), give the https:// URL clients"
+                " reach the controller by, naming a host its certificate is for (e.g. https://iris.lab.example:"
+                f"{self.port})"
+            )
         return self
 
     @property

@@ -91,9 +91,10 @@ TLS_REASON = "TLS: "
 class ClientTls:
     """How a client's TLS connections check the server, and what certificate they present.
 
-    `ca`: a PEM file of the certificates that may vouch for the server's (a private CA's, or the
-    server's own); "" trusts the system's store. `certificate` and `key`: this client's certificate
-    (chain) and its private key, for a server that asks for one; `key` "" when `certificate` holds it.
+    `ca`: the certificates that may vouch for the server's (a private CA's, or the server's own),
+    as a PEM file or as PEM text (what a task finds in $IRIS_CA); "" trusts the system's store.
+    `certificate` and `key`: this client's certificate (chain) and its private key files, for a
+    server that asks for one; `key` "" when `certificate` holds it.
     """
 
     ca: str = ""
@@ -104,12 +105,14 @@ class ClientTls:
         """An `ssl` context for client connections; a file that cannot be read or used is a clear error."""
         import ssl
 
+        text = self._ca_text()
         try:
-            context = ssl.create_default_context(cafile=self.ca or None)
+            context = ssl.create_default_context(cafile=None if text else self.ca or None, cadata=text)
         except (OSError, ssl.SSLError) as exc:
+            what = "the CA certificates given as PEM text" if text else f"the CA file {self.ca}"
             raise errors.InvalidArgument(
-                f"the CA file {self.ca} cannot be read as PEM certificates ({_ssl_words(exc)}); check --ca,"
-                " $IRIS_CA or the `ca:` that names it"
+                f"{what} cannot be read as PEM certificates ({_ssl_words(exc)}); check --ca, $IRIS_CA or the"
+                " `ca:` that names it"
             ) from None
         if self.ca:
             # A certificate in the CA file vouches on its own, whether or not it is a root: an
@@ -141,7 +144,12 @@ class ClientTls:
 
         certificate = read(self.certificate, "client certificate")
         key = read(self.key, "client key") if self.key else certificate
-        return read(self.ca, "CA file"), certificate, key if certificate else None
+        text = self._ca_text()
+        return text.encode() if text else read(self.ca, "CA file"), certificate, key if certificate else None
+
+    def _ca_text(self) -> str | None:
+        """`ca` when it is PEM text rather than a file's path."""
+        return self.ca if self.ca.lstrip().startswith("-----BEGIN") else None
 
 
 def tls_refusal(message: str) -> str | None:
