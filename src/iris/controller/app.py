@@ -33,6 +33,7 @@ from iris.controller.state.health import Health, Watchdog, assess
 from iris.controller.state.retention import LogRetention
 from iris.controller.state.tick import LIVE_ATTEMPTS, ControlLoop
 from iris.controller.state.transitions import WorkerLost
+from iris.controller.tls import peer_tls, task_ca
 from iris.core import metrics
 from iris.core.config import ClusterConfig
 from iris.rpc import controller_pb2 as pb
@@ -153,6 +154,7 @@ class Controller:
             token_source=self.auth.peer_token,
             clock=self.clock,
             wake_tick=lambda: self.tick.wake_federation(at_once=True),
+            peer_tls=peer_tls(self.config),
         )
 
     def _wake(self) -> None:
@@ -170,6 +172,9 @@ class Controller:
         env = {k: v for k, v in os.environ.items() if not k.startswith("IRIS_")}
         env.update(self.config.defaults.task_env)
         env.update(PYTHONUNBUFFERED="1", IRIS_CONTROLLER=self.config.url, IRIS_CLUSTER=self.config.name)
+        ca = task_ca(self.config)
+        if ca and "IRIS_CA" not in self.config.defaults.task_env:
+            env["IRIS_CA"] = ca  # so that a task's own calls check the controller's certificate
         return env
 
     def problems(self) -> list[str]:
