@@ -109,7 +109,7 @@ def test_jobs_table_has_the_documented_columns_and_a_reason_for_pending_jobs():
         pb.JobStatus(job_id="/alice/new", state="PENDING", replicas=1, submitted_ms=NOW),
     ]
     lines = jobs_table(jobs, NOW).splitlines()
-    assert lines[0].split() == ["JOB", "STATE", "CLUSTER", "TASKS", "AGE", "REASON"]
+    assert lines[0].split() == ["JOB", "STATE", "CLUSTER", "TASKS", "AGE", "START", "REASON"]
     assert lines[1].split()[:5] == ["/alice/wait", "PENDING", "marin", "0/1", "(1"]
     assert lines[1].endswith("Queued for peer cw-h100 to report free capacity")
     assert lines[2].endswith("task 0 failed: exit code 3")
@@ -333,11 +333,33 @@ def test_jobs_table_has_a_row_per_job_from_the_row_formatters(jobs):
         )
         for i, (state, counts, replicas, ago, text) in enumerate(jobs)
     ]
-    from iris.cli.output import job_reason
+    from iris.cli.output import expected_start, job_reason
 
     rows = [
-        (j.job_id, j.state, j.cluster or "-", format_tasks(j), format_age(j.submitted_ms, NOW), job_reason(j))
+        (
+            j.job_id,
+            j.state,
+            j.cluster or "-",
+            format_tasks(j),
+            format_age(j.submitted_ms, NOW),
+            expected_start(j, NOW),
+            job_reason(j),
+        )
         for j in messages
     ]
-    headers = ("JOB", "STATE", "CLUSTER", "TASKS", "AGE", "REASON")
+    headers = ("JOB", "STATE", "CLUSTER", "TASKS", "AGE", "START", "REASON")
     assert jobs_table(messages, NOW).split("\n") == _table_as_specified(headers, rows)
+
+
+def test_jobs_table_start_column_says_when_a_pending_job_is_expected_to_start():
+    soon = pb.JobStatus(job_id="/a/soon", state="PENDING", replicas=1, submitted_ms=NOW, start_latest_ms=NOW + 180_000)
+    later = pb.JobStatus(
+        job_id="/a/later", state="PENDING", replicas=1, submitted_ms=NOW, start_latest_ms=NOW + 7_200_000
+    )
+    unknown = pb.JobStatus(job_id="/a/unknown", state="PENDING", replicas=1, submitted_ms=NOW, start_basis="why")
+    running = pb.JobStatus(job_id="/a/run", state="RUNNING", replicas=1, submitted_ms=NOW, start_latest_ms=NOW + 1)
+    cells = {
+        line.split()[0]: line.split()[5] for line in jobs_table([soon, later, unknown, running], NOW).splitlines()[1:]
+    }
+    assert cells["/a/soon"] == "in" and "in 3m00s" in jobs_table([soon], NOW)
+    assert cells["/a/later"].startswith("~") and cells["/a/unknown"] == "unknown" and cells["/a/run"] == "-"

@@ -44,6 +44,9 @@ def test_big_job_starts_after_first_wave_while_small_jobs_keep_coming(controller
         message="the big job holds a reservation",
     )
     assert "Holds a reservation on " in reason and "expected start ~" in reason
+    estimate = status(c, big).job
+    assert estimate.start_latest_ms > estimate.start_earliest_ms > estimate.submitted_ms
+    assert "reservation on" in estimate.start_basis
     # A small job whose limit ends long before the first wave's does: it backfills on the free device.
     short = launch("short", 1, 0, limit=2)
     assert wait_state(c, short).job.state == "SUCCEEDED"

@@ -158,3 +158,24 @@ def test_reservation_cpu_only_cluster_unaffected_when_everything_fits():
     pending = job("a", Resources(cpu=1, memory=G), replicas=4)
     result = schedule(_snapshot((), pending, workers))
     assert len(result.assignments) == 4 and result.reservations == ()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_scenarios())
+def test_property_estimate_never_says_now_for_a_job_that_cannot_start_now(scenario):
+    workers, running, pending = scenario
+    result = schedule(_snapshot(_fitting(workers, running), pending, workers))
+    placed = {a.task_id for a in result.assignments}
+    for job_id, estimate in result.estimates.items():
+        assert estimate.earliest_ms > NOW
+        assert estimate.latest_ms is None or estimate.latest_ms > NOW
+        assert any(t.job_id == job_id and t.task_id not in placed for t in pending)
+    # Every job left waiting with a reason has an estimate (its band holds a reservation).
+    assert set(result.pending_reasons) <= set(result.estimates) or not result.reservations
+
+
+def test_estimate_of_reservation_holder_is_the_reservation_start():
+    result = schedule(_snapshot(_wave()[:6], job("big", gpu_request(8))))
+    estimate = result.estimates["big"]
+    assert estimate.latest_ms == NOW + 4000 and estimate.earliest_ms == NOW + 1
+    assert "reservation on w1" in estimate.basis

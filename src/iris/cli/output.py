@@ -298,6 +298,29 @@ def job_reason(job: Any) -> str:
     return job.error
 
 
+def expected_start(job: Any, now_ms: int) -> str:
+    """A pending job's START cell: `in 3m` when soon, `~14:05` (local time) when later, `unknown`
+    when the scheduler has no latest time for it (its reason says why); `-` for other states."""
+    if job.state != "PENDING":
+        return "-"
+    latest = job.start_latest_ms
+    if not latest:
+        return "unknown"
+    wait = max(0.0, (latest - now_ms) / 1000)
+    if wait < 3600:
+        return f"in {format_duration(wait)}" if wait >= 1 else "in <1s"
+    return "~" + time.strftime("%H:%M", time.localtime(latest / 1000))
+
+
+def start_interval(job: Any, now_ms: int) -> str:
+    """The `Expected start` line of `job describe`: the interval and what it rests on."""
+    if not job.start_basis:
+        return "not estimated yet"
+    earliest = format_time(job.start_earliest_ms)
+    latest = format_time(job.start_latest_ms) if job.start_latest_ms else "unknown"
+    return f"{expected_start(job, now_ms)}: not before {earliest}, at the latest {latest} ({job.start_basis})"
+
+
 def jobs_table(jobs: Sequence[Any], now_ms: int | None = None) -> str:
     """The `job list` table. A page holds a thousand jobs, most alike in their task counts: each
     distinct TASKS cell is worked out once, and the ages all count from one reading of the clock."""
@@ -312,8 +335,9 @@ def jobs_table(jobs: Sequence[Any], now_ms: int | None = None) -> str:
             cell = tasks[key] = format_tasks(j)
         state = j.state
         reason = (j.pending_reason or "waiting for the scheduler") if state == "PENDING" else j.error
-        rows.append((j.job_id, state, j.cluster or "-", cell, format_age(j.submitted_ms, now), reason))
-    return render_table(("JOB", "STATE", "CLUSTER", "TASKS", "AGE", "REASON"), rows)
+        start = expected_start(j, now) if state == "PENDING" else "-"
+        rows.append((j.job_id, state, j.cluster or "-", cell, format_age(j.submitted_ms, now), start, reason))
+    return render_table(("JOB", "STATE", "CLUSTER", "TASKS", "AGE", "START", "REASON"), rows)
 
 
 def exit_text(message: Any) -> str:
@@ -358,6 +382,8 @@ def describe_job(resp: Any, now_ms: int | None = None) -> str:
         fields.append(("Exit code", str(job.exit_code)))
     if job.state == "PENDING":
         fields.append(("Pending reason", job.pending_reason or "waiting for the scheduler"))
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        fields.append(("Expected start", start_interval(job, now)))
     if job.error:
         fields.append(("Error", job.error))
     if job.stale:

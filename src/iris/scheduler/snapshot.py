@@ -20,6 +20,7 @@ from iris.core.resources import Resources
 
 __all__ = [
     "Assignment",
+    "Estimate",
     "PendingTask",
     "Preemption",
     "Reservation",
@@ -142,6 +143,17 @@ class Reservation:
 
 
 @dataclass(frozen=True, slots=True)
+class Estimate:
+    """When a waiting job is expected to start: not before `earliest_ms` (always after the tick
+    that made it, as it could not start then), at the latest `latest_ms` (None: unknown), and
+    what that rests on."""
+
+    earliest_ms: int
+    latest_ms: int | None
+    basis: str
+
+
+@dataclass(frozen=True, slots=True)
 class ScheduleResult:
     assignments: tuple[Assignment, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
@@ -149,3 +161,5 @@ class ScheduleResult:
     # job_id -> one human sentence on why its still-pending tasks wait
     pending_reasons: Mapping[str, str] = field(default_factory=dict)
     reservations: tuple[Reservation, ...] = ()
+    # job -> when it is expected to start, for every job with tasks still waiting
+    estimates: Mapping[str, Estimate] = field(default_factory=dict)

@@ -30,6 +30,7 @@ from iris.scheduler.reasons import PoolStats, never_fits, waiting_reason
 from iris.scheduler.reservations import Reservations, backfill, blocked_by, clock, release, reserve
 from iris.scheduler.snapshot import (
     Assignment,
+    Estimate,
     PendingTask,
     Preemption,
     ScheduleResult,
@@ -60,6 +61,7 @@ class Tick:
     preemptions: list[Preemption] = field(default_factory=list)
     unschedulable: list[Unschedulable] = field(default_factory=list)
     reservations: Reservations = field(default_factory=Reservations)
+    estimates: dict[str, Estimate] = field(default_factory=dict)
 
     def result(self) -> ScheduleResult:
         reasons = {job: o.pending_reason for job, o in self.outcomes.items() if o.pending_reason is not None}
@@ -69,6 +71,7 @@ class Tick:
             unschedulable=tuple(self.unschedulable),
             pending_reasons=reasons,
             reservations=tuple(h.reservation for h in self.reservations.holds),
+            estimates=self.estimates,
         )
 
 
@@ -512,6 +515,7 @@ def _explain_reservations(tick: Tick, left: list[JobOutcome]) -> None:
     held capacity would let start now that they wait behind it, and whose it is."""
     holds = tick.reservations.holds
     now_ms = tick.snapshot.now_ms
+    estimates = tick.estimates
     by_shape: dict[int, object] = {}
     for outcome in left:
         if outcome.pending_reason is None:
@@ -521,6 +525,12 @@ def _explain_reservations(tick: Tick, left: list[JobOutcome]) -> None:
         if mine is not None:
             r = mine.reservation
             start = f"~{clock(r.start_ms)}" if r.start_ms is not None else "unknown (a task there has no time limit)"
+            basis = (
+                f"its reservation on {r.where()}: the time limits of the tasks running there"
+                if r.start_ms is not None
+                else f"its reservation on {r.where()}, where a task has no time limit"
+            )
+            estimates[request.job_id] = Estimate(now_ms + 1, r.start_ms, basis)
             sentence = tick.reservations.sentences.get(request.job_id, outcome.pending_reason)
             outcome.pending_reason = (
                 f"{sentence}. Holds a reservation on {r.where()} since {clock(r.since_ms)}, expected start {start}."
@@ -531,6 +541,7 @@ def _explain_reservations(tick: Tick, left: list[JobOutcome]) -> None:
             by_shape[key] = blocked_by(tick.ledger, holds, request.shape)
         blocking = by_shape[key]
         if blocking is None:
+            estimates[request.job_id] = Estimate(now_ms + 1, None, outcome.pending_reason)
             continue
         r = blocking.reservation  # type: ignore[attr-defined]
         if r.start_ms is not None:
@@ -539,6 +550,7 @@ def _explain_reservations(tick: Tick, left: list[JobOutcome]) -> None:
         else:
             hint = " (expected start unknown)"
         outcome.pending_reason = f"Waits behind the reservation of job {r.job_id} on {r.where()}{hint}."
+        estimates[request.job_id] = Estimate(now_ms + 1, None, outcome.pending_reason)
 
 
 def _explain_waits(tick: Tick, memo: Memo, outcomes: list[JobOutcome]) -> None:

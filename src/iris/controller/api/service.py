@@ -125,6 +125,7 @@ class ControllerServiceImpl(WorkerCalls):
         with self.db.read() as conn:
             self._check_read(conn, identity, req.job_id)
             job = reads.get_job(conn, req.job_id, self.name)
+            self._estimate(job)
             if not req.include_tasks:
                 return pb.GetJobStatusResponse(job=job)
             tasks, token, total = reads.task_page(conn, req.job_id, req.include_attempts, self.name)
@@ -146,7 +147,21 @@ class ControllerServiceImpl(WorkerCalls):
 
     def _list_jobs(self, req: pb.ListJobsRequest, within: str) -> pb.ListJobsResponse:
         with self.db.read() as conn:
-            return reads.list_jobs(conn, req, self.name, within)
+            resp = reads.list_jobs(conn, req, self.name, within)
+        for job in resp.jobs:
+            if job.state == "PENDING":
+                self._estimate(job)
+        return resp
+
+    def _estimate(self, job: pb.JobStatus) -> None:
+        """Adds to a pending job's status the expected start the tick's last pass worked out."""
+        if job.state != "PENDING":
+            return
+        found = self.tick.estimates.get(job.job_id)
+        if found is not None:
+            job.start_earliest_ms = found.earliest_ms
+            job.start_latest_ms = found.latest_ms or 0
+            job.start_basis = found.basis
 
     @rpc
     def list_tasks(self, req: pb.ListTasksRequest, identity: Identity) -> pb.ListTasksResponse:

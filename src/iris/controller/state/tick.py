@@ -59,7 +59,7 @@ from iris.core.states import TaskState
 from iris.federation.model import QueuedJob
 from iris.scheduler import compute_availability, schedule
 from iris.scheduler.gating import deadline_passed, effective_band, user_spend
-from iris.scheduler.snapshot import ScheduleResult, Unschedulable
+from iris.scheduler.snapshot import Estimate, ScheduleResult, Unschedulable
 
 log = logging.getLogger("iris.tick")
 MAINTENANCE_INTERVAL_S = 60.0
@@ -191,6 +191,7 @@ class ControlLoop:
         self._reasons: dict[str, str] = {}
         # job -> when it first held its reservation, as of the last pass (see `scheduler.reservations`)
         self.reserved_since: dict[str, int] = {}
+        self.estimates: Mapping[str, Estimate] = {}  # job -> its expected start, as of the last pass
         self.refused: Counter[str] = Counter()  # decisions the applier refused, by kind of change
         self._next_maintenance = 0.0
         # The inputs version and workers the last completed scheduling step decided over, and when
@@ -573,6 +574,7 @@ class ControlLoop:
         backing_off = self.loader.backing_off
         self._fail_poisoned(now)
         if not snapshot.pending:
+            self.estimates = {}
             if backing_off:
                 with self.db.write() as conn:
                     self._store_reasons(conn, backing_off)
@@ -583,6 +585,8 @@ class ControlLoop:
             result = self._schedule_isolated(snapshot, now)
         # Carried to the next pass: a reservation's "since" is when its job first held one.
         self.reserved_since = {r.job_id: r.since_ms for r in result.reservations}
+        # Replaced whole, read by API threads: what job status and listings say of expected starts.
+        self.estimates = result.estimates
         if result.unschedulable and self._pools:
             result = _wait_for_joiners(result, snapshot, now, self._pools)
         launches: list[tuple[Backend, LaunchSpec]] = []

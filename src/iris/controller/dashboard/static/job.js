@@ -62,6 +62,9 @@ export function jobPage(root, route) {
     const rows = [
       ["State", stateBadge(job.state), job.error ? el("span", { class: "error" }, ` ${job.error}`) : ""],
       ["Pending reason", job.pendingReason],
+      ["Expected start", job.state === "PENDING" && job.startBasis
+        ? `${num(job.startLatestMs) ? `by ${clock(job.startLatestMs)}` : "unknown"}, not before ${clock(job.startEarliestMs)} (${job.startBasis})`
+        : ""],
       ["User / owner", `${job.user} / ${job.owner}`],
       ["Cluster", job.cluster || "(choosing a peer)"],
       ["Band", job.priority],
