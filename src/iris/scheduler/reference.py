@@ -34,16 +34,16 @@ The rules, in the order a tick applies them:
    that still holds every replica, else, preempting, the group whose evictions cost least. A job
    some of whose replicas run stays in their group.
 
-Dominant share (fair share between users): per backend and per resource, the user's running
-tasks over the alive workers' capacity; the largest of those is the user's share. Within a band
-the user using the least goes first, so one user's large job cannot hold another's small job back.
+Dominant share (fair share between users): per backend and per resource, what the user's running
+tasks hold over what the backend's alive workers have, in tenths of a percent rounded down; the
+largest of those is the user's share. Within a band the user holding least goes first, so one
+user's large job cannot hold another's small job back.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from fractions import Fraction
 
 from iris.core.bands import Band
 from iris.core.constraints import AVAILABLE_PREFIX, Constraint, device_constraints, matches
@@ -160,8 +160,9 @@ def may_evict_on(task: PendingTask, worker: WorkerSnapshot) -> bool:
     return worker.capacity.device.kind == device.kind
 
 
-def dominant_shares(workers: list[WorkerSnapshot], running: tuple[RunningTask, ...]) -> dict[str, Fraction]:
-    """Per user, the largest share of any resource of any backend their running tasks hold."""
+def dominant_shares(workers: list[WorkerSnapshot], running: tuple[RunningTask, ...]) -> dict[str, int]:
+    """Per user, the largest share of any resource of any backend their running tasks hold, in
+    tenths of a percent, rounded down."""
     capacity: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     by_id = {w.worker_id: w for w in workers if w.alive}
     for w in by_id.values():
@@ -171,11 +172,11 @@ def dominant_shares(workers: list[WorkerSnapshot], running: tuple[RunningTask, .
         if t.worker_id in by_id:
             key = (t.user, by_id[t.worker_id].backend_id)
             used[key] = [a + b for a, b in zip(used[key], demand(t.resources))]
-    shares: dict[str, Fraction] = defaultdict(Fraction)
+    shares: dict[str, int] = defaultdict(int)
     for (user, backend), amounts in used.items():
         for have, total in zip(amounts, capacity[backend]):
             if total > 0 and have > 0:
-                shares[user] = max(shares[user], Fraction(have, total))
+                shares[user] = max(shares[user], have * 1000 // total)
     return shares
 
 
@@ -208,7 +209,7 @@ def requests(snapshot: SchedulingSnapshot, workers: list[WorkerSnapshot]) -> lis
         )
         pinned = group_of(by_id[placed[0].worker_id]) if coscheduled and placed else None
         head = (live or expired)[0]
-        key = (band, 0 and shares[first.user], -head.depth, head.root_submitted_ms, head.insertion, job_id)
+        key = (band, shares[first.user], -head.depth, head.root_submitted_ms, head.insertion, job_id)
         hard, preferred = constraints_of(first)
         need = demand(first.resources)
         replicas = max(first.replicas, len(tasks))

@@ -24,7 +24,7 @@ from iris.scheduler.fit import Shape, ShapeCache
 from iris.scheduler.gating import deadline_passed, effective_band, with_peer_spend
 from iris.scheduler.index import ClusterIndex
 from iris.scheduler.ledger import Ledger
-from iris.scheduler.ordering import JobRequest, is_coscheduled, new_request, task_order_key
+from iris.scheduler.ordering import JobRequest, is_coscheduled, job_order_key, new_request, task_order_key
 from iris.scheduler.placement import Memo, Placed, place_coscheduled, place_independent
 from iris.scheduler.reasons import PoolStats, never_fits, waiting_reason
 from iris.scheduler.snapshot import (
@@ -151,6 +151,7 @@ class Requests:
     key_of: dict[str, tuple] = field(default_factory=dict)  # job -> its key in `keys`
     pinning: frozenset[str] = frozenset()  # the jobs whose shape pins a `worker`
     distinct: bool = False  # whether no two tasks of a job share a `task_order_key` (see `_grouped`)
+    shares: dict[str, int] = field(default_factory=dict)  # user -> the dominant share `keys` hold
 
     def same_tasks(self, pending: tuple[PendingTask, ...]) -> bool:
         """Whether `pending` holds the very tasks these requests were made from, in order."""
@@ -230,6 +231,7 @@ def build_requests(
     and orders the jobs; `carried` (made from the same tasks) is taken when gating decides as it
     did, and so are `delta`'s carried requests for the jobs it leaves untouched."""
     spend = with_peer_spend(ledger.ix.spend, snapshot.peer_spend)
+    shares = ledger.ix.shares()
     job_workers = ledger.ix.job_workers
     pinned: dict[str, tuple[str, str]] = {}
     for job_id in by_job.keys() & job_workers.keys():
@@ -246,33 +248,44 @@ def build_requests(
         and base.now_ms == judged
         and all(effective_band(b, u, spend, budgets, default) is e for (b, u), e in base.bands.items())
     ):
-        if delta is None and base.pinned == pinned:
+        moved = {user for user, share in base.shares.items() if shares.get(user, 0) != share}
+        if delta is None and base.pinned == pinned and not moved:
             return base
-        pinning = delta.pinning if delta is not None else base.pinning
         touched = set(delta.touched) if delta is not None else set()
-        # A job whose running replicas moved to another group (or left) is made again.
+        # A job whose running replicas moved to another group (or left) is made again, and so is
+        # every job of a user whose share moved.
         touched.update(j for j in pinned.keys() | base.pinned.keys() if pinned.get(j) != base.pinned.get(j))
-        return _merged(snapshot, base, by_job, shapes, touched, pinned, judged, spend, pinning)
+        if moved:
+            touched.update(r.job_id for r in base.ordered if r.user in moved)
+        if len(touched) <= _MAX_TOUCHED * len(base.ordered) + 16:
+            pinning = delta.pinning if delta is not None else base.pinning
+            return _merged(snapshot, base, by_job, shapes, touched, pinned, judged, spend, shares, pinning)
     bands: dict[tuple[Band, str], Band] = {}  # (band, user) -> the band it competes in: users are few
-    requests, keys = _made(snapshot, by_job, by_job.keys(), shapes, bands, spend, pinned, no_deadlines)
+    requests, keys = _made(snapshot, by_job, by_job.keys(), shapes, bands, spend, shares, pinned, no_deadlines)
     pairs = sorted(zip(keys, requests))  # a key ends in the job id: the requests are never compared
     keys = list(map(_first, pairs))
     if delta is not None:
         pinning, distinct = delta.pinning, True
     return Requests(
-        snapshot.pending,
-        by_job,
-        shapes,
-        judged,
-        bands,
-        pinned,
-        list(map(_second, pairs)),
-        ledger.ix.per_worker,
-        keys,
-        dict(zip(map(_last, keys), keys)),
-        pinning,
-        distinct,
+        pending=snapshot.pending,
+        by_job=by_job,
+        shapes=shapes,
+        now_ms=judged,
+        bands=bands,
+        pinned=pinned,
+        ordered=list(map(_second, pairs)),
+        pins_worker=ledger.ix.per_worker,
+        keys=keys,
+        key_of=dict(zip(map(_last, keys), keys)),
+        pinning=pinning,
+        distinct=distinct,
+        shares=_shares_of(bands, shares),
     )
+
+
+def _shares_of(bands: dict[tuple[Band, str], Band], shares: dict[str, int]) -> dict[str, int]:
+    """The share of every user with pending work (those `bands` names), as their keys hold it."""
+    return {user: shares.get(user, 0) for _, user in bands}
 
 
 _first, _second, _last = itemgetter(0), itemgetter(1), itemgetter(-1)
@@ -285,6 +298,7 @@ def _made(
     shapes: dict[str, Shape],
     bands: dict[tuple[Band, str], Band],
     spend: dict[str, int],
+    shares: dict[str, int],
     pinned: dict[str, tuple[str, str]],
     no_deadlines: bool,
 ) -> tuple[list[JobRequest], list[tuple]]:
@@ -302,7 +316,7 @@ def _made(
         if effective is None:
             effective = bands[(band, user)] = effective_band(band, user, spend, budgets, default)
         head = live[0] if live else expired[0]
-        keys.append((effective, -head.depth, head.root_submitted_ms, head.insertion, job_id))
+        keys.append(job_order_key(head, effective, shares.get(user, 0)))
         # In the order of JobRequest's fields: a tick builds one per pending job.
         requests.append(
             new_request(
@@ -333,6 +347,7 @@ def _merged(
     pinned: dict[str, tuple[str, str]],
     judged: int | None,
     spend: dict[str, int],
+    shares: dict[str, int],
     pinning: frozenset[str],
 ) -> Requests:
     """`base`'s requests with those of `touched` jobs made again (or dropped, for jobs no longer
@@ -345,25 +360,26 @@ def _merged(
             del keys[at], ordered[at]
     bands = dict(base.bands)
     again = [job_id for job_id in touched if job_id in by_job]
-    requests, made = _made(snapshot, by_job, again, shapes, bands, spend, pinned, judged is None)
+    requests, made = _made(snapshot, by_job, again, shapes, bands, spend, shares, pinned, judged is None)
     for key, request in zip(made, requests):
         at = bisect_left(keys, key)
         keys.insert(at, key)
         ordered.insert(at, request)
         key_of[request.job_id] = key
     return Requests(
-        snapshot.pending,
-        by_job,
-        shapes,
-        judged,
-        bands,
-        pinned,
-        ordered,
-        bool(pinning),
-        keys,
-        key_of,
-        pinning,
-        base.distinct,
+        pending=snapshot.pending,
+        by_job=by_job,
+        shapes=shapes,
+        now_ms=judged,
+        bands=bands,
+        pinned=pinned,
+        ordered=ordered,
+        pins_worker=bool(pinning),
+        keys=keys,
+        key_of=key_of,
+        pinning=pinning,
+        distinct=base.distinct,
+        shares=_shares_of(bands, shares),
     )
 
 
