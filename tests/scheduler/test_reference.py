@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import lru_cache
 from dataclasses import replace
+from functools import cache
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,11 +21,11 @@ from iris.scheduler import PendingTask, RunningTask, ScheduleResult, SchedulingS
 from iris.scheduler import ledger as ledger_module
 from iris.scheduler.index import ClusterIndex
 from iris.scheduler.reference import Decisions, decide
+from tests.scheduler.scheduler_builders import decisions_of
 
 G = 1024**3
 NOW = 10_000
 USERS = ("alice", "bob", "carol")
-TIMEOUT = "Scheduling timeout reached"
 ONE_TICK = settings(
     max_examples=500, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck), database=None
 )
@@ -34,12 +34,12 @@ CHAINS = settings(
 )
 
 
-@lru_cache(maxsize=None)
+@cache
 def _choice(values: tuple) -> st.SearchStrategy:
     return st.sampled_from(values)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _number(low: int, high: int) -> st.SearchStrategy:
     return st.integers(low, high)
 
@@ -51,17 +51,6 @@ def pick(draw, *values):
 
 def number(draw, low: int, high: int) -> int:
     return draw(_number(low, high))
-
-
-def decisions_of(result: ScheduleResult) -> Decisions:
-    """The kernel's result in the reference's terms."""
-    return Decisions(
-        frozenset((a.task_id, a.worker_id) for a in result.assignments),
-        frozenset((p.task_id, p.worker_id, p.by_task_id) for p in result.preemptions),
-        frozenset(u.task_id for u in result.unschedulable if not u.reason.startswith(TIMEOUT)),
-        frozenset(u.task_id for u in result.unschedulable if u.reason.startswith(TIMEOUT)),
-        frozenset(result.pending_reasons),
-    )
 
 
 @contextmanager

@@ -319,7 +319,7 @@ class Ledger:
         self._plans: dict[tuple, list[Pool]] = {}
         self._group_levels: dict[tuple, dict[tuple[str, str], list[tuple[int, ...]]]] = {}
         self._group_plans: dict[tuple, list[Pool]] = {}
-        # (shape, group, plain) -> its finder: a shape hashes once (its constraints' hashes are
+        # (shape, group) -> its finder: a shape hashes once (its constraints' hashes are
         # the cost of keying by what it may use), and a job asks for its finder on every placement.
         self._finders: dict[tuple, Finder] = {}
         self._evictable: dict[tuple[int, Band], tuple[Vector, tuple[RunningTask, ...]]] = {}
@@ -439,14 +439,14 @@ class Ledger:
             ]
         return plan
 
-    def finder(self, shape: Shape, group: tuple[str, str] | None = None, plain: bool = False) -> Finder:
+    def finder(self, shape: Shape, group: tuple[str, str] | None = None) -> Finder:
         """How to find the best fit for `shape` (within `group` when given): through the pools,
-        or, `plain` or where it may use few workers, by scanning its preference levels."""
-        key = (shape, group, plain)
+        or, where it may use few workers, by scanning its preference levels."""
+        key = (shape, group)
         find = self._finders.get(key)
         if find is None:
             levels = self.ix.levels(shape) if group is None else self.group_levels(shape)[group]
-            if plain or _scanned(levels):
+            if _scanned(levels):
                 find = partial(scanned_best_fit, levels)
             else:
                 plan = self.plan(shape) if group is None else self.group_plan(shape, group)

@@ -26,7 +26,6 @@ from iris.core.bands import Band
 from iris.scheduler.fit import Shape, Vector
 from iris.scheduler.snapshot import PendingTask
 
-
 SHARE_SCALE = 1000  # shares are counted in tenths of a percent
 
 

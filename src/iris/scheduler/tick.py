@@ -399,9 +399,8 @@ def _place(tick: Tick, memo: Memo, request: JobRequest, outcome: JobOutcome) -> 
     outcome.preempted = len(placed.preemptions)
 
 
-def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
-    """Runs the whole pipeline and keeps what `explain` needs to look at afterwards. `plain` runs
-    it without the pass's indexes (see `placement.Memo`): the same decisions, found by scanning."""
+def run_tick(snapshot: SchedulingSnapshot) -> Tick:
+    """Runs the whole pipeline and keeps what `explain` needs to look at afterwards."""
     index = snapshot.index if isinstance(snapshot.index, ClusterIndex) else None
     carried = index.requests if index is not None else None
     delta = None
@@ -430,7 +429,7 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
         index.requests = requests  # one object, replaced whole: `explain` may read it meanwhile
     tick = Tick(snapshot, ledger)
     now_ms = snapshot.now_ms
-    memo = Memo(plain=plain)
+    memo = Memo()
     never = ledger.ix.never  # a function of the workers alone: kept across ticks with them
     # The same, by (shape identity, replicas), or the identity alone for one replica (most jobs):
     # the requests hold their shapes while this runs, and a shape's hash is a Python call.
@@ -439,7 +438,7 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
     # worker had room for that shape and nothing that band may evict was left, and within a tick
     # free capacity and evictable work only shrink, so every later job of the same shape and band
     # places nothing either. Behind a backlog that fills the cluster, that is every job after the
-    # first few, and each is passed over without a placement attempt (the plain pass still tries).
+    # first few, and each is passed over without a placement attempt.
     exhausted: set[tuple[int, Band]] = set()
     # The outcomes `_explain_waits` gives reasons for: behind a backlog the cluster has room for,
     # most jobs place every task and need none.
@@ -467,7 +466,7 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
         outcome.unschedulable = verdict
         if verdict is not None:
             tick.unschedulable.extend(Unschedulable(t.task_id, verdict) for t in tasks)
-        elif coscheduled or plain:
+        elif coscheduled:
             if tasks:
                 _place(tick, memo, request, outcome)
         elif tasks and (kind := (id(shape), band)) not in exhausted:
