@@ -15,9 +15,7 @@ def states(c, job_id: str) -> list[str]:
     return [t.state for t in status(c, job_id).tasks]
 
 
-def test_small_job_of_another_user_takes_the_first_freed_slot_before_a_huge_jobs_replicas(
-    controller_factory, tmp_path
-):
+def test_small_job_of_another_user_takes_the_first_freed_slot_before_a_huge_jobs_replicas(controller_factory, tmp_path):
     ctl = controller_factory("test", backends=TWO_HOSTS)
     c = client(ctl)
     go = tmp_path / "go"

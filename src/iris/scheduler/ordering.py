@@ -18,7 +18,6 @@ tenth of a percent of each other go by submit order.
 
 from __future__ import annotations
 
-from functools import partial
 from operator import attrgetter
 from typing import NamedTuple
 
@@ -51,9 +50,8 @@ class JobRequest(NamedTuple):
     """A pending job as the placement pass sees it: its tasks in replica order, its shape, and the
     band it competes in after gating.
 
-    A named tuple rather than a frozen dataclass: a tick builds one per pending job, and
-    `new_request` builds it in C, where a frozen dataclass's `__init__` sets each field through
-    `object.__setattr__`.
+    A named tuple rather than a frozen dataclass: a tick builds one per pending job, and a frozen
+    dataclass's `__init__` sets each field through `object.__setattr__`.
     """
 
     job_id: str
@@ -71,10 +69,6 @@ class JobRequest(NamedTuple):
     @property
     def downgraded(self) -> bool:
         return self.band is not self.requested_band
-
-
-# Builds a `JobRequest` from a tuple of its fields, in order.
-new_request = partial(tuple.__new__, JobRequest)
 
 
 def is_coscheduled(task: PendingTask) -> bool:

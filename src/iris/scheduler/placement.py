@@ -19,7 +19,7 @@ from operator import attrgetter
 from iris.core.bands import Band
 from iris.scheduler.fit import Shape, copies
 from iris.scheduler.gangs import GangSlots, Group
-from iris.scheduler.ledger import Finder, Ledger
+from iris.scheduler.ledger import Finder, Ledger, Pool
 from iris.scheduler.preemption import (
     LOWEST_BAND,
     EvictionRun,
@@ -35,6 +35,16 @@ from iris.scheduler.snapshot import Assignment, PendingTask, Preemption, Running
 
 
 @dataclass(slots=True)
+class Search:
+    """How the tick searches for one shape of independent tasks."""
+
+    find: Finder | None  # the best-fit search where it scans its workers (None where it has pools)
+    pools: list[Pool] | None
+    no_fit: bool  # it fitted nowhere earlier in the tick
+    shape: Shape
+
+
+@dataclass(slots=True)
 class Memo:
     """What the tick has already learned cannot succeed, and the indexes it keeps while it runs.
 
@@ -44,10 +54,8 @@ class Memo:
 
     no_fit: set[Shape] = field(default_factory=set)
     # By a shape's identity (a shape's hash is a Python call, and a tick looks its shape up for
-    # every job; the entry holds the shape, so no other object takes its identity while it is
-    # kept): [its finder (None where it searches pools), its pools (or None), whether it fitted
-    # nowhere, the shape].
-    independent: dict[int, list] = field(default_factory=dict)
+    # every job; the entry holds the shape, so no other object takes its identity while it is kept).
+    independent: dict[int, Search] = field(default_factory=dict)
     no_preempt: set[tuple[Shape, Band]] = field(default_factory=set)
     no_gang: set[tuple] = field(default_factory=set)
     no_room: set[tuple] = field(default_factory=set)  # ((hard, need, replicas), group or None): no free room
@@ -119,8 +127,8 @@ def place_independent(
         pools = ledger.pools(shape)
         # A search through pools needs no finder: once they hold no more, the shape fits nowhere.
         find = ledger.finder(shape) if pools is None else None
-        entry = memo.independent[id(shape)] = [find, pools, shape in memo.no_fit, shape]
-    find, pools, no_fit, _ = entry
+        entry = memo.independent[id(shape)] = Search(find, pools, shape in memo.no_fit, shape)
+    find, pools, no_fit = entry.find, entry.pools, entry.no_fit
     need = shape.need
     i, n = 0, len(tasks)
     free, hosts, assigned = ledger.free, ledger.workers, placed.assignments
@@ -149,7 +157,7 @@ def place_independent(
             ledger.take(w, need, k)
             i += k
             continue
-        no_fit = entry[2] = True
+        no_fit = entry.no_fit = True
         memo.no_fit.add(shape)
         if not can_preempt_anything(band) or (shape, band) in memo.no_preempt:
             break
@@ -243,7 +251,7 @@ def _trial_floor(ledger: Ledger, members: tuple[int, ...], band: Band, now_ms: i
         summary = ledger.eviction_summary(w, band, now_ms)
         if summary is None:
             continue
-        rank, lost = summary[0], summary[1]
+        rank, lost = summary.lowest, summary.least_work
         if rank > low:
             low, work = rank, lost
         elif rank == low and lost < work:
@@ -272,9 +280,8 @@ def place_coscheduled(
     # Free slots only shrink within a tick: where no group (or not the pinned one) held a request
     # earlier, none does now, and a job that may not preempt needs no counting to wait.
     room = (shape.hard, shape.need, n)
-    if (
-        (not can_preempt_anything(band) or (shape, n, pinned_group, band) in memo.no_gang)
-        and ((room, None) in memo.no_room or (room, pinned_group) in memo.no_room)
+    if (not can_preempt_anything(band) or (shape, n, pinned_group, band) in memo.no_gang) and (
+        (room, None) in memo.no_room or (room, pinned_group) in memo.no_room
     ):
         return None
     groups = ledger.group_levels(shape)

@@ -101,6 +101,14 @@ def demand(resources: Resources) -> Vector:
     return (device.count if device.kind != "cpu" else 0, round(resources.cpu * 1000), resources.memory, resources.disk)
 
 
+def plus(a: Vector, b: Vector) -> Vector:
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3])
+
+
+def minus(a: Vector, b: Vector) -> Vector:
+    return (a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3])
+
+
 def fits(free: Vector, need: Vector) -> bool:
     return all(f >= n for f, n in zip(free, need))
 
@@ -109,7 +117,7 @@ def copies(free: Vector, need: Vector, limit: int) -> int:
     """How many tasks of `need` fit in `free`, at most `limit`."""
     count = 0
     while count < limit and fits(free, need):
-        free = tuple(f - n for f, n in zip(free, need))  # type: ignore[assignment]
+        free = minus(free, need)
         count += 1
     return count
 
@@ -163,15 +171,15 @@ def may_evict_on(task: PendingTask, worker: WorkerSnapshot) -> bool:
 def dominant_shares(workers: list[WorkerSnapshot], running: tuple[RunningTask, ...]) -> dict[str, int]:
     """Per user, the largest share of any resource of any backend their running tasks hold, in
     tenths of a percent, rounded down."""
-    capacity: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    capacity: dict[str, Vector] = defaultdict(lambda: (0, 0, 0, 0))
     by_id = {w.worker_id: w for w in workers if w.alive}
     for w in by_id.values():
-        capacity[w.backend_id] = [a + b for a, b in zip(capacity[w.backend_id], demand(w.capacity))]
-    used: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+        capacity[w.backend_id] = plus(capacity[w.backend_id], demand(w.capacity))
+    used: dict[tuple[str, str], Vector] = defaultdict(lambda: (0, 0, 0, 0))
     for t in running:
         if t.worker_id in by_id:
             key = (t.user, by_id[t.worker_id].backend_id)
-            used[key] = [a + b for a, b in zip(used[key], demand(t.resources))]
+            used[key] = plus(used[key], demand(t.resources))
     shares: dict[str, int] = defaultdict(int)
     for (user, backend), amounts in used.items():
         for have, total in zip(amounts, capacity[backend]):
@@ -214,7 +222,9 @@ def requests(snapshot: SchedulingSnapshot, workers: list[WorkerSnapshot]) -> lis
         need = demand(first.resources)
         replicas = max(first.replicas, len(tasks))
         out.append(
-            Request(job_id, tuple(live), tuple(expired), need, hard, preferred, band, replicas, coscheduled, pinned, key)
+            Request(
+                job_id, tuple(live), tuple(expired), need, hard, preferred, band, replicas, coscheduled, pinned, key
+            )
         )
     return sorted(out, key=lambda r: r.key)
 
@@ -245,7 +255,11 @@ def levels(request: Request, workers: list[WorkerSnapshot]) -> list[list[WorkerS
     return [by_score[s] for s in sorted(by_score, reverse=True)]
 
 
-def best_fit(state: State, level_list: list[list[WorkerSnapshot]], need: Vector, order: dict[str, int]):
+Levels = list[list[WorkerSnapshot]]
+
+
+def best_fit(state: State, level_list: Levels, need: Vector, order: dict[str, int]) -> WorkerSnapshot | None:
+    """The worker with the least free capacity that holds `need`, of the best level that has one."""
     for level in level_list:
         fitting = [w for w in level if fits(state.free[w.worker_id], need)]
         if fitting:
@@ -253,7 +267,9 @@ def best_fit(state: State, level_list: list[list[WorkerSnapshot]], need: Vector,
     return None
 
 
-def victim_set(state: State, snapshot: SchedulingSnapshot, worker: WorkerSnapshot, need: Vector, band: Band):
+def victim_set(
+    state: State, snapshot: SchedulingSnapshot, worker: WorkerSnapshot, need: Vector, band: Band
+) -> list[RunningTask] | None:
     """The victims on one worker that make room for `need` at `band`, or None."""
     candidates = [
         t
@@ -266,12 +282,12 @@ def victim_set(state: State, snapshot: SchedulingSnapshot, worker: WorkerSnapsho
         if fits(have, need):
             break
         chosen.append(task)
-        have = tuple(a + b for a, b in zip(have, demand(task.resources)))
+        have = plus(have, demand(task.resources))
     if not chosen or not fits(have, need):
         return None
     for task in reversed(list(chosen)):
-        without = tuple(a - b for a, b in zip(have, demand(task.resources)))
-        if fits(without, need):  # type: ignore[arg-type]
+        without = minus(have, demand(task.resources))
+        if fits(without, need):
             chosen.remove(task)
             have = without
     return chosen
@@ -282,17 +298,25 @@ def cost_of(victims: list[RunningTask], now_ms: int) -> tuple:
     return (-int(min(v.band for v in victims)), len(victims), sum(max(0, now_ms - v.started_ms) for v in victims))
 
 
-def place_one(state, snapshot, request, task, level_list, evictable_on, order) -> bool:
+def place_one(
+    state: State,
+    snapshot: SchedulingSnapshot,
+    request: Request,
+    task: PendingTask,
+    level_list: Levels,
+    evictable_on: list[WorkerSnapshot],
+    order: dict[str, int],
+) -> bool:
     """Places one task: on its best fit, else by the cheapest preemption; False when neither."""
     worker = best_fit(state, level_list, request.need, order)
     if worker is not None:
         free = state.free[worker.worker_id]
-        state.free[worker.worker_id] = tuple(f - n for f, n in zip(free, request.need))  # type: ignore[assignment]
+        state.free[worker.worker_id] = minus(free, request.need)
         state.assignments.append((task.task_id, worker.worker_id))
         return True
     if request.band is Band.BATCH:
         return False  # the lowest band evicts nothing
-    best = None
+    best: tuple[tuple, WorkerSnapshot, list[RunningTask]] | None = None
     for w in evictable_on:
         victims = victim_set(state, snapshot, w, request.need, request.band)
         if victims is not None:
@@ -307,14 +331,22 @@ def place_one(state, snapshot, request, task, level_list, evictable_on, order) -
         state.evicted.add(v.task_id)
         state.preemptions.append((v.task_id, w.worker_id, task.task_id))
         state.victims.append(v)
-        freed = tuple(a + b for a, b in zip(freed, demand(v.resources)))
+        freed = plus(freed, demand(v.resources))
     # The preemptor takes what it needs; what is left over is not handed out this tick.
-    state.free[w.worker_id] = tuple(min(o, o + f - n) for o, f, n in zip(old, freed, request.need))  # type: ignore
+    after = minus(plus(old, freed), request.need)
+    state.free[w.worker_id] = (
+        min(old[0], after[0]),
+        min(old[1], after[1]),
+        min(old[2], after[2]),
+        min(old[3], after[3]),
+    )
     state.assignments.append((task.task_id, w.worker_id))
     return True
 
 
-def place_independent(state, snapshot, request, workers, order) -> int:
+def place_independent(
+    state: State, snapshot: SchedulingSnapshot, request: Request, workers: list[WorkerSnapshot], order: dict[str, int]
+) -> int:
     level_list = levels(request, workers)
     evictable_on = [w for level in level_list for w in level if may_evict_on(request.tasks[0], w)]
     placed = 0
@@ -325,7 +357,9 @@ def place_independent(state, snapshot, request, workers, order) -> int:
     return placed
 
 
-def place_coscheduled(state: State, snapshot, request, workers, order) -> tuple[int, State]:
+def place_coscheduled(
+    state: State, snapshot: SchedulingSnapshot, request: Request, workers: list[WorkerSnapshot], order: dict[str, int]
+) -> tuple[int, State]:
     """(tasks placed, the state after): every eligible replica in one group, or none."""
     n = len(request.tasks)
     everywhere = levels(request, workers)
@@ -333,11 +367,11 @@ def place_coscheduled(state: State, snapshot, request, workers, order) -> tuple[
     if request.pinned_group is not None:
         groups = [g for g in groups if g == request.pinned_group]
 
-    def levels_in(group) -> list[list[WorkerSnapshot]]:
+    def levels_in(group: tuple[str, str]) -> Levels:
         inside = [[w for w in level if group_of(w) == group] for level in everywhere]
         return [level for level in inside if level]
 
-    def trial(group, preempt: bool) -> State | None:
+    def trial(group: tuple[str, str], preempt: bool) -> State | None:
         tried = state.copy()
         group_levels = levels_in(group)
         evictable_on = [w for level in group_levels for w in level if preempt and may_evict_on(request.tasks[0], w)]
@@ -346,7 +380,9 @@ def place_coscheduled(state: State, snapshot, request, workers, order) -> tuple[
                 return None
         return tried
 
-    slots = {g: sum(copies(state.free[w.worker_id], request.need, n) for lv in levels_in(g) for w in lv) for g in groups}
+    slots = {
+        g: sum(copies(state.free[w.worker_id], request.need, n) for lv in levels_in(g) for w in lv) for g in groups
+    }
     ready = sorted((s, g) for g, s in slots.items() if s >= n)
     if ready:  # the tightest group that holds every replica: best fit, group by group
         done = trial(ready[0][1], preempt=False)
@@ -368,11 +404,13 @@ def decide(snapshot: SchedulingSnapshot) -> Decisions:
     """The decisions of one tick over `snapshot`, by the rules above."""
     workers = sorted(snapshot.workers, key=lambda w: (w.backend_id, w.worker_id))
     order = {w.worker_id: i for i, w in enumerate(workers)}
-    free = {}
+    free: dict[str, Vector] = {}
     for w in workers:
-        held = [demand(t.resources) for t in snapshot.running if t.worker_id == w.worker_id] if w.alive else []
-        free[w.worker_id] = tuple(c - sum(h[d] for h in held) for d, c in enumerate(demand(w.capacity)))
-    state = State(free)  # type: ignore[arg-type]
+        free[w.worker_id] = demand(w.capacity)
+        for t in snapshot.running:
+            if w.alive and t.worker_id == w.worker_id:  # a down worker's tasks hold nothing placeable
+                free[w.worker_id] = minus(free[w.worker_id], demand(t.resources))
+    state = State(free)
     never: set[str] = set()
     timed_out: set[str] = set()
     waiting: set[str] = set()

@@ -15,7 +15,7 @@ from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import compress, groupby, islice
 from operator import attrgetter, eq, is_, itemgetter, lt
 
@@ -24,7 +24,7 @@ from iris.scheduler.fit import Shape, ShapeCache
 from iris.scheduler.gating import deadline_passed, effective_band, with_peer_spend
 from iris.scheduler.index import ClusterIndex
 from iris.scheduler.ledger import Ledger
-from iris.scheduler.ordering import JobRequest, is_coscheduled, job_order_key, new_request, task_order_key
+from iris.scheduler.ordering import JobRequest, is_coscheduled, job_order_key, task_order_key
 from iris.scheduler.placement import Memo, Placed, place_coscheduled, place_independent
 from iris.scheduler.reasons import PoolStats, never_fits, waiting_reason
 from iris.scheduler.snapshot import (
@@ -249,14 +249,13 @@ def build_requests(
         and all(effective_band(b, u, spend, budgets, default) is e for (b, u), e in base.bands.items())
     ):
         moved = {user for user, share in base.shares.items() if shares.get(user, 0) != share}
-        if delta is None and base.pinned == pinned and not moved:
+        if moved:
+            base = _rekeyed(base, shares, moved)
+        if delta is None and base.pinned == pinned:
             return base
         touched = set(delta.touched) if delta is not None else set()
-        # A job whose running replicas moved to another group (or left) is made again, and so is
-        # every job of a user whose share moved.
+        # A job whose running replicas moved to another group (or left) is made again.
         touched.update(j for j in pinned.keys() | base.pinned.keys() if pinned.get(j) != base.pinned.get(j))
-        if moved:
-            touched.update(r.job_id for r in base.ordered if r.user in moved)
         if len(touched) <= _MAX_TOUCHED * len(base.ordered) + 16:
             pinning = delta.pinning if delta is not None else base.pinning
             return _merged(snapshot, base, by_job, shapes, touched, pinned, judged, spend, shares, pinning)
@@ -280,6 +279,27 @@ def build_requests(
         pinning=pinning,
         distinct=distinct,
         shares=_shares_of(bands, shares),
+    )
+
+
+def _rekeyed(base: Requests, shares: dict[str, int], moved: set[str]) -> Requests:
+    """`base` with the keys of the jobs of `moved` users holding their users' new shares, in order
+    again. A request does not depend on its user's share, only its place does: tasks starting and
+    ending move some user's share on most ticks, and sorting the keys costs far less than making
+    every request again."""
+    pairs = []
+    for key, request in zip(base.keys, base.ordered):
+        if request.user in moved:
+            key = (key[0], shares.get(request.user, 0), *key[2:])
+        pairs.append((key, request))
+    pairs.sort(key=_first)  # a key ends in the job id: no two are equal
+    keys = list(map(_first, pairs))
+    return replace(
+        base,
+        ordered=list(map(_second, pairs)),
+        keys=keys,
+        key_of=dict(zip(map(_last, keys), keys)),
+        shares={**base.shares, **{user: shares.get(user, 0) for user in moved}},
     )
 
 
@@ -317,22 +337,19 @@ def _made(
             effective = bands[(band, user)] = effective_band(band, user, spend, budgets, default)
         head = live[0] if live else expired[0]
         keys.append(job_order_key(head, effective, shares.get(user, 0)))
-        # In the order of JobRequest's fields: a tick builds one per pending job.
         requests.append(
-            new_request(
-                (
-                    job_id,
-                    live,
-                    expired,
-                    shapes[job_id],
-                    effective,
-                    band,
-                    user,
-                    max(first.replicas, len(tasks)),
-                    is_coscheduled(first),
-                    pinned.get(job_id),
-                    tuple(map(_task_id, live)),
-                )
+            JobRequest(
+                job_id=job_id,
+                tasks=live,
+                expired=expired,
+                shape=shapes[job_id],
+                band=effective,
+                requested_band=band,
+                user=user,
+                replicas=max(first.replicas, len(tasks)),
+                coscheduled=is_coscheduled(first),
+                pinned_group=pinned.get(job_id),
+                task_ids=tuple(map(_task_id, live)),
             )
         )
     return requests, keys
@@ -449,12 +466,9 @@ def run_tick(snapshot: SchedulingSnapshot) -> Tick:
     into = Placed()
     into.assignments, into.preemptions = assigned, preempted
     for request in requests.ordered:
-        # Unpacked once: a named tuple's field is read through a descriptor that the interpreter
-        # does not specialise, and a job reads a dozen of them here.
-        job_id, tasks, expired, shape, band, _, _, replicas, coscheduled, _, ids = request
-        outcome = tick.outcomes[job_id] = JobOutcome(request)
-        if not coscheduled:
-            replicas = 1
+        tasks, shape, band, coscheduled = request.tasks, request.shape, request.band, request.coscheduled
+        outcome = tick.outcomes[request.job_id] = JobOutcome(request)
+        replicas = request.replicas if coscheduled else 1
         mine = id(shape) if replicas == 1 else (id(shape), replicas)  # no tuple for most
         try:
             verdict = verdicts[mine]
@@ -471,13 +485,13 @@ def run_tick(snapshot: SchedulingSnapshot) -> Tick:
                 _place(tick, memo, request, outcome)
         elif tasks and (kind := (id(shape), band)) not in exhausted:
             before, evicting = len(assigned), len(preempted)
-            place_independent(ledger, memo, shape, band, tasks, now_ms, into, ids)
+            place_independent(ledger, memo, shape, band, tasks, now_ms, into, request.task_ids)
             outcome.placed = len(assigned) - before
             outcome.preempted = len(preempted) - evicting
             into.victims.clear()  # read only by a coscheduled trial
             if outcome.placed < len(tasks):
                 exhausted.add(kind)
-        if outcome.placed < len(tasks) or expired:
+        if outcome.placed < len(tasks) or request.expired:
             left.append(outcome)
     _explain_waits(tick, memo, left)
     return tick
