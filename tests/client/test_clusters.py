@@ -128,3 +128,23 @@ def test_clusters_remembered_by_many_processes_at_once_are_all_kept(tmp_path):
     finally:
         os.environ["HOME"] = env_home or ""
     assert sorted(c.name for c in kept.clusters) == [f"c{i}" for i in range(8)]
+
+
+def test_clusters_an_https_entry_keeps_its_ca_and_client_certificate_through_the_kept_copy(home, monkeypatch):
+    _write(home, "clusters:\n  lab: {url: 'https://iris.lab:10443', ca: ~/lab-ca.pem, client_cert: /c.pem}\n")
+    lab = clusters.load().get("lab")
+    assert lab.ca == os.path.expanduser("~/lab-ca.pem") and lab.client_cert == "/c.pem" and lab.client_key == ""
+    _no_yaml(monkeypatch)
+    assert clusters.load().get("lab") == lab
+
+
+def test_clusters_a_saved_entry_writes_only_the_keys_it_sets(home):
+    clusters.save(clusters.ClusterList((clusters.NamedCluster("lab", "https://iris.lab", ca="/ca.pem"),)))
+    text = (home / "clusters.yaml").read_text()
+    assert "ca: /ca.pem" in text and "config" not in text and "client_cert" not in text
+
+
+def test_clusters_a_ca_that_is_not_a_path_is_refused(home):
+    _write(home, "clusters:\n  lab: {url: 'https://iris.lab', ca: [a, b]}\n")
+    with pytest.raises(InvalidArgument, match="`ca:` must be a file path"):
+        clusters.load()

@@ -11,7 +11,7 @@ import pytest
 
 from iris.core import errors
 from iris.rpc import controller_pb2 as pb
-from iris.rpc.transport import ConnectTransport
+from iris.rpc.transport import ClientTls, ConnectTransport
 from tests.client.test_transport import ScriptedServer, ok_response
 
 INFO = pb.GetClusterInfoResponse(name="c")
@@ -169,7 +169,7 @@ def test_transport_speaks_tls_to_an_https_url_and_verifies_the_certificate(tmp_p
     port = listener.getsockname()[1]
 
     def serve() -> None:
-        for _ in range(2):  # the untrusting client, then the trusting one
+        for _ in range(3):  # the untrusting client, then the trusting ones
             raw, _ = listener.accept()
             try:
                 with context.wrap_socket(raw, server_side=True) as conn:
@@ -183,10 +183,15 @@ def test_transport_speaks_tls_to_an_https_url_and_verifies_the_certificate(tmp_p
     try:
         from iris.core.errors import Unavailable
 
-        with pytest.raises(Unavailable, match="CERTIFICATE_VERIFY_FAILED"):
+        with pytest.raises(Unavailable, match="TLS: the server's certificate is not trusted"):
             ConnectTransport(f"https://localhost:{port}", timeout=5).call(
                 "GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse
             )
+        # A CA file named for the transport (`--ca`, $IRIS_CA) vouches for the certificate.
+        got = ConnectTransport(f"https://localhost:{port}", timeout=5, tls=ClientTls(ca=cert)).call(
+            "GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse
+        )
+        assert got == info
         monkeypatch.setenv("SSL_CERT_FILE", cert)  # the default context trusts the test's own certificate
         got = ConnectTransport(f"https://localhost:{port}", timeout=5).call(
             "GetClusterInfo", pb.GetClusterInfoRequest(), pb.GetClusterInfoResponse

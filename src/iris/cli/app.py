@@ -55,6 +55,22 @@ class LazyGroup(cmd.Group):
     help="Bearer token for the controller (default: $IRIS_TOKEN, else the one saved for its URL).",
 )
 @cmd.option(
+    "--ca",
+    metavar="FILE",
+    help="PEM file of the CAs that may sign an https controller's certificate (default: $IRIS_CA, else the"
+    " cluster's `ca:` in clusters.yaml, else the system's store).",
+)
+@cmd.option(
+    "--client-cert",
+    metavar="FILE",
+    help="PEM client certificate for a controller that asks for one (default: $IRIS_CLIENT_CERT).",
+)
+@cmd.option(
+    "--client-key",
+    metavar="FILE",
+    help="Its private key, when not in --client-cert's file (default: $IRIS_CLIENT_KEY).",
+)
+@cmd.option(
     "-o",
     "--output",
     type=cmd.Choice(["table", "json"]),
@@ -69,11 +85,23 @@ def cli(
     cluster: str | None,
     config_path: str | None,
     token: str | None,
+    ca: str | None,
+    client_cert: str | None,
+    client_key: str | None,
     output: str,
 ) -> None:
     """Iris: run jobs on an ML cluster, or on many clusters through one."""
     ctx.on_run = end_startup
-    ctx.obj = CliContext(controller=controller, config_path=config_path, output=output, token=token, cluster=cluster)
+    ctx.obj = CliContext(
+        controller=controller,
+        config_path=config_path,
+        output=output,
+        token=token,
+        cluster=cluster,
+        ca=ca,
+        client_cert=client_cert,
+        client_key=client_key,
+    )
 
 
 cli.version = True  # `iris --version`

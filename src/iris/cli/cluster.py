@@ -178,7 +178,7 @@ def list_clusters(obj: CliContext, timeout: float) -> int:
 
     named = load()
     with ThreadPoolExecutor(max_workers=8) as pool:
-        answers = list(pool.map(lambda c: probe_cluster(c.url, timeout), named.clusters))
+        answers = list(pool.map(lambda c: probe_cluster(c.url, timeout, obj.tls_for(c.url, c)), named.clusters))
     rows = [
         {
             "name": c.name,
@@ -356,14 +356,27 @@ def check_cluster_entry(name: str, url: str) -> None:
 @cmd.argument("name")
 @cmd.option("--url", help="The controller's URL.")
 @cmd.option("--config", "config_path", metavar="FILE", help="The cluster's YAML config (its URL is used).")
+@cmd.option("--ca", metavar="FILE", help="PEM file of the CAs that may sign an https controller's certificate.")
+@cmd.option("--client-cert", metavar="FILE", help="PEM client certificate, for a controller that asks for one.")
+@cmd.option("--client-key", metavar="FILE", help="Its private key, when not in --client-cert's file.")
 @cmd.option("--replace", is_flag=True, help="Replace the entry when NAME is already in the list.")
 @output_option
 @cmd.pass_obj
-def add_cluster(obj: CliContext, name: str, url: str | None, config_path: str | None, replace: bool) -> int:
+def add_cluster(
+    obj: CliContext,
+    name: str,
+    url: str | None,
+    config_path: str | None,
+    ca: str | None,
+    client_cert: str | None,
+    client_key: str | None,
+    replace: bool,
+) -> int:
     """Adds a named cluster: by --url, or by --config for a cluster whose config is here.
 
     A NAME already in the list is refused (exit 3) unless --replace is given; `iris cluster remove
-    NAME` drops it first otherwise.
+    NAME` drops it first otherwise. For an https controller whose certificate a private CA signed,
+    --ca names that CA's certificate (kept as `ca:` in the entry).
     """
     from iris.client.clusters import NamedCluster, add
 
@@ -376,7 +389,12 @@ def add_cluster(obj: CliContext, name: str, url: str | None, config_path: str | 
         config_path = os.path.abspath(config_path)
     assert url is not None  # one of --url and --config was given
     check_cluster_entry(name, url)
-    entry = NamedCluster(name, url.rstrip("/"), config_path or "")
+    files = []
+    for flag, path in (("--ca", ca), ("--client-cert", client_cert), ("--client-key", client_key)):
+        if path and not os.path.isfile(path):
+            raise cmd.BadParameter(f"{path!r} is not a file", param_hint=flag)
+        files.append(os.path.abspath(path) if path else "")
+    entry = NamedCluster(name, url.rstrip("/"), config_path or "", *files)
     previous = add(entry, replace=replace)
     if obj.json:
         changed = previous != entry

@@ -46,6 +46,9 @@ class CliContext:
         output: str,
         token: str | None = None,
         cluster: str | None = None,
+        ca: str | None = None,
+        client_cert: str | None = None,
+        client_key: str | None = None,
     ):
         self.named = None  # the NamedCluster whose URL the commands use, for its errors
         if cluster:  # a named cluster supplies the URL and config that were not given explicitly
@@ -60,6 +63,7 @@ class CliContext:
         self.config_path = config_path
         self.output = output
         self.token = token
+        self.ca, self.client_cert, self.client_key = ca, client_cert, client_key
         self._client = None  # an IrisClient, made on first use
 
     @property
@@ -99,8 +103,33 @@ class CliContext:
             from iris.client.tokens import token_for
 
             url = default_url()
-            return IrisClient(url, token=token_for(url, self.token), on_unreachable=unchosen_unreachable)
-        return IrisClient(url, **self._connection(url))
+            return IrisClient(
+                url, token=token_for(url, self.token), on_unreachable=unchosen_unreachable, tls=self.tls_for(url)
+            )
+        return IrisClient(url, tls=self.tls_for(url), **self._connection(url))
+
+    def tls_for(self, url: str, entry=None):  # (str, NamedCluster | None) -> ClientTls (imported lazily)
+        """How `url`'s certificate is checked, each part from the first that gives it: --ca,
+        --client-cert and --client-key, else $IRIS_CA, $IRIS_CLIENT_CERT and $IRIS_CLIENT_KEY, else
+        the named cluster's (`entry`, or the one chosen) `ca:`, `client_cert:` and `client_key:`,
+        else (the CA) the certificate --config's controller serves; else the system's store, and no
+        client certificate."""
+        from iris.client.client import tls_from_env
+        from iris.rpc.transport import ClientTls
+
+        env = tls_from_env()
+        named = entry or (self.named if self.named is not None and url == self.named.url else None)
+        ca = self.ca or env.ca or (named.ca if named else "")
+        if not ca and entry is None and self.config_path and url.startswith("https://"):
+            from iris.core.config import load_config
+
+            tls = load_config(self.config_path).tls
+            ca = tls.certificate if tls else ""
+        return ClientTls(
+            ca,
+            self.client_cert or env.certificate or (named.client_cert if named else ""),
+            self.client_key or env.key or (named.client_key if named else ""),
+        )
 
     def _connection(self, url: str) -> dict:
         """The token and the error for an unreachable controller that a client of `url` is given."""

@@ -76,6 +76,8 @@ def start(
     its attempts while the controller is away and reconnects with back-off; stopping it stops its
     attempts, which the cluster then retries elsewhere. A worker token (`iris token create --role
     worker`) in --token or $IRIS_TOKEN authenticates it; without one only a trusted address may join.
+    An https controller's certificate is checked against --ca / $IRIS_CA (else the system's store);
+    one that does not verify stops the worker before it joins (exit 3).
     """
     import json
     import logging
@@ -94,9 +96,12 @@ def start(
         if value is not None:  # shown in other users' worker lists and matched by their constraints
             check_printable(flag, value)
     url = controller_url or obj.controller_url() or default_url()
+    import dataclasses
+
     settings = host_settings(
         url, backend, name, cpu, memory, disk, devices, attrs, work_dir, runtime, token_for(url, obj.token)
     )
+    settings = dataclasses.replace(settings, tls=obj.tls_for(url))
     # One line, not the indented document of other commands: the daemon runs on, and a script
     # reading its stdout takes the first line as the sign that the worker has joined.
     on_joined = (lambda resp: echo(json.dumps(joined_doc(settings, resp)))) if obj.json else None

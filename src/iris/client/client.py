@@ -21,7 +21,7 @@ import time
 
 from iris.client.launch import build_launch_request
 from iris.client.tokens import token_subject
-from iris.rpc.transport import ConnectTransport, repeated_page_token, unreachable
+from iris.rpc.transport import ClientTls, ConnectTransport, repeated_page_token, unreachable
 
 TYPE_CHECKING = False  # typing's own constant costs `import typing` (4 ms) on the CLI's submit path
 if TYPE_CHECKING:
@@ -61,6 +61,14 @@ def default_url() -> str:
     return os.environ.get("IRIS_CONTROLLER") or DEFAULT_URL
 
 
+def tls_from_env() -> ClientTls:
+    """How an https controller is checked when nothing else says: $IRIS_CA (a PEM file of the CAs
+    that may sign its certificate; unset: the system's store), and the client certificate
+    $IRIS_CLIENT_CERT with its key $IRIS_CLIENT_KEY, for a controller that asks for one."""
+    env = os.environ
+    return ClientTls(env.get("IRIS_CA", ""), env.get("IRIS_CLIENT_CERT", ""), env.get("IRIS_CLIENT_KEY", ""))
+
+
 class IrisClient:
     """A connection to one controller. Safe to share between threads."""
 
@@ -70,14 +78,18 @@ class IrisClient:
         token: str | None = None,
         timeout: float = 30.0,
         on_unreachable: Callable[[str, str], errors.IrisError] | None = None,
+        tls: ClientTls | None = None,
     ):
         """`on_unreachable(url, reason)` makes the error a call raises when the controller does not
-        answer at all (by default one saying how to start a local cluster)."""
+        answer at all (by default one saying how to start a local cluster). `tls`: how an https
+        controller's certificate is checked, and the client certificate to present (default:
+        `tls_from_env`)."""
         self._transport = ConnectTransport(
             url or default_url(),
             token if token is not None else os.environ.get("IRIS_TOKEN"),
             timeout,
             on_unreachable=on_unreachable or unreachable,
+            tls=tls if tls is not None else tls_from_env(),
         )
         self._bundles: dict[str, Any] = {}  # content id -> Bundle packed by prepare, until sent
         # One long poll of `wait` stays well inside the transport's timeout.

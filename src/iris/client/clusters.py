@@ -9,6 +9,11 @@ file, so operator commands that need the config (`cluster stop`, `token create`)
     clusters:
       marin: {url: http://127.0.0.1:10000, config: /home/alice/fed/marin.yaml}
       cw-h100: {url: http://10.0.0.7:10001}
+      lab: {url: https://iris.lab.example:10443, ca: ~/.iris/lab-ca.pem}
+
+An https cluster's entry may name `ca:`, the PEM file of the CAs that may sign its certificate
+(default: the system's store), and `client_cert:` / `client_key:`, the certificate this machine
+presents to a controller that asks for one.
 
 `iris cluster start` adds the cluster it started; `iris cluster use NAME` sets the default, which
 applies when neither --controller, --cluster, --config nor $IRIS_CONTROLLER says otherwise.
@@ -41,6 +46,14 @@ class NamedCluster:
     name: str
     url: str
     config: str = ""
+    ca: str = ""  # PEM file of the CAs that may sign an https controller's certificate
+    client_cert: str = ""  # PEM certificate presented to a controller that asks for one
+    client_key: str = ""  # its key, when not in `client_cert`
+
+    def entry(self) -> dict[str, str]:
+        """Its mapping in clusters.yaml, without the keys left unset."""
+        keys = ("url", "config", "ca", "client_cert", "client_key")
+        return {k: getattr(self, k) for k in keys if k == "url" or getattr(self, k)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +106,7 @@ def clusters_file() -> str:
     return os.path.join(os.path.expanduser("~"), ".iris", "clusters.yaml")
 
 
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2
 _RACY_NS = 2_000_000_000  # a file changed this recently is parsed anew, not cached
 
 
@@ -137,7 +150,7 @@ def _keep(path: str, stamp: list[int], clusters: ClusterList) -> None:
         "version": _CACHE_VERSION,
         "stamp": stamp,
         "default": clusters.default,
-        "clusters": [[c.name, c.url, c.config] for c in clusters.clusters],
+        "clusters": [[c.name, c.url, c.config, c.ca, c.client_cert, c.client_key] for c in clusters.clusters],
     }
     target = _cache_file(path)
     tmp = f"{target}.{os.getpid()}.tmp"
@@ -168,7 +181,13 @@ def _parse(path: str) -> ClusterList:
     for name, entry in entries.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("url"), str) or not entry["url"].strip():
             raise InvalidArgument(f"cluster {name!r} in {path} needs a `url:`; fix the entry")
-        out.append(NamedCluster(str(name), entry["url"], str(entry.get("config") or "")))
+        paths = []
+        for key in ("config", "ca", "client_cert", "client_key"):
+            value = entry.get(key) or ""
+            if not isinstance(value, str):
+                raise InvalidArgument(f"cluster {name!r} in {path}: `{key}:` must be a file path; fix the entry")
+            paths.append(os.path.expanduser(value) if key != "config" else value)
+        out.append(NamedCluster(str(name), entry["url"], *paths))
     return ClusterList(tuple(out), str(doc.get("default") or ""))
 
 
@@ -182,7 +201,7 @@ def save(clusters: ClusterList) -> None:
     if clusters.default:
         doc["default"] = clusters.default
     for c in clusters.clusters:
-        doc["clusters"][c.name] = {"url": c.url, **({"config": c.config} if c.config else {})}
+        doc["clusters"][c.name] = c.entry()
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
         yaml.safe_dump(doc, f, sort_keys=False)

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from iris.core.errors import IrisError, Unavailable
-from iris.rpc.transport import ConnectTransport, parse_url
+from iris.rpc.transport import ClientTls, ConnectTransport, parse_url
 
 DEFAULT_TIMEOUT_S = 5.0
 SLOW_S = 2.0  # an answer that took this long or longer is shown as slow
@@ -37,8 +37,9 @@ class _Unanswered(Unavailable):
         self.reason = reason
 
 
-def probe_cluster(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> ClusterProbe:
-    """Asks the controller at `url` for GetClusterInfo, waiting at most `timeout` seconds (0: no limit)."""
+def probe_cluster(url: str, timeout: float = DEFAULT_TIMEOUT_S, tls: ClientTls | None = None) -> ClusterProbe:
+    """Asks the controller at `url` for GetClusterInfo, waiting at most `timeout` seconds (0: no limit);
+    `tls`: how an https controller's certificate is checked."""
     limit = timeout or NO_LIMIT_S
     began = time.monotonic()
     try:
@@ -49,7 +50,7 @@ def probe_cluster(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> ClusterProbe:
         return ClusterProbe("down", None, _words(exc))
     left = max(limit - (time.monotonic() - began), 0.05)
     transport = ConnectTransport(
-        url, timeout=left, on_unreachable=lambda _url, why: _Unanswered(why), local_socket=False
+        url, timeout=left, on_unreachable=lambda _url, why: _Unanswered(why), local_socket=False, tls=tls
     )
     try:
         transport.call_json("GetClusterInfo", {})

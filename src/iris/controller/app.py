@@ -33,6 +33,7 @@ from iris.controller.state.health import Health, Watchdog, assess
 from iris.controller.state.retention import LogRetention
 from iris.controller.state.tick import LIVE_ATTEMPTS, ControlLoop
 from iris.controller.state.transitions import WorkerLost
+from iris.controller.tls import peer_tls, task_ca
 from iris.core import metrics
 from iris.core.config import ClusterConfig
 from iris.rpc import controller_pb2 as pb
@@ -75,6 +76,7 @@ class Controller:
             tasks_have_own_uids=self.identities.tasks.enabled,
         )
         self.backends = {b.id: registry.build(b, context) for b in config.backends}
+        self.router = self._router()
         self.federation = self._federation() if config.peers else None
         self.queries = RawQueryRunner(str(self.db.path), config.controller.query_timeout)
         exit_after = config.controller.watchdog_exit_after
@@ -107,11 +109,10 @@ class Controller:
             self.now_ms,
         )
 
-    def _federation(self):
-        """The federation manager, built only when peers are configured: with no peers there are
-        no peer clients, no threads and no federation writes at all."""
-        from iris.controller.state.federation_store import ControllerFederationStore
-        from iris.federation.manager import FederationManager
+    def _router(self):
+        """What decides at submit whether a job runs here, queues for a peer or is refused: built
+        for every cluster, so one with no peers refuses at once what none of its backends can host.
+        """
         from iris.federation.model import LocalBackendShape
         from iris.federation.router import PeerRouter
         from iris.federation.shape import shapes_feasibility
@@ -120,7 +121,8 @@ class Controller:
         shapes = [
             LocalBackendShape(d.id, d.worker_capacity, d.attributes) for d in described if d.worker_capacity is not None
         ]
-        # A pool whose members join later has no fixed shape: it can host what a worker joined now can.
+        # A pool whose members join later has no fixed shape: it can host what a worker joined now
+        # can, and a job none can host waits for one that can to join.
         pools = [self.backends[d.id] for d in described if d.worker_capacity is None]
 
         def members():
@@ -131,12 +133,20 @@ class Controller:
                 if w.alive
             )
 
+        return PeerRouter(shapes_feasibility(shapes, members if pools else None), pools=[p.id for p in pools])
+
+    def _federation(self):
+        """The federation manager, built only when peers are configured: with no peers there are
+        no peer clients, no threads and no federation writes at all."""
+        from iris.controller.state.federation_store import ControllerFederationStore
+        from iris.federation.manager import FederationManager
+
         settings = self.config.controller
         return FederationManager(
             self.config.name,
             {pid: peer.address for pid, peer in self.config.peers.items()},
             ControllerFederationStore(self.db, self.config.name, self.now_ms, self.commits, self.output),
-            PeerRouter(shapes_feasibility(shapes, members if pools else None)),
+            self.router,
             heartbeat_interval=settings.federation_heartbeat_interval,
             sync_interval=settings.federation_sync_interval,
             max_per_peer=settings.max_federation_handoffs_per_cycle,
@@ -144,6 +154,7 @@ class Controller:
             token_source=self.auth.peer_token,
             clock=self.clock,
             wake_tick=lambda: self.tick.wake_federation(at_once=True),
+            peer_tls=peer_tls(self.config),
         )
 
     def _wake(self) -> None:
@@ -161,6 +172,9 @@ class Controller:
         env = {k: v for k, v in os.environ.items() if not k.startswith("IRIS_")}
         env.update(self.config.defaults.task_env)
         env.update(PYTHONUNBUFFERED="1", IRIS_CONTROLLER=self.config.url, IRIS_CLUSTER=self.config.name)
+        ca = task_ca(self.config)
+        if ca and "IRIS_CA" not in self.config.defaults.task_env:
+            env["IRIS_CA"] = ca  # so that a task's own calls check the controller's certificate
         return env
 
     def problems(self) -> list[str]:

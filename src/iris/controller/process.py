@@ -7,6 +7,12 @@ so asking whether a controller runs reads that and looks the process up: a quest
 lock, however briefly, would make a controller starting at that instant find it taken and exit. A start that finds the lock held is told apart from one
 whose port another program holds only by its message: both are the same mistake (the place is
 taken) and exit 3, the running controller's URL and the command that stops it named.
+
+With `tls:` in the config the TCP port speaks only TLS (uvicorn's own TLS, with the context
+`server_tls_context` builds before anything starts, so a certificate that cannot be used is an
+error naming its key, not a controller that never answers); the Unix socket stays plain, as the
+kernel, not a certificate, says who is on its other end. The controller asks itself whether it
+answers (`probe`) trusting its own certificate, and presenting it where callers must present one.
 """
 
 from __future__ import annotations
@@ -24,9 +30,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from iris.controller.tls import check_peer_cas, self_tls, server_tls_context
 from iris.core.config import ClusterConfig
 from iris.core.errors import InvalidArgument, IrisError, Unavailable
 from iris.core.processes import listening_port, pid_alive, started_at
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import ssl
+
+    from iris.rpc.transport import ClientTls
 
 
 def pid_path(config: ClusterConfig) -> Path:
@@ -65,11 +78,11 @@ def _unix_listener(path: Path, backlog: int):
     return sock
 
 
-def probe(url: str, timeout: float = 1.0) -> dict | None:
+def probe(url: str, timeout: float = 1.0, tls: ClientTls | None = None) -> dict | None:
     """GetClusterInfo over Connect JSON; None when nothing (or nothing that speaks Connect) answers."""
     from iris.rpc.transport import ConnectTransport
 
-    transport = ConnectTransport(url, timeout=timeout, local_socket=False)
+    transport = ConnectTransport(url, timeout=timeout, local_socket=False, tls=tls)
     try:
         return transport.call_json("GetClusterInfo", {})
     except IrisError:
@@ -216,20 +229,57 @@ def _server_class():
 
         on_exit: tuple = ()  # called at once on SIGTERM/SIGINT, before uvicorn drains requests
         unix_socket = None  # a listening Unix socket served beside the TCP port, once that is bound
+        # With TLS: how long a connection may take over its handshake (None: the event loop's 60 s).
+        # The connection guard (iris.controller.http.connections) sees a TLS connection only once
+        # its handshake is done, so a caller that connects and never shakes hands would otherwise
+        # hold a descriptor for a minute, where one that sends nothing is closed after the guard's
+        # read timeout.
+        handshake_timeout: float | None = None
 
         async def startup(self, sockets=None) -> None:
-            await super().startup(sockets)
-            if self.should_exit or self.unix_socket is None:
-                return
             import asyncio
 
-            config, state, app_state = self.config, self.server_state, self.lifespan.state
-
-            def protocol(_loop=None):
-                return config.http_protocol_class(config=config, server_state=state, app_state=app_state, _loop=_loop)
-
+            if self.handshake_timeout is None or self.config.ssl is None or sockets is not None:
+                await super().startup(sockets)
+            else:
+                await self._tls_startup()
+            if self.should_exit or self.unix_socket is None:
+                return
             loop = asyncio.get_running_loop()
-            self.servers.append(await loop.create_unix_server(protocol, sock=self.unix_socket, backlog=config.backlog))
+            self.servers.append(
+                await loop.create_unix_server(self._protocol, sock=self.unix_socket, backlog=self.config.backlog)
+            )
+
+        def _protocol(self, _loop=None):
+            """A connection's protocol, as uvicorn's own start-up makes it."""
+            config = self.config
+            return config.http_protocol_class(
+                config=config, server_state=self.server_state, app_state=self.lifespan.state, _loop=_loop
+            )
+
+        async def _tls_startup(self) -> None:
+            """uvicorn's start-up on HOST:PORT with TLS, its handshakes bounded by `handshake_timeout`."""
+            import asyncio
+
+            from uvicorn.config import STARTUP_FAILURE
+
+            await self.lifespan.startup()
+            config = self.config
+            try:
+                server = await asyncio.get_running_loop().create_server(
+                    self._protocol,
+                    host=config.host,
+                    port=config.port,
+                    ssl=config.ssl,
+                    backlog=config.backlog,
+                    ssl_handshake_timeout=self.handshake_timeout,
+                )
+            except OSError as exc:  # the port is taken: as uvicorn's own start-up does
+                logging.getLogger("uvicorn.error").error(exc)
+                await self.lifespan.shutdown()
+                sys.exit(STARTUP_FAILURE)
+            self.servers = [server]
+            self.started = True
 
         @contextlib.contextmanager
         def capture_signals(self):
@@ -286,6 +336,8 @@ def run_foreground(config: ClusterConfig, on_ready=lambda: None, argv: Sequence[
 
     # Everything the controller writes (database, WAL, keys, logs) is its own alone.
     os.umask(0o077)
+    tls_context = server_tls_context(config)
+    check_peer_cas(config)
     check_state_dir(config)
     lock = _take_lock(config, argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -323,9 +375,11 @@ def run_foreground(config: ClusterConfig, on_ready=lambda: None, argv: Sequence[
                 # No request may hold a stop for long: running raw queries are aborted on the
                 # signal, and anything else still open after this is cut off.
                 timeout_graceful_shutdown=5,
+                **(_uvicorn_tls(tls_context) if tls_context is not None else {}),
             )
         )
         server.on_exit = (controller.queries.close,)
+        server.handshake_timeout = config.controller.request_read_timeout
         server.unix_socket = unix = _unix_listener(socket_path(config), server.config.backlog)
         logging.getLogger("iris.controller").info(
             "cluster %s serving on %s (state in %s)", config.name, config.url, config.state_path
@@ -333,7 +387,7 @@ def run_foreground(config: ClusterConfig, on_ready=lambda: None, argv: Sequence[
         _call_when_started(server, on_ready)
         server.run()
         if not server.started:
-            raise _port_error(config, probe(config.url, timeout=0.5))
+            raise _port_error(config, probe(config.url, timeout=0.5, tls=self_tls(config)))
     finally:
         if unix is not None:
             unix.close()
@@ -341,6 +395,11 @@ def run_foreground(config: ClusterConfig, on_ready=lambda: None, argv: Sequence[
         controller.shutdown()
         pid_path(config).unlink(missing_ok=True)
         _release_lock(lock)
+
+
+def _uvicorn_tls(context: ssl.SSLContext) -> dict:
+    """uvicorn's TLS options serving `context` (`server_tls_context`: already loaded and checked)."""
+    return {"ssl_context_factory": lambda _config, _default: context}
 
 
 def _call_when_started(server, on_ready) -> None:
@@ -363,6 +422,8 @@ def start_detached(config: ClusterConfig, argv: list[str], timeout: float = 30) 
     nothing in ~/.iris/clusters.yaml: whoever starts it decides that (`iris cluster start --detach`
     does; `iris demo`'s throw-away clusters do not)."""
     check_state_dir(config)
+    server_tls_context(config)  # a certificate that cannot be used is said here, not in the log
+    check_peer_cas(config)
     if lock_held(config):
         raise already_running(config, argv)
     log = open(log_path(config), "ab")
@@ -384,10 +445,10 @@ def start_detached(config: ClusterConfig, argv: list[str], timeout: float = 30) 
             if lock_held(config):  # another start took the lock after this one looked
                 raise already_running(config, argv)
             if not _can_bind(config):
-                raise _port_error(config, answered or probe(config.url, timeout=0.5))
+                raise _port_error(config, answered or probe(config.url, timeout=0.5, tls=self_tls(config)))
             tail = log_path(config).read_text(errors="replace").strip().splitlines()[-5:]
             raise Unavailable(f"the controller exited with code {proc.returncode}: " + " | ".join(tail))
-        answered = probe(config.url, timeout=0.5)
+        answered = probe(config.url, timeout=0.5, tls=self_tls(config))
         if answered and answered.get("pid") == proc.pid:
             if os.path.realpath(answered.get("stateDir", "")) != os.path.realpath(config.state_path):
                 proc.terminate()
@@ -402,7 +463,7 @@ def port_taken(config: ClusterConfig) -> Unavailable | None:
     """The error for a cluster whose port another process holds, naming the holder; None when free."""
     if _can_bind(config):
         return None
-    return _port_error(config, probe(config.url, timeout=0.5))
+    return _port_error(config, probe(config.url, timeout=0.5, tls=self_tls(config)))
 
 
 def _can_bind(config: ClusterConfig) -> bool:

@@ -149,6 +149,19 @@ BackendConfig = Annotated[
 
 class PeerConfig(_Model):
     address: str = Field(pattern=r"^https?://")
+    # A PEM file of the CAs that may sign an https peer's certificate (or the peer's own certificate);
+    # unset: the system's trust store.
+    ca: str | None = Field(default=None, min_length=1)
+
+
+class TlsConfig(_Model):
+    """`tls:`: the controller serves `listen` over TLS (its URL is then https://)."""
+
+    certificate: str = Field(min_length=1)  # PEM: the server's certificate, then its chain
+    key: str = Field(min_length=1)  # PEM: its private key
+    # PEM: the CAs a caller's certificate must be signed by (mutual TLS): a caller without one is
+    # refused in the handshake, whatever its token. Unset: callers present none.
+    client_ca: str | None = Field(default=None, min_length=1)
 
 
 class TaskUidsConfig(_Model):
@@ -343,6 +356,7 @@ class ClusterConfig(_Model):
     # minted against it, tagged with this cluster's name); None: against this cluster's own URL.
     federation_public_parent: str | None = Field(default=None, pattern=r"^https?://")
     state_dir: str = "./state"
+    tls: TlsConfig | None = None
     backends: list[BackendConfig] = Field(min_length=1)
     peers: dict[ClusterName, PeerConfig] = {}
     auth: AuthConfig = AuthConfig()
@@ -366,6 +380,14 @@ class ClusterConfig(_Model):
             raise ValueError(f"backend ids must be unique; repeated: {', '.join(dupes)}")
         if self.name in self.peers:
             raise ValueError(f"peers: a cluster cannot peer with itself ({self.name})")
+        if self.tls is not None and self.public_url is not None and not self.public_url.startswith("https://"):
+            raise ValueError(f"public_url: {self.public_url!r} must start with https:// when tls is set")
+        if self.tls is not None and self.public_url is None and self.host.strip("[]") in ("0.0.0.0", "::", ""):
+            raise ValueError(
+                f"public_url: with tls and listen {self.listen!r} (every address), give the https:// URL clients"
+                " reach the controller by, naming a host its certificate is for (e.g. https://iris.lab.example:"
+                f"{self.port})"
+            )
         return self
 
     @property
@@ -378,7 +400,7 @@ class ClusterConfig(_Model):
 
     @property
     def url(self) -> str:
-        return self.public_url or f"http://{self.listen}"
+        return self.public_url or f"{'https' if self.tls else 'http'}://{self.listen}"
 
     @property
     def state_path(self) -> Path:
@@ -461,7 +483,7 @@ def parse_config(data: Any, base_dir: Path | None = None, source: str = "config"
 
 
 def _resolve_paths(config: ClusterConfig, base_dir: Path) -> ClusterConfig:
-    """Relative paths in a config file (state_dir, keys) are relative to the file's folder."""
+    """Relative paths in a config file (state_dir, keys, certificates) are relative to the file's folder."""
 
     def resolve(value: str) -> str:
         p = Path(value).expanduser()
@@ -475,13 +497,27 @@ def _resolve_paths(config: ClusterConfig, base_dir: Path) -> ClusterConfig:
             "federation_peers": peers,
         }
     )
+    tls = config.tls
+    if tls is not None:
+        tls = tls.model_copy(
+            update={k: resolve(getattr(tls, k)) for k in ("certificate", "key", "client_ca") if getattr(tls, k)}
+        )
+    peer_configs = {k: p.model_copy(update={"ca": resolve(p.ca)}) if p.ca else p for k, p in config.peers.items()}
     backends = [
         b.model_copy(update={k: resolve(getattr(b, k)) for k in ("slurm_conf", "staging_dir") if getattr(b, k)})
         if isinstance(b, SlurmBackendConfig)
         else b
         for b in config.backends
     ]
-    return config.model_copy(update={"state_dir": resolve(config.state_dir), "auth": auth, "backends": backends})
+    return config.model_copy(
+        update={
+            "state_dir": resolve(config.state_dir),
+            "auth": auth,
+            "backends": backends,
+            "tls": tls,
+            "peers": peer_configs,
+        }
+    )
 
 
 def load_config(path: str | os.PathLike) -> ClusterConfig:

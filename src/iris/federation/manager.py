@@ -66,6 +66,7 @@ from iris.federation.reasons import peer_error_words, queued_reason
 from iris.federation.router import PeerRouter
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import fill_availability
+from iris.rpc.transport import ClientTls
 from iris.scheduler.gating import over_budget_note
 
 log = logging.getLogger("iris.federation")
@@ -131,7 +132,9 @@ class FederationManager:
         token_source: Callable[[str], str | None] = lambda peer: None,
         clock: Callable[[], float] = time.time,
         wake_tick: Callable[[], None] = lambda: None,
+        peer_tls: Mapping[str, ClientTls] | None = None,
     ):
+        """`peer_tls`: per peer, how its https certificate is checked (absent: the system's store)."""
         self.cluster_name = cluster_name
         self.store = store
         self.router = router
@@ -143,7 +146,14 @@ class FederationManager:
         self.wake_tick = wake_tick
         self.ledger = ReservationLedger()
         self.clients = {
-            pid: PeerClient(pid, addr, functools.partial(token_source, pid), timeout_s=3.0, requester=cluster_name)
+            pid: PeerClient(
+                pid,
+                addr,
+                functools.partial(token_source, pid),
+                timeout_s=3.0,
+                requester=cluster_name,
+                tls=(peer_tls or {}).get(pid),
+            )
             for pid, addr in peers.items()
         }
         self._status = {pid: PeerStatus(pid, addr) for pid, addr in peers.items()}

@@ -26,7 +26,7 @@ from iris.core.errors import (
 from iris.federation.ids import received_job_id, sync_for_parent
 from iris.federation.model import PeerBackend
 from iris.rpc import controller_pb2 as pb
-from iris.rpc.transport import ConnectTransport
+from iris.rpc.transport import ClientTls, ConnectTransport
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message
@@ -106,14 +106,16 @@ class PeerClient:
         token_source: Callable[[], str | None] = lambda: None,
         timeout_s: float = 5.0,
         requester: str = "",
+        tls: ClientTls | None = None,
     ):
+        """`tls`: how an https peer's certificate is checked, and the certificate presented to it."""
         self.peer_id = peer_id
         self.address = address.rstrip("/")
         self.requester = requester
         self._token_source = token_source
         # A peer is called with its federation token, never as whoever runs this process.
         self._transport = ConnectTransport(
-            self.address, timeout=timeout_s, on_unreachable=self._unreachable, local_socket=False
+            self.address, timeout=timeout_s, on_unreachable=self._unreachable, local_socket=False, tls=tls
         )
         self._token: tuple[str | None, float] | None = None  # (token, monotonic time it was minted)
         self._token_lock = threading.Lock()

@@ -7,7 +7,12 @@
    the workers joined to it now could);
 3. a job some reachable peer could host by shape (a backend whose advertised attributes satisfy
    every routing constraint) queues, with no peer chosen;
-4. anything else is rejected, so it fails fast as UNSCHEDULABLE instead of wedging.
+4. a job left over on a cluster with a pool of worker daemons runs locally all the same: it waits
+   (bounded by its scheduling timeout) for a worker that can host it to join;
+5. anything else is rejected, so it fails fast as UNSCHEDULABLE instead of wedging.
+
+A cluster with no peers classifies its submissions too (with none to queue for), so a job none of
+its backends can host is refused at submit, where `iris job run --no-wait` still sees it.
 
 Submit only classifies. Which peer a queued job lands on is decided on the control tick against the
 peers' reported capacity (`iris.federation.availability`), so that a job waits for a peer with room
@@ -46,8 +51,9 @@ from iris.federation.shape import (
 class PeerRouter:
     """Classifies submissions against the local backends' shapes and the peers' last heartbeat."""
 
-    def __init__(self, local: LocalFeasibility | Sequence[LocalBackendShape]):
+    def __init__(self, local: LocalFeasibility | Sequence[LocalBackendShape], pools: Sequence[str] = ()):
         self._local_feasible: LocalFeasibility = local if callable(local) else shapes_feasibility(local)
+        self._pools = tuple(pools)  # backends whose workers join while the cluster runs
 
     def classify(self, job: SubmittedJob, peers: Sequence[PeerSnapshot], submitter: Submitter) -> Disposition:
         """The disposition of `job`; raises InvalidArgument or PermissionDenied for a refused one."""
@@ -57,9 +63,11 @@ class PeerRouter:
             _check_may_federate(job, submitter, peer_id)
             return Disposition(DispositionKind.QUEUE, peer_id, queued_reason(peer_id), (peer_id,))
         if self._local_feasible(job.resources, job.constraints):
-            return Disposition(DispositionKind.LOCAL, None, "a local backend can host it")
+            return Disposition(DispositionKind.LOCAL)  # no reason to give: it runs here as usual
         local_pin = constraint_value(job.constraints, "backend")
         if local_pin is not None:
+            if local_pin in self._pools:
+                return Disposition(DispositionKind.LOCAL, None, _waits_for_worker((local_pin,)))
             return Disposition(
                 DispositionKind.REJECT,
                 None,
@@ -69,7 +77,14 @@ class PeerRouter:
         if hosts:
             _check_may_federate(job, submitter, None)
             return Disposition(DispositionKind.QUEUE, None, queued_reason(None), hosts)
+        if self._pools:
+            return Disposition(DispositionKind.LOCAL, None, _waits_for_worker(self._pools))
         return Disposition(DispositionKind.REJECT, None, _reject_reason(job, peers))
+
+
+def _waits_for_worker(pools: Sequence[str]) -> str:
+    named = ", ".join(pools)
+    return f"no worker joined to {'backend' if len(pools) == 1 else 'backends'} {named} can host it yet; it waits for one that can"
 
 
 def _configured_peer(pin: str, peers: Sequence[PeerSnapshot]) -> str:

@@ -6,7 +6,11 @@ its HTTP client costs about 130 ms to import and `httpx` about 250 ms, against a
 run --no-wait` of three times a bare `python -c pass`. `http.client` is imported when the first call
 is made, so a command that fails its checks before any request pays nothing for it. Each call opens
 its connection through `_new_connection`, the one place that decides how the controller is reached
-(TCP, or TLS for an https URL).
+(TCP, or TLS for an https URL). TLS verifies the server's certificate against the system's trust
+store, or against the CA file a `ClientTls` names, and presents a client certificate when one is
+given (for a controller that asks for one, `tls.client_ca` in its config); a certificate that does
+not verify is an unreachable controller whose reason says which check failed (an unknown CA, a
+certificate issued for another host name) and where to name the CA.
 
 A unary Connect call is one POST of the request to `/<service>/<Method>`: 200 carries the response,
 any other status a JSON body `{"code": …, "message": …}`, turned into the `iris.core.errors` type
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 
 from iris.core import errors
 
@@ -43,6 +48,7 @@ TYPE_CHECKING = False  # typing's own constant costs `import typing` (4 ms) on t
 if TYPE_CHECKING:
     from collections.abc import Callable
     from http.client import HTTPConnection, HTTPResponse
+    from ssl import SSLContext
     from typing import Any, TypeVar
 
     from google.protobuf.message import Message
@@ -76,6 +82,104 @@ MAX_ANSWER_BYTES = 256 * 1024 * 1024
 _READ_BYTES = 256 * 1024  # the most one read of an answer's body asks for
 
 
+# The start of an unreachable controller's reason when TLS refused the connection: the hint to
+# start a controller does not apply then.
+TLS_REASON = "TLS: "
+
+
+@dataclass(frozen=True)
+class ClientTls:
+    """How a client's TLS connections check the server, and what certificate they present.
+
+    `ca`: the certificates that may vouch for the server's (a private CA's, or the server's own),
+    as a PEM file or as PEM text (what a task finds in $IRIS_CA); "" trusts the system's store.
+    `certificate` and `key`: this client's certificate (chain) and its private key files, for a
+    server that asks for one; `key` "" when `certificate` holds it.
+    """
+
+    ca: str = ""
+    certificate: str = ""
+    key: str = ""
+
+    def context(self) -> SSLContext:
+        """An `ssl` context for client connections; a file that cannot be read or used is a clear error."""
+        import ssl
+
+        text = self._ca_text()
+        try:
+            context = ssl.create_default_context(cafile=None if text else self.ca or None, cadata=text)
+        except (OSError, ssl.SSLError) as exc:
+            what = "the CA certificates given as PEM text" if text else f"the CA file {self.ca}"
+            raise errors.InvalidArgument(
+                f"{what} cannot be read as PEM certificates ({_ssl_words(exc)}); check --ca, $IRIS_CA or the"
+                " `ca:` that names it"
+            ) from None
+        if self.ca:
+            # A certificate in the CA file vouches on its own, whether or not it is a root: an
+            # intermediate CA, or the server's own certificate (pinned), may be what one trusts.
+            context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+        if self.certificate:
+            try:
+                context.load_cert_chain(self.certificate, self.key or None)
+            except (OSError, ssl.SSLError) as exc:
+                raise errors.InvalidArgument(
+                    f"the client certificate {self.certificate}"
+                    + (f" and key {self.key}" if self.key else "")
+                    + f" cannot be used ({_ssl_words(exc)}); check --client-cert and --client-key"
+                ) from None
+        return context
+
+    def pem(self) -> tuple[bytes | None, bytes | None, bytes | None]:
+        """The CA, certificate and key files' bytes (None where not set), for clients that take PEM
+        rather than an `ssl` context; a file that cannot be read is a clear error."""
+
+        def read(path: str, what: str) -> bytes | None:
+            if not path:
+                return None
+            try:
+                with open(path, "rb") as f:
+                    return f.read()
+            except OSError as exc:
+                raise errors.InvalidArgument(f"the {what} {path} cannot be read: {exc.strerror or exc}") from None
+
+        certificate = read(self.certificate, "client certificate")
+        key = read(self.key, "client key") if self.key else certificate
+        text = self._ca_text()
+        return text.encode() if text else read(self.ca, "CA file"), certificate, key if certificate else None
+
+    def _ca_text(self) -> str | None:
+        """`ca` when it is PEM text rather than a file's path."""
+        return self.ca if self.ca.lstrip().startswith("-----BEGIN") else None
+
+
+def tls_refusal(message: str) -> str | None:
+    """The reason, in the words `_describe` gives it, when `message` (a failed call's, from the
+    generated Connect client's HTTP client) says TLS refused the connection; None otherwise."""
+    _, found, detail = message.partition("invalid peer certificate: ")
+    if found:
+        detail = detail.split(")", 1)[0].strip()
+        if "NotValidForName" in detail or "not valid for name" in detail:
+            return (
+                f"{TLS_REASON}the server's certificate is not for this address ({detail}); use the host name"
+                " the certificate was issued for in the URL, or give the server a certificate naming this one"
+            )
+        return (
+            f"{TLS_REASON}the server's certificate is not trusted ({detail}): its CA is unknown here; name the CA"
+            " that signed it with --ca FILE or $IRIS_CA"
+        )
+    for alert in ("CertificateRequired", "BadCertificate", "UnknownCA"):
+        if alert in message:
+            return (
+                f"{TLS_REASON}the server refused this client's certificate, or wanted one ({alert}); present one"
+                " its client CA signed with --client-cert FILE and --client-key FILE"
+            )
+    return None
+
+
+def _ssl_words(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+
+
 class _TooLarge(Exception):
     """An answer's body is (or declares that it is) larger than the call accepts."""
 
@@ -99,7 +203,10 @@ def repeated_page_token(what: str, token: str) -> str:
 
 
 def unreachable(url: str, reason: str) -> errors.Unavailable:
-    """The error for a controller that does not answer at all, saying how to get one."""
+    """The error for a controller that does not answer at all, saying how to get one (or, when TLS
+    refused it, what failed)."""
+    if reason.startswith(TLS_REASON):
+        return errors.Unavailable(f"cannot reach the Iris controller at {url}: {reason}")
     return errors.Unavailable(
         f"cannot reach the Iris controller at {url} ({reason}); start one with "
         "`iris cluster start --local`, or point at a running one with --controller URL or IRIS_CONTROLLER"
@@ -117,9 +224,11 @@ class ConnectTransport:
         on_unreachable: Callable[[str, str], errors.IrisError] = unreachable,
         max_answer_bytes: int = MAX_ANSWER_BYTES,
         local_socket: bool | str = True,
+        tls: ClientTls | None = None,
     ):
         """`local_socket` false: never look for the controller's Unix socket (a probe of who answers);
-        a path: call through that socket, known to be the controller's (from its config)."""
+        a path: call through that socket, known to be the controller's (from its config). `tls`: how
+        an https URL's server is checked (None: against the system's store, no client certificate)."""
         self._scheme, self._host, self._port, self._prefix = parse_url(url)
         text = url.strip().rstrip("/")
         self.url = text if "://" in text else f"http://{text}"
@@ -137,6 +246,8 @@ class ConnectTransport:
             self._socket = _UNKNOWN
         self._finding = threading.Lock()
         self._found = False  # whether `_socket` is one this transport found (not one it was given)
+        self._tls = tls or ClientTls()
+        self._tls_context: SSLContext | None = None  # made on the first https connection, then shared
 
     def call(self, method: str, request: Message, response_type: type[_M], token: str | None = None) -> _M:
         """Calls `method` (e.g. "LaunchJob") and returns its decoded response or raises a typed error;
@@ -271,11 +382,9 @@ class ConnectTransport:
             return _unix_connection_class()(self._socket, self._host, self._port, self._timeout)
 
         if self._scheme == "https":
-            import ssl
-
-            return http.client.HTTPSConnection(
-                self._host, self._port, timeout=self._timeout, context=ssl.create_default_context()
-            )
+            if self._tls_context is None:
+                self._tls_context = self._tls.context()
+            return http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout, context=self._tls_context)
         return _plain_connection_class()(self._host, self._port, timeout=self._timeout)
 
     def _connection(self) -> tuple[HTTPConnection, bool]:
@@ -383,7 +492,16 @@ class ConnectTransport:
         self._local.unreached = not connected
         if self._found and not connected:  # the controller went away, or came back elsewhere: the next call looks again
             self._socket, self._found = _UNKNOWN, False
-        return self._on_unreachable(self.url, _describe(exc))
+        reason = _describe(exc)
+        if self._scheme == "https" and not self._tls.certificate and isinstance(exc, ConnectionError):
+            # TLS 1.3 settles the client's certificate after the handshake: a server that wants one
+            # and got none simply closes the connection.
+            reason = (
+                f"{TLS_REASON}{reason}, as a server that wants a client certificate and got none closes it;"
+                " if this one does, present one with --client-cert FILE and --client-key FILE"
+                " ($IRIS_CLIENT_CERT, $IRIS_CLIENT_KEY)"
+            )
+        return self._on_unreachable(self.url, reason)
 
     def _error(self, status: int, headers: dict[str, str], payload: bytes) -> errors.IrisError:
         code, message = _HTTP_CODES.get(status, "unknown"), ""
@@ -543,6 +661,12 @@ def _describe(exc: BaseException) -> str:
 
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
+    import ssl
+
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return _untrusted(exc)
+    if isinstance(exc, ssl.SSLError):
+        return _tls_failure(exc)
     if isinstance(exc, TimeoutError):
         return str(exc) or "timed out"
     if isinstance(exc, socket.gaierror):
@@ -556,6 +680,33 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, http.client.HTTPException):
         return f"the answer could not be read: {type(exc).__name__}: {str(exc)[:80]}"
     return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+
+
+def _untrusted(exc) -> str:  # exc: ssl.SSLCertVerificationError
+    """Why the server's certificate was refused, and what to do about it."""
+    message = (exc.verify_message or exc.reason or "certificate verify failed").rstrip(".")
+    if message.startswith("Hostname mismatch") or message.startswith("IP address mismatch"):
+        return (
+            f"{TLS_REASON}the server's certificate is not for this address ({message}); use the host name the"
+            " certificate was issued for in the URL, or give the server a certificate naming this one"
+        )
+    return (
+        f"{TLS_REASON}the server's certificate is not trusted ({message}): its CA is unknown here; name the CA"
+        " that signed it with --ca FILE, $IRIS_CA, `ca:` in clusters.yaml, or `ca:` of a peer in the cluster config"
+    )
+
+
+def _tls_failure(exc) -> str:  # exc: ssl.SSLError
+    """A TLS handshake that failed for another reason than the server's certificate."""
+    reason = str(exc.reason or exc)
+    if reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG"):
+        return f"{TLS_REASON}the server does not speak TLS at this address ({reason}); use http:// for it"
+    if "CERTIFICATE_REQUIRED" in reason or "BAD_CERTIFICATE" in reason or "UNKNOWN_CA" in reason:
+        return (
+            f"{TLS_REASON}the server refused this client's certificate, or wanted one ({reason}); present one its"
+            " client CA signed with --client-cert FILE and --client-key FILE"
+        )
+    return f"{TLS_REASON}the handshake failed ({reason})"
 
 
 def _decompress(url: str, encoding: str, payload: bytes, limit: int) -> bytes:

@@ -31,6 +31,8 @@ import yaml
 from iris.backends.local.attempts_root import remove_attempts_root
 from iris.backends.local.backend import kill_leftover_attempts
 from iris.controller.process import probe
+from iris.controller.tls import self_tls
+from iris.core.config import parse_config
 from iris.core.polling import wait_until
 from iris.testing.processes import pid_alive
 
@@ -137,7 +139,7 @@ class ClusterProcess:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.extra.get('tls') else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def pid(self) -> int:
@@ -191,7 +193,8 @@ class ClusterProcess:
         # test running beside this one, on a port it drew while this one was stopped) may answer
         # on the port, and a test must never be handed that one.
         deadline = time.monotonic() + timeout
-        while (answer := probe(self.url, timeout=0.5)) is None or answer.get("pid") != self.proc.pid:
+        tls = self_tls(parse_config(self.config())) if self.extra.get("tls") else None
+        while (answer := probe(self.url, timeout=0.5, tls=tls)) is None or answer.get("pid") != self.proc.pid:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 tail = self.log_path.read_text(errors="replace")[-3000:]
                 self.stop()

@@ -41,11 +41,12 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from iris.backends import staging
-from iris.core.errors import FailedPrecondition, InvalidArgument, IrisError
+from iris.core.errors import FailedPrecondition, InvalidArgument, IrisError, Unavailable
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import resources_to_proto
 from iris.rpc.controller_connect import ControllerServiceClientSync
 from iris.rpc.errors import from_connect
+from iris.rpc.transport import tls_refusal
 from iris.rpc.worker_text import clip_error
 from iris.worker import metrics
 from iris.worker.runtime import STREAMS, AttemptRun, ProcessRuntime, StartFailed
@@ -90,6 +91,20 @@ def _read(path: Path, offset: int, final: bool) -> tuple[bytes, int]:
     return data, size
 
 
+def _http_client(settings: WorkerSettings):  # -> pyqwest.SyncClient | None
+    """The HTTP client for an https controller, checking its certificate as `settings.tls` says
+    (its CA file, else the system's store) and presenting the client certificate it names; None
+    (the Connect client's default) for plain http."""
+    if not settings.controller.startswith("https://"):
+        return None
+    from pyqwest import SyncClient, SyncHTTPTransport
+
+    ca, certificate, key = settings.tls.pem()
+    return SyncClient(
+        SyncHTTPTransport(tls_ca_cert=ca, tls_include_system_certs=ca is None, tls_cert=certificate, tls_key=key)
+    )
+
+
 class WorkerDaemon:
     def __init__(
         self,
@@ -114,6 +129,7 @@ class WorkerDaemon:
         self.previous_boot_id = ""
         self._lockfile: TextIO | None = None
         self.registered = threading.Event()
+        self._http = _http_client(settings)
 
     def _runtime(self):
         if self.settings.runtime == "docker":
@@ -125,7 +141,9 @@ class WorkerDaemon:
         )
 
     def _client(self, timeout_s: float) -> ControllerServiceClientSync:
-        return ControllerServiceClientSync(self.settings.controller, timeout_ms=int(timeout_s * 1000))
+        return ControllerServiceClientSync(
+            self.settings.controller, timeout_ms=int(timeout_s * 1000), http_client=self._http
+        )
 
     def _headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self.settings.token}"} if self.settings.token else {}
@@ -248,7 +266,15 @@ class WorkerDaemon:
                     metrics.POLLS.labels("refused").inc()
                     raise from_connect(exc) from None
                 metrics.POLLS.labels("unreachable").inc()
-                log.info("controller unreachable (%s); retrying", exc.message)
+                refused = tls_refusal(exc.message)
+                if refused and not self.registered.is_set():
+                    # A certificate that does not verify will not on the next try: say so and stop.
+                    raise Unavailable(f"cannot join the controller at {self.settings.controller}: {refused}") from None
+                log.log(
+                    logging.WARNING if refused else logging.INFO,
+                    "controller unreachable (%s); retrying",
+                    refused or exc.message,
+                )
                 client = None
                 backoff.wait(self._stop)
             except (OSError, TimeoutError) as exc:

@@ -15,6 +15,7 @@ from iris.core.errors import InvalidArgument
 from iris.core.names import validate_worker_name
 from iris.core.resources import Device, Resources
 from iris.core.units import parse_size
+from iris.rpc.transport import ClientTls
 
 RUNTIMES = ("process", "docker")
 
@@ -31,6 +32,7 @@ class WorkerSettings:
     token: str | None = None
     docker_host: str | None = None  # the Docker daemon's socket (--runtime docker); None: $DOCKER_HOST
     device_ids: tuple[str, ...] = ()  # the found GPUs' UUIDs by index (`iris.backends.gpus`); () with --devices
+    tls: ClientTls = ClientTls()  # how an https controller's certificate is checked (--ca, $IRIS_CA)
 
 
 def parse_devices(text: str) -> Device:

@@ -56,6 +56,7 @@ class Submits:
         self.identities = controller.identities
         self.backends = controller.backends
         self.federation = controller.federation
+        self.router = controller.router
         self.tick = controller.tick
         self.now_ms = controller.now_ms
         self.layer_pins = controller.layer_pins
@@ -189,12 +190,12 @@ class Submits:
                 spec = replace(spec, files_id=files_id)
             if parent is not None and not spec.bundle_id:
                 spec = replace(spec, bundle_id=workspace.job_bundle_id(conn, str(name.parent)))
-            disposition = None
+            submitted = SubmittedJob(spec.job_id, spec.resources, spec.constraints, spec.replicas)
             if self.federation is not None:
-                disposition = self.federation.classify(
-                    SubmittedJob(spec.job_id, spec.resources, spec.constraints, spec.replicas), submitter
-                )
-            if disposition is None or disposition.kind is DispositionKind.LOCAL:
+                disposition = self.federation.classify(submitted, submitter)
+            else:
+                disposition = self.router.classify(submitted, (), submitter)
+            if disposition.kind is DispositionKind.LOCAL:
                 state, created = insert_job(conn, spec, now, policy)
                 kind, peer = "local", ""
             elif disposition.kind is DispositionKind.QUEUE:
@@ -225,7 +226,7 @@ class Submits:
         else:
             with spans.span("submit.wake"):
                 self.tick.submitted()
-        message = disposition.reason if disposition is not None and kind != "local" else ""
+        message = disposition.reason if disposition is not None else ""
         return pb.LaunchJobResponse(job_id=spec.job_id, state=state, disposition=kind, peer_id=peer, message=message)
 
     def check_workspace(self, req: pb.LaunchJobRequest, files: dict[str, bytes]):

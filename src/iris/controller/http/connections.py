@@ -31,6 +31,11 @@ host's usual allotment), on the Unix socket the caller's uid (read once per conn
 dial from any 127.x.y.z. Tasks that run under uids of their own (a root controller) are thus each
 user's own client on the socket; tasks that share the controller's uid share the operator's share.
 
+Over TLS (`tls:` in the config) a connection reaches this guard once its handshake is done; the
+handshake itself is bounded by the same read timeout (the server's `handshake_timeout`, see
+`iris.controller.process`), so a caller that connects and never shakes hands holds its
+descriptor no longer than one that sends nothing.
+
 Long polls (a follow of a job's logs, a wait for a job's end) are not idle: their request is read
 whole and their answer is under way, so the read timeout never cuts them; only a full table does,
 and only those of the client holding the most connections.

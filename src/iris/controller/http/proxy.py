@@ -65,12 +65,14 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from iris.controller.api import endpoints
 from iris.controller.auth import RELAYED_HEADER
 from iris.controller.http.connections import caller_of, connection_limit
+from iris.controller.tls import peer_tls
 from iris.core.errors import InvalidArgument, IrisError, NotFound, Unauthenticated, Unavailable
 
 if TYPE_CHECKING:
     import httpx
 
     from iris.controller.app import Controller
+    from iris.rpc.transport import ClientTls
 
 PREFIX = "/proxy/t/"
 CLUSTER_TAG = "cluster="
@@ -124,6 +126,7 @@ class Upstream:
     url: str
     origin: str
     mount: str
+    tls: ClientTls | None = None  # how an https peer is checked (a relay to a peer); None: plain
 
     def location(self, value: str, client_path: str) -> str | None:
         """`value`, an app's `Location`, under the URL the client used where it points at the app
@@ -164,20 +167,23 @@ class Proxy:
             settings.proxy_max_per_endpoint,
             max(8, connection_limit(settings.max_connections) // 4),
         )
-        self._client: httpx.AsyncClient | None = None
+        self.peer_tls = peer_tls(controller.config)
+        self._clients: dict[ClientTls | None, httpx.AsyncClient] = {}
 
-    @property
-    def client(self) -> httpx.AsyncClient:
-        if self._client is None:
+    def client(self, tls: ClientTls | None = None) -> httpx.AsyncClient:
+        """The HTTP client for upstreams checked by `tls` (a peer's; None: endpoints, plain HTTP)."""
+        client = self._clients.get(tls)
+        if client is None:
             import httpx
 
-            self._client = httpx.AsyncClient(
+            client = self._clients[tls] = httpx.AsyncClient(
                 timeout=httpx.Timeout(connect=10.0, read=self.read_timeout_s, write=self.read_timeout_s, pool=None),
                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
                 follow_redirects=False,
                 cookies=_NoCookies(),  # keeps nothing between requests (see the module docstring)
+                verify=tls.context() if tls is not None else True,
             )
-        return self._client
+        return client
 
     def _target(self, rest: str) -> Upstream:
         """Where `rest`, the part after /proxy/t/ as the client sent it (percent-encoded), is
@@ -196,7 +202,7 @@ class Proxy:
                 raise NotFound(f"no federation peer named {peer!r} here; this cluster relays only to its peers")
             address = config.address.rstrip("/")
             # The peer answers redirects under its /proxy/t/ (as an absolute path): the tag goes back in.
-            return Upstream(address + relay_path(tail), PREFIX[:-1], PREFIX + tag)
+            return Upstream(address + relay_path(tail), PREFIX[:-1], PREFIX + tag, self.peer_tls.get(peer))
         raw_token, _, tail = rest.partition("/")
         raw_name, _, path = tail.partition("/")
         token, name = unquote(raw_token), unquote(raw_name)
@@ -237,13 +243,14 @@ class Proxy:
         headers = _passed_on(request.headers.items(), STRIPPED_REQUEST_HEADERS)
         headers.append((RELAYED_HEADER, self.config.name))  # never local_admin where it lands
         has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
-        upstream_request = self.client.build_request(
+        client = self.client(upstream_at.tls)
+        upstream_request = client.build_request(
             request.method, url, headers=headers, content=request.stream() if has_body else None
         )
         import httpx
 
         try:
-            upstream = await self.client.send(upstream_request, stream=True)
+            upstream = await client.send(upstream_request, stream=True)
         except httpx.TimeoutException:
             slot.release()
             return JSONResponse(
@@ -293,11 +300,11 @@ class Proxy:
             await ws.close(code=1013, reason=exc.message[:120])  # try again later
             return
         try:
-            await self._relay_websocket(ws, upstream_at.url)
+            await self._relay_websocket(ws, upstream_at.url, upstream_at.tls)
         finally:
             slot.release()
 
-    async def _relay_websocket(self, ws: WebSocket, target: str) -> None:
+    async def _relay_websocket(self, ws: WebSocket, target: str, tls: ClientTls | None) -> None:
         url = "ws" + target[len("http") :] + (f"?{ws.url.query}" if ws.url.query else "")
         import websockets
         from websockets.typing import Subprotocol
@@ -311,6 +318,7 @@ class Proxy:
                 open_timeout=10,
                 subprotocols=offered or None,
                 additional_headers={RELAYED_HEADER: self.config.name},
+                ssl=tls.context() if tls is not None and url.startswith("wss://") else None,
             )
         except ValueError:  # a subprotocol that is not a token (the server refuses those first)
             await ws.close(code=1002, reason="Sec-WebSocket-Protocol holds a value that is not a token")

@@ -58,7 +58,8 @@ from iris.core.names import AttemptName, JobName, TaskName
 from iris.core.states import TaskState
 from iris.federation.model import QueuedJob
 from iris.scheduler import compute_availability, schedule
-from iris.scheduler.gating import effective_band, user_spend
+from iris.scheduler.gating import deadline_passed, effective_band, user_spend
+from iris.scheduler.snapshot import ScheduleResult, Unschedulable
 
 log = logging.getLogger("iris.tick")
 MAINTENANCE_INTERVAL_S = 60.0
@@ -111,6 +112,30 @@ def rest_before_pass(
     return max(0.0, min(BURST_REST_FACTOR * last_cost_s, most_s) - since_last_s)
 
 
+def _wait_for_joiners(result: ScheduleResult, snapshot, now: int, pools: tuple[str, ...]) -> ScheduleResult:
+    """`result` with its never-placeable tasks left pending: on a cluster with a pool of worker
+    daemons, a task no worker joined now can host may be hosted by one that joins later, so it
+    waits (with the reason the scheduler gave) until its scheduling deadline, if it has one."""
+    pending = {t.task_id: t for t in snapshot.pending}
+    named = ", ".join(pools)
+    ended: list[Unschedulable] = []
+    reasons = dict(result.pending_reasons)
+    for u in result.unschedulable:
+        task = pending.get(u.task_id)
+        if task is None or deadline_passed(task, now):
+            timed_out = task is not None and not u.reason.startswith("Scheduling timeout")
+            ended.append(
+                Unschedulable(
+                    u.task_id, f"Scheduling timeout reached before a worker that can host it joined: {u.reason}"
+                )
+                if timed_out
+                else u
+            )
+            continue
+        reasons.setdefault(task.job_id, f"Waiting for a worker that can host it to join {named}: {u.reason}")
+    return replace(result, unschedulable=tuple(ended), pending_reasons=reasons)
+
+
 def _placement_view(workers: tuple[WorkerSnapshot, ...]) -> list[tuple]:
     """What the scheduler reads of the workers: all of each but its last contact, which a worker
     daemon's every report moves."""
@@ -152,6 +177,8 @@ class ControlLoop:
         self._light_alone = federation is None or self._federation_alone
         self._spend: dict[str, int] = {}
         self.backends = dict(backends)
+        # The backends whose workers join while the cluster runs (pools of worker daemons).
+        self._pools = tuple(b.id for b in self.backends.values() if b.describe().worker_capacity is None)
         self.tick_interval = tick_interval
         self.clock = clock
         self.federation = federation
@@ -550,6 +577,8 @@ class ControlLoop:
             return 0, 0
         with spans.span("tick.schedule.kernel"):
             result = self._schedule_isolated(snapshot, now)
+        if result.unschedulable and self._pools:
+            result = _wait_for_joiners(result, snapshot, now, self._pools)
         launches: list[tuple[Backend, LaunchSpec]] = []
         if result.assignments or result.preemptions or result.unschedulable or result.pending_reasons or backing_off:
             with spans.span("tick.schedule.commit"):
