@@ -165,6 +165,12 @@ def test_tls_a_certificate_from_an_unknown_ca_is_refused_with_exit_3(fed):
     assert plain.returncode == EXIT_USAGE and "certificate is not trusted" in plain.stderr, plain.stderr
 
 
+def test_tls_plain_http_to_a_tls_port_says_to_use_https(fed):
+    done = fed.cli(fed.marin, "--controller", fed.marin.url.replace("https://", "http://"), "job", "list")
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert "use https://" in done.stderr, done.stderr
+
+
 def test_tls_a_certificate_for_another_host_name_is_refused_with_exit_3(fed):
     elsewhere = fed.marin.url.replace("127.0.0.1", "localhost")
     done = fed.cli(fed.marin, "--controller", elsewhere, "job", "list")

@@ -135,7 +135,10 @@ def running_task(draw, worker_list: list[WorkerSnapshot], n: int) -> RunningTask
         need = Resources(cpu=pick(draw, 0.5, 1, 2), memory=pick(draw, 1, 4) * G)
     band = pick(draw, *list(Band))
     started = number(draw, 0, NOW)
-    return RunningTask(f"/r/{n}/0", f"/r/{n}", worker_id, need, band, started, pick(draw, *USERS))
+    ends = pick(draw, None, 0, 2_000, 5_000)  # when its time limit ends, from now (None: it has none)
+    return RunningTask(
+        f"/r/{n}/0", f"/r/{n}", worker_id, need, band, started, pick(draw, *USERS), None if ends is None else NOW + ends
+    )
 
 
 def pending_job(
@@ -157,6 +160,7 @@ def pending_job(
         replicas=replicas,
         coschedule=pick(draw, False, True),
         scheduling_deadline_ms=deadline,
+        limit_ms=pick(draw, None, None, 1_000, 4_000),  # its time limit: only a limited task backfills
     )
     first = 0
     if replicas > 1 and number(draw, 0, 4) == 0:
@@ -214,7 +218,16 @@ def next_tick(draw, snap: SchedulingSnapshot, result: ScheduleResult, tick: int,
     for task in snap.pending:
         if task.task_id in placed:
             running.append(
-                RunningTask(task.task_id, task.job_id, placed[task.task_id], task.resources, task.band, now, task.user)
+                RunningTask(
+                    task.task_id,
+                    task.job_id,
+                    placed[task.task_id],
+                    task.resources,
+                    task.band,
+                    now,
+                    task.user,
+                    now + task.limit_ms if task.limit_ms else None,
+                )
             )
     ending = {number(draw, 0, len(running) - 1) for _ in range(number(draw, 0, 3 if running else 0))}
     running = [t for i, t in enumerate(running) if i not in ending]

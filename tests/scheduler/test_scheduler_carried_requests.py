@@ -24,7 +24,8 @@ def test_carried_requests_taken_when_the_same_tasks_wait():
     first = ClusterIndex(snap.workers, snap.running)
     result = schedule(replace(snap, index=first))
     carried = first.advance(snap.workers, snap.running)
-    again = replace(snap, now_ms=snap.now_ms + 1, pending=tuple(snap.pending), index=carried)
+    since = {r.job_id: r.since_ms for r in result.reservations}  # as the tick shell carries it
+    again = replace(snap, now_ms=snap.now_ms + 1, pending=tuple(snap.pending), index=carried, reserved_since=since)
     assert schedule(again) == result
     assert carried.requests is first.requests is not None
 

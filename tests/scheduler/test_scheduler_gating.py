@@ -80,7 +80,7 @@ def test_schedule_over_budget_user_queues_behind_older_batch_work():
     ]
     result = schedule(snapshot(workers, pending, spent, budgets={"alice": 1}))
     assert placements(result) == {"/bob/batch/0": "w0"}
-    assert result.pending_reasons["/alice/new"].endswith("user alice is over budget, so it competes as batch")
+    assert "; user alice is over budget, so it competes as batch." in result.pending_reasons["/alice/new"]
 
 
 def test_schedule_over_budget_user_cannot_preempt_batch():

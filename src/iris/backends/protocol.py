@@ -204,8 +204,18 @@ class WorkerHub(Protocol):
     """A backend that worker daemons join over the API (kind `workers`): the controller's service
     hands it the two worker calls as they arrive, with the caller's principal."""
 
-    def register_worker(self, request: Any, principal: str, admin: bool, address: str = "") -> Any:
-        """Admits a daemon; `address` is where its call came from (the host its attempts run on)."""
+    def register_worker(
+        self,
+        request: Any,
+        principal: str,
+        admin: bool,
+        address: str = "",
+        token_id: str = "",
+        bound: str | None = None,
+    ) -> Any:
+        """Admits a daemon; `address` is where its call came from (the host its attempts run on),
+        `token_id` the id of the token it called with, and `bound` the worker name that token was
+        minted for (None: a token that names none)."""
 
     async def worker_poll(self, request: Any, principal: str, admin: bool, address: str = "") -> Any: ...
 

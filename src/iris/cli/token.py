@@ -7,7 +7,10 @@ through the same function, so a token minted before the first start still verifi
 `iris cluster public-key` prints the half that peers need before the cluster has ever run.
 
 The roles a person or a host holds can be minted here (user, admin, dashboard, and worker for
-`iris worker start` daemons); federation-peer tokens are minted by the clusters themselves.
+`iris worker start` daemons); federation-peer tokens are minted by the clusters themselves. A
+worker token names the one worker it registers (`--worker NAME`): whoever steals it from that host
+cannot join the pool under another name. One minted without `--worker` is bound by the controller
+to the first name it registers.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ class IssuedToken:
     role: str
     expires_ms: int
     token_id: str = ""
+    worker: str = ""  # the worker name a worker token is bound to ("" for none)
 
 
 def cluster_signing_key(config):  # (ClusterConfig) -> SigningKey
@@ -50,8 +54,9 @@ def _ttl_text(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def issue_token(config, user: str, role: str, ttl_s: float) -> IssuedToken:
-    """Mints a token for `user` in `role`, valid `ttl_s` seconds, signed by the cluster of `config`.
+def issue_token(config, user: str, role: str, ttl_s: float, worker: str = "") -> IssuedToken:
+    """Mints a token for `user` in `role`, valid `ttl_s` seconds, signed by the cluster of `config`;
+    a worker token bound to the worker name `worker` when one is given.
 
     A ttl longer than the cluster allows for the role (`auth.max_token_lifetime`) is refused here,
     since the controller would refuse the token anyway.
@@ -60,20 +65,29 @@ def issue_token(config, user: str, role: str, ttl_s: float) -> IssuedToken:
 
     from iris.controller.auth import mint_token
     from iris.core.errors import InvalidArgument
-    from iris.core.names import validate_principal
+    from iris.core.names import validate_principal, validate_worker_name
 
     if user:  # an empty one gets mint_token's own message
         validate_principal(user)
+    if worker:
+        if role != "worker":
+            raise InvalidArgument(f"--worker names the worker a worker token registers; pass --role worker, not {role}")
+        validate_worker_name(worker)
     longest = config.auth.token_lifetime(role)
     if ttl_s > longest:
         raise InvalidArgument(
             f"--ttl {_ttl_text(ttl_s)} is longer than cluster {config.name} allows for {role} tokens "
             f"({_ttl_text(longest)}, auth.max_token_lifetime.{role}); pass a shorter --ttl"
         )
-    token = mint_token(cluster_signing_key(config), config.name, user, role, ttl_s)
+    token = mint_token(cluster_signing_key(config), config.name, user, role, ttl_s, worker=worker or None)
     claims = jwt.decode(token, options={"verify_signature": False})
     return IssuedToken(
-        token=token, user=user, role=claims["role"], expires_ms=int(claims["exp"]) * 1000, token_id=claims["jti"]
+        token=token,
+        user=user,
+        role=claims["role"],
+        expires_ms=int(claims["exp"]) * 1000,
+        token_id=claims["jti"],
+        worker=worker,
     )
 
 
@@ -101,6 +115,13 @@ def token() -> None:
     metavar="DURATION",
     help="How long the token is valid, e.g. 12h, 30d (controllers allow 30 s of clock skew past it).",
 )
+@cmd.option(
+    "--worker",
+    default="",
+    metavar="NAME",
+    help="With --role worker: the one worker name the token registers (`iris worker start --name NAME`); "
+    "without it the token is bound to the first name it registers.",
+)
 @cmd.option("--save", is_flag=True, help="Remember it for this cluster's URL: later commands send it by themselves.")
 @output_option
 @cmd.pass_obj
@@ -112,17 +133,19 @@ def create(
     user: str,
     role: str,
     ttl: float,
+    worker: str,
     save: bool,
 ) -> int:
     """Mints a token for USER signed with the cluster's key and prints it.
 
     `export IRIS_TOKEN=$(iris token create --config cluster.yaml --user alice)`, or `--save` to keep
     it in ~/.iris/tokens.json for the cluster's URL, which every later command sends by itself.
+    A worker daemon's token: `--role worker --worker HOST`, one per worker host.
     """
     from iris.client.tokens import token_file
 
     config, _ = resolve_config(obj, config_path, local, port)
-    issued = issue_token(config, user.strip(), role, ttl)
+    issued = issue_token(config, user.strip(), role, ttl, worker.strip())
     if save:
         from iris.client.token_store import TokenStore
 
@@ -135,6 +158,7 @@ def create(
                 "role": issued.role,
                 "expires_ms": issued.expires_ms,
                 "token_id": issued.token_id,
+                "worker": issued.worker or None,
                 "cluster": config.name,
                 "url": config.url,
                 "saved": save,

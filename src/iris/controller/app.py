@@ -107,6 +107,7 @@ class Controller:
             self.federation,
             config.controller.federation_heartbeat_interval,
             self.now_ms,
+            lambda: self.tick.reserved_since,
         )
 
     def _router(self):

@@ -847,20 +847,22 @@ class LogOffset(_message.Message):
     def __init__(self, attempt_id: _Optional[str] = ..., stream: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class RegisterWorkerResponse(_message.Message):
-    __slots__ = ("session", "grace_period_s", "poll_hold_s", "resume", "kill", "worker_id")
+    __slots__ = ("session", "grace_period_s", "poll_hold_s", "resume", "kill", "worker_id", "lease_s")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     GRACE_PERIOD_S_FIELD_NUMBER: _ClassVar[int]
     POLL_HOLD_S_FIELD_NUMBER: _ClassVar[int]
     RESUME_FIELD_NUMBER: _ClassVar[int]
     KILL_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_S_FIELD_NUMBER: _ClassVar[int]
     session: str
     grace_period_s: float
     poll_hold_s: float
     resume: _containers.RepeatedCompositeFieldContainer[LogOffset]
     kill: _containers.RepeatedScalarFieldContainer[str]
     worker_id: str
-    def __init__(self, session: _Optional[str] = ..., grace_period_s: _Optional[float] = ..., poll_hold_s: _Optional[float] = ..., resume: _Optional[_Iterable[_Union[LogOffset, _Mapping]]] = ..., kill: _Optional[_Iterable[str]] = ..., worker_id: _Optional[str] = ...) -> None: ...
+    lease_s: float
+    def __init__(self, session: _Optional[str] = ..., grace_period_s: _Optional[float] = ..., poll_hold_s: _Optional[float] = ..., resume: _Optional[_Iterable[_Union[LogOffset, _Mapping]]] = ..., kill: _Optional[_Iterable[str]] = ..., worker_id: _Optional[str] = ..., lease_s: _Optional[float] = ...) -> None: ...
 
 class AttemptLaunch(_message.Message):
     __slots__ = ("attempt_id", "job_id", "task_index", "attempt", "command", "env", "resources", "workdir", "image", "bundle_id", "files_id")

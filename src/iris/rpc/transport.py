@@ -493,7 +493,11 @@ class ConnectTransport:
         if self._found and not connected:  # the controller went away, or came back elsewhere: the next call looks again
             self._socket, self._found = _UNKNOWN, False
         reason = _describe(exc)
-        if self._scheme == "https" and not self._tls.certificate and isinstance(exc, ConnectionError):
+        # A connection made, then closed before any answer (not one refused).
+        dropped = isinstance(exc, ConnectionError) and not isinstance(exc, ConnectionRefusedError)
+        if self._scheme == "http" and self.local_socket is None and dropped:
+            reason += "; a server that speaks only TLS closes a plain connection so: if this one does, use https://"
+        elif self._scheme == "https" and not self._tls.certificate and dropped:
             # TLS 1.3 settles the client's certificate after the handshake: a server that wants one
             # and got none simply closes the connection.
             reason = (

@@ -33,6 +33,11 @@ The rules, in the order a tick applies them:
    `tpu-name`, else `pool`, else backend) or not at all: the group with the fewest free slots
    that still holds every replica, else, preempting, the group whose evictions cost least. A job
    some of whose replicas run stays in their group.
+7. Reservations. The first job of each band that still waits holds, on the workers where what it
+   waits for could start soonest as running and just-placed tasks reach their time limits (the
+   workers with most free when no end is known), the free capacity it will need there less what
+   ends by then; later jobs cannot use it. After the pass, a waiting task whose own time limit
+   ends before a hold's expected start may start on that hold (backfill).
 
 Dominant share (fair share between users): per backend and per resource, what the user's running
 tasks hold over what the backend's alive workers have, in tenths of a percent rounded down; the
@@ -400,6 +405,158 @@ def place_coscheduled(
     return (n, cheapest[1]) if cheapest is not None else (0, state)
 
 
+@dataclass
+class Hold:
+    """Free capacity held for the first job of a band that waits, per worker, and when it is
+    expected to start (None: unknown, as it rests on a task without a time limit)."""
+
+    job_id: str
+    start_ms: int | None
+    held: dict[str, Vector]
+
+
+Line = list[tuple[int | None, Vector]]
+
+
+def timeline(
+    state: State, snapshot: SchedulingSnapshot, worker: WorkerSnapshot, pending: dict[str, PendingTask]
+) -> Line:
+    """(end or None, demand) of what holds capacity on a worker now: its running tasks not evicted,
+    and the tasks placed on it this tick (ending their time limit from now)."""
+    line = [
+        (t.ends_ms, demand(t.resources))
+        for t in snapshot.running
+        if t.worker_id == worker.worker_id and t.task_id not in state.evicted
+    ]
+    for task_id, worker_id in state.assignments:
+        if worker_id == worker.worker_id:
+            task = pending[task_id]
+            line.append((snapshot.now_ms + task.limit_ms if task.limit_ms else None, demand(task.resources)))
+    return line
+
+
+def released_by(line: Line, t: int) -> Vector:
+    got: Vector = (0, 0, 0, 0)
+    for end, need in line:
+        if end is not None and end <= t:
+            got = plus(got, need)
+    return got
+
+
+def reserve(
+    state: State,
+    snapshot: SchedulingSnapshot,
+    request: Request,
+    waiting: int,
+    workers: list[WorkerSnapshot],
+    pending: dict[str, PendingTask],
+) -> Hold | None:
+    """The hold of a job that waits: where all it waits for (one task, or every waiting replica in
+    one group) could start soonest as tasks reach their time limits; with no known end, the
+    workers that have most free. What it needs there, less what ends by then, leaves the free
+    capacity. None when no workers could ever hold it."""
+    n = waiting if request.coscheduled else 1
+    everywhere = levels(request, workers)
+    if request.coscheduled:
+        groups = sorted({group_of(w) for level in everywhere for w in level})
+        candidates = [
+            [[w for w in level if group_of(w) == g] for level in everywhere]
+            for g in groups
+            if request.pinned_group in (None, g)
+        ]
+        candidates = [[level for level in c if level] for c in candidates]
+    else:
+        candidates = [[[w]] for level in everywhere for w in level]
+    lines = {w.worker_id: timeline(state, snapshot, w, pending) for c in candidates for lv in c for w in lv}
+    best: tuple[int, int, dict[str, int]] | None = None
+    for rank, c in enumerate(candidates):
+        members = [w for level in c for w in level]
+        ends = sorted({max(e, snapshot.now_ms) for w in members for e, _ in lines[w.worker_id] if e is not None})
+        for t in ends:
+            got: dict[str, int] = {}
+            left = n
+            for w in members:
+                k = copies(plus(state.free[w.worker_id], released_by(lines[w.worker_id], t)), request.need, left)
+                if k:
+                    got[w.worker_id], left = k, left - k
+                    if left == 0:
+                        break
+            if left == 0:
+                if best is None or (t, rank) < best[:2]:
+                    best = (t, rank, got)
+                break
+    start: int | None = None
+    counts: dict[str, int] | None = None
+    if best is not None:
+        start, counts = best[0], best[2]
+    for c in candidates if best is None else []:
+        members = [w for level in c for w in level if copies(demand(w.capacity), request.need, n)]
+        members.sort(key=lambda w: tuple(-x for x in state.free[w.worker_id]))
+        counts, left = {}, n
+        for w in members:
+            k = copies(demand(w.capacity), request.need, left)
+            counts[w.worker_id], left = k, left - k
+            if left <= 0:
+                break
+        if left <= 0:
+            break
+        counts = None
+    if not counts:
+        return None
+    held: dict[str, Vector] = {}
+    for worker_id, k in counts.items():
+        released = released_by(lines[worker_id], start) if start is not None else (0, 0, 0, 0)
+        free = state.free[worker_id]
+        want = minus((request.need[0] * k, request.need[1] * k, request.need[2] * k, request.need[3] * k), released)
+        held[worker_id] = (  # what it wants of what is free, never below nothing
+            max(0, min(free[0], want[0])),
+            max(0, min(free[1], want[1])),
+            max(0, min(free[2], want[2])),
+            max(0, min(free[3], want[3])),
+        )
+        state.free[worker_id] = minus(free, held[worker_id])
+    return Hold(request.job_id, start, held)
+
+
+def backfill(
+    state: State,
+    snapshot: SchedulingSnapshot,
+    request: Request,
+    tasks: tuple[PendingTask, ...],
+    holds: list[Hold],
+    workers: list[WorkerSnapshot],
+    order: dict[str, int],
+) -> int:
+    """Places, in order, tasks that end before a hold is needed on what it holds; stops at the
+    first that does not fit."""
+    limit = tasks[0].limit_ms
+    if not limit:
+        return 0
+    usable = [h for h in holds if h.start_ms is not None and snapshot.now_ms + limit <= h.start_ms]
+    allowed = {w.worker_id for level in levels(request, workers) for w in level}
+    placed = 0
+    for task in tasks:
+        spot = next(
+            (
+                (h, w)
+                for h in usable
+                for w in sorted(h.held, key=order.__getitem__)
+                if w in allowed and fits(plus(h.held[w], state.free[w]), request.need)
+            ),
+            None,
+        )
+        if spot is None:
+            break
+        h, w = spot
+        held, need = h.held[w], request.need
+        from_held = (min(held[0], need[0]), min(held[1], need[1]), min(held[2], need[2]), min(held[3], need[3]))
+        h.held[w] = minus(held, from_held)
+        state.free[w] = minus(state.free[w], minus(need, from_held))
+        state.assignments.append((task.task_id, w))
+        placed += 1
+    return placed
+
+
 def decide(snapshot: SchedulingSnapshot) -> Decisions:
     """The decisions of one tick over `snapshot`, by the rules above."""
     workers = sorted(snapshot.workers, key=lambda w: (w.backend_id, w.worker_id))
@@ -413,7 +570,9 @@ def decide(snapshot: SchedulingSnapshot) -> Decisions:
     state = State(free)
     never: set[str] = set()
     timed_out: set[str] = set()
-    waiting: set[str] = set()
+    waiting: dict[str, tuple[Request, int]] = {}  # job -> (its request, tasks placed)
+    pending = {t.task_id: t for t in snapshot.pending}
+    holds: dict[Band, Hold] = {}  # the first job of each band that waits holds what it will start on
     for request in requests(snapshot, workers):
         if never_placed(request, workers):
             never.update(t.task_id for t in request.tasks + request.expired)
@@ -428,7 +587,18 @@ def decide(snapshot: SchedulingSnapshot) -> Decisions:
         else:
             placed = place_independent(state, snapshot, request, workers, order)
         if placed < len(request.tasks):
-            waiting.add(request.job_id)
+            waiting[request.job_id] = (request, placed)
+            if request.band not in holds:
+                hold = reserve(state, snapshot, request, len(request.tasks) - placed, workers, pending)
+                if hold is not None:
+                    holds[request.band] = hold
+    # Backfill: a waiting task whose time limit ends before a hold is needed may start on it.
+    holders = {h.job_id for h in holds.values()}
+    for job_id, (request, placed) in list(waiting.items()):
+        if holds and not request.coscheduled and job_id not in holders:
+            placed += backfill(state, snapshot, request, request.tasks[placed:], list(holds.values()), workers, order)
+            if placed == len(request.tasks):
+                del waiting[job_id]
     return Decisions(
         frozenset(state.assignments),
         frozenset(state.preemptions),

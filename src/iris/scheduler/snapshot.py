@@ -22,6 +22,7 @@ __all__ = [
     "Assignment",
     "PendingTask",
     "Preemption",
+    "Reservation",
     "RunningTask",
     "ScheduleResult",
     "SchedulingSnapshot",
@@ -41,6 +42,7 @@ class RunningTask:
     band: Band
     started_ms: int  # when it was placed; the youngest victims are chosen first
     user: str = ""
+    ends_ms: int | None = None  # when its time limit ends (None: it has none); reservations plan with it
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,7 @@ class PendingTask:
     coschedule: bool = False  # place all replicas of the job at once or none
     scheduling_deadline_ms: int | None = None  # fail UNSCHEDULABLE after this
     parent_running: bool = False
+    limit_ms: int | None = None  # its wall-clock time limit (None: none); only a limited task backfills
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,8 @@ class SchedulingSnapshot:
     default_budget: float | None = None  # for users without their own; None = unlimited
     # user -> the resource value of their work placed on federation peers (charged here too)
     peer_spend: Mapping[str, int] = field(default_factory=dict)
+    # job -> when it first held the reservation it holds now (the last result's, carried by the shell)
+    reserved_since: Mapping[str, int] = field(default_factory=dict)
     # An `index.ClusterIndex` built from exactly these workers and running tasks (typically
     # advanced from the last tick's), or None: the scheduler then builds its own. It saves work
     # and never changes a decision.
@@ -122,9 +127,25 @@ class Unschedulable:
 
 
 @dataclass(frozen=True, slots=True)
+class Reservation:
+    """The workers a waiting job will start on once they free up, and when that is expected."""
+
+    job_id: str
+    band: Band
+    worker_ids: tuple[str, ...]
+    backend_id: str
+    start_ms: int | None  # expected start; None when it rests on a task without a time limit
+    since_ms: int  # when the job first held it
+
+    def where(self) -> str:
+        return ", ".join(self.worker_ids)
+
+
+@dataclass(frozen=True, slots=True)
 class ScheduleResult:
     assignments: tuple[Assignment, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
     unschedulable: tuple[Unschedulable, ...] = ()
     # job_id -> one human sentence on why its still-pending tasks wait
     pending_reasons: Mapping[str, str] = field(default_factory=dict)
+    reservations: tuple[Reservation, ...] = ()

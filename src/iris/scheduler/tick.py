@@ -27,6 +27,7 @@ from iris.scheduler.ledger import Ledger
 from iris.scheduler.ordering import JobRequest, is_coscheduled, job_order_key, task_order_key
 from iris.scheduler.placement import Memo, Placed, place_coscheduled, place_independent
 from iris.scheduler.reasons import PoolStats, never_fits, waiting_reason
+from iris.scheduler.reservations import Reservations, backfill, blocked_by, clock, release, reserve
 from iris.scheduler.snapshot import (
     Assignment,
     PendingTask,
@@ -58,6 +59,7 @@ class Tick:
     assignments: list[Assignment] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)
     unschedulable: list[Unschedulable] = field(default_factory=list)
+    reservations: Reservations = field(default_factory=Reservations)
 
     def result(self) -> ScheduleResult:
         reasons = {job: o.pending_reason for job, o in self.outcomes.items() if o.pending_reason is not None}
@@ -66,6 +68,7 @@ class Tick:
             preemptions=tuple(self.preemptions),
             unschedulable=tuple(self.unschedulable),
             pending_reasons=reasons,
+            reservations=tuple(h.reservation for h in self.reservations.holds),
         )
 
 
@@ -446,6 +449,7 @@ def run_tick(snapshot: SchedulingSnapshot) -> Tick:
         index.requests = requests  # one object, replaced whole: `explain` may read it meanwhile
     tick = Tick(snapshot, ledger)
     now_ms = snapshot.now_ms
+    reserved = tick.reservations
     memo = Memo()
     never = ledger.ix.never  # a function of the workers alone: kept across ticks with them
     # The same, by (shape identity, replicas), or the identity alone for one replica (most jobs):
@@ -466,8 +470,9 @@ def run_tick(snapshot: SchedulingSnapshot) -> Tick:
     into = Placed()
     into.assignments, into.preemptions = assigned, preempted
     for request in requests.ordered:
-        tasks, shape, band, coscheduled = request.tasks, request.shape, request.band, request.coscheduled
-        outcome = tick.outcomes[request.job_id] = JobOutcome(request)
+        job_id, tasks, shape, band = request.job_id, request.tasks, request.shape, request.band
+        coscheduled = request.coscheduled
+        outcome = tick.outcomes[job_id] = JobOutcome(request)
         replicas = request.replicas if coscheduled else 1
         mine = id(shape) if replicas == 1 else (id(shape), replicas)  # no tuple for most
         try:
@@ -493,8 +498,77 @@ def run_tick(snapshot: SchedulingSnapshot) -> Tick:
                 exhausted.add(kind)
         if outcome.placed < len(tasks) or request.expired:
             left.append(outcome)
+            if verdict is None and outcome.placed < len(tasks) and band not in reserved.by_band:
+                # The first job of its band that waits: it holds what it will start on.
+                waiting = len(tasks) - outcome.placed
+                since = snapshot.reserved_since.get(job_id)
+                # Said as it stands before the hold: what it waits for, not what it holds.
+                reserved.sentences[job_id] = waiting_reason(ledger, PoolStats(), request, waiting)
+                reserve(ledger, reserved, request, waiting, snapshot.pending, assigned, now_ms, since)
+    if reserved.by_band:
+        _backfill(tick, left)
     _explain_waits(tick, memo, left)
+    if reserved.by_band:
+        _explain_reservations(tick, left)
+        # Nothing is placed after this: `explain` reads the ledger with held capacity free again.
+        release(ledger, reserved.holds)
     return tick
+
+
+def _backfill(tick: Tick, left: list[JobOutcome]) -> None:
+    """Starts, on capacity held for reservations, the waiting tasks that end before it is needed."""
+    holds = [h for h in tick.reservations.holds if h.reservation.start_ms is not None]
+    if not holds:
+        return
+    holders = {h.reservation.job_id for h in tick.reservations.holds}
+    for outcome in left:
+        request = outcome.request
+        tasks = request.tasks
+        if (
+            outcome.unschedulable is not None
+            or request.coscheduled
+            or request.job_id in holders
+            or outcome.placed >= len(tasks)
+            or not tasks[0].limit_ms
+        ):
+            continue
+        placed = backfill(tick.ledger, holds, request.shape, tasks[outcome.placed :], tick.snapshot.now_ms)
+        tick.assignments.extend(placed)
+        outcome.placed += len(placed)
+
+
+def _explain_reservations(tick: Tick, left: list[JobOutcome]) -> None:
+    """Says of the jobs holding a reservation where, since when and until when; and of the jobs
+    held capacity would let start now that they wait behind it, and whose it is."""
+    holds = tick.reservations.holds
+    now_ms = tick.snapshot.now_ms
+    by_shape: dict[int, object] = {}
+    for outcome in left:
+        if outcome.pending_reason is None:
+            continue
+        request = outcome.request
+        mine = tick.reservations.holder(request.job_id)
+        if mine is not None:
+            r = mine.reservation
+            start = f"~{clock(r.start_ms)}" if r.start_ms is not None else "unknown (a task there has no time limit)"
+            sentence = tick.reservations.sentences.get(request.job_id, outcome.pending_reason)
+            outcome.pending_reason = (
+                f"{sentence}. Holds a reservation on {r.where()} since {clock(r.since_ms)}, expected start {start}."
+            )
+            continue
+        key = id(request.shape)
+        if key not in by_shape:
+            by_shape[key] = blocked_by(tick.ledger, holds, request.shape)
+        blocking = by_shape[key]
+        if blocking is None:
+            continue
+        r = blocking.reservation  # type: ignore[attr-defined]
+        if r.start_ms is not None:
+            gap = max(0, (r.start_ms - now_ms) // 1000)
+            hint = f" (expected start ~{clock(r.start_ms)}); a time limit under {gap}s would let it start now"
+        else:
+            hint = " (expected start unknown)"
+        outcome.pending_reason = f"Waits behind the reservation of job {r.job_id} on {r.where()}{hint}."
 
 
 def _explain_waits(tick: Tick, memo: Memo, outcomes: list[JobOutcome]) -> None:

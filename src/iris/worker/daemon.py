@@ -23,16 +23,25 @@ same tree; each attempt runs in its own copy, removed with the attempt's folder.
 
 The daemon keeps a `boot_id` in its work dir: a restarted daemon presents the previous one, which
 lets it take over its own name at once, while a second daemon under the same name is refused.
+
+Its attempts never outlive it: a guard process (`iris.worker.fence`) kills them all the moment the
+daemon dies, or when the lease that every answered call renews runs out (a stopped daemon, one cut
+off from its controller), and the daemon starts nothing once its lease has run out. The controller
+retries a lost worker's attempts only after that lease has ended.
 """
 
 from __future__ import annotations
 
 import fcntl
 import logging
+import os
 import random
 import secrets
 import signal
+import socket
 import threading
+import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
@@ -42,6 +51,7 @@ from connectrpc.errors import ConnectError
 
 from iris.backends import staging
 from iris.core.errors import FailedPrecondition, InvalidArgument, IrisError, Unavailable
+from iris.core.processes import pid_alive
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import resources_to_proto
 from iris.rpc.controller_connect import ControllerServiceClientSync
@@ -49,6 +59,7 @@ from iris.rpc.errors import from_connect
 from iris.rpc.transport import tls_refusal
 from iris.rpc.worker_text import clip_error
 from iris.worker import metrics
+from iris.worker.fence import Fence
 from iris.worker.runtime import STREAMS, AttemptRun, ProcessRuntime, StartFailed
 from iris.worker.settings import WorkerSettings
 
@@ -57,6 +68,7 @@ REPORT_INTERVAL_S = 0.2
 MAX_BATCH_BYTES = 512 * 1024
 BACKOFF_START_S = 0.1
 BACKOFF_MAX_S = 5.0
+FENCE_WAIT_S = 10.0  # how long a new daemon waits for the fence of the last one to finish its kills
 FATAL = {Code.PERMISSION_DENIED, Code.INVALID_ARGUMENT, Code.ALREADY_EXISTS, Code.UNAUTHENTICATED}
 
 
@@ -124,10 +136,13 @@ class WorkerDaemon:
         self._acked = 0
         self._sent: dict[str, dict[str, int]] = {}
         self._failed: dict[str, str] = {}  # attempts that could not start, with why
+        self._unstarted: dict[str, str] = {}  # attempts not started for a reason of the worker's own
         self.hold_s = 10.0
         self.boot_id = secrets.token_hex(8)
         self.previous_boot_id = ""
         self._lockfile: TextIO | None = None
+        self.fence: Fence | None = None
+        self.lease_s = 0.0  # how long an answered call keeps the lease, as the controller says
         self.registered = threading.Event()
         self._http = _http_client(settings)
 
@@ -155,16 +170,50 @@ class WorkerDaemon:
         folder = self.settings.work_dir
         folder.mkdir(parents=True, exist_ok=True)
         self._lockfile = lockfile = open(folder / "worker.lock", "w")
-        try:
-            fcntl.flock(lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise FailedPrecondition(f"another worker daemon uses {folder}; give this one its own --work-dir") from None
+        self._lock_work_dir(folder, lockfile)
+        (folder / "daemon.pid").write_text(str(os.getpid()))
         boot = folder / "boot_id"
         self.previous_boot_id = boot.read_text().strip() if boot.exists() else ""
         boot.write_text(self.boot_id)
         killed = self.runtime.cleanup_leftovers()
         if killed:
             log.warning("killed %d attempts left running by this worker's previous life", len(killed))
+        self.fence = Fence(folder, lockfile.fileno(), self._fence_containers())
+
+    @staticmethod
+    def _lock_work_dir(folder: Path, lockfile: TextIO) -> None:
+        """Takes the work dir's lock. The fence of a daemon that just died holds it while it kills
+        that daemon's attempts: this one waits for it, and refuses at once only a live daemon's."""
+        deadline = time.monotonic() + FENCE_WAIT_S
+        while True:
+            try:
+                fcntl.flock(lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                pass
+            try:
+                holder = int((folder / "daemon.pid").read_text().strip())
+            except (OSError, ValueError):
+                holder = 0
+            if (holder > 0 and holder != os.getpid() and pid_alive(holder)) or time.monotonic() > deadline:
+                raise FailedPrecondition(f"another worker daemon uses {folder}; give this one its own --work-dir")
+            time.sleep(0.05)
+
+    def _fence_containers(self) -> tuple[str, ...]:
+        """What the fence needs to remove this daemon's containers: none for a process runtime."""
+        from iris.worker.docker import LABEL_WORKER, DockerRuntime
+
+        if not isinstance(self.runtime, DockerRuntime):
+            return ()
+        host = self.runtime.env.get("DOCKER_HOST")
+        return (f"label={LABEL_WORKER}={self.settings.name}", self.runtime.docker, *(("--host", host) if host else ()))
+
+    def _renew(self, since: float, lease_s: float | None = None) -> None:
+        """A call sent at `since` (monotonic) was answered: the lease holds from then."""
+        if lease_s is not None:
+            self.lease_s = lease_s
+        if self.fence is not None:
+            self.fence.renew(since, self.lease_s)
 
     def run(self) -> None:
         """Serves until `stop()` (or SIGTERM/SIGINT when run as the program)."""
@@ -198,6 +247,8 @@ class WorkerDaemon:
             self._report_now.set()
             reporter.join(timeout=5)
             killed = self.runtime.shutdown()
+            if self.fence is not None:
+                self.fence.retire()
             if self._session:
                 self._say_lost(killed)
 
@@ -227,7 +278,9 @@ class WorkerDaemon:
             previous_boot_id=self.previous_boot_id,
             attempts=held,
         )
+        sent = time.monotonic()
         resp = client.register_worker(req, headers=self._headers())
+        self._renew(sent, resp.lease_s)
         with self._lock:
             for attempt_id in resp.kill:
                 log.warning("the controller gave up on %s: killing it", attempt_id)
@@ -257,8 +310,11 @@ class WorkerDaemon:
                 req = pb.WorkerPollRequest(
                     backend_id=self.settings.backend, session=session, acked_seq=acked, wait_ms=int(self.hold_s * 1000)
                 )
+                sent = time.monotonic()
                 resp = client.worker_poll(req, headers=self._headers())
                 metrics.POLLS.labels("ok").inc()
+                if not resp.reregister:
+                    self._renew(sent)
                 self._apply(resp, session)
                 backoff.reset()
             except ConnectError as exc:
@@ -276,12 +332,30 @@ class WorkerDaemon:
                     refused or exc.message,
                 )
                 client = None
+                self._renew_if_down()
                 backoff.wait(self._stop)
             except (OSError, TimeoutError) as exc:
                 metrics.POLLS.labels("unreachable").inc()
                 log.info("controller unreachable (%s); retrying", exc)
                 client = None
+                self._renew_if_down()
                 backoff.wait(self._stop)
+
+    def _renew_if_down(self) -> None:
+        """Renews the lease while no controller runs at all: a connection to its address that is
+        refused proves nothing listens there, and a controller that starts later holds the attempts
+        it finds for longer than a lease before it retries any (see `iris.backends.workers`), so a
+        controller's restart does not end the attempts. A timeout proves nothing (a controller cut
+        off from this host may be retrying them already): the lease runs out."""
+        url = urllib.parse.urlsplit(self.settings.controller)
+        since = time.monotonic()
+        try:
+            port = url.port or (443 if url.scheme == "https" else 80)
+            socket.create_connection((url.hostname or "127.0.0.1", port), timeout=1.0).close()
+        except ConnectionRefusedError:
+            self._renew(since)
+        except (OSError, ValueError):
+            pass
 
     def _apply(self, resp: pb.WorkerPollResponse, session: str | None) -> None:
         with self._lock:
@@ -297,6 +371,12 @@ class WorkerDaemon:
                 if cmd.HasField("start"):
                     if self._stop.is_set():
                         continue  # stopping: the leaving report gives it back to be placed elsewhere
+                    if self.fence is not None and not self.fence.valid():
+                        # Answered too late: the controller may be retrying it elsewhere already.
+                        self._unstarted[cmd.start.attempt_id] = (
+                            f"worker {self.settings.name} did not start it: its lease had run out"
+                        )
+                        continue
                     self._start(cmd.start)
                 elif cmd.stop:
                     self.runtime.stop(cmd.stop)
@@ -382,6 +462,8 @@ class WorkerDaemon:
             req = pb.WorkerPollRequest(backend_id=self.settings.backend, session=self._session, acked_seq=self._acked)
             for attempt_id, why in list(self._failed.items()):
                 req.exits.add(attempt_id=attempt_id, exit_code=127, has_exit_code=True, error=why)
+            for attempt_id, why in list(self._unstarted.items()):
+                req.exits.add(attempt_id=attempt_id, has_exit_code=False, error=why)  # lost: retried
             runs: list[AttemptRun] = self.runtime.snapshot()
             for run in runs:
                 sent = self._sent.get(run.attempt_id)
@@ -411,10 +493,14 @@ class WorkerDaemon:
         req = self._gather()
         if req is None:
             return False
+        sent = time.monotonic()
         resp = client.worker_poll(req, headers=self._headers())
+        if not resp.reregister:
+            self._renew(sent)
         with self._lock:
             for attempt_id in resp.accepted_exits:
                 self._failed.pop(attempt_id, None)
+                self._unstarted.pop(attempt_id, None)
         self._apply(resp, req.session)
         return any(len(b.data) >= MAX_BATCH_BYTES for b in req.logs)
 

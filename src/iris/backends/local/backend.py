@@ -49,6 +49,8 @@ from pathlib import Path
 from iris.backends import gpus
 from iris.backends.local.attempts_root import attempts_root
 from iris.backends.local.containment import Containment
+from iris.backends.local.leftovers import MARKS, kill_folder
+from iris.backends.local.leftovers import kill_leftover_attempts as kill_leftover_attempts  # callers import it here
 from iris.backends.local.own_uid import uid_task_env
 from iris.backends.local.spawner import Spawner, SpawnerGone
 from iris.backends.local.wrapper import start_spawner, start_wrapper, wrapper_start
@@ -68,7 +70,6 @@ from iris.backends.protocol import (
 )
 from iris.backends.spool import OutputSpool
 from iris.backends.staging import (
-    LAYER_COPIES,
     StagingPool,
     drop_layer_copies,
     near_layer,
@@ -85,7 +86,6 @@ from iris.core.states import TaskState
 log = logging.getLogger("iris.backends.local")
 
 _SPAWNER = object()  # the selector's key for the spawner's exit reports
-MARKS = ".live"  # under the attempts root: each backend's markers of the attempts it has not seen end
 _SHELL_CHARS = re.compile(r"[\s;&|<>$`'\"*?(){}]")
 STOP_GRACE_S = 10.0
 PUMP_INTERVAL_S = 0.1
@@ -975,46 +975,5 @@ class LocalBackend:
     def _kill_marked(self, marks: LiveMarks, strays: Iterable[str]) -> None:
         """Kills the attempt of each of the `strays` marked in `marks`, and drops its marker."""
         for attempt_id in strays:
-            _kill_folder(self.containment, self.root / safe_dirname(attempt_id), attempt_id)
+            kill_folder(self.containment, self.root / safe_dirname(attempt_id), attempt_id)
             marks.drop(attempt_id)
-
-
-def _kill_folder(containment: Containment, folder: Path, attempt_id: str = "") -> int:
-    """SIGKILLs the attempt started in `folder` (its cgroup, its wrapper's process group, checked
-    to be an attempt's, of `attempt_id` when given): the wrapper's pid, or -1 when none was running."""
-    try:
-        pid = int((folder / "pid").read_text().strip())
-        if not is_attempt(pid, attempt_id or None):
-            pid = -1
-    except (OSError, ValueError):
-        pid = -1
-    containment.end(folder.name, attempt_id)
-    if pid > 0:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pid = -1
-    return pid
-
-
-def kill_leftover_attempts(state_dir: Path) -> list[int]:
-    """SIGKILLs every process of every attempt still running from `state_dir`.
-
-    Attempts outlive a controller that was killed, by design (the next one re-adopts them). When
-    no controller will come back for a state folder (a test or a benchmark tearing down), this
-    stops what is left: each attempt's cgroup where there is one, and each wrapper's process group,
-    checking each pid really is an attempt before signalling it.
-    """
-    killed: list[int] = []
-    root = state_dir / "attempts"
-    if not root.exists():
-        return killed
-    containment = Containment(root)
-    # Every attempt folder, not only those with a pid file: a wrapper joins its cgroup before it
-    # writes its pid, so one caught in between is still ended through its cgroup.
-    for folder in (f for f in root.iterdir() if f.is_dir() and f.name not in (MARKS, LAYER_COPIES)):
-        pid = _kill_folder(containment, folder)
-        if pid > 0:
-            killed.append(pid)
-    containment.close()
-    return killed

@@ -24,6 +24,13 @@ Why it is built this way:
 - A daemon that comes back after being declared dead, or a restarted one, registers anew: every
   attempt it reports that the controller no longer holds is answered with "kill", and every
   attempt the controller holds on it that it no longer reports is lost (and retried).
+- At most one attempt of a task is live. An attempt is retried elsewhere only once it is fenced:
+  its daemon confirmed its end (an exit, a restart that no longer reports it, a stop), or the
+  daemon's lease has certainly run out. Each daemon holds a lease of `lease_s` (`fence_lease`, a
+  share of the grace period) from every call the controller answers; its fence
+  (`iris.worker.fence`) kills every attempt of the daemon the moment the daemon dies, and when the
+  lease runs out unrenewed (a stopped daemon, a lost network). A worker is declared dead only a
+  grace period after its last call, past the lease, so its attempts have ended by then.
 
 The backend keeps its state in memory: after a controller restart the database's live attempts
 are handed to `adopt` and held for one grace period, waiting for their daemons to re-register.
@@ -79,6 +86,18 @@ MAX_HOLD_S = 10.0
 # After a controller restart, daemons come back on their own back-off (up to 5 s between tries):
 # adopted attempts wait one grace period plus this before they are given up.
 RECONNECT_ALLOWANCE_S = 10.0
+# A daemon's lease, as a share of the grace period: the rest is the margin between its fence
+# killing its attempts and the controller retrying them elsewhere.
+LEASE_SHARE = 0.75
+
+
+def fence_lease(grace_s: float) -> float:
+    """How long a daemon's attempts may outlive its last answered call (see the module's doc)."""
+    return grace_s * LEASE_SHARE
+
+
+def _iso_ms(epoch_ms: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_ms / 1000)) + f".{int(epoch_ms % 1000):03d}Z"
 
 
 def now_ms() -> int:
@@ -121,16 +140,18 @@ def _notify(worker: _Worker) -> None:
         loop.call_soon_threadsafe(event.set)
 
 
-class NameOwners:
-    """Worker name → the principal that first registered it, in one JSON file written whole (and
-    synced) when a name is first bound, so writes are rare.
+class Bindings:
+    """Keys bound once to a value, in one JSON file written whole (and synced) when a key is first
+    bound, so writes are rare: worker name → the principal that first registered it, and worker
+    token id → the one name a token minted without `--worker` registered first.
 
     A file that cannot be read as such (a disk fault, a hand edit) is moved aside with a warning
     and the bindings start empty, as they were before they were kept: the controller still starts,
-    and each name is bound again by the first daemon that registers it."""
+    and each key is bound again by the first daemon that registers."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, what: str):
         self.path = path
+        self.what = what  # what the file holds, for the warning
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._owners: dict[str, str] = {}
         try:
@@ -141,7 +162,7 @@ class NameOwners:
             self._set_aside(f"{type(exc).__name__}: {exc}")
             return
         if not isinstance(loaded, dict) or not all(isinstance(v, str) for v in loaded.values()):
-            self._set_aside("not a mapping of worker names to principals")
+            self._set_aside(f"not a mapping of {what}")
             return
         self._owners = loaded
 
@@ -152,15 +173,15 @@ class NameOwners:
         except OSError:
             aside = self.path
         log.warning(
-            "cannot read the worker name owners in %s (%s): kept as %s; names are bound again as workers register",
-            self.path, why, aside,
+            "cannot read the %s in %s (%s): kept as %s; they are bound again as workers register",
+            self.what, self.path, why, aside,
         )  # fmt: skip
 
     def get(self, name: str) -> str | None:
         return self._owners.get(name)
 
     def bind(self, name: str, principal: str) -> None:
-        """Binds an unbound `name` to `principal`, durably before it returns (OSError otherwise,
+        """Binds an unbound key `name` to `principal`, durably before it returns (OSError otherwise,
         with nothing bound)."""
         if name in self._owners:
             return
@@ -188,6 +209,7 @@ class WorkersBackend:
         self.config = config
         self._context = context
         self.grace = context.worker_grace_period
+        self.lease = fence_lease(self.grace)
         self.retention = config.forget_dead_after
         self.hold = max(0.05, min(MAX_HOLD_S, self.grace / 3))
         self._required = {k: str(v).lower() for k, v in config.attributes.items()}
@@ -197,7 +219,11 @@ class WorkersBackend:
         # naming a worker after it is forgotten, and the controller restarts before its daemons
         # reconnect, so a name stays its owner's: a daemon of another principal taking it would make
         # that history read as if its own host had run them, and would be handed its attempts.
-        self._owners = NameOwners(context.state_dir / "workers" / "owners" / f"{safe_dirname(config.id)}.json")
+        folder = context.state_dir / "workers"
+        self._owners = Bindings(folder / "owners" / f"{safe_dirname(config.id)}.json", "worker names to principals")
+        # A worker token minted without `--worker` registers one name only, its first: one stolen
+        # token would otherwise join the pool under any number of names.
+        self._token_names = Bindings(folder / "tokens" / f"{safe_dirname(config.id)}.json", "worker tokens to names")
         self._sessions: dict[str, _Worker] = {}  # a session token → the registration it belongs to
         self._attempts: dict[str, _Attempt] = {}
         self._exits: list[AttemptExit] = []
@@ -336,7 +362,13 @@ class WorkersBackend:
                 log.warning(
                     "worker %s of backend %s is silent for %.1fs: declared dead", worker.name, self.id, self.grace
                 )
-                self._declare_dead(worker, now, f"worker {worker.name} stopped answering for more than {self.grace:g}s")
+                fenced = _iso_ms(worker.last_contact_ms + self.lease * 1000)
+                self._declare_dead(
+                    worker,
+                    now,
+                    f"worker {worker.name} lost: it stopped answering for more than {self.grace:g}s; attempt "
+                    f"fenced at {fenced}, when the worker's lease ran out",
+                )
         for a in [a for a in self._attempts.values() if a.adopt_deadline is not None and a.adopt_deadline < now]:
             self._lose(a, f"worker {a.worker} did not reconnect after the controller restarted")
 
@@ -345,7 +377,9 @@ class WorkersBackend:
         it, as a worker silent past the grace period), and what it still held is given up here at
         once instead of a grace period later, to be retried elsewhere."""
         log.info("worker %s of backend %s is stopping: it takes no more work", worker.name, self.id)
-        self._declare_dead(worker, time.monotonic(), f"worker {worker.name} was stopped")
+        self._declare_dead(
+            worker, time.monotonic(), f"worker {worker.name} was stopped; attempt fenced at {_iso_ms(now_ms())}"
+        )
 
     def _declare_dead(self, worker: _Worker, now: float, why: str) -> None:
         """Nothing more is placed on `worker`, its held poll answers, and its attempts are given up."""
@@ -411,10 +445,17 @@ class WorkersBackend:
     # -- the worker calls (the server's event loop) ---------------------------------------------
 
     def register_worker(
-        self, req: pb.RegisterWorkerRequest, principal: str, admin: bool, address: str = ""
+        self,
+        req: pb.RegisterWorkerRequest,
+        principal: str,
+        admin: bool,
+        address: str = "",
+        token_id: str = "",
+        bound: str | None = None,
     ) -> pb.RegisterWorkerResponse:
         name, capacity, attributes = self._check_registration(req)
         with self._lock:
+            first_of_token = self._token_binding(name, admin, token_id, bound)
             old = self._workers.get(name)
             # An admin's daemon may take any name, and leaves it bound to whoever had it.
             owner = self._owners.get(name) or (old.principal if old is not None else None)
@@ -430,16 +471,26 @@ class WorkersBackend:
                     f"worker name {name!r} in backend {self.id} belongs to {owner}{history}; "
                     f"{principal} may not register as it. Pick another --name"
                 )
-            if old is not None and old.alive and req.boot_id != old.boot_id and req.previous_boot_id != old.boot_id:
+            now = time.monotonic()
+            # Another daemon's registration holds the name while its attempts may still run: until
+            # it has been silent past the grace period, which outlasts its lease (see `fence_lease`).
+            if (
+                old is not None
+                and old.alive
+                and now - old.last_contact <= self.grace
+                and req.boot_id != old.boot_id
+                and req.previous_boot_id != old.boot_id
+            ):
                 raise AlreadyExists(
                     f"a worker named {name!r} is already connected to backend {self.id} from another daemon; "
                     "give this one another --name (or stop the other one)"
                 )
             self._owners.bind(name, principal)  # first: a write that fails leaves everything as it was
+            if first_of_token:
+                self._token_names.bind(token_id, name)
             if old is not None:
                 old.alive = False
                 _notify(old)
-            now = time.monotonic()
             worker = _Worker(
                 name, principal, req.boot_id, secrets.token_hex(16), capacity, attributes,
                 req.runtime or "process", now, now_ms(), address=address,
@@ -449,7 +500,11 @@ class WorkersBackend:
                 self._sessions.pop(old.session, None)
             self._sessions[worker.session] = worker
             resp = pb.RegisterWorkerResponse(
-                session=worker.session, grace_period_s=self.grace, poll_hold_s=self.hold, worker_id=name
+                session=worker.session,
+                grace_period_s=self.grace,
+                poll_hold_s=self.hold,
+                worker_id=name,
+                lease_s=self.lease,
             )
             reported = set(req.attempts)
             for attempt_id in sorted(reported):
@@ -464,11 +519,38 @@ class WorkersBackend:
                     self._command(worker, pb.WorkerCommand(stop=attempt_id))
             lost = [a for a in self._attempts.values() if a.worker == name and a.attempt_id not in reported]
             for a in lost:
-                self._lose(a, f"worker {name} restarted and no longer runs it")
+                self._lose(
+                    a,
+                    f"worker {name} restarted and no longer runs it; attempt fenced at {_iso_ms(now_ms())}, "
+                    "when the worker confirmed its end",
+                )
         log.info("worker %s joined backend %s (%s, %s)", name, self.id, capacity, worker.runtime)
         if lost:
             self._context.wake()
         return resp
+
+    def _token_binding(self, name: str, admin: bool, token_id: str, bound: str | None) -> bool:
+        """Refuses a worker token's registration of a name other than its own: the one it was
+        minted for, or (minted without one) the first it registered. True when this registration
+        is the first of such a token, whose name is then bound to it."""
+        if bound is not None:
+            if name != bound:
+                raise PermissionDenied(
+                    f"this worker token was minted for worker {bound!r}; it may not register worker {name!r}. "
+                    f"Start the daemon with --name {bound}, or mint a token for {name!r} with "
+                    f"`iris token create --role worker --user {name} --worker {name}`"
+                )
+            return False
+        if admin or not token_id:
+            return False
+        first = self._token_names.get(token_id)
+        if first is not None and first != name:
+            raise PermissionDenied(
+                f"this worker token registered worker {first!r} first and is bound to that name; it may not "
+                f"register worker {name!r}. Mint one token per worker: "
+                f"`iris token create --role worker --user {name} --worker {name}`"
+            )
+        return first is None
 
     def _check_registration(self, req: pb.RegisterWorkerRequest) -> tuple[str, Resources, dict[str, str]]:
         name = req.name

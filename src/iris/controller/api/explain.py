@@ -10,6 +10,7 @@ that placed (or did not place) the job rather than a second account of them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from iris import scheduler
@@ -37,6 +38,7 @@ class Explainer:
         federation: FederationManager | None,
         heartbeat_interval_s: float,
         now_ms: Callable[[], int],
+        reserved_since: Callable[[], Mapping[str, int]] = dict,
     ):
         self.db = db
         self.loader = loader
@@ -44,6 +46,7 @@ class Explainer:
         self.federation = federation
         self.stale_after_ms = 2 * heartbeat_interval_s * 1000
         self.now_ms = now_ms
+        self.reserved_since = reserved_since  # the tick's: when each job first held its reservation
 
     def explain(self, job_id: str) -> pb.ExplainJobResponse:
         """Why `job_id` waits, or what state it is in when it no longer does."""
@@ -83,7 +86,8 @@ class Explainer:
     def _explain_local(self, resp: pb.ExplainJobResponse, job_id: str) -> None:
         """Fills `resp` with the scheduler's own account of the job's waiting tasks, per worker group."""
         workers = tuple(w for b in self.backends.values() for w in b.workers())
-        result = scheduler.explain(self.loader.load(self.now_ms(), workers), job_id)
+        snapshot = replace(self.loader.load(self.now_ms(), workers), reserved_since=self.reserved_since())
+        result = scheduler.explain(snapshot, job_id)
         resp.summary = result.summary
         for g in result.groups:
             resp.groups.add(

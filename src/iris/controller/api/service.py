@@ -21,7 +21,7 @@ from iris.controller.api.inbound_handoffs import Handoffs
 from iris.controller.api.inbound_peers import InboundPeers
 from iris.controller.api.launch import Submits
 from iris.controller.api.submit_rate import SubmitRate
-from iris.controller.api.workers import WorkerCalls
+from iris.controller.api.workers import REGISTRATION_BURST, REGISTRATIONS_PER_S, WorkerCalls
 from iris.controller.auth import Identity, Role, check_may_stop, check_sync_requester
 from iris.controller.auth.policy import check_may_read
 from iris.controller.db import attempts as attempt_db
@@ -77,6 +77,7 @@ class ControllerServiceImpl(WorkerCalls):
         self.handoffs = Handoffs(controller, self.submits)
         settings = controller.config.controller
         self.submit_rate = SubmitRate(settings.submit_rate, settings.submit_burst)
+        self.registrations = SubmitRate(REGISTRATIONS_PER_S, REGISTRATION_BURST)
         self.inbound = InboundPeers(controller.config.auth.federation_peers, controller.now_ms)
         self.listings: Answers[pb.ListJobsResponse] = Answers(controller.db)
 

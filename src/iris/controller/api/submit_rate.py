@@ -77,22 +77,33 @@ class SubmitRate:
         """Counts a submit of `tasks` tasks by `identity`; raises SubmitRateExceeded past its rate."""
         if self._exempt(identity):
             return
-        tasks = max(1, tasks)
-        need = float(min(tasks, self.burst))  # a job larger than the burst waits for a full bucket
+        self.spend(
+            identity.principal,
+            tasks,
+            lambda wait_s: (
+                f"{identity.principal} is submitting faster than this cluster takes from one user"
+                f" ({self.per_second:g} tasks a second after a burst of {self.burst}; a job counts one"
+                f" per replica); try again in {wait_s:.1f}s (the SDK and iris job run wait and retry"
+                " by themselves)"
+            ),
+        )
+
+    def spend(self, key: str, cost: int, refusal: Callable[[float], str]) -> None:
+        """Counts `cost` against the bucket of `key`; past its rate raises SubmitRateExceeded with
+        the message `refusal(seconds to wait)`. The buckets of other uses (a worker token's
+        registrations) are kept the same way, keyed by what they limit."""
+        if self.per_second <= 0:
+            return
+        cost = max(1, cost)
+        need = float(min(cost, self.burst))  # a job larger than the burst waits for a full bucket
         now = self.clock()
         with self._lock:
-            tokens = self._tokens(identity.principal, now)
+            tokens = self._tokens(key, now)
             if tokens < need:
                 wait_s = (need - tokens) / self.per_second
-                self._buckets[identity.principal] = (tokens, now)
-                raise SubmitRateExceeded(
-                    f"{identity.principal} is submitting faster than this cluster takes from one user"
-                    f" ({self.per_second:g} tasks a second after a burst of {self.burst}; a job counts one"
-                    f" per replica); try again in {wait_s:.1f}s (the SDK and iris job run wait and retry"
-                    " by themselves)",
-                    retry_after_s=max(1, math.ceil(wait_s)),
-                )
-            self._buckets[identity.principal] = (tokens - tasks, now)
+                self._buckets[key] = (tokens, now)
+                raise SubmitRateExceeded(refusal(wait_s), retry_after_s=max(1, math.ceil(wait_s)))
+            self._buckets[key] = (tokens - cost, now)
 
     def give_back(self, identity: Identity, tasks: int = 1) -> None:
         """Returns what `take` counted for a submit that created nothing."""

@@ -8,6 +8,12 @@ the workspace of an attempt the backend placed on it (the backend says whether i
 the database on a thread: a worker on another host has no other way to the job's files. Every
 string field of the three calls is checked first (`iris.rpc.worker_text`): the API is open to any
 holder of a worker token, not only to `iris worker start`.
+
+Registrations are limited per token (`REGISTRATION_BURST` at once, then `REGISTRATIONS_PER_S`): a
+daemon registers once per life and again after a controller restart, and a stolen token that
+registered names by the thousand slowed every scheduling pass. Past it a registration is refused
+as `resource_exhausted` with a retry hint, which `iris worker start` waits out; other tokens'
+daemons register as usual. The operator's (admin) daemons are not limited.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import TYPE_CHECKING
 from iris.backends import staging
 from iris.backends.protocol import Backend, WorkerHub
 from iris.controller.api.handler import rpc
+from iris.controller.api.submit_rate import SubmitRate
 from iris.controller.auth import Identity, Role
 from iris.controller.auth.callers import calling_peer
 from iris.controller.db import workspace
@@ -29,6 +36,9 @@ from iris.rpc.worker_text import check_fetch, check_poll, check_registration
 
 if TYPE_CHECKING:
     from iris.controller.auth.callers import Identities
+
+REGISTRATION_BURST = 10
+REGISTRATIONS_PER_S = 0.5
 
 
 def worker_hub(backends: Mapping[str, Backend], backend_id: str) -> WorkerHub:
@@ -59,6 +69,7 @@ class WorkerCalls:
     db: Database
     backends: Mapping[str, Backend]
     identities: Identities
+    registrations: SubmitRate
 
     def _joined(self, backend_id: str, identity: Identity) -> tuple[WorkerHub, str, bool]:
         """The backend a worker's call names, the caller, and whether it is an admin: what every
@@ -69,7 +80,20 @@ class WorkerCalls:
     async def register_worker(self, req: pb.RegisterWorkerRequest, identity: Identity) -> pb.RegisterWorkerResponse:
         check_registration(req)
         hub, principal, admin = self._joined(req.backend_id, identity)
-        return hub.register_worker(req, principal, admin, _caller_address())
+        if not admin:
+            key = identity.token_id or principal
+            self.registrations.spend(
+                key,
+                1,
+                lambda wait_s: (
+                    f"worker {req.name!r} registers too often: this token registered more than "
+                    f"{REGISTRATION_BURST} times in a row ({REGISTRATIONS_PER_S:g} a second after that); "
+                    f"try again in {wait_s:.1f}s"
+                ),
+            )
+        return hub.register_worker(
+            req, principal, admin, _caller_address(), token_id=identity.token_id or "", bound=identity.worker
+        )
 
     @rpc
     async def worker_poll(self, req: pb.WorkerPollRequest, identity: Identity) -> pb.WorkerPollResponse:

@@ -66,6 +66,9 @@ class Identity:
     # A task: the id of the token that submitted its job's tree (None: the operator did), whose
     # revocation ends the task's token too.
     credential: str | None = None
+    # A worker token minted with `--worker NAME`: the one worker name it may register (None: a
+    # token minted without one, bound to the first name it registers).
+    worker: str | None = None
 
     @property
     def submitted_with(self) -> str:

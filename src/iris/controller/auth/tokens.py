@@ -45,12 +45,14 @@ def mint_token(
     job_scope: str | None = None,
     attempt_id: str | None = None,
     credential: str | None = None,
+    worker: str | None = None,
 ) -> str:
     """A signed JWT saying `issuer_cluster` vouches for `subject` in `role` for `ttl_s` seconds.
 
     A task token (role task) also names the job it is confined to and the attempt it ends with,
     and `credential`: the id of the token whose submission the job's tree came from (none for the
-    operator's), so that revoking that token stops its tasks too.
+    operator's), so that revoking that token stops its tasks too. A worker token may name the one
+    `worker` it registers (claim `wkr`).
     """
     role = Role.parse(role)
     if not issuer_cluster:
@@ -77,6 +79,10 @@ def mint_token(
         claims.update(job=job_scope, att=attempt_id)
         if credential:
             claims["cred"] = credential
+    if worker is not None:
+        if role is not Role.WORKER:
+            raise InvalidArgument(f"only a worker token names a worker; this one has role {role.value}")
+        claims["wkr"] = worker
     return jwt.encode(claims, key.private_key, algorithm=ALGORITHM, headers={"kid": key.key_id})
 
 
@@ -157,6 +163,9 @@ def verify_token(
         raise Unauthenticated("malformed task token: it names no job and attempt; tasks get theirs from the cluster")
     if credential is not None and not (isinstance(credential, str) and credential):
         raise Unauthenticated("malformed task token: its credential (cred) is not a token id; " + MINT_HINT)
+    worker = claims.get("wkr")
+    if role is Role.WORKER and worker is not None and not (isinstance(worker, str) and worker):
+        raise Unauthenticated("malformed worker token: the worker name it is bound to (wkr) is empty; " + MINT_HINT)
     return Identity(
         principal=subject,
         role=role,
@@ -165,6 +174,7 @@ def verify_token(
         job_scope=job_scope if role is Role.TASK else None,
         attempt_id=attempt_id if role is Role.TASK else None,
         credential=credential if role is Role.TASK else None,
+        worker=worker if role is Role.WORKER else None,
     )
 
 

@@ -322,6 +322,7 @@ class SnapshotLoader:
                 coschedule=cfg.coschedule,
                 scheduling_deadline_ms=r[9],
                 parent_running=r[10] == "RUNNING",
+                limit_ms=int(cfg.timeout_s * 1000) if cfg.timeout_s > 0 else None,
             )
         except Exception as exc:
             self._poison(r[1], exc)
@@ -382,7 +383,8 @@ class SnapshotLoader:
                 continue
             try:
                 cfg = self.config(conn, r[1], r[6])
-                task = RunningTask(r[0], r[1], r[2], cfg.resources, Band.parse(r[4]), r[3], r[5])
+                ends = int(r[3] + cfg.timeout_s * 1000) if cfg.timeout_s > 0 else None
+                task = RunningTask(r[0], r[1], r[2], cfg.resources, Band.parse(r[4]), r[3], r[5], ends)
             except Exception as exc:
                 self._poison(r[1], exc)
                 continue

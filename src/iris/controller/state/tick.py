@@ -189,6 +189,8 @@ class ControlLoop:
         )
         self.launch_specs = LaunchSpecs(self.loader.config, base_env, state_dir, task_identity)
         self._reasons: dict[str, str] = {}
+        # job -> when it first held its reservation, as of the last pass (see `scheduler.reservations`)
+        self.reserved_since: dict[str, int] = {}
         self.refused: Counter[str] = Counter()  # decisions the applier refused, by kind of change
         self._next_maintenance = 0.0
         # The inputs version and workers the last completed scheduling step decided over, and when
@@ -575,8 +577,12 @@ class ControlLoop:
                 with self.db.write() as conn:
                     self._store_reasons(conn, backing_off)
             return 0, 0
+        if self.reserved_since:
+            snapshot = replace(snapshot, reserved_since=self.reserved_since)
         with spans.span("tick.schedule.kernel"):
             result = self._schedule_isolated(snapshot, now)
+        # Carried to the next pass: a reservation's "since" is when its job first held one.
+        self.reserved_since = {r.job_id: r.since_ms for r in result.reservations}
         if result.unschedulable and self._pools:
             result = _wait_for_joiners(result, snapshot, now, self._pools)
         launches: list[tuple[Backend, LaunchSpec]] = []
