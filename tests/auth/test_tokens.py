@@ -158,3 +158,18 @@ def test_mint_token_bad_argument_invalid_argument(key, kwargs, message):
 
 def test_unverified_issuer_reads_iss(key):
     assert unverified_issuer(mint_token(key, "marin", "alice", "user", 60)) == "marin"
+
+
+def test_token_worker_claim_binds_a_worker_token_to_its_name(key):
+    token = mint_token(key, "marin", "host-a", "worker", 60, now=NOW, worker="host-a")
+    assert verify_token(token, key, "marin", now=NOW).worker == "host-a"
+    assert verify_token(mint_token(key, "marin", "h", "worker", 60, now=NOW), key, "marin", now=NOW).worker is None
+    with pytest.raises(InvalidArgument, match="only a worker token names a worker"):
+        mint_token(key, "marin", "alice", "user", 60, now=NOW, worker="host-a")
+    # A user token that somehow carries the claim is not bound to (nor made into) a worker.
+    signed = jwt.encode(
+        {"iss": "marin", "sub": "a", "role": "user", "iat": int(NOW), "exp": int(NOW) + 60, "jti": "x" * 32,
+         "wkr": "host-a"},
+        key.private_key, algorithm="EdDSA", headers={"kid": key.key_id},
+    )  # fmt: skip
+    assert verify_token(signed, key, "marin", now=NOW).worker is None

@@ -128,7 +128,9 @@ def job() -> None:
     "--timeout",
     metavar="DURATION",
     callback=_TIMEOUT,
-    help="Kill the job after this long running, e.g. 30m; 0 (the default): no limit.",
+    help="Its wall-clock limit, e.g. 30m: the job is stopped after this long running, and the scheduler"
+    " plans with it (a limited job may start early on capacity held for a bigger one). 0 (the default):"
+    " the cluster's default for its band (controller.time_limits), else none.",
 )
 @cmd.option(
     "--scheduling-timeout",

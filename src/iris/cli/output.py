@@ -340,6 +340,7 @@ def describe_job(resp: Any, now_ms: int | None = None) -> str:
         ("Resources", format_resources(job.resources)),
         ("Replicas", str(job.replicas)),
         ("Tasks", format_tasks(job)),
+        ("Time limit", format_duration(job.timeout_s) if job.timeout_s > 0 else "none"),
     ]
     if job.constraints:
         fields.append(("Constraints", "; ".join(format_constraint(c) for c in job.constraints)))

@@ -228,6 +228,26 @@ class AuthConfig(_Model):
         return self.max_token_lifetime.get(role, DEFAULT_MAX_TOKEN_LIFETIME.get(role, 30 * 86400.0))
 
 
+class TimeLimitConfig(_Model):
+    """One band's wall-clock limits, in seconds (0: none): `default` is given to a job submitted
+    without `--timeout` (the maximum when only that is set), and a job asking for more than
+    `max` is refused at submit. The scheduler plans reservations with these limits."""
+
+    default: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    max: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+
+    _durations = field_validator("default", "max", mode="before")(lambda cls, v: _duration(v))
+
+    @model_validator(mode="after")
+    def _default_within_max(self) -> TimeLimitConfig:
+        if self.max and self.default > self.max:
+            raise ValueError(f"default ({self.default:g}s) is above max ({self.max:g}s)")
+        return self
+
+
+BAND_LABELS = ("production", "interactive", "batch")
+
+
 class ControllerSettings(_Model):
     tick_interval: float = 1.0
     federation_heartbeat_interval: float = 30.0
@@ -281,6 +301,17 @@ class ControllerSettings(_Model):
     # Connections open at once; one more is answered 503 and closed. 0: half the process's
     # descriptor limit, so connections never take the descriptors the controller's own work needs.
     max_connections: int = Field(default=0, ge=0)
+    # Per band (production, interactive, batch): the time limit a job gets without `--timeout`,
+    # and the most it may ask for (see TimeLimitConfig). Unlisted bands: no default, no maximum.
+    time_limits: dict[str, TimeLimitConfig] = {}
+
+    @field_validator("time_limits")
+    @classmethod
+    def _band_labels(cls, v: dict[str, TimeLimitConfig]) -> dict[str, TimeLimitConfig]:
+        for band in v:
+            if band not in BAND_LABELS:
+                raise ValueError(f"{band!r} is not a band; use {', '.join(BAND_LABELS)}")
+        return v
 
     _durations = field_validator(
         "tick_interval",

@@ -220,7 +220,7 @@ class TaskStatus(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., job_id: _Optional[str] = ..., index: _Optional[int] = ..., state: _Optional[str] = ..., attempt: _Optional[int] = ..., backend_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., exit_code: _Optional[int] = ..., has_exit_code: _Optional[bool] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., error: _Optional[str] = ..., failure_count: _Optional[int] = ..., preemption_count: _Optional[int] = ..., attempts: _Optional[_Iterable[_Union[AttemptStatus, _Mapping]]] = ..., cluster: _Optional[str] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "state", "user", "priority", "cluster", "replicas", "task_counts", "submitted_ms", "started_ms", "finished_ms", "pending_reason", "error", "parent_job_id", "resources", "command", "constraints", "handoff_state", "peer_id", "stale", "exit_code", "has_exit_code", "owner", "last_sync_ms")
+    __slots__ = ("job_id", "state", "user", "priority", "cluster", "replicas", "task_counts", "submitted_ms", "started_ms", "finished_ms", "pending_reason", "error", "parent_job_id", "resources", "command", "constraints", "handoff_state", "peer_id", "stale", "exit_code", "has_exit_code", "owner", "last_sync_ms", "timeout_s")
     class TaskCountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -251,6 +251,7 @@ class JobStatus(_message.Message):
     HAS_EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     LAST_SYNC_MS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     state: str
     user: str
@@ -274,7 +275,8 @@ class JobStatus(_message.Message):
     has_exit_code: bool
     owner: str
     last_sync_ms: int
-    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[str] = ..., user: _Optional[str] = ..., priority: _Optional[str] = ..., cluster: _Optional[str] = ..., replicas: _Optional[int] = ..., task_counts: _Optional[_Mapping[str, int]] = ..., submitted_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., pending_reason: _Optional[str] = ..., error: _Optional[str] = ..., parent_job_id: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., handoff_state: _Optional[str] = ..., peer_id: _Optional[str] = ..., stale: _Optional[bool] = ..., exit_code: _Optional[int] = ..., has_exit_code: _Optional[bool] = ..., owner: _Optional[str] = ..., last_sync_ms: _Optional[int] = ...) -> None: ...
+    timeout_s: float
+    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[str] = ..., user: _Optional[str] = ..., priority: _Optional[str] = ..., cluster: _Optional[str] = ..., replicas: _Optional[int] = ..., task_counts: _Optional[_Mapping[str, int]] = ..., submitted_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., pending_reason: _Optional[str] = ..., error: _Optional[str] = ..., parent_job_id: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., handoff_state: _Optional[str] = ..., peer_id: _Optional[str] = ..., stale: _Optional[bool] = ..., exit_code: _Optional[int] = ..., has_exit_code: _Optional[bool] = ..., owner: _Optional[str] = ..., last_sync_ms: _Optional[int] = ..., timeout_s: _Optional[float] = ...) -> None: ...
 
 class GetJobStatusRequest(_message.Message):
     __slots__ = ("job_id", "include_tasks", "include_attempts", "wait_while_state", "wait_ms")

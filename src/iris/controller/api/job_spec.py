@@ -12,10 +12,13 @@ import json
 import re
 import secrets
 import time
+from collections.abc import Mapping
+from dataclasses import replace
 
 from iris import REVISION_DATE
 from iris.controller.db.database import sql
 from iris.core.bands import Band
+from iris.core.config import TimeLimitConfig
 from iris.core.constraints import ANY_REGION, Constraint, Op, inherit_constraints, make_constraint
 from iris.core.errors import FailedPrecondition, InvalidArgument
 from iris.core.images import check_image
@@ -156,6 +159,22 @@ def build_spec(
         depth=name.depth,
         root_job_id=str(name.root_job),
     )
+
+
+def apply_time_limit(spec: JobSpec, limits: Mapping[str, TimeLimitConfig]) -> JobSpec:
+    """`spec` with its band's default time limit when it asked for none; refused when it asks for
+    more than its band's maximum (`controller.time_limits`)."""
+    limit = limits.get(spec.band.label)
+    if limit is None:
+        return spec
+    if limit.max and spec.timeout_s > limit.max:
+        raise InvalidArgument(
+            f"--timeout {spec.timeout_s:g}s is above the {limit.max:g}s this cluster allows {spec.band.label}"
+            f" jobs (controller.time_limits.{spec.band.label}.max): ask for at most {limit.max:g}s"
+        )
+    if not spec.timeout_s and (limit.default or limit.max):
+        return replace(spec, timeout_s=limit.default or limit.max)
+    return spec
 
 
 def check_command(args) -> tuple[str, ...]:

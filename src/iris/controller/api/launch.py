@@ -16,7 +16,13 @@ import errno
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from iris.controller.api.job_spec import build_spec, check_client_freshness, parent_context, resolve_job_id
+from iris.controller.api.job_spec import (
+    apply_time_limit,
+    build_spec,
+    check_client_freshness,
+    parent_context,
+    resolve_job_id,
+)
 from iris.controller.auth import Identity, Role
 from iris.controller.auth.policy import check_may_create
 from iris.controller.db import federation as fed
@@ -184,6 +190,7 @@ class Submits:
             if name.parent is not None:
                 parent, parent_constraints, parent_env = parent_context(conn, str(name.parent))
             spec = build_spec(req, parent, parent_constraints, parent_env, owner=submitter.principal)
+            spec = apply_time_limit(spec, self.config.controller.time_limits)
             if submitter.credential:
                 spec = replace(spec, credential=submitter.credential)
             if files_id:

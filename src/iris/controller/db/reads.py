@@ -72,6 +72,7 @@ def _job_message(
             msg.command.extend(json.loads(cfg["command"]))
             msg.resources.CopyFrom(resources_to_proto(parse_resources(cfg["resources"])))
             msg.constraints.extend(constraint_to_proto(c) for c in parse_constraints(cfg["constraints"]))
+            msg.timeout_s = float(cfg["timeout_s"] or 0)
         except (ValueError, TypeError, KeyError):
             pass  # a stored request the controller cannot read (the job is failed for it); show the rest
     if fed is not None:

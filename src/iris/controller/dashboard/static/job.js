@@ -4,7 +4,7 @@
 
 import { ApiError, call } from "./api.js";
 import { confirmAction, mayStop, session } from "./session.js";
-import { TERMINAL, ago, amount, bytes, clock, el, errorBox, jobLink, jobTasks, num, stateBadge, table } from "./ui.js";
+import { TERMINAL, ago, amount, bytes, clock, el, errorBox, jobLink, jobTasks, num, span, stateBadge, table } from "./ui.js";
 
 const LOG_POLL_MS = 1000;
 const MAX_LOG_LINES = 20000; // kept in the page; older lines are dropped from the view
@@ -68,6 +68,7 @@ export function jobPage(root, route) {
       ["Tasks", `${job.replicas || 1} replica(s): `, jobTasks(job)],
       ["Resources", [`cpu ${amount(r.cpu)}`, `memory ${bytes(r.memoryBytes)}`, num(r.diskBytes) ? `disk ${bytes(r.diskBytes)}` : "", device]
         .filter(Boolean).join(", ")],
+      ["Time limit", num(job.timeoutS) ? span(job.timeoutS) : "none"],
       ["Command", el("code", {}, shellWords(job.command || []))],
       ["Constraints", (job.constraints || []).map((c) => `${c.key} ${c.op} ${(c.values || []).join(",")}`).join("; ")],
       ["Submitted", clock(job.submittedMs)],

@@ -44,6 +44,15 @@ export function age(ms) {
   return `${Math.floor(s / 86400)}d`;
 }
 
+// "45s", "30m", "2h30m", "1d2h": a length of time given in seconds, such as a job's time limit.
+export function span(seconds) {
+  const s = Math.round(num(seconds));
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m${s % 60 ? `${s % 60}s` : ""}`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h${s % 3600 >= 60 ? `${Math.floor((s % 3600) / 60)}m` : ""}`;
+  return `${Math.floor(s / 86400)}d${s % 86400 >= 3600 ? `${Math.floor((s % 86400) / 3600)}h` : ""}`;
+}
+
 export function ago(ms) {
   return num(ms) ? `${age(ms)} ago` : "never";
 }
