@@ -11,7 +11,7 @@ from iris.scheduler import ledger
 def searches(request, monkeypatch):
     """Runs a test as tuned (a shape or group of few workers is searched by scanning them) and
     with every best-fit search through sorted pools, so the tests' small clusters still hold the
-    pools to the plain pass."""
+    pools to the reference scheduler."""
     if request.param == "pools-only":
         monkeypatch.setattr(ledger, "_SCANNED", 0)
     return request.param

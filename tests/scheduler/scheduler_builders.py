@@ -5,7 +5,8 @@ from __future__ import annotations
 from iris.core.bands import Band
 from iris.core.constraints import Constraint, Op
 from iris.core.resources import Device, Resources
-from iris.scheduler import PendingTask, RunningTask, SchedulingSnapshot, WorkerSnapshot
+from iris.scheduler import PendingTask, RunningTask, ScheduleResult, SchedulingSnapshot, WorkerSnapshot
+from iris.scheduler.reference import Decisions
 
 G = 1024**3
 
@@ -105,6 +106,20 @@ def prefer(key: str, op: Op, *values: str) -> Constraint:
 def snapshot(workers, pending=(), running_tasks=(), now_ms: int = 1_000_000, budgets=None) -> SchedulingSnapshot:
     pending_tasks = tuple(t for group in pending for t in (group if isinstance(group, tuple) else (group,)))
     return SchedulingSnapshot(now_ms, tuple(workers), tuple(running_tasks), pending_tasks, dict(budgets or {}))
+
+
+TIMEOUT = "Scheduling timeout reached"  # how the reason of a task past its deadline begins
+
+
+def decisions_of(result: ScheduleResult) -> Decisions:
+    """The kernel's result in the terms the reference scheduler decides in."""
+    return Decisions(
+        frozenset((a.task_id, a.worker_id) for a in result.assignments),
+        frozenset((p.task_id, p.worker_id, p.by_task_id) for p in result.preemptions),
+        frozenset(u.task_id for u in result.unschedulable if not u.reason.startswith(TIMEOUT)),
+        frozenset(u.task_id for u in result.unschedulable if u.reason.startswith(TIMEOUT)),
+        frozenset(result.pending_reasons),
+    )
 
 
 def placements(result) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """The benchmark's own clusters (`bench/scheduler.py`: cpu and gpu hosts in pools across regions,
 half loaded, a queue of mixed sizes, bands, constraints and coscheduled jobs), scaled down: the fast
-pass decides as the plain pass does, on a cold index and on one carried over from the tick before,
+pass decides as the reference scheduler does, on a cold index and on one carried over from the tick before,
 as the controller carries it."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from iris.scheduler import SchedulingSnapshot
 from iris.scheduler.index import ClusterIndex
 from iris.scheduler.tick import run_tick
 from tests.conftest import ROOT
-from tests.scheduler.test_scheduler_fast_paths import fast, plain
+from tests.scheduler.test_scheduler_fast_paths import fast, reference
 
 
 def _bench() -> ModuleType:
@@ -28,7 +28,7 @@ def _bench() -> ModuleType:
 
 
 bench = _bench()
-# (pending tasks, workers): small enough for the plain pass, full enough that gangs preempt and jobs wait.
+# (pending tasks, workers): small enough for the reference scheduler, full enough that gangs preempt and jobs wait.
 SIZES = ((300, 40), (600, 60), (1_000, 90))
 
 
@@ -41,14 +41,14 @@ def carried(snap: SchedulingSnapshot) -> SchedulingSnapshot:
 
 
 @pytest.mark.parametrize("pending,workers", SIZES)
-def test_fast_pass_same_as_plain_on_bench_clusters(pending, workers):
+def test_fast_pass_same_as_reference_on_bench_clusters(pending, workers):
     seen = {"assignments": 0, "preemptions": 0, "reasons": 0}
     for seed in range(4):
         snap = bench.build_snapshot(pending, workers, seed)
-        expected = plain(snap)
+        expected = reference(snap)
         assert fast(snap) == expected, f"seed {seed}, cold index"
         assert fast(carried(snap)) == expected, f"seed {seed}, carried index"
         seen["assignments"] += len(expected.assignments)
         seen["preemptions"] += len(expected.preemptions)
-        seen["reasons"] += len(expected.pending_reasons)
+        seen["reasons"] += len(expected.waiting)
     assert all(count > 0 for count in seen.values()), seen

@@ -1,7 +1,8 @@
 """The pass's indexes (victim bounds, group counts, best-fit shortcuts) never change a decision: on
-seeded random clusters with constrained, coscheduled and preempting work, the fast pass gives the
-same placements, preemptions, unschedulable tasks and pending reasons as the plain pass, which
-scans every worker, both on a cold index and on one carried over from the tick before."""
+seeded random clusters with constrained, coscheduled and preempting work, of sizes beyond the
+generated ones of `test_reference`, the kernel gives the same placements, preemptions,
+unschedulable tasks and waiting jobs as the reference scheduler, which scans every worker, both on
+a cold index and on one carried over from the tick before."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ import pytest
 from iris.core.bands import Band
 from iris.core.constraints import Constraint, Op
 from iris.core.resources import Device, Resources
-from iris.scheduler import PendingTask, RunningTask, ScheduleResult, SchedulingSnapshot, WorkerSnapshot
+from iris.scheduler import PendingTask, RunningTask, SchedulingSnapshot, WorkerSnapshot
 from iris.scheduler.index import ClusterIndex
+from iris.scheduler.reference import Decisions, decide
 from iris.scheduler.tick import run_tick
+from tests.scheduler.scheduler_builders import decisions_of
 
 pytestmark = pytest.mark.usefixtures("searches")
 
@@ -131,34 +134,35 @@ def random_snapshot(seed: int) -> SchedulingSnapshot:
     return SchedulingSnapshot(1_000, tuple(workers), tuple(running), tuple(pending), budgets)
 
 
-def fast(snap: SchedulingSnapshot) -> ScheduleResult:
-    return run_tick(snap).result()
+def fast(snap: SchedulingSnapshot) -> Decisions:
+    return decisions_of(run_tick(snap).result())
 
 
-def plain(snap: SchedulingSnapshot) -> ScheduleResult:
-    return run_tick(replace(snap, index=None), plain=True).result()
+def reference(snap: SchedulingSnapshot) -> Decisions:
+    """The decisions of the reference scheduler."""
+    return decide(snap)
 
 
 SEEDS = range(120)
 
 
 @pytest.mark.parametrize("chunk", range(4))
-def test_fast_pass_same_decisions_as_plain_pass(chunk):
+def test_fast_pass_same_decisions_as_reference(chunk):
     seen = {"assignments": 0, "preemptions": 0, "reasons": 0, "unschedulable": 0}
     for seed in SEEDS[chunk::4]:
         snap = random_snapshot(seed)
-        expected = plain(snap)
+        expected = reference(snap)
         assert fast(snap) == expected, f"seed {seed}"
         seen["assignments"] += len(expected.assignments)
         seen["preemptions"] += len(expected.preemptions)
-        seen["reasons"] += len(expected.pending_reasons)
-        seen["unschedulable"] += len(expected.unschedulable)
+        seen["reasons"] += len(expected.waiting)
+        seen["unschedulable"] += len(expected.never) + len(expected.timed_out)
     # The generator must reach every kind of decision, or the comparison proves little.
     assert all(count > 0 for count in seen.values()), seen
 
 
 @pytest.mark.parametrize("chunk", range(2))
-def test_fast_pass_with_carried_index_same_decisions_as_plain_pass(chunk):
+def test_fast_pass_with_carried_index_same_decisions_as_reference(chunk):
     for seed in SEEDS[chunk::8]:
         snap = random_snapshot(seed)
         rng = random.Random(seed)
@@ -168,7 +172,7 @@ def test_fast_pass_with_carried_index_same_decisions_as_plain_pass(chunk):
         index = ClusterIndex(snap.workers, earlier)
         run_tick(replace(snap, running=earlier, index=index))
         carried = replace(snap, index=index.advance(snap.workers, snap.running))
-        assert fast(carried) == plain(snap), f"seed {seed}"
+        assert fast(carried) == reference(snap), f"seed {seed}"
 
 
 def crowded_snapshot(seed: int) -> SchedulingSnapshot:
@@ -224,15 +228,15 @@ def crowded_snapshot(seed: int) -> SchedulingSnapshot:
     return SchedulingSnapshot(1_000, tuple(workers), tuple(running), tuple(pending))
 
 
-def test_fast_pass_crowded_coscheduled_preemption_same_as_plain():
+def test_fast_pass_crowded_coscheduled_preemption_same_as_reference():
     preempting_jobs = waiting_jobs = 0
     for seed in range(60):
         snap = crowded_snapshot(seed)
-        expected = plain(snap)
+        expected = reference(snap)
         assert fast(snap) == expected, f"seed {seed}"
-        preemptors = {p.by_task_id.rsplit("/", 1)[0] for p in expected.preemptions}
+        preemptors = {by.rsplit("/", 1)[0] for _, _, by in expected.preemptions}
         preempting_jobs += len(preemptors)
-        waiting_jobs += len(expected.pending_reasons)
+        waiting_jobs += len(expected.waiting)
     assert preempting_jobs > 20 and waiting_jobs > 20, (preempting_jobs, waiting_jobs)
 
 
@@ -269,20 +273,20 @@ def full_cpu_snapshot(seed: int) -> SchedulingSnapshot:
     return SchedulingSnapshot(1_000, tuple(workers), tuple(running), tuple(pending))
 
 
-def test_fast_pass_preempting_on_full_workers_same_as_plain():
+def test_fast_pass_preempting_on_full_workers_same_as_reference():
     several = 0
     for seed in range(80):
         snap = full_cpu_snapshot(seed)
-        expected = plain(snap)
+        expected = reference(snap)
         assert fast(snap) == expected, f"seed {seed}"
         per_preemptor: dict[str, int] = {}
-        for p in expected.preemptions:
-            per_preemptor[p.by_task_id] = per_preemptor.get(p.by_task_id, 0) + 1
+        for _, _, by in expected.preemptions:
+            per_preemptor[by] = per_preemptor.get(by, 0) + 1
         several += sum(1 for count in per_preemptor.values() if count > 1)
     assert several > 10, several  # tasks that evict more than one task each
 
 
-def test_fast_pass_coscheduled_pinned_to_running_group_same_as_plain():
+def test_fast_pass_coscheduled_pinned_to_running_group_same_as_reference():
     gpus = [
         WorkerSnapshot(
             f"g{i}",
@@ -301,6 +305,6 @@ def test_fast_pass_coscheduled_pinned_to_running_group_same_as_plain():
     )
     snap = SchedulingSnapshot(100, tuple(gpus), (*batch, started), pending)
     result = fast(snap)
-    assert result == plain(snap)
-    assert {a.worker_id for a in result.assignments} <= {"g1", "g3"}  # pool p1, where replica 0 runs
+    assert result == reference(snap)
+    assert {worker for _, worker in result.assignments} <= {"g1", "g3"}  # pool p1, where replica 0 runs
     assert len(result.assignments) == 3 and result.preemptions

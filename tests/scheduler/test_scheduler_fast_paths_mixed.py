@@ -1,4 +1,4 @@
-"""The fast pass decides as the plain pass also where the seeded clusters of
+"""The fast pass decides as the reference scheduler also where the seeded clusters of
 `test_scheduler_fast_paths` do not reach: tasks of one job that differ in constraints or request
 (with gaps in a job's indexes), jobs of equal requests in several bands and users, children of
 running jobs, and crowded coscheduled preemption in every band against running work of every band
@@ -18,10 +18,10 @@ from tests.scheduler.test_scheduler_fast_paths import (
     REGIONS,
     crowded_snapshot,
     fast,
-    plain,
     random_request,
     random_running,
     random_workers,
+    reference,
 )
 
 pytestmark = pytest.mark.usefixtures("searches")
@@ -76,26 +76,26 @@ def crowded_across_bands(seed: int) -> SchedulingSnapshot:
     return replace(snap, pending=tuple(pending), running=tuple(running), user_budgets=budgets)
 
 
-def test_fast_pass_same_as_plain_with_tasks_of_one_job_unlike_each_other():
+def test_fast_pass_same_as_reference_with_tasks_of_one_job_unlike_each_other():
     seen = {"assignments": 0, "preemptions": 0, "reasons": 0}
     for seed in range(60):
         snap = mixed_snapshot(seed)
-        expected = plain(snap)
+        expected = reference(snap)
         assert fast(snap) == expected, f"seed {seed}"
         seen["assignments"] += len(expected.assignments)
         seen["preemptions"] += len(expected.preemptions)
-        seen["reasons"] += len(expected.pending_reasons)
+        seen["reasons"] += len(expected.waiting)
     assert all(count > 0 for count in seen.values()), seen
 
 
-def test_fast_pass_same_as_plain_for_crowded_coscheduled_jobs_across_bands():
+def test_fast_pass_same_as_reference_for_crowded_coscheduled_jobs_across_bands():
     preemptions = reasons = 0
     for seed in range(60):
         snap = crowded_across_bands(seed)
-        expected = plain(snap)
+        expected = reference(snap)
         assert fast(snap) == expected, f"seed {seed}"
         preemptions += len(expected.preemptions)
-        reasons += len(expected.pending_reasons)
+        reasons += len(expected.waiting)
     assert preemptions > 20 and reasons > 20, (preemptions, reasons)
 
 
@@ -121,14 +121,14 @@ def spilling_snapshot(seed: int) -> SchedulingSnapshot:
     return SchedulingSnapshot(1_000, tuple(workers), tuple(running), tuple(pending))
 
 
-def test_fast_pass_same_as_plain_for_runs_spilling_over_many_workers():
+def test_fast_pass_same_as_reference_for_runs_spilling_over_many_workers():
     spilled = 0
     for seed in range(40):
         snap = spilling_snapshot(seed)
-        expected = plain(snap)
+        expected = reference(snap)
         assert fast(snap) == expected, f"seed {seed}"
         per_job: dict[str, set[str]] = {}
-        for a in expected.assignments:
-            per_job.setdefault(a.task_id.rsplit("/", 1)[0], set()).add(a.worker_id)
+        for task_id, worker_id in expected.assignments:
+            per_job.setdefault(task_id.rsplit("/", 1)[0], set()).add(worker_id)
         spilled += sum(1 for used in per_job.values() if len(used) >= 3)
     assert spilled > 20, spilled  # jobs whose run took three workers or more

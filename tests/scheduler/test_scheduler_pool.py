@@ -15,8 +15,8 @@ from iris.scheduler.index import ClusterIndex
 from iris.scheduler.ledger import _SCANNED, Ledger, Pool, best_fit, scanned_best_fit
 from iris.scheduler.tick import run_tick
 
-from .scheduler_builders import G, cpu_request, cpu_worker, job, prefer, snapshot
-from .test_scheduler_fast_paths import plain, random_snapshot
+from .scheduler_builders import G, cpu_request, cpu_worker, decisions_of, job, prefer, snapshot
+from .test_scheduler_fast_paths import random_snapshot, reference
 
 
 def _check_pool_searches(ledger: Ledger, shapes: list, rng: random.Random) -> int:
@@ -69,7 +69,7 @@ def test_pool_search_steps_over_workers_of_one_free_capacity_to_the_best_fit():
 
 def test_searches_over_few_workers_scan_them_without_pools():
     """A shape or group with few workers is searched by looking at each of them: the tick keeps no
-    sorted pools for it (and passes no changes on to them), with the plain pass's decisions."""
+    sorted pools for it (and passes no changes on to them), with the reference scheduler's decisions."""
     checked = 0
     for seed in range(40):
         snap = random_snapshot(seed)
@@ -77,14 +77,14 @@ def test_searches_over_few_workers_scan_them_without_pools():
             continue
         tick = run_tick(snap)
         assert tick.ledger._pools == {}, f"seed {seed}"
-        assert tick.result() == plain(snap), f"seed {seed}"
+        assert decisions_of(tick.result()) == reference(snap), f"seed {seed}"
         checked += 1
     assert checked >= 10, checked
 
 
 def test_run_spilling_to_a_later_preference_level_searches_each_level_once(monkeypatch):
     """An independent job whose run fills its preferred workers and goes on to the rest places
-    with one search per preference level, not one per worker it fills, and as the plain pass."""
+    with one search per preference level, not one per worker it fills, and as the reference scheduler."""
     workers = [cpu_worker(f"w{i:02d}", cpu=4, zone="a" if i % 3 == 0 else "b") for i in range(60)]
     tasks = job("/p/spill", cpu_request(cpu=1), replicas=120, constraints=(prefer("zone", Op.EQ, "a"),))
     snap = snapshot(workers, [tasks])
@@ -94,4 +94,4 @@ def test_run_spilling_to_a_later_preference_level_searches_each_level_once(monke
     result = run_tick(snap).result()
     assert len(result.assignments) == 120
     assert len(searches) == 2
-    assert result == plain(snap)
+    assert decisions_of(result) == reference(snap)

@@ -51,6 +51,8 @@ def copies(free: Vector, need: Vector, limit: int) -> int:
     # Unrolled: placement and the group counts ask this on every change of free capacity.
     f0, f1, f2, f3 = free
     n0, n1, n2, n3 = need
+    if f0 < n0 or f1 < n1 or f2 < n2 or f3 < n3:
+        return 0  # short in some dimension, even one it does not ask for (a worker run over its capacity)
     best = limit
     if n0 > 0 and f0 // n0 < best:
         best = f0 // n0

@@ -46,9 +46,12 @@ def counter(need: Vector, limit: int) -> Callable[[Vector], int]:
     dims = [(d, want) for d, want in enumerate(need) if want > 0]
     if len(dims) == 3:
         (a, x), (b, y), (c, z) = dims
+        (e,) = {0, 1, 2, 3} - {a, b, c}  # the dimension it does not ask for: short there if below zero
 
         def three(f: Vector) -> int:
             # Compared one by one: `min` and `max` parse their arguments by keyword, a cost per call.
+            if f[e] < 0:
+                return 0
             n = f[a] // x
             if n > limit:
                 n = limit
@@ -63,8 +66,11 @@ def counter(need: Vector, limit: int) -> Callable[[Vector], int]:
         return three
     if len(dims) == 2:
         (a, x), (b, y) = dims
+        (e, g) = sorted({0, 1, 2, 3} - {a, b})
 
         def two(f: Vector) -> int:
+            if f[e] < 0 or f[g] < 0:
+                return 0
             n = f[a] // x
             if n > limit:
                 n = limit
@@ -163,8 +169,12 @@ class GangSlots:
         self.need, self.limit = need, limit
         self.holds = counter(need, limit)
         dims = [(d, want) for d, want in enumerate(need) if want > 0]
-        # (dimension, demand) of each of three dimensions the demand asks for, else None
-        self.dims: tuple[int, ...] | None = tuple(v for pair in dims for v in pair) if len(dims) == 3 else None
+        # (dimension, demand) of each of three dimensions the demand asks for, and the fourth
+        # (short there when below zero), else None
+        self.dims: tuple[int, ...] | None = None
+        if len(dims) == 3:
+            (other,) = {0, 1, 2, 3} - {d for d, _ in dims}
+            self.dims = (*(v for pair in dims for v in pair), other)
         _, self.group_of, number = ix.gang_groups(hard)
         slots, ready = ix.gang_counts(hard, need, limit)
         self.counts: Counts = (dict(slots), list(ready))  # the index's are shared with later ticks
@@ -199,7 +209,7 @@ class GangSlots:
                 # worker is a good part of the cost of a count.
                 # What a worker holds without a limit is shared by every request of the demand
                 # (see `Ledger.holding`); each request's limit caps it.
-                a, x, b, y, c, z = dims
+                a, x, b, y, c, z, e = dims
                 limit = self.limit
                 before, now, version, need = self.before, self.now, self.version, self.need
                 for w in dirty:
@@ -219,7 +229,7 @@ class GangSlots:
                         holds_now = known[1]
                     else:
                         f = free[w]
-                        holds_now = f[a] // x
+                        holds_now = f[a] // x if f[e] >= 0 else 0
                         k = f[b] // y
                         if k < holds_now:
                             holds_now = k

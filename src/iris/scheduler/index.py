@@ -28,9 +28,11 @@ from itertools import filterfalse
 from iris.core.bands import Band
 from iris.core.constraints import Constraint, Op, matches
 from iris.scheduler.fit import (
+    ZERO,
     Shape,
     ShapeCache,
     Vector,
+    add,
     demand,
     group_of,
     preemption_allowed_on,
@@ -40,6 +42,7 @@ from iris.scheduler.fit import (
 )
 from iris.scheduler.gangs import Counts, count_all, recount
 from iris.scheduler.gating import resource_value
+from iris.scheduler.ordering import dominant_share
 from iris.scheduler.snapshot import RunningTask, WorkerSnapshot
 
 Keys = list[int]  # packed keys (see `Packing`), sorted
@@ -87,6 +90,7 @@ _SHARED = (
     "class_of",
     "group_of",
     "packing",
+    "backend_capacity",
 )
 # Answers that depend on the workers alone, kept while they do not change.
 _CACHES = (
@@ -107,6 +111,18 @@ _CACHES = (
     "member_of",
     "set_ids",
 )
+
+
+def _use(usage: dict[tuple[str, str], Vector], task: RunningTask, backend_id: str, sign: int) -> None:
+    """Adds (or takes back) what a running task holds to its user's usage of its backend."""
+    key = (task.user, backend_id)
+    held = usage.get(key, ZERO)
+    d0, d1, d2, d3 = demand(task.resources)
+    held = (held[0] + sign * d0, held[1] + sign * d1, held[2] + sign * d2, held[3] + sign * d3)
+    if held == ZERO:
+        usage.pop(key, None)
+    else:
+        usage[key] = held
 
 
 def _count(spend: dict[str, int], task: RunningTask, sign: int) -> None:
@@ -193,6 +209,14 @@ class ClusterIndex:
         self.running_on: list[list[RunningTask]] = [[] for _ in self.workers]
         self.spend: dict[str, int] = {}  # per user, the resource value of placed non-batch work
         self.job_workers: dict[str, dict[str, int | None]] = {}  # job -> its running tasks' workers
+        # (user, backend) -> what the user's tasks hold on the backend's alive workers (fair share)
+        self.usage: dict[tuple[str, str], Vector] = {}
+        self.backend_capacity: dict[str, Vector] = {}  # what each backend's alive workers have in all
+        for w, worker in enumerate(self.workers):
+            if self.alive[w]:
+                self.backend_capacity[worker.backend_id] = add(
+                    self.backend_capacity.get(worker.backend_id, ZERO), self.capacity[w]
+                )
         for task in running:
             self.running[task.task_id] = task
             slot = self.index.get(task.worker_id)
@@ -200,6 +224,8 @@ class ClusterIndex:
             self.job_workers.setdefault(task.job_id, {})[task.task_id] = slot
             if slot is not None and self.alive[slot]:
                 self.running_on[slot].append(task)
+                _use(self.usage, task, self.workers[slot].backend_id, 1)
+        self._shares: dict[str, int] | None = None
         self.free: list[Vector] = [self._free_of(w) for w in range(len(self.workers))]
         self.packing = Packing([*self.capacity, *self.free], len(self.workers))
         key = self.packing.key
@@ -292,12 +318,20 @@ class ClusterIndex:
         touched = {t.job_id for t in gone} | {t.job_id for t in came}
         for job_id in touched:
             jobs[job_id] = dict(jobs.get(job_id, ()))  # copied before it changes: this index keeps its own
+        usage = nxt.usage = dict(self.usage)
+        nxt._shares = None
         for t in gone:
             _count(nxt.spend, t, -1)
             jobs[t.job_id].pop(t.task_id, None)
+            w = index.get(t.worker_id)
+            if w is not None and alive[w]:
+                _use(usage, t, self.workers[w].backend_id, -1)
         for t in came:
             _count(nxt.spend, t, 1)
             jobs[t.job_id][t.task_id] = index.get(t.worker_id)
+            w = index.get(t.worker_id)
+            if w is not None and alive[w]:
+                _use(usage, t, self.workers[w].backend_id, 1)
         for job_id in touched:
             if not jobs[job_id]:
                 del jobs[job_id]
@@ -335,6 +369,19 @@ class ClusterIndex:
         nxt._carried_key = self.key
         nxt._moved = {w for w in changed if nxt.free[w] != self.free[w]}
         return nxt
+
+    def shares(self) -> dict[str, int]:
+        """Per user with running work, their dominant share (`ordering.dominant_share`): the
+        largest of any backend's, over the backend's alive workers."""
+        found = self._shares
+        if found is None:
+            found = {}
+            for (user, backend_id), held in self.usage.items():
+                share = dominant_share(held, self.backend_capacity[backend_id])
+                if share > found.get(user, 0):
+                    found[user] = share
+            self._shares = found
+        return found
 
     # -- which workers a request may use ---------------------------------------------------------
 

@@ -23,6 +23,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, KeysView, Mapping, Set
 from functools import partial
 from operator import itemgetter
+from typing import NamedTuple
 
 from iris.core.bands import Band
 from iris.core.constraints import Constraint
@@ -33,6 +34,16 @@ from iris.scheduler.snapshot import RunningTask, SchedulingSnapshot
 __all__ = ["Ledger", "Pool", "WorkerClass", "best_fit"]
 
 _first = itemgetter(0)
+
+
+class EvictionSummary(NamedTuple):
+    """What the preemption bounds read of the tasks on a worker that a band outranks."""
+
+    lowest: int  # the rank of the lowest band among them
+    least_work: int  # the least work lost (ms) by evicting one of that band
+    largest: Vector  # the most any one of them holds, per dimension
+    of_lowest: tuple[tuple[int, Vector], ...]  # (work lost, demand) of each of that band, least work first
+
 
 # Takes `times` tasks of a demand from a worker's free capacity, given what one task of it weighs
 # in a packed key (`Ledger.take`).
@@ -319,12 +330,12 @@ class Ledger:
         self._plans: dict[tuple, list[Pool]] = {}
         self._group_levels: dict[tuple, dict[tuple[str, str], list[tuple[int, ...]]]] = {}
         self._group_plans: dict[tuple, list[Pool]] = {}
-        # (shape, group, plain) -> its finder: a shape hashes once (its constraints' hashes are
+        # (shape, group) -> its finder: a shape hashes once (its constraints' hashes are
         # the cost of keying by what it may use), and a job asks for its finder on every placement.
         self._finders: dict[tuple, Finder] = {}
         self._evictable: dict[tuple[int, Band], tuple[Vector, tuple[RunningTask, ...]]] = {}
         # (worker, band) -> (now_ms, `eviction_summary`): dropped with the worker's evictable tasks
-        self._summaries: dict[tuple[int, Band], tuple[int, tuple | None]] = {}
+        self._summaries: dict[tuple[int, Band], tuple[int, EvictionSummary | None]] = {}
         self._journal: list[tuple] | None = None
         # Per demand (coscheduled requests, `gangs.GangSlots`): how many tasks of it each worker
         # held before the tick, and ((its stamp, how many) it holds) as last worked out, without
@@ -439,14 +450,14 @@ class Ledger:
             ]
         return plan
 
-    def finder(self, shape: Shape, group: tuple[str, str] | None = None, plain: bool = False) -> Finder:
+    def finder(self, shape: Shape, group: tuple[str, str] | None = None) -> Finder:
         """How to find the best fit for `shape` (within `group` when given): through the pools,
-        or, `plain` or where it may use few workers, by scanning its preference levels."""
-        key = (shape, group, plain)
+        or, where it may use few workers, by scanning its preference levels."""
+        key = (shape, group)
         find = self._finders.get(key)
         if find is None:
             levels = self.ix.levels(shape) if group is None else self.group_levels(shape)[group]
-            if plain or _scanned(levels):
+            if _scanned(levels):
                 find = partial(scanned_best_fit, levels)
             else:
                 plan = self.plan(shape) if group is None else self.group_plan(shape, group)
@@ -526,17 +537,15 @@ class Ledger:
             found = self._evictable[(w, band)] = (total, tasks)
         return found
 
-    def eviction_summary(self, w: int, band: Band, now_ms: int) -> tuple | None:
-        """Of the tasks on a worker that `band` outranks (see `evictable`): the rank of the lowest
-        band among them, the least work lost (ms at `now_ms`) by one of that band, the most any one
-        of them holds in each dimension, and (work lost, demand) of each of that band, least work
-        first; None when there are none. Kept until the next eviction there: the preemption
-        bounds read it for every request that visits the worker."""
+    def eviction_summary(self, w: int, band: Band, now_ms: int) -> EvictionSummary | None:
+        """The summary of the tasks on a worker that `band` outranks (see `evictable`), work lost
+        counted at `now_ms`; None when there are none. Kept until the next eviction there: the
+        preemption bounds read it for every request that visits the worker."""
         known = self._summaries.get((w, band))
         if known is not None and known[0] == now_ms:
             return known[1]
         tasks = self.evictable(w, band)[1]
-        found: tuple | None = None
+        found: EvictionSummary | None = None
         if tasks:
             low = max(int(t.band) for t in tasks)
             most = [0, 0, 0, 0]
@@ -549,7 +558,7 @@ class Ledger:
                 if int(task.band) == low:
                     lows.append((max(0, now_ms - task.started_ms), held))
             lows.sort(key=_first)
-            found = (low, lows[0][0], tuple(most), tuple(lows))
+            found = EvictionSummary(low, lows[0][0], (most[0], most[1], most[2], most[3]), tuple(lows))
         self._summaries[(w, band)] = (now_ms, found)
         return found
 

@@ -19,7 +19,7 @@ from operator import attrgetter
 from iris.core.bands import Band
 from iris.scheduler.fit import Shape, copies
 from iris.scheduler.gangs import GangSlots, Group
-from iris.scheduler.ledger import Finder, Ledger
+from iris.scheduler.ledger import Finder, Ledger, Pool
 from iris.scheduler.preemption import (
     LOWEST_BAND,
     EvictionRun,
@@ -30,27 +30,32 @@ from iris.scheduler.preemption import (
     cheapest_victim_set,
     reclaimable,
     victim_bounds,
-    victim_cost,
 )
 from iris.scheduler.snapshot import Assignment, PendingTask, Preemption, RunningTask, assignments
+
+
+@dataclass(slots=True)
+class Search:
+    """How the tick searches for one shape of independent tasks."""
+
+    find: Finder | None  # the best-fit search where it scans its workers (None where it has pools)
+    pools: list[Pool] | None
+    no_fit: bool  # it fitted nowhere earlier in the tick
+    shape: Shape
 
 
 @dataclass(slots=True)
 class Memo:
     """What the tick has already learned cannot succeed, and the indexes it keeps while it runs.
 
-    `plain` turns the indexes off: every best fit, victim set and group count is then computed by
-    scanning every worker, as the definition says. The decisions are the same either way (tests hold the
-    fast pass to the plain one); the plain pass only costs more.
+    None of it changes a decision: the tests hold the pass to `reference`, which scans every
+    worker as the rules read.
     """
 
-    plain: bool = False
     no_fit: set[Shape] = field(default_factory=set)
     # By a shape's identity (a shape's hash is a Python call, and a tick looks its shape up for
-    # every job; the entry holds the shape, so no other object takes its identity while it is
-    # kept): [its finder (None where it searches pools), its pools (or None), whether it fitted
-    # nowhere, the shape].
-    independent: dict[int, list] = field(default_factory=dict)
+    # every job; the entry holds the shape, so no other object takes its identity while it is kept).
+    independent: dict[int, Search] = field(default_factory=dict)
     no_preempt: set[tuple[Shape, Band]] = field(default_factory=set)
     no_gang: set[tuple] = field(default_factory=set)
     no_room: set[tuple] = field(default_factory=set)  # ((hard, need, replicas), group or None): no free room
@@ -119,12 +124,11 @@ def place_independent(
         placed = Placed()
     entry = memo.independent.get(id(shape))
     if entry is None:
-        plain = memo.plain
-        pools = None if plain else ledger.pools(shape)
+        pools = ledger.pools(shape)
         # A search through pools needs no finder: once they hold no more, the shape fits nowhere.
-        find = ledger.finder(shape, None, plain) if pools is None else None
-        entry = memo.independent[id(shape)] = [find, pools, shape in memo.no_fit, shape]
-    find, pools, no_fit, _ = entry
+        find = ledger.finder(shape) if pools is None else None
+        entry = memo.independent[id(shape)] = Search(find, pools, shape in memo.no_fit, shape)
+    find, pools, no_fit = entry.find, entry.pools, entry.no_fit
     need = shape.need
     i, n = 0, len(tasks)
     free, hosts, assigned = ledger.free, ledger.workers, placed.assignments
@@ -153,17 +157,10 @@ def place_independent(
             ledger.take(w, need, k)
             i += k
             continue
-        no_fit = entry[2] = True
+        no_fit = entry.no_fit = True
         memo.no_fit.add(shape)
         if not can_preempt_anything(band) or (shape, band) in memo.no_preempt:
             break
-        if memo.plain:
-            chosen = cheapest_victim_set(ledger, ledger.preemptible_workers(shape), need, band, now_ms)
-            if not _preempt_one(ledger, placed, shape, tasks[i], chosen):
-                memo.no_preempt.add((shape, band))
-                break
-            i += 1
-            continue
         index = memo.victims.get((shape.evicts_among, band))
         if index is None:
             workers = ledger.preemptible_workers(shape)
@@ -207,21 +204,11 @@ def _fill_group(
     return placed
 
 
-def _slots(ledger: Ledger, levels: list[tuple[int, ...]], shape: Shape, limit: int, band: Band | None = None) -> int:
-    """How many tasks of `shape` the group's workers hold now, each worker counted up to `limit`
-    (with `band`: after evicting everything that band outranks)."""
-    total = 0
-    for members in levels:
-        for w in members:
-            have = ledger.free[w] if band is None else reclaimable(ledger, w, band)[0]
-            total += copies(have, shape.need, limit)
-    return total
-
-
 def _reclaim(ledger: Ledger, memo: Memo, shape: Shape, group: Group, band: Band, n: int) -> tuple[int, int]:
-    """`_slots` evicting at `band`, and the same without a limit per worker: from what each worker
-    held when last counted while no worker of the group has changed since (their highest stamp
-    says so). What evictions can free only shrinks within a tick, so a group whose workers held
+    """How many tasks of `shape` the group's workers hold after evicting everything `band`
+    outranks, each worker counted up to `n`, and the same without a limit per worker: from what
+    each worker held when last counted while no worker of the group has changed since (their
+    highest stamp says so). What evictions can free only shrinks within a tick, so a group whose workers held
     fewer than `n` in all stays short of `n` without looking again."""
     workers = memo.gang_workers.get((shape.hard, group))
     if workers is None:
@@ -249,10 +236,6 @@ def _group_slots(
 ) -> tuple[dict[Group, int], Group | None, Callable[[], list[tuple[int, Group]]]]:
     """Per group, how many of `n` replicas its workers hold now; the tightest group holding all;
     and how to list every group as (-slots, group), the most slots first."""
-    if memo.plain:
-        slots = {g: _slots(ledger, levels, shape, n) for g, levels in groups.items()}
-        ready = [(s, g) for g, s in slots.items() if s >= n]
-        return slots, min(ready)[1] if ready else None, lambda: sorted((-s, g) for g, s in slots.items())
     key = (shape.hard, shape.need, n)
     gang = memo.gangs.get(key)
     if gang is None:
@@ -268,7 +251,7 @@ def _trial_floor(ledger: Ledger, members: tuple[int, ...], band: Band, now_ms: i
         summary = ledger.eviction_summary(w, band, now_ms)
         if summary is None:
             continue
-        rank, lost = summary[0], summary[1]
+        rank, lost = summary.lowest, summary.least_work
         if rank > low:
             low, work = rank, lost
         elif rank == low and lost < work:
@@ -297,10 +280,8 @@ def place_coscheduled(
     # Free slots only shrink within a tick: where no group (or not the pinned one) held a request
     # earlier, none does now, and a job that may not preempt needs no counting to wait.
     room = (shape.hard, shape.need, n)
-    if (
-        (not can_preempt_anything(band) or (shape, n, pinned_group, band) in memo.no_gang)
-        and not memo.plain
-        and ((room, None) in memo.no_room or (room, pinned_group) in memo.no_room)
+    if (not can_preempt_anything(band) or (shape, n, pinned_group, band) in memo.no_gang) and (
+        (room, None) in memo.no_room or (room, pinned_group) in memo.no_room
     ):
         return None
     groups = ledger.group_levels(shape)
@@ -317,7 +298,7 @@ def place_coscheduled(
     if tightest is not None:
         # The group's free slots hold every task, and each step of the fill takes at least one of
         # them: it cannot fail, so it needs no trial to undo.
-        return _fill_group(ledger, ledger.finder(shape, tightest, memo.plain), shape, None, tasks, (), now_ms)
+        return _fill_group(ledger, ledger.finder(shape, tightest), shape, None, tasks, (), now_ms)
     if not can_preempt_anything(band) or (shape, n, pinned_group, band) in memo.no_gang:
         return None
     allowed: set[int] | None = None
@@ -331,15 +312,12 @@ def place_coscheduled(
         if cheapest is not None and ((-LOWEST_BAND, n + negative_slots, 0), group) >= cheapest[0]:
             break
         levels = groups[group]
-        if memo.plain:
-            reclaim = _slots(ledger, levels, shape, n, band)
-        else:
-            # What a group's workers hold, evicting, only shrinks within a tick: each count is an
-            # upper bound for the rest of it.
-            most = reclaim_bounds.get(group)
-            if most is not None and most < n:
-                continue
-            reclaim, reclaim_bounds[group] = _reclaim(ledger, memo, shape, group, band, n)
+        # What a group's workers hold, evicting, only shrinks within a tick: each count is an
+        # upper bound for the rest of it.
+        most = reclaim_bounds.get(group)
+        if most is not None and most < n:
+            continue
+        reclaim, reclaim_bounds[group] = _reclaim(ledger, memo, shape, group, band, n)
         if reclaim < n:
             continue
         members = memo.gang_members.get((shape.evicts_among, group))
@@ -353,23 +331,16 @@ def place_coscheduled(
             and (_trial_floor(ledger, members, band, now_ms, n + negative_slots), group) >= cheapest[0]
         ):
             continue
-        if memo.plain:
-            ledger.begin_trial()
-            find = ledger.finder(shape, group, memo.plain)
-            placed = _fill_group(ledger, find, shape, band, tasks, members, now_ms)
-            ledger.rollback_trial()  # only measuring the cost here
-            trial_cost = None if placed is None else victim_cost(placed.victims, now_ms)
-        else:
-            # A trial's cost depends on the state of the workers it may evict on alone, which
-            # their highest stamp identifies: the evictions measured on unchanged workers serve
-            # every request of the same demand and band there, whatever its replica count.
-            version = ledger.version
-            state = max([version[w] for w in members], default=-1)
-            key = (shape.need, band, members)
-            known = memo.gang_cost.get(key)
-            if known is None or known[0] != state:
-                known = memo.gang_cost[key] = (state, EvictionRun(ledger, members, shape.need, band, now_ms))
-            trial_cost = known[1].cost(n + negative_slots)
+        # A trial's cost depends on the state of the workers it may evict on alone, which their
+        # highest stamp identifies: the evictions measured on unchanged workers serve every request
+        # of the same demand and band there, whatever its replica count.
+        version = ledger.version
+        state = max([version[w] for w in members], default=-1)
+        key = (shape.need, band, members)
+        known = memo.gang_cost.get(key)
+        if known is None or known[0] != state:
+            known = memo.gang_cost[key] = (state, EvictionRun(ledger, members, shape.need, band, now_ms))
+        trial_cost = known[1].cost(n + negative_slots)
         if trial_cost is not None:
             cost = (trial_cost, group)
             if cheapest is None or cost < cheapest[0]:
@@ -378,7 +349,7 @@ def place_coscheduled(
         memo.no_gang.add((shape, n, pinned_group, band))
         return None
     _, group, members = cheapest
-    return _fill_in_trial(ledger, ledger.finder(shape, group, memo.plain), shape, band, tasks, members, now_ms)
+    return _fill_in_trial(ledger, ledger.finder(shape, group), shape, band, tasks, members, now_ms)
 
 
 def _fill_in_trial(

@@ -133,7 +133,7 @@ def victim_bounds(ledger: Ledger, workers: Iterable[int], band: Band, now_ms: in
     for w in workers:
         summary = summary_of(w, band, now_ms)
         if summary is not None:
-            bounds.append((-summary[0], 1, summary[1], w))
+            bounds.append((-summary.lowest, 1, summary.least_work, w))
     bounds.sort()
     return bounds
 
@@ -210,7 +210,7 @@ def _floor(ledger: Ledger, w: int, need: Vector, band: Band, now_ms: int) -> tup
     summary = ledger.eviction_summary(w, band, now_ms)
     if summary is None:
         return ()
-    low, work, most, lows = summary
+    low, work, most, lows = summary.lowest, summary.least_work, summary.largest, summary.of_lowest
     victims = max(-(-short[d] // most[d]) for d in DIMENSIONS if short[d] > 0)
     if victims <= 1:
         s0, s1, s2, s3 = short

@@ -184,7 +184,9 @@ def reserve(
     for w, k in counts.items():
         released = _released_by(lines[w], start) if start is not None else (0, 0, 0, 0)
         free = ledger.free[w]
-        hold = tuple(min(free[d], max(0, need[d] * k - released[d])) for d in range(4))
+        # Never below zero: a worker run over its capacity has nothing free to hold, and a negative
+        # hold would hand capacity out that the placement pass already found short.
+        hold = tuple(max(0, min(free[d], need[d] * k - released[d])) for d in range(4))
         held[w] = (hold[0], hold[1], hold[2], hold[3])
         ledger.set_free(w, (free[0] - hold[0], free[1] - hold[1], free[2] - hold[2], free[3] - hold[3]))
     names = tuple(ledger.workers[w].worker_id for w in sorted(counts))

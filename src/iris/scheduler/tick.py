@@ -15,7 +15,7 @@ from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import compress, groupby, islice
 from operator import attrgetter, eq, is_, itemgetter, lt
 
@@ -24,7 +24,7 @@ from iris.scheduler.fit import Shape, ShapeCache
 from iris.scheduler.gating import deadline_passed, effective_band, with_peer_spend
 from iris.scheduler.index import ClusterIndex
 from iris.scheduler.ledger import Ledger
-from iris.scheduler.ordering import JobRequest, is_coscheduled, new_request, task_order_key
+from iris.scheduler.ordering import JobRequest, is_coscheduled, job_order_key, task_order_key
 from iris.scheduler.placement import Memo, Placed, place_coscheduled, place_independent
 from iris.scheduler.reasons import PoolStats, never_fits, waiting_reason
 from iris.scheduler.reservations import Reservations, backfill, blocked_by, clock, release, reserve
@@ -157,6 +157,7 @@ class Requests:
     key_of: dict[str, tuple] = field(default_factory=dict)  # job -> its key in `keys`
     pinning: frozenset[str] = frozenset()  # the jobs whose shape pins a `worker`
     distinct: bool = False  # whether no two tasks of a job share a `task_order_key` (see `_grouped`)
+    shares: dict[str, int] = field(default_factory=dict)  # user -> the dominant share `keys` hold
 
     def same_tasks(self, pending: tuple[PendingTask, ...]) -> bool:
         """Whether `pending` holds the very tasks these requests were made from, in order."""
@@ -236,6 +237,7 @@ def build_requests(
     and orders the jobs; `carried` (made from the same tasks) is taken when gating decides as it
     did, and so are `delta`'s carried requests for the jobs it leaves untouched."""
     spend = with_peer_spend(ledger.ix.spend, snapshot.peer_spend)
+    shares = ledger.ix.shares()
     job_workers = ledger.ix.job_workers
     pinned: dict[str, tuple[str, str]] = {}
     for job_id in by_job.keys() & job_workers.keys():
@@ -252,33 +254,64 @@ def build_requests(
         and base.now_ms == judged
         and all(effective_band(b, u, spend, budgets, default) is e for (b, u), e in base.bands.items())
     ):
+        moved = {user for user, share in base.shares.items() if shares.get(user, 0) != share}
+        if moved:
+            base = _rekeyed(base, shares, moved)
         if delta is None and base.pinned == pinned:
             return base
-        pinning = delta.pinning if delta is not None else base.pinning
         touched = set(delta.touched) if delta is not None else set()
         # A job whose running replicas moved to another group (or left) is made again.
         touched.update(j for j in pinned.keys() | base.pinned.keys() if pinned.get(j) != base.pinned.get(j))
-        return _merged(snapshot, base, by_job, shapes, touched, pinned, judged, spend, pinning)
+        if len(touched) <= _MAX_TOUCHED * len(base.ordered) + 16:
+            pinning = delta.pinning if delta is not None else base.pinning
+            return _merged(snapshot, base, by_job, shapes, touched, pinned, judged, spend, shares, pinning)
     bands: dict[tuple[Band, str], Band] = {}  # (band, user) -> the band it competes in: users are few
-    requests, keys = _made(snapshot, by_job, by_job.keys(), shapes, bands, spend, pinned, no_deadlines)
+    requests, keys = _made(snapshot, by_job, by_job.keys(), shapes, bands, spend, shares, pinned, no_deadlines)
     pairs = sorted(zip(keys, requests))  # a key ends in the job id: the requests are never compared
     keys = list(map(_first, pairs))
     if delta is not None:
         pinning, distinct = delta.pinning, True
     return Requests(
-        snapshot.pending,
-        by_job,
-        shapes,
-        judged,
-        bands,
-        pinned,
-        list(map(_second, pairs)),
-        ledger.ix.per_worker,
-        keys,
-        dict(zip(map(_last, keys), keys)),
-        pinning,
-        distinct,
+        pending=snapshot.pending,
+        by_job=by_job,
+        shapes=shapes,
+        now_ms=judged,
+        bands=bands,
+        pinned=pinned,
+        ordered=list(map(_second, pairs)),
+        pins_worker=ledger.ix.per_worker,
+        keys=keys,
+        key_of=dict(zip(map(_last, keys), keys)),
+        pinning=pinning,
+        distinct=distinct,
+        shares=_shares_of(bands, shares),
     )
+
+
+def _rekeyed(base: Requests, shares: dict[str, int], moved: set[str]) -> Requests:
+    """`base` with the keys of the jobs of `moved` users holding their users' new shares, in order
+    again. A request does not depend on its user's share, only its place does: tasks starting and
+    ending move some user's share on most ticks, and sorting the keys costs far less than making
+    every request again."""
+    pairs = []
+    for key, request in zip(base.keys, base.ordered):
+        if request.user in moved:
+            key = (key[0], shares.get(request.user, 0), *key[2:])
+        pairs.append((key, request))
+    pairs.sort(key=_first)  # a key ends in the job id: no two are equal
+    keys = list(map(_first, pairs))
+    return replace(
+        base,
+        ordered=list(map(_second, pairs)),
+        keys=keys,
+        key_of=dict(zip(map(_last, keys), keys)),
+        shares={**base.shares, **{user: shares.get(user, 0) for user in moved}},
+    )
+
+
+def _shares_of(bands: dict[tuple[Band, str], Band], shares: dict[str, int]) -> dict[str, int]:
+    """The share of every user with pending work (those `bands` names), as their keys hold it."""
+    return {user: shares.get(user, 0) for _, user in bands}
 
 
 _first, _second, _last = itemgetter(0), itemgetter(1), itemgetter(-1)
@@ -291,6 +324,7 @@ def _made(
     shapes: dict[str, Shape],
     bands: dict[tuple[Band, str], Band],
     spend: dict[str, int],
+    shares: dict[str, int],
     pinned: dict[str, tuple[str, str]],
     no_deadlines: bool,
 ) -> tuple[list[JobRequest], list[tuple]]:
@@ -308,23 +342,20 @@ def _made(
         if effective is None:
             effective = bands[(band, user)] = effective_band(band, user, spend, budgets, default)
         head = live[0] if live else expired[0]
-        keys.append((effective, -head.depth, head.root_submitted_ms, head.insertion, job_id))
-        # In the order of JobRequest's fields: a tick builds one per pending job.
+        keys.append(job_order_key(head, effective, shares.get(user, 0)))
         requests.append(
-            new_request(
-                (
-                    job_id,
-                    live,
-                    expired,
-                    shapes[job_id],
-                    effective,
-                    band,
-                    user,
-                    max(first.replicas, len(tasks)),
-                    is_coscheduled(first),
-                    pinned.get(job_id),
-                    tuple(map(_task_id, live)),
-                )
+            JobRequest(
+                job_id=job_id,
+                tasks=live,
+                expired=expired,
+                shape=shapes[job_id],
+                band=effective,
+                requested_band=band,
+                user=user,
+                replicas=max(first.replicas, len(tasks)),
+                coscheduled=is_coscheduled(first),
+                pinned_group=pinned.get(job_id),
+                task_ids=tuple(map(_task_id, live)),
             )
         )
     return requests, keys
@@ -339,6 +370,7 @@ def _merged(
     pinned: dict[str, tuple[str, str]],
     judged: int | None,
     spend: dict[str, int],
+    shares: dict[str, int],
     pinning: frozenset[str],
 ) -> Requests:
     """`base`'s requests with those of `touched` jobs made again (or dropped, for jobs no longer
@@ -351,25 +383,26 @@ def _merged(
             del keys[at], ordered[at]
     bands = dict(base.bands)
     again = [job_id for job_id in touched if job_id in by_job]
-    requests, made = _made(snapshot, by_job, again, shapes, bands, spend, pinned, judged is None)
+    requests, made = _made(snapshot, by_job, again, shapes, bands, spend, shares, pinned, judged is None)
     for key, request in zip(made, requests):
         at = bisect_left(keys, key)
         keys.insert(at, key)
         ordered.insert(at, request)
         key_of[request.job_id] = key
     return Requests(
-        snapshot.pending,
-        by_job,
-        shapes,
-        judged,
-        bands,
-        pinned,
-        ordered,
-        bool(pinning),
-        keys,
-        key_of,
-        pinning,
-        base.distinct,
+        pending=snapshot.pending,
+        by_job=by_job,
+        shapes=shapes,
+        now_ms=judged,
+        bands=bands,
+        pinned=pinned,
+        ordered=ordered,
+        pins_worker=bool(pinning),
+        keys=keys,
+        key_of=key_of,
+        pinning=pinning,
+        distinct=base.distinct,
+        shares=_shares_of(bands, shares),
     )
 
 
@@ -389,9 +422,8 @@ def _place(tick: Tick, memo: Memo, request: JobRequest, outcome: JobOutcome) -> 
     outcome.preempted = len(placed.preemptions)
 
 
-def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
-    """Runs the whole pipeline and keeps what `explain` needs to look at afterwards. `plain` runs
-    it without the pass's indexes (see `placement.Memo`): the same decisions, found by scanning."""
+def run_tick(snapshot: SchedulingSnapshot) -> Tick:
+    """Runs the whole pipeline and keeps what `explain` needs to look at afterwards."""
     index = snapshot.index if isinstance(snapshot.index, ClusterIndex) else None
     carried = index.requests if index is not None else None
     delta = None
@@ -421,7 +453,7 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
     tick = Tick(snapshot, ledger)
     now_ms = snapshot.now_ms
     reserved = tick.reservations
-    memo = Memo(plain=plain)
+    memo = Memo()
     never = ledger.ix.never  # a function of the workers alone: kept across ticks with them
     # The same, by (shape identity, replicas), or the identity alone for one replica (most jobs):
     # the requests hold their shapes while this runs, and a shape's hash is a Python call.
@@ -430,7 +462,7 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
     # worker had room for that shape and nothing that band may evict was left, and within a tick
     # free capacity and evictable work only shrink, so every later job of the same shape and band
     # places nothing either. Behind a backlog that fills the cluster, that is every job after the
-    # first few, and each is passed over without a placement attempt (the plain pass still tries).
+    # first few, and each is passed over without a placement attempt.
     exhausted: set[tuple[int, Band]] = set()
     # The outcomes `_explain_waits` gives reasons for: behind a backlog the cluster has room for,
     # most jobs place every task and need none.
@@ -441,12 +473,10 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
     into = Placed()
     into.assignments, into.preemptions = assigned, preempted
     for request in requests.ordered:
-        # Unpacked once: a named tuple's field is read through a descriptor that the interpreter
-        # does not specialise, and a job reads a dozen of them here.
-        job_id, tasks, expired, shape, band, _, _, replicas, coscheduled, _, ids = request
+        job_id, tasks, shape, band = request.job_id, request.tasks, request.shape, request.band
+        coscheduled = request.coscheduled
         outcome = tick.outcomes[job_id] = JobOutcome(request)
-        if not coscheduled:
-            replicas = 1
+        replicas = request.replicas if coscheduled else 1
         mine = id(shape) if replicas == 1 else (id(shape), replicas)  # no tuple for most
         try:
             verdict = verdicts[mine]
@@ -458,18 +488,18 @@ def run_tick(snapshot: SchedulingSnapshot, plain: bool = False) -> Tick:
         outcome.unschedulable = verdict
         if verdict is not None:
             tick.unschedulable.extend(Unschedulable(t.task_id, verdict) for t in tasks)
-        elif coscheduled or plain:
+        elif coscheduled:
             if tasks:
                 _place(tick, memo, request, outcome)
         elif tasks and (kind := (id(shape), band)) not in exhausted:
             before, evicting = len(assigned), len(preempted)
-            place_independent(ledger, memo, shape, band, tasks, now_ms, into, ids)
+            place_independent(ledger, memo, shape, band, tasks, now_ms, into, request.task_ids)
             outcome.placed = len(assigned) - before
             outcome.preempted = len(preempted) - evicting
             into.victims.clear()  # read only by a coscheduled trial
             if outcome.placed < len(tasks):
                 exhausted.add(kind)
-        if outcome.placed < len(tasks) or expired:
+        if outcome.placed < len(tasks) or request.expired:
             left.append(outcome)
             if verdict is None and outcome.placed < len(tasks) and band not in reserved.by_band:
                 # The first job of its band that waits: it holds what it will start on.
