@@ -26,7 +26,8 @@ def test_carried_requests_taken_when_the_same_tasks_wait():
     carried = first.advance(snap.workers, snap.running)
     since = {r.job_id: r.since_ms for r in result.reservations}  # as the tick shell carries it
     again = replace(snap, now_ms=snap.now_ms + 1, pending=tuple(snap.pending), index=carried, reserved_since=since)
-    assert schedule(again) == result
+    # The same decisions; the estimates count from each pass's own time.
+    assert replace(schedule(again), estimates={}) == replace(result, estimates={})
     assert carried.requests is first.requests is not None
 
 
