@@ -168,7 +168,7 @@ def test_job_list_shows_the_columns_and_filters(iris):
     iris("job", "run", "--user", "alice", "--job-name", "ok", "--", "true")
     iris("job", "run", "--user", "alice", "--job-name", "big", "--cpu", "100", "--", "true")
     table = iris("job", "list").out.splitlines()
-    assert table[0].split() == ["JOB", "STATE", "CLUSTER", "TASKS", "AGE", "REASON"]
+    assert table[0].split() == ["JOB", "STATE", "CLUSTER", "TASKS", "AGE", "START", "REASON"]
     assert {line.split()[0] for line in table[1:]} == {"/alice/ok", "/alice/big"}
     only = iris("job", "list", "--state", "UNSCHEDULABLE").out.splitlines()
     assert [line.split()[0] for line in only[1:]] == ["/alice/big"]

@@ -61,7 +61,7 @@ def test_e2e_no_wait_prints_only_the_id_and_list_describe_logs_see_the_job(contr
     logs = controller.cli("job", "logs", "-f", "/alice/rep")
     assert sorted(logs.stdout.splitlines()) == ["[0] replica 0", "[1] replica 1"]
     listed = controller.cli("job", "list").stdout.splitlines()
-    assert listed[0].split() == ["JOB", "STATE", "CLUSTER", "TASKS", "AGE", "REASON"]
+    assert listed[0].split() == ["JOB", "STATE", "CLUSTER", "TASKS", "AGE", "START", "REASON"]
     assert listed[1].split()[:4] == ["/alice/rep", "SUCCEEDED", controller.name, "2/2"]
     described = controller.cli("job", "describe", "/alice/rep").stdout
     assert "State:" in described and "SUCCEEDED" in described

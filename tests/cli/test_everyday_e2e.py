@@ -160,9 +160,9 @@ def test_logs_mark_each_new_attempt_and_history_and_wait_summarise(controller):
 def test_wait_follows_a_running_job_to_its_end_and_keeps_its_timeout(controller):
     """`job wait` lets the controller hold each status call while a job keeps its state: it still
     sees the end of a job that was running when it began, and gives up at its --timeout. A job
-    run with --timeout 0 has no time limit, as `job run --help` says."""
+    run with --timeout 0 takes its band's default, and none is set here, as `job run --help` says."""
     controller.extra_env["USER"] = "alice"
-    assert "0 (the default): no limit" in " ".join(controller.cli("job", "run", "--help").stdout.split())
+    assert "0 (the default): the cluster's default for its band (controller.time_limits), else none" in " ".join(controller.cli("job", "run", "--help").stdout.split())
     for name, command in (("brief", "sleep 1"), ("endless", "sleep 300")):
         started = controller.cli("job", "run", "--no-wait", "--timeout", "0", "--job-name", name, "--", command)
         assert started.returncode == 0, started.stderr

@@ -94,10 +94,12 @@ def test_workers_forgotten_name_stays_its_owners_and_another_principal_is_refuse
 def test_workers_name_stays_its_owners_across_a_controller_restart_before_its_daemon_reconnects(
     controller_factory, worker_factory
 ):
+    # A grace long enough that the stopped daemon's lease (three quarters of it) outlasts the restart
+    # and the intruder's try even on a loaded machine: its fence would end the attempt otherwise.
     ctl = controller_factory(
         "restarts",
         backends=[{"id": "pool", "kind": "workers"}],
-        controller={"tick_interval": "1s", "worker_grace_period": GRACE},
+        controller={"tick_interval": "1s", "worker_grace_period": "30s"},
     )
     c = client(ctl)
     host1 = worker_factory(ctl, "host-1", env={"IRIS_TOKEN": user_token(ctl, "host-1", role="worker")})
