@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+from typing import NamedTuple
 
 from sqlalchemy.engine import Connection
 
@@ -24,6 +25,7 @@ from iris.core.resources import Device, Resources
 from iris.core.states import JobState, TaskState
 
 TERMINAL_JOB_SQL = TERMINAL_JOBS
+MISSING = object()  # `check_new_job`: the parent's row was not read yet
 
 
 def job_row(conn: Connection, job_id: str):
@@ -110,30 +112,15 @@ def insert_job(
     # A duplicate under a finished parent is answered as a duplicate: looked up before any insert.
     finished_parent = parent is not None and JobState(parent["state"]).is_terminal
     if finished_parent or not _insert_row(conn, spec, None, now_ms, root_submitted_ms, cluster):
-        found = run(conn, "SELECT state FROM jobs WHERE job_id = :j", {"j": spec.job_id}).fetchone()
+        met = check_new_job(conn, spec, existing_policy, parent)
+        if met.kept is not None:
+            return met.kept, False
         insertion = None
-        if found is not None:
+        if met.replaces:
             # Taken before a replaced job is deleted, so a replacement always gets a new, higher
             # insertion (what the tick's config cache keys on) even when the old job was the newest.
             insertion = run(conn, "SELECT COALESCE(MAX(insertion), 0) + 1 FROM jobs").fetchone()[0]
-            existing = found[0]
-            if existing_policy == "keep":
-                return existing, False
-            if existing_policy == "replace":
-                if not JobState(existing).is_terminal:
-                    raise FailedPrecondition(
-                        f"job {spec.job_id} is still {existing}; stop it first (`iris job stop {spec.job_id}`) before replacing it"
-                    )
-                delete_job_tree(conn, spec.job_id, now_ms)
-            else:
-                raise AlreadyExists(
-                    f"job {spec.job_id} already exists ({existing}); choose another name, or say what to do with it:"
-                    ' --existing keep|replace (SDK: existing_job_policy="keep" or "replace")'
-                )
-        if parent is not None and finished_parent:
-            raise FailedPrecondition(
-                f"parent job {spec.parent_job_id} has already finished ({parent['state']}); a finished job cannot start children"
-            )
+            delete_job_tree(conn, spec.job_id, now_ms)
         _insert_row(conn, spec, insertion, now_ms, root_submitted_ms, cluster)
     run(
         conn,
@@ -164,6 +151,42 @@ def insert_job(
             [{"t": str(TaskName(job, i)), "j": spec.job_id, "i": i} for i in range(spec.replicas)],
         )
     return JobState.PENDING.value, True
+
+
+class NewJob(NamedTuple):
+    """What a submit of a job id meets: the existing job's state when `keep` keeps it (None: the
+    submit creates the job), and whether it replaces a finished job of that id."""
+
+    kept: str | None
+    replaces: bool
+
+
+def check_new_job(conn: Connection, spec: JobSpec, existing_policy: str = "error", parent=MISSING) -> NewJob:
+    """Whether a submit of `spec` may create it, reading only: refuses a duplicate id (unless
+    `existing_policy` keeps or replaces it), the replacement of a live job, and a child of a finished
+    job, with the errors `insert_job` raises, since it decides through this same function. `parent`:
+    the parent's row when the caller has read it."""
+    if parent is MISSING:
+        parent = require_job(conn, spec.parent_job_id) if spec.parent_job_id else None
+    found = run(conn, "SELECT state FROM jobs WHERE job_id = :j", {"j": spec.job_id}).fetchone()
+    if found is not None:
+        existing = found[0]
+        if existing_policy == "keep":
+            return NewJob(existing, False)
+        if existing_policy != "replace":
+            raise AlreadyExists(
+                f"job {spec.job_id} already exists ({existing}); choose another name, or say what to do with it:"
+                ' --existing keep|replace (SDK: existing_job_policy="keep" or "replace")'
+            )
+        if not JobState(existing).is_terminal:
+            raise FailedPrecondition(
+                f"job {spec.job_id} is still {existing}; stop it first (`iris job stop {spec.job_id}`) before replacing it"
+            )
+    if parent is not None and JobState(parent["state"]).is_terminal:
+        raise FailedPrecondition(
+            f"parent job {spec.parent_job_id} has already finished ({parent['state']}); a finished job cannot start children"
+        )
+    return NewJob(None, found is not None)
 
 
 # A burst of submits mostly asks for a few shapes: each one's stored text is made once.
