@@ -57,9 +57,9 @@ from iris.core.errors import DiskFull
 from iris.core.names import AttemptName, JobName, TaskName
 from iris.core.states import TaskState
 from iris.federation.model import QueuedJob
-from iris.scheduler import compute_availability, schedule
-from iris.scheduler.gating import deadline_passed, effective_band, user_spend
-from iris.scheduler.snapshot import Estimate, ScheduleResult, Unschedulable
+from iris.scheduler import compute_availability, schedule, wait_for_joiners
+from iris.scheduler.gating import effective_band, user_spend
+from iris.scheduler.snapshot import Estimate
 
 log = logging.getLogger("iris.tick")
 MAINTENANCE_INTERVAL_S = 60.0
@@ -110,30 +110,6 @@ def rest_before_pass(
     if not api_calls or submits_since <= 0 or backlog <= 0:
         return 0.0
     return max(0.0, min(BURST_REST_FACTOR * last_cost_s, most_s) - since_last_s)
-
-
-def _wait_for_joiners(result: ScheduleResult, snapshot, now: int, pools: tuple[str, ...]) -> ScheduleResult:
-    """`result` with its never-placeable tasks left pending: on a cluster with a pool of worker
-    daemons, a task no worker joined now can host may be hosted by one that joins later, so it
-    waits (with the reason the scheduler gave) until its scheduling deadline, if it has one."""
-    pending = {t.task_id: t for t in snapshot.pending}
-    named = ", ".join(pools)
-    ended: list[Unschedulable] = []
-    reasons = dict(result.pending_reasons)
-    for u in result.unschedulable:
-        task = pending.get(u.task_id)
-        if task is None or deadline_passed(task, now):
-            timed_out = task is not None and not u.reason.startswith("Scheduling timeout")
-            ended.append(
-                Unschedulable(
-                    u.task_id, f"Scheduling timeout reached before a worker that can host it joined: {u.reason}"
-                )
-                if timed_out
-                else u
-            )
-            continue
-        reasons.setdefault(task.job_id, f"Waiting for a worker that can host it to join {named}: {u.reason}")
-    return replace(result, unschedulable=tuple(ended), pending_reasons=reasons)
 
 
 def _placement_view(workers: tuple[WorkerSnapshot, ...]) -> list[tuple]:
@@ -225,6 +201,16 @@ class ControlLoop:
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
+
+    @property
+    def pools(self) -> tuple[str, ...]:
+        """The backends whose workers join while the cluster runs (pools of worker daemons)."""
+        return self._pools
+
+    @property
+    def queued_band_of(self) -> Callable[[QueuedJob], Band] | None:
+        """What the federation step judges a queued job's band by (None: its own band)."""
+        return self._queued_band if self._budgeted else None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -434,7 +420,7 @@ class ControlLoop:
         self._last_federation = time.monotonic()
         try:
             with spans.span("tick.federation"), metrics.timed(metrics.TICK_SECONDS, "federation"):
-                self.federation.plan(self._queued_band if self._budgeted else None)
+                self.federation.plan(self.queued_band_of)
             self.plan_error = None
         except Exception as exc:  # handoffs wait for the next pass; local placement (done) goes on
             log.exception("promoting queued jobs onto peers failed; retrying on the next pass")
@@ -587,8 +573,7 @@ class ControlLoop:
         self.reserved_since = {r.job_id: r.since_ms for r in result.reservations}
         # Replaced whole, read by API threads: what job status and listings say of expected starts.
         self.estimates = result.estimates
-        if result.unschedulable and self._pools:
-            result = _wait_for_joiners(result, snapshot, now, self._pools)
+        result = wait_for_joiners(result, snapshot, now, self._pools)
         launches: list[tuple[Backend, LaunchSpec]] = []
         if result.assignments or result.preemptions or result.unschedulable or result.pending_reasons or backing_off:
             with spans.span("tick.schedule.commit"):
