@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, ConnectWSGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint, EndpointSync
 from pyqwest import Client, SyncClient
 
-from .controller_pb2 import ExecuteRawQueryRequest, ExecuteRawQueryResponse, ExplainJobRequest, ExplainJobResponse, FederationSyncRequest, FederationSyncResponse, FetchBundleRequest, FetchBundleResponse, FetchLogsRequest, FetchLogsResponse, GetClusterInfoRequest, GetClusterInfoResponse, GetJobStatusRequest, GetJobStatusResponse, HandOffJobsRequest, HandOffJobsResponse, LaunchJobRequest, LaunchJobResponse, ListBackendsRequest, ListBackendsResponse, ListEndpointsRequest, ListEndpointsResponse, ListJobsRequest, ListJobsResponse, ListPeersRequest, ListPeersResponse, ListTasksRequest, ListTasksResponse, ListWorkersRequest, ListWorkersResponse, MintEndpointUrlRequest, MintEndpointUrlResponse, RegisterEndpointRequest, RegisterEndpointResponse, RegisterWorkerRequest, RegisterWorkerResponse, RevokeTokenRequest, RevokeTokenResponse, TerminateJobRequest, TerminateJobResponse, WorkerPollRequest, WorkerPollResponse
+from .controller_pb2 import ExecuteRawQueryRequest, ExecuteRawQueryResponse, ExplainJobRequest, ExplainJobResponse, FederationSyncRequest, FederationSyncResponse, FetchBundleRequest, FetchBundleResponse, FetchLogsRequest, FetchLogsResponse, GetClusterInfoRequest, GetClusterInfoResponse, GetJobStatusRequest, GetJobStatusResponse, HandOffJobsRequest, HandOffJobsResponse, LaunchJobRequest, LaunchJobResponse, ListBackendsRequest, ListBackendsResponse, ListEndpointsRequest, ListEndpointsResponse, ListJobsRequest, ListJobsResponse, ListPeersRequest, ListPeersResponse, ListTasksRequest, ListTasksResponse, ListWorkersRequest, ListWorkersResponse, MintEndpointUrlRequest, MintEndpointUrlResponse, PlanJobResponse, RegisterEndpointRequest, RegisterEndpointResponse, RegisterWorkerRequest, RegisterWorkerResponse, RevokeTokenRequest, RevokeTokenResponse, TerminateJobRequest, TerminateJobResponse, WorkerPollRequest, WorkerPollResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Iterable, Mapping
@@ -39,6 +39,12 @@ _GZIP_COMPRESSION = GzipCompression()
 
 class ControllerService(Protocol):
     async def launch_job(self, request: LaunchJobRequest, ctx: RequestContext[LaunchJobRequest, LaunchJobResponse], /) -> LaunchJobResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def plan_job(self, request: LaunchJobRequest, ctx: RequestContext[LaunchJobRequest, PlanJobResponse], /) -> PlanJobResponse:
+        """
+        A dry run of LaunchJob: what the same request would meet now, writing nothing.
+        """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     async def hand_off_jobs(self, request: HandOffJobsRequest, ctx: RequestContext[HandOffJobsRequest, HandOffJobsResponse], /) -> HandOffJobsResponse:
@@ -125,6 +131,17 @@ class ControllerServiceASGIApplication(ConnectASGIApplication[ControllerService]
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.launch_job,
+                ),
+                "/iris.v1.ControllerService/PlanJob": Endpoint.unary(
+                    method=MethodInfo(
+                        name="PlanJob",
+                        service_name="iris.v1.ControllerService",
+                        input=LaunchJobRequest,
+                        output=PlanJobResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.plan_job,
                 ),
                 "/iris.v1.ControllerService/HandOffJobs": Endpoint.unary(
                     method=MethodInfo(
@@ -398,6 +415,29 @@ class ControllerServiceClient(ConnectClient):
                 service_name="iris.v1.ControllerService",
                 input=LaunchJobRequest,
                 output=LaunchJobResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def plan_job(
+        self,
+        request: LaunchJobRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> PlanJobResponse:
+        """
+        A dry run of LaunchJob: what the same request would meet now, writing nothing.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="PlanJob",
+                service_name="iris.v1.ControllerService",
+                input=LaunchJobRequest,
+                output=PlanJobResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),
@@ -809,6 +849,12 @@ class ControllerServiceSync(Protocol):
     def launch_job(self, request: LaunchJobRequest, ctx: RequestContext[LaunchJobRequest, LaunchJobResponse], /) -> LaunchJobResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
+    def plan_job(self, request: LaunchJobRequest, ctx: RequestContext[LaunchJobRequest, PlanJobResponse], /) -> PlanJobResponse:
+        """
+        A dry run of LaunchJob: what the same request would meet now, writing nothing.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
     def hand_off_jobs(self, request: HandOffJobsRequest, ctx: RequestContext[HandOffJobsRequest, HandOffJobsResponse], /) -> HandOffJobsResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -891,6 +937,17 @@ class ControllerServiceWSGIApplication(ConnectWSGIApplication):
                         stream_type=StreamType.UNARY,
                     ),
                     function=service.launch_job,
+                ),
+                "/iris.v1.ControllerService/PlanJob": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="PlanJob",
+                        service_name="iris.v1.ControllerService",
+                        input=LaunchJobRequest,
+                        output=PlanJobResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.plan_job,
                 ),
                 "/iris.v1.ControllerService/HandOffJobs": EndpointSync.unary(
                     method=MethodInfo(
@@ -1164,6 +1221,29 @@ class ControllerServiceClientSync(ConnectClientSync):
                 service_name="iris.v1.ControllerService",
                 input=LaunchJobRequest,
                 output=LaunchJobResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def plan_job(
+        self,
+        request: LaunchJobRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> PlanJobResponse:
+        """
+        A dry run of LaunchJob: what the same request would meet now, writing nothing.
+        """
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="PlanJob",
+                service_name="iris.v1.ControllerService",
+                input=LaunchJobRequest,
+                output=PlanJobResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

@@ -133,6 +133,78 @@ class LaunchJobResponse(_message.Message):
     bundle_missing: bool
     def __init__(self, job_id: _Optional[str] = ..., state: _Optional[str] = ..., disposition: _Optional[str] = ..., peer_id: _Optional[str] = ..., message: _Optional[str] = ..., bundle_missing: _Optional[bool] = ...) -> None: ...
 
+class PlannedPreemption(_message.Message):
+    __slots__ = ("job_id", "task_id", "worker_id", "band")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BAND_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    task_id: str
+    worker_id: str
+    band: str
+    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., band: _Optional[str] = ...) -> None: ...
+
+class PlanJobResponse(_message.Message):
+    __slots__ = ("job_id", "disposition", "state", "message", "backend_ids", "worker_ids", "starts_now", "tasks", "tasks_placed", "pending_reason", "start_earliest_ms", "start_latest_ms", "start_basis", "unschedulable", "reserved_workers", "reserved_backend_id", "preemptions", "band", "requested_band", "spend", "budget", "over_budget", "timeout_s", "peer_id", "peer_backend_id", "peer_reclaims", "candidate_peers", "pinned_peer")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    DISPOSITION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_IDS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_IDS_FIELD_NUMBER: _ClassVar[int]
+    STARTS_NOW_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    TASKS_PLACED_FIELD_NUMBER: _ClassVar[int]
+    PENDING_REASON_FIELD_NUMBER: _ClassVar[int]
+    START_EARLIEST_MS_FIELD_NUMBER: _ClassVar[int]
+    START_LATEST_MS_FIELD_NUMBER: _ClassVar[int]
+    START_BASIS_FIELD_NUMBER: _ClassVar[int]
+    UNSCHEDULABLE_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_BACKEND_ID_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
+    BAND_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_BAND_FIELD_NUMBER: _ClassVar[int]
+    SPEND_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    OVER_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    PEER_ID_FIELD_NUMBER: _ClassVar[int]
+    PEER_BACKEND_ID_FIELD_NUMBER: _ClassVar[int]
+    PEER_RECLAIMS_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_PEERS_FIELD_NUMBER: _ClassVar[int]
+    PINNED_PEER_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    disposition: str
+    state: str
+    message: str
+    backend_ids: _containers.RepeatedScalarFieldContainer[str]
+    worker_ids: _containers.RepeatedScalarFieldContainer[str]
+    starts_now: bool
+    tasks: int
+    tasks_placed: int
+    pending_reason: str
+    start_earliest_ms: int
+    start_latest_ms: int
+    start_basis: str
+    unschedulable: str
+    reserved_workers: _containers.RepeatedScalarFieldContainer[str]
+    reserved_backend_id: str
+    preemptions: _containers.RepeatedCompositeFieldContainer[PlannedPreemption]
+    band: str
+    requested_band: str
+    spend: int
+    budget: float
+    over_budget: bool
+    timeout_s: float
+    peer_id: str
+    peer_backend_id: str
+    peer_reclaims: float
+    candidate_peers: _containers.RepeatedScalarFieldContainer[str]
+    pinned_peer: str
+    def __init__(self, job_id: _Optional[str] = ..., disposition: _Optional[str] = ..., state: _Optional[str] = ..., message: _Optional[str] = ..., backend_ids: _Optional[_Iterable[str]] = ..., worker_ids: _Optional[_Iterable[str]] = ..., starts_now: _Optional[bool] = ..., tasks: _Optional[int] = ..., tasks_placed: _Optional[int] = ..., pending_reason: _Optional[str] = ..., start_earliest_ms: _Optional[int] = ..., start_latest_ms: _Optional[int] = ..., start_basis: _Optional[str] = ..., unschedulable: _Optional[str] = ..., reserved_workers: _Optional[_Iterable[str]] = ..., reserved_backend_id: _Optional[str] = ..., preemptions: _Optional[_Iterable[_Union[PlannedPreemption, _Mapping]]] = ..., band: _Optional[str] = ..., requested_band: _Optional[str] = ..., spend: _Optional[int] = ..., budget: _Optional[float] = ..., over_budget: _Optional[bool] = ..., timeout_s: _Optional[float] = ..., peer_id: _Optional[str] = ..., peer_backend_id: _Optional[str] = ..., peer_reclaims: _Optional[float] = ..., candidate_peers: _Optional[_Iterable[str]] = ..., pinned_peer: _Optional[str] = ...) -> None: ...
+
 class HandOffJobsRequest(_message.Message):
     __slots__ = ("jobs",)
     JOBS_FIELD_NUMBER: _ClassVar[int]
