@@ -68,6 +68,7 @@ EXPECTED = {
         "FetchLogs",
         "ExplainJob",
         "LaunchJob",
+        "PlanJob",
         "TerminateJob",
         "RegisterEndpoint",
         "ListEndpoints",

@@ -288,7 +288,7 @@ class FederationManager:
             return []
         candidates = [replace(job, band=band_of(job)) for job in queued] if band_of else queued
         downgraded = {c.job_id for c, job in zip(candidates, queued, strict=True) if c.band is not job.band}
-        promotions = assign_queued(candidates, self.peers(), self.ledger, self.max_per_peer, in_flight)
+        promotions = self._assign(candidates, in_flight)
         confirmed = self.store.promote_all(promotions) if promotions else []
         for promotion in confirmed:
             self.ledger.charge(promotion)
@@ -304,6 +304,18 @@ class FederationManager:
         promoted = {p.job_id for p in confirmed}
         self._explain_waits([c for c in candidates if c.job_id not in promoted], downgraded, errors)
         return confirmed
+
+    def _assign(self, candidates: Sequence[QueuedJob], in_flight: Mapping[str, int]) -> tuple[Promotion, ...]:
+        return assign_queued(candidates, self.peers(), self.ledger, self.max_per_peer, in_flight)
+
+    def preview(self, job: QueuedJob, band_of: Callable[[QueuedJob], Band] | None = None) -> Promotion | None:
+        """Where the next federation step would hand `job`, a job not queued yet (a dry run): that
+        step's own pass over the queued jobs with `job` added, read for it. None when no peer
+        reports room for it now, so it would wait queued. Writes nothing and charges no ledger."""
+        queued = [*self.store.queued_jobs(), job]
+        candidates = [replace(j, band=band_of(j)) for j in queued] if band_of else queued
+        promotions = self._assign(candidates, self.store.handoffs_in_flight())
+        return next((p for p in promotions if p.job_id == job.job_id), None)
 
     def _full(self, in_flight: Mapping[str, int]) -> bool:
         """Whether every reachable peer holds `max_per_peer` unaccepted handoffs, so that no queued

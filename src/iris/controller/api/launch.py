@@ -79,7 +79,7 @@ class Submits:
     async def _plain(self, req: pb.LaunchJobRequest, identity: Identity, note: Announcement) -> pb.LaunchJobResponse:
         if spans.enabled():
             return await self._plain_measured(req, identity, note)
-        name, now, submitter = self._admission(req, identity)
+        name, now, submitter = self.admission(req, identity)
         write = self._writer(req, name, submitter, now, None, "", {})
         return self._answer(*await self.commits.run_async(write, note))
 
@@ -90,7 +90,7 @@ class Submits:
         parts on the loop and its insert on the writer thread, not what the loop ran for other calls
         while this one awaited its commit."""
         started = spans.mark()
-        name, now, submitter = self._admission(req, identity)
+        name, now, submitter = self.admission(req, identity)
         write = self._writer(req, name, submitter, now, None, "", {})
         spans.add_since("submit.validate", started)
         checked = spans.mark()
@@ -127,7 +127,7 @@ class Submits:
     ) -> pb.LaunchJobResponse:
         """A submit that carries or names a workspace (on a thread of its own)."""
         started = spans.mark()
-        name, now, submitter = self._admission(req, identity)
+        name, now, submitter = self.admission(req, identity)
         files = dict(req.workdir_files)
         info, bundle_id = self.check_workspace(req, files)
         with self.layer_pins.hold(bundle_id, workspace.files_id(files) if files else ""):
@@ -142,7 +142,7 @@ class Submits:
                 outcome = self.commits.run(write, note)
         return self._answer(*outcome)
 
-    def _admission(self, req: pb.LaunchJobRequest, identity: Identity) -> tuple[JobName, int, Submitter]:
+    def admission(self, req: pb.LaunchJobRequest, identity: Identity) -> tuple[JobName, int, Submitter]:
         """The checks a submit passes before anything is unpacked or written: its names printable,
         the job's id, whether the caller may create it, its name, the client's age, its image. Returns (the job's id, now in
         ms, who is accountable for it)."""
@@ -184,24 +184,12 @@ class Submits:
         policy = req.existing_job_policy or "error"
 
         def write(conn: Connection) -> _Written:
-            parent: dict | None = None
-            parent_constraints: tuple[Constraint, ...] = ()
-            parent_env: dict[str, str] = {}
-            if name.parent is not None:
-                parent, parent_constraints, parent_env = parent_context(conn, str(name.parent))
-            spec = build_spec(req, parent, parent_constraints, parent_env, owner=submitter.principal)
-            spec = apply_time_limit(spec, self.config.controller.time_limits)
-            if submitter.credential:
-                spec = replace(spec, credential=submitter.credential)
+            spec, parent = self.spec_of(conn, req, name, submitter)
             if files_id:
                 spec = replace(spec, files_id=files_id)
             if parent is not None and not spec.bundle_id:
                 spec = replace(spec, bundle_id=workspace.job_bundle_id(conn, str(name.parent)))
-            submitted = SubmittedJob(spec.job_id, spec.resources, spec.constraints, spec.replicas)
-            if self.federation is not None:
-                disposition = self.federation.classify(submitted, submitter)
-            else:
-                disposition = self.router.classify(submitted, (), submitter)
+            disposition = self.classify(spec, submitter)
             if disposition.kind is DispositionKind.LOCAL:
                 state, created = insert_job(conn, spec, now, policy)
                 kind, peer = "local", ""
@@ -218,6 +206,29 @@ class Submits:
             return spec, state, created, kind, peer, disposition
 
         return write
+
+    def spec_of(
+        self, conn: Connection, req: pb.LaunchJobRequest, name: JobName, submitter: Submitter
+    ) -> tuple[JobSpec, dict | None]:
+        """The job a submit of `req` stores (before its workspace), and its parent's row (None for
+        a root job): read inside the submit's transaction, or a dry run's read."""
+        parent: dict | None = None
+        parent_constraints: tuple[Constraint, ...] = ()
+        parent_env: dict[str, str] = {}
+        if name.parent is not None:
+            parent, parent_constraints, parent_env = parent_context(conn, str(name.parent))
+        spec = build_spec(req, parent, parent_constraints, parent_env, owner=submitter.principal)
+        spec = apply_time_limit(spec, self.config.controller.time_limits)
+        if submitter.credential:
+            spec = replace(spec, credential=submitter.credential)
+        return spec, parent
+
+    def classify(self, spec: JobSpec, submitter: Submitter) -> Disposition:
+        """Where the job goes: here, queued for a peer, or refused (`PeerRouter.classify`)."""
+        submitted = SubmittedJob(spec.job_id, spec.resources, spec.constraints, spec.replicas)
+        if self.federation is not None:
+            return self.federation.classify(submitted, submitter)
+        return self.router.classify(submitted, (), submitter)
 
     def _answer(
         self, spec: JobSpec, state: str, created: bool, kind: str, peer: str, disposition: Disposition | None

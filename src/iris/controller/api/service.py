@@ -20,6 +20,7 @@ from iris.controller.api.handler import rpc
 from iris.controller.api.inbound_handoffs import Handoffs
 from iris.controller.api.inbound_peers import InboundPeers
 from iris.controller.api.launch import Submits
+from iris.controller.api.plan import Planner
 from iris.controller.api.submit_rate import SubmitRate
 from iris.controller.api.workers import REGISTRATION_BURST, REGISTRATIONS_PER_S, WorkerCalls
 from iris.controller.auth import Identity, Role, check_may_stop, check_sync_requester
@@ -74,6 +75,7 @@ class ControllerServiceImpl(WorkerCalls):
         self.spend = controller.spend
         self.layer_pins = controller.layer_pins
         self.submits = Submits(controller)
+        self.planner = Planner(controller, self.submits)
         self.handoffs = Handoffs(controller, self.submits)
         settings = controller.config.controller
         self.submit_rate = SubmitRate(settings.submit_rate, settings.submit_burst)
@@ -96,6 +98,11 @@ class ControllerServiceImpl(WorkerCalls):
         if resp.bundle_missing:
             self.submit_rate.give_back(identity, tasks)  # counted when it is sent again with its bytes
         return resp
+
+    @rpc
+    def plan_job(self, req: pb.LaunchJobRequest, identity: Identity) -> pb.PlanJobResponse:
+        """A dry run of LaunchJob: what the same request would meet now (see `plan`); writes nothing."""
+        return self.planner.plan(req, identity)
 
     @rpc
     async def hand_off_jobs(self, req: pb.HandOffJobsRequest, identity: Identity) -> pb.HandOffJobsResponse:

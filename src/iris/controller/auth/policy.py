@@ -27,6 +27,7 @@ from iris.core.names import check_accountable_name, in_job_tree
 CONTROLLER_METHODS = frozenset(
     {
         "LaunchJob",
+        "PlanJob",
         "HandOffJobs",
         "GetJobStatus",
         "ListJobs",
@@ -85,6 +86,7 @@ ROLE_METHODS: Mapping[Role, frozenset[str]] = MappingProxyType(
                 "FetchLogs",
                 "ExplainJob",
                 "LaunchJob",
+                "PlanJob",
                 "TerminateJob",
                 "RegisterEndpoint",
                 "ListEndpoints",

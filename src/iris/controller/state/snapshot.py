@@ -43,7 +43,9 @@ from iris.controller.db.jobs import parse_constraints, parse_resources
 from iris.controller.db.literals import LIVE_TASKS, PENDING
 from iris.core.bands import Band
 from iris.core.constraints import Constraint
+from iris.core.job import JobSpec
 from iris.core.limits import MAX_TASK_BYTES, MAX_TASK_CPU, MAX_TASK_DEVICES
+from iris.core.names import JobName, TaskName
 from iris.core.resources import Resources
 from iris.core.states import retry_backoff_s
 from iris.rpc.bounds import check_number
@@ -132,6 +134,34 @@ class Loaded:
 
 def _read_version(conn) -> int:
     return run(conn, "SELECT version FROM schedule_inputs WHERE id = 0").fetchone()[0]
+
+
+def planned_tasks(spec: JobSpec, now_ms: int, insertion: int, parent: Mapping | None) -> tuple[PendingTask, ...]:
+    """The pending tasks a job of `spec` would be loaded as were it stored now with `insertion`
+    under `parent` (its row; None for a root job): what a dry run adds to a snapshot. The fields
+    are those `SnapshotLoader._build` reads from the stored rows."""
+    job = JobName.parse(spec.job_id)
+    timeout = spec.scheduling_timeout_s
+    return tuple(
+        PendingTask(
+            task_id=str(TaskName(job, i)),
+            job_id=spec.job_id,
+            index=i,
+            resources=spec.resources,
+            constraints=spec.constraints,
+            band=spec.band,
+            user=spec.user,
+            depth=spec.depth,
+            root_submitted_ms=parent["root_submitted_ms"] if parent is not None else now_ms,
+            insertion=insertion,
+            replicas=spec.replicas,
+            coschedule=spec.coschedule,
+            scheduling_deadline_ms=int(now_ms + timeout * 1000) if timeout > 0 else None,
+            parent_running=parent is not None and parent["state"] == "RUNNING",
+            limit_ms=int(spec.timeout_s * 1000) if spec.timeout_s > 0 else None,
+        )
+        for i in range(spec.replicas)
+    )
 
 
 class SnapshotLoader:
