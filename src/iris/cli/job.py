@@ -157,6 +157,14 @@ def job() -> None:
     is_flag=True,
     help="Print the job id and return at once: exit 0, or 2 when the cluster rejected the job at submit.",
 )
+@cmd.option(
+    "--dry-run",
+    is_flag=True,
+    help="Submit nothing; say what a submit would meet now: the backend or federation peer it would go to"
+    " and why, whether it would start now or wait (its expected start and reason), the running jobs it"
+    " would preempt, and the band its owner's budget puts it in (-o json: the whole answer). Exit 0 when"
+    " it could be submitted, 2 with the submit's error when the cluster would refuse it.",
+)
 @cmd.option("--cancel-on-interrupt", is_flag=True, help="Ctrl-C stops the job (by default it only detaches from it).")
 @cmd.option("-t", "--timestamps", is_flag=True, help="Prefix each log line with its time.")
 @raw_option
@@ -173,6 +181,7 @@ def run(
     workdir: str | None,
     no_workspace: bool,
     no_wait: bool,
+    dry_run: bool,
     cancel_on_interrupt: bool,
     timestamps: bool,
     raw: bool,
@@ -187,6 +196,10 @@ def run(
     changes (and every 30 s). Ctrl-C detaches (the job keeps running); with --cancel-on-interrupt it
     stops the job. Exit code: 0 succeeded, 1 failed or killed, 2 rejected or unschedulable, 3 usage
     or connection error.
+
+    With --dry-run nothing is submitted or sent of the folder: the controller runs a submit's checks
+    and the scheduler's own pass over its live state with the job added, and prints where the job
+    would go, when it would start, what it would preempt and its band.
     """
     if workdir and no_workspace:
         raise cmd.UsageError("--workdir and --no-workspace contradict each other; give one")
@@ -197,6 +210,13 @@ def run(
     started = time.monotonic()
     # Everything checkable here (sizes, devices, constraints, names) fails before any request: exit 3.
     # The request and its answer travel as Connect JSON, so this path never imports protobuf.
+    if dry_run:
+        from iris.cli.dry_run import plan_and_report
+
+        request = client.prepare_json(
+            list(command), name=job_name, env=env_vars, existing_job_policy=existing, **options
+        )
+        return plan_and_report(obj, request)
     folder = None if no_workspace else (workdir or os.getcwd())
     request = client.prepare_json(
         list(command), name=job_name, env=env_vars, existing_job_policy=existing, workdir=folder, **options

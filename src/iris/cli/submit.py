@@ -39,13 +39,8 @@ def launch_and_report(
     bundle = client.bundle(request.get("bundle_id") or "")
     try:
         reply = client.launch_json(request)
-    except (Unavailable, Unauthenticated):
-        raise
     except IrisError as exc:
-        if exc.code == "unimplemented":
-            raise  # not a refusal of this job: the address answers without LaunchJob (exit 3)
-        # The controller refused the job (duplicate, stale client, bad constraint, …).
-        return _fail(obj, exc, EXIT_REJECTED)
+        return reject_exit(obj, exc)
     launched: dict = {field: str(reply.get(json_name, "")) for field, json_name in _LAUNCHED_FIELDS}
     job_id = launched["job_id"]
     uploaded = 0
@@ -74,6 +69,16 @@ def launch_and_report(
         return EXIT_REJECTED if launched["disposition"] == "rejected" else EXIT_OK
     replicas = int(request.get("replicas") or 1)
     return _follow_to_end(obj, job_id, launched, timestamps, replicas, started, cancel_on_interrupt, raw)
+
+
+def reject_exit(obj: CliContext, exc: IrisError) -> int:
+    """The exit code of a submit (or its dry run) the controller answered with `exc`: 2, with the
+    error printed, when it refuses the job (duplicate, stale client, bad constraint, …); raised
+    (exit 3) when the error is not about the job (no answer, no valid token, a controller without
+    the call)."""
+    if isinstance(exc, (Unavailable, Unauthenticated)) or exc.code == "unimplemented":
+        raise exc
+    return _fail(obj, exc, EXIT_REJECTED)
 
 
 def _workspace_line(bundle, uploaded: int) -> str:

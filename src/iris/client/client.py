@@ -248,6 +248,26 @@ class IrisClient:
         self._bundles.pop(bundle_id, None)
         return {**reply, "uploadedBytes": uploaded}
 
+    def plan(self, command: str | Sequence[str], **options: Any) -> pb.PlanJobResponse:
+        """What `launch` of the same job (options as for `prepare`) would meet now, writing nothing:
+        refused with the error `launch` would raise, or answered with where it would go (this
+        cluster's backends, or the federation peer it would be handed to), whether it would start
+        now or wait (with its expected start and pending reason), the running jobs it would
+        preempt, and the band its owner's budget puts it in. See `iris job run --dry-run`.
+
+        A `workdir` is neither packed nor sent: the workspace changes nothing of the answer."""
+        options.pop("workdir", None)
+        return self.plan_request(self.prepare(command, **options))
+
+    def plan_request(self, request: pb.LaunchJobRequest) -> pb.PlanJobResponse:
+        """A dry run of a prepared LaunchJobRequest (see `plan`)."""
+        return self._transport.call("PlanJob", request, pb.PlanJobResponse)
+
+    def plan_json(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A dry run of a LaunchJobRequest given as its Connect JSON document (see `prepare_json`);
+        returns the PlanJobResponse's document (fields at their default value absent)."""
+        return self._transport.call_json("PlanJob", request)
+
     def _bundle_bytes(self, bundle_id: str) -> bytes:
         bundle = self._bundles.get(bundle_id)
         if bundle is None:
