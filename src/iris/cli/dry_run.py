@@ -52,7 +52,7 @@ def plan_lines(answer, now_ms: int) -> list[str]:
 
 def _where(answer, now_ms: int) -> str:
     if answer.disposition == "queued":
-        why = answer.message or "no local backend can host it"
+        why = answer.route or answer.message
         if answer.peer_id:
             return (
                 f"would go to peer {answer.peer_id} (backend {answer.peer_backend_id}): {why};"

@@ -146,7 +146,7 @@ class PlannedPreemption(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., band: _Optional[str] = ...) -> None: ...
 
 class PlanJobResponse(_message.Message):
-    __slots__ = ("job_id", "disposition", "state", "message", "backend_ids", "worker_ids", "starts_now", "tasks", "tasks_placed", "pending_reason", "start_earliest_ms", "start_latest_ms", "start_basis", "unschedulable", "reserved_workers", "reserved_backend_id", "preemptions", "band", "requested_band", "spend", "budget", "over_budget", "timeout_s", "peer_id", "peer_backend_id", "peer_reclaims", "candidate_peers", "pinned_peer")
+    __slots__ = ("job_id", "disposition", "state", "message", "backend_ids", "worker_ids", "starts_now", "tasks", "tasks_placed", "pending_reason", "start_earliest_ms", "start_latest_ms", "start_basis", "unschedulable", "reserved_workers", "reserved_backend_id", "preemptions", "band", "requested_band", "spend", "budget", "over_budget", "timeout_s", "peer_id", "peer_backend_id", "peer_reclaims", "candidate_peers", "pinned_peer", "route")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     DISPOSITION_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -175,6 +175,7 @@ class PlanJobResponse(_message.Message):
     PEER_RECLAIMS_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_PEERS_FIELD_NUMBER: _ClassVar[int]
     PINNED_PEER_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     disposition: str
     state: str
@@ -203,7 +204,8 @@ class PlanJobResponse(_message.Message):
     peer_reclaims: float
     candidate_peers: _containers.RepeatedScalarFieldContainer[str]
     pinned_peer: str
-    def __init__(self, job_id: _Optional[str] = ..., disposition: _Optional[str] = ..., state: _Optional[str] = ..., message: _Optional[str] = ..., backend_ids: _Optional[_Iterable[str]] = ..., worker_ids: _Optional[_Iterable[str]] = ..., starts_now: _Optional[bool] = ..., tasks: _Optional[int] = ..., tasks_placed: _Optional[int] = ..., pending_reason: _Optional[str] = ..., start_earliest_ms: _Optional[int] = ..., start_latest_ms: _Optional[int] = ..., start_basis: _Optional[str] = ..., unschedulable: _Optional[str] = ..., reserved_workers: _Optional[_Iterable[str]] = ..., reserved_backend_id: _Optional[str] = ..., preemptions: _Optional[_Iterable[_Union[PlannedPreemption, _Mapping]]] = ..., band: _Optional[str] = ..., requested_band: _Optional[str] = ..., spend: _Optional[int] = ..., budget: _Optional[float] = ..., over_budget: _Optional[bool] = ..., timeout_s: _Optional[float] = ..., peer_id: _Optional[str] = ..., peer_backend_id: _Optional[str] = ..., peer_reclaims: _Optional[float] = ..., candidate_peers: _Optional[_Iterable[str]] = ..., pinned_peer: _Optional[str] = ...) -> None: ...
+    route: str
+    def __init__(self, job_id: _Optional[str] = ..., disposition: _Optional[str] = ..., state: _Optional[str] = ..., message: _Optional[str] = ..., backend_ids: _Optional[_Iterable[str]] = ..., worker_ids: _Optional[_Iterable[str]] = ..., starts_now: _Optional[bool] = ..., tasks: _Optional[int] = ..., tasks_placed: _Optional[int] = ..., pending_reason: _Optional[str] = ..., start_earliest_ms: _Optional[int] = ..., start_latest_ms: _Optional[int] = ..., start_basis: _Optional[str] = ..., unschedulable: _Optional[str] = ..., reserved_workers: _Optional[_Iterable[str]] = ..., reserved_backend_id: _Optional[str] = ..., preemptions: _Optional[_Iterable[_Union[PlannedPreemption, _Mapping]]] = ..., band: _Optional[str] = ..., requested_band: _Optional[str] = ..., spend: _Optional[int] = ..., budget: _Optional[float] = ..., over_budget: _Optional[bool] = ..., timeout_s: _Optional[float] = ..., peer_id: _Optional[str] = ..., peer_backend_id: _Optional[str] = ..., peer_reclaims: _Optional[float] = ..., candidate_peers: _Optional[_Iterable[str]] = ..., pinned_peer: _Optional[str] = ..., route: _Optional[str] = ...) -> None: ...
 
 class HandOffJobsRequest(_message.Message):
     __slots__ = ("jobs",)

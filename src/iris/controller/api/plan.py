@@ -130,6 +130,10 @@ class Planner:
         resp.disposition = "queued"
         resp.pending_reason = disposition.reason
         resp.pinned_peer = disposition.peer_id or ""
+        if disposition.peer_id:
+            resp.route = f"it is pinned to {disposition.peer_id} (--target-cluster {disposition.peer_id})"
+        else:
+            resp.route = f"no local backend can host {spec.resources.describe()}"
         resp.candidate_peers.extend(disposition.candidate_peers)
         running, peer_spend = self.tick.loader.load_spend_inputs()
         self._budget(resp, spec.user, running, peer_spend)
