@@ -405,3 +405,32 @@ def test_federation_sync_is_only_for_the_requesting_peer_itself(federation):
     users = user_token(h100, "alice")
     code, _ = error_code(lambda: client(h100, users).federation_sync(pb.FederationSyncRequest(requester="marin")))
     assert code == "permission_denied"
+
+
+def test_dry_run_names_the_peer_the_submit_then_goes_to_and_hands_nothing_off(federation):
+    marin, h100, gb200 = federation
+    c = client(marin, federation.token)
+
+    def counts() -> tuple[int, ...]:
+        handles = c.execute_raw_query(pb.ExecuteRawQueryRequest(sql="SELECT COUNT(*) FROM federated_jobs")).rows
+        jobs = [len(client(ctl).list_jobs(pb.ListJobsRequest(limit=100000)).jobs) for ctl in federation]
+        return (int(handles[0].values[0].number_value), *jobs)
+
+    before = counts()
+    request = gpu_job("planned", "h100")
+    answer = c.plan_job(request)
+    assert (answer.disposition, answer.state, answer.peer_id, answer.peer_backend_id) == (
+        "queued",
+        "PENDING",
+        "cw-h100",
+        "h100",
+    )
+    assert answer.route == "no local backend can host cpu=1 memory=1G gpu=h100x8"
+    assert "cw-h100" in answer.candidate_peers and "cw-gb200" not in answer.candidate_peers
+    assert answer.pending_reason == "Queued for a federation peer to report free capacity"
+    assert counts() == before  # no row here, no handoff to any peer
+
+    sent = c.launch_job(request)
+    assert sent.disposition == answer.disposition and sent.message == answer.message
+    final = wait_state(c, sent.job_id, timeout=30)
+    assert final.job.state == "SUCCEEDED" and final.job.cluster == answer.peer_id
