@@ -27,7 +27,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from iris import scheduler
-from iris.controller.auth import Identity
+from iris.controller.api.submit_rate import SubmitRate
+from iris.controller.auth import Identity, Role
 from iris.controller.db.database import run
 from iris.controller.db.jobs import check_new_job
 from iris.controller.state.snapshot import planned_tasks
@@ -37,6 +38,12 @@ from iris.core.job import JobSpec
 from iris.federation.model import Disposition, DispositionKind, QueuedJob
 from iris.rpc import controller_pb2 as pb
 from iris.scheduler.gating import budget_of, effective_band, over_budget, user_spend
+
+# A dry run costs a whole scheduling pass (a submit, one insert): a user's plans are limited to a
+# burst of PLAN_BURST, then PLANS_PER_S a second (admins and the operator are not), so that a
+# script asking in a loop cannot take the interpreter from the tick.
+PLAN_BURST = 20
+PLANS_PER_S = 5.0
 
 if TYPE_CHECKING:
     from iris.controller.api.launch import Submits
@@ -54,12 +61,22 @@ class Planner:
         self.federation = controller.federation
         self.budgets = controller.config.budgets
         self.submits = submits
+        self.rate = SubmitRate(PLANS_PER_S, PLAN_BURST)
 
     def plan(self, req: pb.LaunchJobRequest, identity: Identity) -> pb.PlanJobResponse:
         """What LaunchJob of `req` by `identity` would meet now; raises what LaunchJob would raise."""
         if req.HasField("handoff"):
             raise InvalidArgument(
                 "a handoff is admitted or refused, not planned: PlanJob plans this cluster's own submits"
+            )
+        if not (identity.local_admin or identity.role is Role.ADMIN):
+            self.rate.spend(
+                identity.principal,
+                1,
+                lambda wait_s: (
+                    f"{identity.principal} asks for dry runs faster than this cluster answers one user"
+                    f" ({PLANS_PER_S:g} a second after a burst of {PLAN_BURST}); try again in {wait_s:.1f}s"
+                ),
             )
         name, now, submitter = self.submits.admission(req, identity)
         if req.workspace_bundle or req.workdir_files:
