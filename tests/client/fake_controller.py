@@ -262,6 +262,21 @@ class FakeService:
             row.extend([j.status.job_id, j.status.state])
         return resp
 
+    async def plan_job(self, request: pb.LaunchJobRequest, ctx) -> pb.PlanJobResponse:
+        """A dry run as trivial as this fake's scheduling: it would start now, or never."""
+        job_id = request.name if request.name.startswith("/") else f"/{request.user}/{request.name or 'planned'}"
+        band = request.priority or "interactive"
+        answer = pb.PlanJobResponse(job_id=job_id, tasks=request.replicas or 1, band=band, requested_band=band)
+        if request.resources.cpu > MAX_CPU:
+            answer.disposition, answer.state = "rejected", "UNSCHEDULABLE"
+            answer.message = answer.unschedulable = f"needs more than {MAX_CPU:g} cores"
+            return answer
+        answer.disposition, answer.state, answer.starts_now = "local", "PENDING", True
+        answer.backend_ids.append("local")
+        answer.worker_ids.extend(["local"] * answer.tasks)
+        answer.tasks_placed = answer.tasks
+        return answer
+
     async def explain_job(self, request: pb.ExplainJobRequest, ctx) -> pb.ExplainJobResponse:
         job = self._job(request.job_id)
         fits = job.status.state != "UNSCHEDULABLE"

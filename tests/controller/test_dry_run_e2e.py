@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from iris.client import IrisClient
+from iris.core import errors
 from iris.rpc import controller_pb2 as pb
 from tests.conftest import wait_until
 from tests.controller.helpers import client, error_code, job_count, launch, status, user_token, wait_state
@@ -43,6 +47,9 @@ def test_dry_run_free_capacity_says_now_on_the_backend_the_submit_then_uses(cont
     assert text.returncode == 0, text.stderr
     assert f"would run on backend big now (worker {answer['worker_ids'][0]})" in text.stdout
     assert "band: interactive (no budget)" in text.stdout
+    with IrisClient(ctl.url) as sdk:  # the SDK's plan takes what submit takes, a workdir too
+        planned = sdk.plan("true", name="fits", user="alice", cpu=6, workdir=str(ctl.state_dir))
+    assert (list(planned.backend_ids), planned.starts_now) == (["big"], True)
     assert _rows(c) == before and job_count(c) == 0  # nothing was written
 
     real = ctl.cli("job", "run", "--no-wait", *flags)
@@ -148,6 +155,8 @@ def test_dry_run_refusals_exit_and_say_as_a_no_wait_submit_does(controller):
     real = controller.cli("job", "run", "--no-wait", *dup)
     assert (dry.returncode, real.returncode) == (2, 2)
     assert dry.stderr == real.stderr and "already exists" in dry.stderr
+    with IrisClient(controller.url) as sdk, pytest.raises(errors.AlreadyExists):
+        sdk.plan("true", name="dup", user="alice")
     assert job_count(c) == count
     # Another user's namespace: refused by the same ownership check, with the same error.
     alice = client(controller, user_token(controller, "alice"))
