@@ -313,6 +313,7 @@ class ControllerServiceImpl(WorkerCalls):
                 last_contact_ms=w.last_contact_ms,
                 runtime=w.runtime,
                 running=sorted(tasks.get(w.worker_id, [])),
+                isolation_warning=w.isolation_warning,
             )
         return resp
 
