@@ -204,3 +204,12 @@ def test_status_shows_a_workers_isolation_warning():
     plain = pb.WorkerInfo(worker_id="w", backend_id="pool", alive=True, isolation_warning="not isolated")
     assert worker_table([plain]).splitlines()[-1] == "WARNING worker w (pool): not isolated"
     assert "WARNING" not in worker_table([pb.WorkerInfo(worker_id="r", backend_id="pool", alive=True)])
+
+
+def test_container_env_file_carries_values_verbatim_and_refuses_a_line_break():
+    from iris.worker.docker import env_file
+    from iris.worker.runtime import StartFailed
+
+    assert env_file({"A": " spaced '$x' ", "B": "", "bad-name": "x"}) == b"A= spaced '$x' \nB=\n"
+    with pytest.raises(StartFailed, match="value of KEY holds a line break"):
+        env_file({"KEY": "-----BEGIN\nKEY-----"})

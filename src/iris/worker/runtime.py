@@ -44,10 +44,10 @@ from iris.backends.local.attempt_folder import AttemptFolder, prepare_attempt_fo
 from iris.backends.local.attempts_root import attempts_root
 from iris.backends.local.backend import kill_leftover_attempts, shell_argv
 from iris.backends.local.containment import Containment
-from iris.backends.local.own_uid import not_isolated_reason
 from iris.backends.local.spawner import Spawned, Spawner
 from iris.backends.local.wrapper import start_spawner, start_wrapper
 from iris.backends.staging import safe_dirname
+from iris.core.isolation import not_isolated_reason
 from iris.core.resources import Device
 from iris.rpc import controller_pb2 as pb
 

@@ -33,8 +33,8 @@ from types import MappingProxyType
 
 from sqlalchemy.engine import Connection
 
-from iris.backends.local import own_uid
 from iris.controller.db.database import sql
+from iris.core import isolation
 from iris.core.errors import FailedPrecondition, InvalidArgument
 
 # Tasks under their own uids pass through to their attempt folders, and local accounts to the
@@ -151,8 +151,8 @@ class TaskIdentities:
 
 def not_isolated_reason(configured: bool = True, euid: int | None = None) -> str:
     """Why this controller's users' tasks are not kept apart from each other and from it, or ""
-    when they are (see `own_uid.not_isolated_reason`, which says the same of a worker daemon)."""
-    return own_uid.not_isolated_reason("controller", configured, euid)
+    when they are (see `iris.core.isolation`, which says the same of a worker daemon)."""
+    return isolation.not_isolated_reason("controller", configured, euid)
 
 
 def host_process_share() -> int:
