@@ -15,6 +15,12 @@ acknowledged offsets is identical for both; its exit status is the container's. 
 used rather than an SDK because the attached client does this redirection itself (an SDK would
 need a log-pumping thread per container); the daemon's socket comes from `DOCKER_HOST`.
 Images are never pulled (`--pull never`): a missing image fails the attempt, naming the image.
+
+Under a root daemon the container runs as the task's uid (`--user UID:GID --cap-drop ALL`), on a
+workspace owned by that uid; every container gets `no-new-privileges` and a process limit. The
+`docker` client itself runs as the daemon, so it gets a fixed environment and the job's env only as
+an anonymous `--env-file` (see `iris.backends.privileged`): a job's `LD_PRELOAD` or `DOCKER_*` never
+steers a root process, and no value shows on a command line.
 """
 
 from __future__ import annotations
@@ -34,7 +40,8 @@ LABEL_WORKER = "iris.worker"
 LABEL_ATTEMPT = "iris.attempt"
 OOM_EXIT = 137
 PIDS_LIMIT = 4096  # processes and threads one container may hold at once
-# The daemon's own settings of how its `docker` client reaches the Docker daemon.
+# What of the daemon's own environment its `docker` client keeps: how it reaches the Docker daemon
+# (the operator's settings), and HOME, where it finds its config.
 DOCKER_SETTINGS = ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY", "HOME")
 
 

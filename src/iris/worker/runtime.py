@@ -19,11 +19,11 @@ A daemon started as anyone else cannot switch uids: every task runs as the daemo
 at start and in its registration (`isolation_warning`, shown by `iris worker list`).
 
 A thread waits on each attempt (a worker runs tens of attempts, not thousands) for the exit code
-the spawner reports, or for its process to end when the spawner has gone; a stop escalates from SIGTERM to SIGKILL of the whole
-group after `STOP_GRACE_S`. The SIGTERM reaches the wrapper too, which ends at once; what the
-attempt runs may still be printing its last lines (a handler of its own), so, as the local backend
-does, a stopped attempt's exit waits for its processes to end, up to the stop's grace, before
-whatever is left is killed and the exit reported.
+the spawner reports, or for its process to end when the spawner has gone; a stop escalates from
+SIGTERM to SIGKILL of the whole group after `STOP_GRACE_S`. The SIGTERM reaches the wrapper too,
+which ends at once; what the attempt runs may still be printing its last lines (a handler of its
+own), so, as the local backend does, a stopped attempt's exit waits for its processes to end, up
+to the stop's grace, before whatever is left is killed and the exit reported.
 """
 
 from __future__ import annotations
