@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -24,7 +24,8 @@ REFUSAL = b'{"code":"unauthenticated","message":"signing key of marin is not tru
 class Relay(ThreadingHTTPServer):
     """Forwards every call to `upstream`, except a delivery (HandOffJobs, LaunchJob) while `refusing`
     is set: then it answers a Connect UNAUTHENTICATED error, as a peer does that does not trust the
-    caller's key yet."""
+    caller's key yet. `rewrite`, when set, is given each successful answer's path and body and
+    returns the body to send instead (a man in the middle, or a replay)."""
 
     daemon_threads = True
 
@@ -33,6 +34,7 @@ class Relay(ThreadingHTTPServer):
         self.upstream = upstream
         self.refusing = threading.Event()
         self.refused = 0
+        self.rewrite: Callable[[str, bytes], bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -56,7 +58,10 @@ class _RelayHandler(BaseHTTPRequestHandler):
         request = urllib.request.Request(relay.upstream + self.path, data=body, headers=headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=10) as resp:
-                self._answer(resp.status, resp.headers, resp.read())
+                data = resp.read()
+                if relay.rewrite is not None:
+                    data = relay.rewrite(self.path, data)
+                self._answer(resp.status, resp.headers, data)
         except urllib.error.HTTPError as exc:
             self._answer(exc.code, exc.headers, exc.read())
 

@@ -401,7 +401,18 @@ class FederationManager:
                 # there, so neither a full resync's set-replacement nor a tombstone of an earlier
                 # run may drop it. Deliveries never wait for a sync.
                 with self.delivery.accepted_from_now(peer_id) as accepted_since:
-                    response = client.federation_sync(self.store.sync_cursor(peer_id))
+                    asked = self.store.sync_cursor(peer_id)
+                    response = client.federation_sync(asked)
+                    if response.cursor < asked and not response.cursor_stale:
+                        # A change feed answers from the cursor on: an answer from before it is an
+                        # older one (replayed, or delayed past a newer), and would undo what followed.
+                        log.warning(
+                            "sync answer of %s ends at cursor %d, before the %d asked from; ignored",
+                            peer_id,
+                            response.cursor,
+                            asked,
+                        )
+                        continue
                     if response.cursor_stale:
                         self._complete_resync(peer_id, client, response)
                     for synced in response.jobs:

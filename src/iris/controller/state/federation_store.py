@@ -9,7 +9,9 @@ of the submits still arriving, each a transaction of its own that the next group
 peer's name; tasks and attempts written in place, see `_MirroredRows`) and advances the cursor in
 the same transaction, so a crash between the two can only make the next sync repeat work, never
 skip it. A job this cluster cancelled never moves back to a live state because a report from
-before the cancel arrives late. A report of a job whose states this cluster does not know (a peer
+before the cancel arrives late, and a job that ended here never moves back at all: a report of it
+live is an older one (the manager already drops a change-feed answer that ends before the cursor
+it asked from; this covers a full resync replayed). A report of a job whose states this cluster does not know (a peer
 of another version) or whose tasks are not that job's is skipped with a warning: it would
 otherwise write rows that stopping or rolling up the job cannot read.
 """
@@ -423,6 +425,13 @@ def _mirror_job(conn, peer_id: str, synced: pb.SyncedJob, now_ms: int) -> None:
         return  # not a job this cluster handed to that peer, or one being withdrawn from it
     local = run(conn, "SELECT state, cancel_requested FROM jobs WHERE job_id = :j", {"j": job.job_id}).fetchone()
     peer_live = job.state not in _ENDED
+    if local is not None and local[0] in _ENDED and peer_live and not local[1]:
+        # A job that ended here never runs again on the same handle: a report of it live is older
+        # than the one that ended it (an answer replayed, or overtaken by a later one).
+        log.warning(
+            "peer %s reported job %s %s after it ended here as %s; ignored", peer_id, job.job_id, job.state, local[0]
+        )
+        return
     keep_local_state = local is not None and local[1] and local[0] in ("KILLED",) and peer_live
     started = job.started_ms or None
     if local is not None and local[1] and peer_live and not keep_local_state:
