@@ -9,13 +9,13 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import psutil
 import pytest
 
-import iris
 from iris.backends.local.backend import kill_leftover_attempts
 from iris.backends.privileged import SETPRIV
 from tests.conftest import wait_until
@@ -149,20 +149,19 @@ def test_root_daemon_runs_a_container_as_the_users_uid_with_a_process_limit(uid_
 
 
 def test_daemon_not_started_as_root_says_its_users_tasks_are_not_isolated(uid_pool):
-    """A real daemon under an ordinary uid (nobody), run by the system's Python, which that uid can
-    reach (this checkout's may sit in root's closed home); it registers and is listed with a warning."""
-    package = Path(iris.__file__).resolve().parent.parent
-    site = next(p for p in Path(psutil.__file__).resolve().parents if p.name == "site-packages")
+    """A real daemon under an ordinary uid (nobody) that keeps only the capability to read and
+    search every file, so it runs this checkout's Python wherever that sits (root's closed home, a
+    `mktemp -d` clone); it cannot switch uids, says so, and is listed with a warning."""
     home = Path(tempfile.mkdtemp(prefix="iris-plain-daemon-"))
     os.chown(home, NOBODY, NOBODY)
     log = home / "daemon.log"
     env = {
-        "PATH": "/usr/bin:/bin",
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
-        "PYTHONPATH": f"{package}:{site}",
         "IRIS_TOKEN": user_token(uid_pool, "plain", role="worker"),
     }
-    argv = [SETPRIV, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "/usr/bin/python3", "-m"]
+    argv = [SETPRIV, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    argv += ["--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", sys.executable, "-m"]
     argv += ["iris.cli.main", "worker", "start", "--controller", uid_pool.url, "--backend", "pool"]
     argv += ["--name", "plain", "--work-dir", str(home / "work"), "--cpu", "1", "--memory", "1G"]
     with open(log, "ab") as out:
@@ -184,7 +183,7 @@ def test_daemon_not_started_as_root_says_its_users_tasks_are_not_isolated(uid_po
         assert "not isolated" in next(w for w in doc["workers"] if w["worker_id"] == "plain")["isolation_warning"]
         status_text = uid_pool.cli("cluster", "status").stdout
         assert any(line.startswith("WARNING worker plain") for line in status_text.splitlines()), status_text
-        # Its tasks run, as the daemon's own uid: the controller's uid is not one it can switch to.
+        # Its tasks run as the daemon's own uid: the one the controller assigned alice it cannot switch to.
         job = launch(client(uid_pool, user_token(uid_pool, "alice")), "plain", ["/usr/bin/id", "-u"])
         assert wait_state(c, job).job.state == "SUCCEEDED" and logs(c, job) == [str(NOBODY)]
     finally:
