@@ -162,7 +162,9 @@ def test_wait_follows_a_running_job_to_its_end_and_keeps_its_timeout(controller)
     sees the end of a job that was running when it began, and gives up at its --timeout. A job
     run with --timeout 0 takes its band's default, and none is set here, as `job run --help` says."""
     controller.extra_env["USER"] = "alice"
-    assert "0 (the default): the cluster's default for its band (controller.time_limits), else none" in " ".join(controller.cli("job", "run", "--help").stdout.split())
+    assert "0 (the default): the cluster's default for its band (controller.time_limits), else none" in " ".join(
+        controller.cli("job", "run", "--help").stdout.split()
+    )
     for name, command in (("brief", "sleep 1"), ("endless", "sleep 300")):
         started = controller.cli("job", "run", "--no-wait", "--timeout", "0", "--job-name", name, "--", command)
         assert started.returncode == 0, started.stderr

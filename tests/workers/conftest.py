@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from iris.backends.local.attempts_root import remove_attempts_root
 from iris.backends.local.backend import kill_leftover_attempts
 from iris.controller.auth import LOCAL_ADMIN
 from iris.rpc import controller_pb2 as pb
@@ -120,6 +121,7 @@ class WorkerFactory:
                     w.proc.kill()
                     w.proc.wait()
             kill_leftover_attempts(w.work_dir)
+            remove_attempts_root(w.work_dir)  # a root daemon's attempts live in a temp folder of its own
 
 
 def operator_env(ctl) -> dict[str, str]:

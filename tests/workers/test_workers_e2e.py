@@ -6,6 +6,7 @@ import signal
 
 from tests.conftest import wait_until
 from tests.controller.helpers import client, launch, logs, pb, pid_alive, wait_state
+from tests.workers.conftest import workers_backends
 
 # The first attempt of a task hangs (until the test kills it); a retry finishes at once.
 FIRST_ATTEMPT_HANGS = (
@@ -62,7 +63,10 @@ def test_workers_stopped_worker_is_replaced_and_its_attempt_killed_when_it_retur
     worker_factory.wait_joined(pool, "a")  # it re-registered and serves again
 
 
-def test_workers_controller_crash_task_finishes_once_with_all_output(pool, worker_factory):
+def test_workers_controller_crash_task_finishes_once_with_all_output(controller_factory, worker_factory):
+    # The default grace: the daemon's lease (three quarters of it) outlasts the restart however
+    # loaded the machine, as in a real deployment; the pool fixture's short grace may not.
+    pool = controller_factory("pool", backends=workers_backends(), controller={"tick_interval": "1s"})
     worker = worker_factory(pool, "a")
     c = client(pool)
     script = "for i in 1 2 3 4 5 6 7 8; do echo line $i; sleep 0.5; done"

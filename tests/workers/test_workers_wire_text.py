@@ -33,6 +33,7 @@ BAD_REGISTRATIONS = [
     ({"boot_id": "b" * (MAX_ID_CHARS + 1)}, "boot id (field boot_id)", "at most 256"),
     ({"runtime": "process\r"}, "runtime", "carriage return"),
     ({"attempts": ["a\x85b"]}, "attempt id", "U+0085"),
+    ({"isolation_warning": "uid 1000\x1b[0m"}, "isolation warning", "ESC (U+001B)"),
 ]
 
 

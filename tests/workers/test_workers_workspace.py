@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 from iris.backends.staging import content_id
 from tests.conftest import wait_until
@@ -34,8 +35,9 @@ def test_workers_job_run_ships_the_workspace_to_a_worker_and_removes_its_copy(po
     assert result.returncode == 0, result.stdout + result.stderr
     assert "payload from the workspace" in result.stdout
     cwd = next(line.split(" ", 1)[1] for line in result.stdout.splitlines() if line.startswith("cwd "))
-    # It ran in the worker's attempt folder, never in the controller's state or the project itself.
-    assert cwd.startswith(str(worker.work_dir / "attempts")), cwd
+    # It ran in the worker's attempt folder, never in the controller's state or the project itself
+    # (`attempts` may link to a folder its tasks' uids can reach, see `attempts_root`).
+    assert Path(cwd).is_relative_to((worker.work_dir / "attempts").resolve()), cwd
     assert not (project / "scratch.txt").exists()
     # The bundle is cached by content id in the worker's --work-dir; the attempt's copy goes with it.
     assert list((worker.work_dir / "bundles").glob("*/driver.py"))

@@ -32,6 +32,7 @@ class WorkerSnapshot:
     alive: bool = True
     last_contact_ms: int = 0  # a worker daemon: when it last reached the controller (0: not a daemon)
     runtime: str = ""  # a worker daemon: how it runs attempts (process | docker)
+    isolation_warning: str = ""  # a worker daemon: why its users' tasks are not isolated there ("" if they are)
 
 
 @dataclass(frozen=True, slots=True)

@@ -255,14 +255,16 @@ def sealed(mode: int) -> int:
     return (mode & 0o555) | 0o444
 
 
-def stage_tree(layers: Sequence[str], dest: Path, uid: int | None = None, gid: int | None = None) -> None:
+def stage_tree(
+    layers: Sequence[str], dest: Path, uid: int | None = None, gid: int | None = None, copies: bool = False
+) -> None:
     """Fills the folder `dest` (the caller's, empty) with the contents of `layers` in order (later
     ones on top): folders are made anew, files are hard links to the layers' sealed files, or
     copies where a link would not protect them (`uid` None while this process is root: the task
-    runs as root) or cannot be made (another filesystem). With `uid`, the folders (and any copied
-    file) are then given to `uid` and `gid`, `dest` last, so no one else can enter it while it is
-    filled. OSError when a file cannot be linked or copied (a full disk)."""
-    link = not (uid is None and os.geteuid() == 0) and uid != 0
+    runs as root; always with `copies`) or cannot be made (another filesystem). With `uid`, the
+    folders (and any copied file) are then given to `uid` and `gid`, `dest` last, so no one else
+    can enter it while it is filled. OSError when a file cannot be linked or copied (a full disk)."""
+    link = not copies and not (uid is None and os.geteuid() == 0) and uid != 0
     made: list[str] = []
     for layer in layers:
         _stage_layer(layer, str(dest), link, made)

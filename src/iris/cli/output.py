@@ -575,6 +575,7 @@ def cluster_status_text(url: str, info: Any, backends: Any, workers: Sequence[An
             rows.append((b.id, b.kind, live, per_worker, use, free or "-"))
         out += ["", render_table(("BACKEND", "KIND", "LIVE WORKERS", "PER WORKER", "IN USE", "FREE DEVICES"), rows)]
         out += [f"backend {b.id}: {visible(b.problem)}" for b in backends.backends if b.problem]
+        out += worker_warnings(workers)
     if info.spend:
         out += ["", spend_table(info.spend)]
     return "\n".join(out)
@@ -611,7 +612,17 @@ def worker_table(workers: Sequence[Any], now_ms: int | None = None) -> str:
         rows.append((w.worker_id, w.backend_id, state, devices, attrs or "-", w.running_tasks, contact))
     if not rows:
         return "no workers"
-    return render_table(("WORKER", "BACKEND", "STATE", "DEVICES", "ATTRIBUTES", "TASKS", "LAST CONTACT"), rows)
+    table = render_table(("WORKER", "BACKEND", "STATE", "DEVICES", "ATTRIBUTES", "TASKS", "LAST CONTACT"), rows)
+    return "\n".join([table, *worker_warnings(workers)])
+
+
+def worker_warnings(workers: Sequence[Any]) -> list[str]:
+    """A WARNING line for each live worker daemon whose users' tasks are not isolated (not root)."""
+    return [
+        f"WARNING worker {visible(w.worker_id)} ({visible(w.backend_id)}): {visible(w.isolation_warning)}"
+        for w in workers
+        if w.alive and w.isolation_warning
+    ]
 
 
 def _num(value: float) -> str:

@@ -540,7 +540,7 @@ class Availability(_message.Message):
     def __init__(self, version: _Optional[int] = ..., observation_epoch_ms: _Optional[int] = ..., amounts: _Optional[_Mapping[str, float]] = ..., total_amounts: _Optional[_Mapping[str, float]] = ..., held_by_band: _Optional[_Iterable[_Union[BandAmounts, _Mapping]]] = ...) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("worker_id", "backend_id", "alive", "capacity", "used", "attributes", "running_tasks", "last_contact_ms", "runtime", "running")
+    __slots__ = ("worker_id", "backend_id", "alive", "capacity", "used", "attributes", "running_tasks", "last_contact_ms", "runtime", "running", "isolation_warning")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -558,6 +558,7 @@ class WorkerInfo(_message.Message):
     LAST_CONTACT_MS_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_WARNING_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     backend_id: str
     alive: bool
@@ -568,7 +569,8 @@ class WorkerInfo(_message.Message):
     last_contact_ms: int
     runtime: str
     running: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, worker_id: _Optional[str] = ..., backend_id: _Optional[str] = ..., alive: _Optional[bool] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., used: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., running_tasks: _Optional[int] = ..., last_contact_ms: _Optional[int] = ..., runtime: _Optional[str] = ..., running: _Optional[_Iterable[str]] = ...) -> None: ...
+    isolation_warning: str
+    def __init__(self, worker_id: _Optional[str] = ..., backend_id: _Optional[str] = ..., alive: _Optional[bool] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., used: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., running_tasks: _Optional[int] = ..., last_contact_ms: _Optional[int] = ..., runtime: _Optional[str] = ..., running: _Optional[_Iterable[str]] = ..., isolation_warning: _Optional[str] = ...) -> None: ...
 
 class BackendInfo(_message.Message):
     __slots__ = ("id", "kind", "attributes", "availability", "workers", "worker_capacity", "live_workers", "capacity", "problem")
@@ -892,7 +894,7 @@ class FederationSyncResponse(_message.Message):
     def __init__(self, jobs: _Optional[_Iterable[_Union[SyncedJob, _Mapping]]] = ..., tombstones: _Optional[_Iterable[str]] = ..., cursor: _Optional[int] = ..., cursor_stale: _Optional[bool] = ..., log_heads: _Optional[_Mapping[str, int]] = ..., reports_log_heads: _Optional[bool] = ...) -> None: ...
 
 class RegisterWorkerRequest(_message.Message):
-    __slots__ = ("backend_id", "name", "capacity", "attributes", "runtime", "boot_id", "previous_boot_id", "attempts")
+    __slots__ = ("backend_id", "name", "capacity", "attributes", "runtime", "boot_id", "previous_boot_id", "attempts", "isolation_warning")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -908,6 +910,7 @@ class RegisterWorkerRequest(_message.Message):
     BOOT_ID_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_BOOT_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_WARNING_FIELD_NUMBER: _ClassVar[int]
     backend_id: str
     name: str
     capacity: Resources
@@ -916,7 +919,8 @@ class RegisterWorkerRequest(_message.Message):
     boot_id: str
     previous_boot_id: str
     attempts: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, backend_id: _Optional[str] = ..., name: _Optional[str] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., runtime: _Optional[str] = ..., boot_id: _Optional[str] = ..., previous_boot_id: _Optional[str] = ..., attempts: _Optional[_Iterable[str]] = ...) -> None: ...
+    isolation_warning: str
+    def __init__(self, backend_id: _Optional[str] = ..., name: _Optional[str] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., runtime: _Optional[str] = ..., boot_id: _Optional[str] = ..., previous_boot_id: _Optional[str] = ..., attempts: _Optional[_Iterable[str]] = ..., isolation_warning: _Optional[str] = ...) -> None: ...
 
 class LogOffset(_message.Message):
     __slots__ = ("attempt_id", "stream", "offset")
@@ -947,7 +951,7 @@ class RegisterWorkerResponse(_message.Message):
     def __init__(self, session: _Optional[str] = ..., grace_period_s: _Optional[float] = ..., poll_hold_s: _Optional[float] = ..., resume: _Optional[_Iterable[_Union[LogOffset, _Mapping]]] = ..., kill: _Optional[_Iterable[str]] = ..., worker_id: _Optional[str] = ..., lease_s: _Optional[float] = ...) -> None: ...
 
 class AttemptLaunch(_message.Message):
-    __slots__ = ("attempt_id", "job_id", "task_index", "attempt", "command", "env", "resources", "workdir", "image", "bundle_id", "files_id")
+    __slots__ = ("attempt_id", "job_id", "task_index", "attempt", "command", "env", "resources", "workdir", "image", "bundle_id", "files_id", "uid", "gid", "max_processes")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -966,6 +970,9 @@ class AttemptLaunch(_message.Message):
     IMAGE_FIELD_NUMBER: _ClassVar[int]
     BUNDLE_ID_FIELD_NUMBER: _ClassVar[int]
     FILES_ID_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
+    GID_FIELD_NUMBER: _ClassVar[int]
+    MAX_PROCESSES_FIELD_NUMBER: _ClassVar[int]
     attempt_id: str
     job_id: str
     task_index: int
@@ -977,7 +984,10 @@ class AttemptLaunch(_message.Message):
     image: str
     bundle_id: str
     files_id: str
-    def __init__(self, attempt_id: _Optional[str] = ..., job_id: _Optional[str] = ..., task_index: _Optional[int] = ..., attempt: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., workdir: _Optional[str] = ..., image: _Optional[str] = ..., bundle_id: _Optional[str] = ..., files_id: _Optional[str] = ...) -> None: ...
+    uid: int
+    gid: int
+    max_processes: int
+    def __init__(self, attempt_id: _Optional[str] = ..., job_id: _Optional[str] = ..., task_index: _Optional[int] = ..., attempt: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., workdir: _Optional[str] = ..., image: _Optional[str] = ..., bundle_id: _Optional[str] = ..., files_id: _Optional[str] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., max_processes: _Optional[int] = ...) -> None: ...
 
 class FetchBundleRequest(_message.Message):
     __slots__ = ("backend_id", "session", "attempt_id", "content_id")

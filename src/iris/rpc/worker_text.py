@@ -67,6 +67,7 @@ def check_registration(req: pb.RegisterWorkerRequest) -> None:
     check_short("runtime", req.runtime, "runtime")
     check_short("boot id", req.boot_id, "boot_id")
     check_short("previous boot id", req.previous_boot_id, "previous_boot_id")
+    check_short("isolation warning", req.isolation_warning, "isolation_warning", MAX_ERROR_CHARS)
     if len(req.attributes) > MAX_ATTRIBUTES:
         raise InvalidArgument(
             f"worker {req.name!r} advertises {len(req.attributes)} attributes; at most {MAX_ATTRIBUTES} are allowed"

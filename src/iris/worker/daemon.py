@@ -21,6 +21,10 @@ An attempt's workspace (the job's bundle and workdir files) is fetched by conten
 applies) into `<work_dir>/bundles/<id>/`, where it stays as a cache shared by every attempt of the
 same tree; each attempt runs in its own copy, removed with the attempt's folder.
 
+A daemon running as root runs each attempt under the uid the controller assigned to the task's
+user (see `iris.worker.runtime`); one that is not root says at start, and in its registration,
+that its users' tasks are not isolated from each other or from it.
+
 The daemon keeps a `boot_id` in its work dir: a restarted daemon presents the previous one, which
 lets it take over its own name at once, while a second daemon under the same name is refused.
 
@@ -217,6 +221,8 @@ class WorkerDaemon:
 
     def run(self) -> None:
         """Serves until `stop()` (or SIGTERM/SIGINT when run as the program)."""
+        if self.runtime.isolation_warning:
+            log.warning("worker %s: %s", self.settings.name, self.runtime.isolation_warning)
         self.claim_work_dir()
         reporter = threading.Thread(target=self._report_loop, name="worker-report", daemon=True)
         reporter.start()
@@ -277,6 +283,7 @@ class WorkerDaemon:
             boot_id=self.boot_id,
             previous_boot_id=self.previous_boot_id,
             attempts=held,
+            isolation_warning=self.runtime.isolation_warning,
         )
         sent = time.monotonic()
         resp = client.register_worker(req, headers=self._headers())

@@ -15,15 +15,23 @@ acknowledged offsets is identical for both; its exit status is the container's. 
 used rather than an SDK because the attached client does this redirection itself (an SDK would
 need a log-pumping thread per container); the daemon's socket comes from `DOCKER_HOST`.
 Images are never pulled (`--pull never`): a missing image fails the attempt, naming the image.
+
+Under a root daemon the container runs as the task's uid (`--user UID:GID --cap-drop ALL`), on a
+workspace owned by that uid; every container gets `no-new-privileges` and a process limit. The
+`docker` client itself runs as the daemon, so it gets a fixed environment and the job's env only as
+an anonymous `--env-file` (see `iris.backends.privileged`): a job's `LD_PRELOAD` or `DOCKER_*` never
+steers a root process, and no value shows on a command line.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+from iris.backends.local.attempt_folder import AttemptFolder
+from iris.backends.local.wrapper import output_file
+from iris.backends.privileged import ENV_NAME, fixed_env, memfd, program
 from iris.rpc import controller_pb2 as pb
 from iris.worker.runtime import AttemptRun, ProcessRuntime, StartFailed
 from iris.worker.settings import WorkerSettings
@@ -31,6 +39,26 @@ from iris.worker.settings import WorkerSettings
 LABEL_WORKER = "iris.worker"
 LABEL_ATTEMPT = "iris.attempt"
 OOM_EXIT = 137
+PIDS_LIMIT = 4096  # processes and threads one container may hold at once
+# What of the daemon's own environment its `docker` client keeps: how it reaches the Docker daemon
+# (the operator's settings), and HOME, where it finds its config.
+DOCKER_SETTINGS = ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY", "HOME")
+
+
+def env_file(env: Mapping[str, str]) -> bytes:
+    """`env` as the file `docker run --env-file` reads: one NAME=value line each, the value taken
+    verbatim. A line break cannot be carried in it: StartFailed names the variable that holds one."""
+    lines = []
+    for name, value in env.items():
+        if not ENV_NAME.match(name):
+            continue  # no shell could export it either (names are checked at submit)
+        if "\n" in value or "\r" in value:
+            raise StartFailed(
+                f"the value of {name} holds a line break, which a container's environment cannot be given"
+                " here; encode it (base64) or pass it in a file of the job's workspace"
+            )
+        lines.append(f"{name}={value}\n")
+    return "".join(lines).encode()
 
 
 def container_name(attempt_id: str) -> str:
@@ -45,8 +73,10 @@ class DockerRuntime(ProcessRuntime):
     def __init__(self, settings: WorkerSettings, on_exit: Callable[[], None] = lambda: None):
         super().__init__(settings.work_dir, settings.capacity.device, on_exit, settings.device_ids)
         self.worker = settings.name
-        self.docker = shutil.which("docker") or "docker"
-        self.env = dict(os.environ)
+        self.docker = program("docker")
+        # The `docker` client runs as this daemon (root): it gets a fixed environment and the
+        # operator's own Docker settings, nothing of a job's (see `iris.backends.privileged`).
+        self.env = fixed_env(**{k: v for k, v in os.environ.items() if k in DOCKER_SETTINGS})
         if settings.docker_host:
             self.env["DOCKER_HOST"] = settings.docker_host
 
@@ -64,25 +94,36 @@ class DockerRuntime(ProcessRuntime):
         return killed + [0] * len(ids)
 
     def _launch(
-        self, run: AttemptRun, launch: pb.AttemptLaunch, env: dict, workdir: str, layers: tuple[str, ...]
+        self,
+        run: AttemptRun,
+        launch: pb.AttemptLaunch,
+        place: AttemptFolder,
+        env: dict[str, str],
+        layers: tuple[str, ...],
     ) -> None:
         if not launch.image:
-            super()._launch(run, launch, env, workdir, layers)
+            super()._launch(run, launch, place, env, layers)
             return
         name = container_name(launch.attempt_id)
         resources = launch.resources
         argv = [self.docker, "run", "--name", name, "--pull", "never", "--network", "host", "--init"]
         argv += ["--label", f"{LABEL_WORKER}={self.worker}", "--label", f"{LABEL_ATTEMPT}={launch.attempt_id}"]
+        # No process of the container gains a privilege by exec (setuid files, file capabilities),
+        # and it holds a bounded number of processes: a fork bomb stays inside it.
+        argv += ["--security-opt", "no-new-privileges", "--pids-limit", str(PIDS_LIMIT)]
+        if place.uid is not None:
+            argv += ["--user", f"{place.uid}:{place.gid}", "--cap-drop", "ALL"]
         if resources.cpu > 0:
             argv += ["--cpus", f"{resources.cpu:g}"]
         if resources.memory_bytes > 0:
             argv += ["--memory", str(resources.memory_bytes), "--memory-swap", str(resources.memory_bytes)]
-        # The job's workspace, as a process task gets it: its layers copied into the attempt's own
-        # folder, mounted at the same path and the container's working directory.
-        for layer in layers:
-            shutil.copytree(layer, workdir, symlinks=True, dirs_exist_ok=True)
-        argv += ["--volume", f"{workdir}:{workdir}", "--workdir", workdir]
-        # Values travel in the client's environment (`-e KEY`), never on its command line.
+        # The job's workspace, as a process task gets it: its layers in the attempt's own folder
+        # (owned by the task's uid), mounted at the same path and the container's working directory.
+        # A container without a uid of its own runs as its image's user, root mostly, which could
+        # write through a link into the cached layer: it gets copies.
+        place.stage(layers, copies=place.uid is None)
+        argv += ["--volume", f"{place.workdir}:{place.workdir}", "--workdir", place.workdir]
+        # The job's env and Iris's, not this host's (`env` is what a process task would get).
         passed = {**dict(launch.env), "IRIS_ATTEMPT_ID": launch.attempt_id}
         if run.devices:
             # Docker's device request (the NVIDIA container runtime), by UUID where the GPUs were
@@ -92,19 +133,26 @@ class DockerRuntime(ProcessRuntime):
             passed["CUDA_VISIBLE_DEVICES"] = ",".join(ids) if self.device_ids else ",".join(map(str, range(len(ids))))
         else:
             passed["CUDA_VISIBLE_DEVICES"] = ""
-        for key in passed:
-            argv += ["-e", key]
+        # The job's env reaches the container alone, in an anonymous file the client reads: never
+        # on its command line (every local account reads /proc/PID/cmdline) nor in the environment
+        # of the `docker` client, a root process that a job's LD_PRELOAD or DOCKER_* would steer.
+        script = memfd(env_file(passed))
+        argv += ["--env-file", f"/proc/self/fd/{script}"]
         argv += ["--", launch.image, *launch.command]  # after `--`, the image is never read as an option
-        with open(run.path("stdout"), "ab") as out, open(run.path("stderr"), "ab") as err:
-            popen = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                env={**self.env, **passed},
-                start_new_session=True,
-                close_fds=True,
-            )
+        try:
+            with output_file(run.path("stdout")) as out, output_file(run.path("stderr")) as err:
+                popen = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    env=self.env,
+                    start_new_session=True,
+                    close_fds=True,
+                    pass_fds=(script,),
+                )
+        finally:
+            os.close(script)
         (run.folder / "pid").write_text(f"{popen.pid}\n")
         run.pid, run.handle = popen.pid, popen
         run.container = name

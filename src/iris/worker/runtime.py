@@ -9,17 +9,26 @@ goes to files, not pipes, because the daemon sends it from byte offsets the cont
 a line can be sent again after a controller restart only if it is still on disk.
 
 Attempts start the way the local backend starts them (`wrapper.start_wrapper`): through the
-spawner, so each is born inside its cgroup, else directly. A thread waits on each attempt (a
-worker runs tens of attempts, not thousands) for the exit code the spawner reports, or for its
-process to end when the spawner has gone; a stop escalates from SIGTERM to SIGKILL of the whole
-group after `STOP_GRACE_S`. The SIGTERM reaches the wrapper too, which ends at once; what the
-attempt runs may still be printing its last lines (a handler of its own), so, as the local backend
-does, a stopped attempt's exit waits for its processes to end, up to the stop's grace, before
-whatever is left is killed and the exit reported.
+spawner, so each is born inside its cgroup, else directly, in a folder laid out by the same
+function (`attempt_folder.prepare_attempt_folder`). A daemon running as root runs each task under
+the uid the controller assigned to its user (`AttemptLaunch.uid`, from `auth.task_uids` /
+`auth.task_accounts`): the wrapper stays root with a fixed environment, and only the command, after
+`setpriv` has dropped to that uid, gets the job's env. Tasks of different users then cannot read
+each other's `/proc/PID/environ` or attempt folders, nor the daemon's own environment (its token).
+A daemon started as anyone else cannot switch uids: every task runs as the daemon, which it says
+at start and in its registration (`isolation_warning`, shown by `iris worker list`).
+
+A thread waits on each attempt (a worker runs tens of attempts, not thousands) for the exit code
+the spawner reports, or for its process to end when the spawner has gone; a stop escalates from
+SIGTERM to SIGKILL of the whole group after `STOP_GRACE_S`. The SIGTERM reaches the wrapper too,
+which ends at once; what the attempt runs may still be printing its last lines (a handler of its
+own), so, as the local backend does, a stopped attempt's exit waits for its processes to end, up
+to the stop's grace, before whatever is left is killed and the exit reported.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import shutil
@@ -31,14 +40,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from iris.backends.local.attempt_folder import AttemptFolder, prepare_attempt_folder
+from iris.backends.local.attempts_root import attempts_root
 from iris.backends.local.backend import kill_leftover_attempts, shell_argv
 from iris.backends.local.containment import Containment
 from iris.backends.local.spawner import Spawned, Spawner
 from iris.backends.local.wrapper import start_spawner, start_wrapper
-from iris.backends.staging import safe_dirname, stage_tree
+from iris.backends.staging import safe_dirname
+from iris.core.isolation import not_isolated_reason
 from iris.core.resources import Device
 from iris.rpc import controller_pb2 as pb
 
+log = logging.getLogger("iris.worker")
 STOP_GRACE_S = 10.0
 LINGER_POLL_S = 0.02
 STREAMS = ("stdout", "stderr")
@@ -81,8 +94,15 @@ class ProcessRuntime:
         on_exit: Callable[[], None] = lambda: None,
         device_ids: tuple[str, ...] = (),
     ):
-        self.root = work_dir / "attempts"
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.work_dir = work_dir
+        # Only root can run a task under another uid; any other daemon runs every task as itself.
+        self.switches_uids = os.geteuid() == 0
+        self.isolation_warning = not_isolated_reason("worker daemon")
+        self._said_no_uid = False
+        self.root = self._attempts_root()
+        # The daemon's own environment, less its own Iris settings (its token above all): what
+        # every task starts from, the job's env on top.
+        self.base_env = {k: v for k, v in os.environ.items() if not k.startswith("IRIS_")}
         self.device = device
         self.device_ids = device_ids  # the UUIDs of the found GPUs, by index; () where --devices said
         self._free = set(range(device.count)) if device.kind == "gpu" else set()
@@ -101,13 +121,20 @@ class ProcessRuntime:
 
     def cleanup_leftovers(self) -> list[int]:
         """Kills what a previous life of this daemon left running and clears its folders."""
-        killed = kill_leftover_attempts(self.root.parent)
+        killed = kill_leftover_attempts(self.work_dir)
         shutil.rmtree(self.root, ignore_errors=True)
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root = self._attempts_root()
         # The cleanup removed the folder of this state folder's cgroups with the last one in it;
         # attempts from now on get theirs under a new one.
         self.containment = Containment(self.root)
         return killed
+
+    def _attempts_root(self) -> Path:
+        """The folder of the attempts' folders, `<work_dir>/attempts`: passable by the tasks' uids,
+        even with the work dir in a folder closed to them (see `attempts_root`), never listable."""
+        root = attempts_root(self.work_dir, self.switches_uids)
+        os.chmod(root, 0o711)
+        return root
 
     def levels(self) -> tuple[int, int]:
         """(attempts running, devices they hold) now, for `/metrics`."""
@@ -129,9 +156,9 @@ class ProcessRuntime:
     # -- attempts -------------------------------------------------------------------------------
 
     def start(self, launch: pb.AttemptLaunch, layers: tuple[str, ...] = ()) -> AttemptRun:
-        """Starts an attempt in its own working folder, holding `layers` (the workspace) in order."""
+        """Starts an attempt in its own working folder, holding `layers` (the workspace) in order,
+        under the uid the launch names where this daemon can switch to it (see the module's doc)."""
         folder = self.root / safe_dirname(launch.attempt_id)
-        folder.mkdir(parents=True, exist_ok=True)
         run = AttemptRun(launch.attempt_id, folder)
         with self._lock:
             if launch.attempt_id in self.attempts:
@@ -142,18 +169,18 @@ class ProcessRuntime:
             run.devices = sorted(self._free)[:want]
             self._free.difference_update(run.devices)
             self.attempts[launch.attempt_id] = run
-        env = {**os.environ, **dict(launch.env), "IRIS_ATTEMPT_ID": launch.attempt_id}
+        env = {**self.base_env, **dict(launch.env), "IRIS_ATTEMPT_ID": launch.attempt_id}
         # What it was given, by UUID where the GPUs were found (indexes otherwise); a task given none
         # is told so, and does not see every GPU of the host.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(self.device_ids[i] if self.device_ids else str(i) for i in run.devices)
-        if launch.workdir and Path(launch.workdir).is_dir():
-            workdir, layers = launch.workdir, ()
-        else:
-            work = folder / "work"
-            work.mkdir(exist_ok=True)
-            workdir = str(work)
+        # A job naming a folder of this host runs there; any other in its own copy of its workspace.
+        workdir = launch.workdir if launch.workdir and Path(launch.workdir).is_dir() else ""
+        layers = () if workdir else layers
+        uid = self.task_uid(launch)
+        gid = None if uid is None else (launch.gid or uid)
         try:
-            self._launch(run, launch, env, workdir, layers)
+            place = prepare_attempt_folder(folder, workdir, bool(layers), uid, gid, launch.max_processes)
+            self._launch(run, launch, place, place.task_env(env), layers)
         except (OSError, StartFailed) as exc:
             self._release(run)
             with self._lock:
@@ -164,15 +191,38 @@ class ProcessRuntime:
         threading.Thread(target=self._wait, args=(run,), name=f"wait-{run.pid}", daemon=True).start()
         return run
 
+    def task_uid(self, launch: pb.AttemptLaunch) -> int | None:
+        """The uid the attempt runs as: the one the controller assigned, where this daemon (root)
+        can switch to it; None (the daemon's own) otherwise, which `isolation_warning` says."""
+        if not self.switches_uids:
+            return None
+        if not launch.uid:
+            if not self._said_no_uid:
+                self._said_no_uid = True
+                log.warning(
+                    "attempt %s came with no uid to run as (the controller assigns none: it does not run as"
+                    " root, or auth.task_uids.enabled is false), so it runs as root on this worker, as will"
+                    " every such attempt",
+                    launch.attempt_id,
+                )
+            return None
+        return launch.uid
+
     def _launch(
-        self, run: AttemptRun, launch: pb.AttemptLaunch, env: dict, workdir: str, layers: tuple[str, ...]
+        self,
+        run: AttemptRun,
+        launch: pb.AttemptLaunch,
+        place: AttemptFolder,
+        env: dict[str, str],
+        layers: tuple[str, ...],
     ) -> None:
-        stage_tree(layers, Path(workdir))  # links to the cached layers' sealed files, as the local backend
+        place.stage(layers)  # links to the cached layers' sealed files, as the local backend
         cgroup = self.containment.prepare(run.folder.name)
         argv = shell_argv(tuple(launch.command))
         run.pid, started = start_wrapper(
-            self._spawner, self.containment, run.folder, cgroup, argv, workdir, env, gone=self._spawner_gone
-        )
+            self._spawner, self.containment, run.folder, cgroup, argv, place.workdir, env,
+            umask=place.umask, gone=self._spawner_gone, nproc=place.nproc, uid=place.uid, gid=place.gid,
+        )  # fmt: skip
         if isinstance(started, Spawned):
             run.serial = started.serial
         else:

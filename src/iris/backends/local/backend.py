@@ -30,7 +30,6 @@ them: a failed commit (a full disk) loses nothing, and the pump stops reading wh
 
 from __future__ import annotations
 
-import errno
 import functools
 import itertools
 import logging
@@ -47,11 +46,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from iris.backends import gpus
+from iris.backends.local.attempt_folder import AttemptFolder, prepare_attempt_folder
 from iris.backends.local.attempts_root import attempts_root
 from iris.backends.local.containment import Containment
 from iris.backends.local.leftovers import MARKS, kill_folder
 from iris.backends.local.leftovers import kill_leftover_attempts as kill_leftover_attempts  # callers import it here
-from iris.backends.local.own_uid import uid_task_env
 from iris.backends.local.spawner import Spawner, SpawnerGone
 from iris.backends.local.wrapper import start_spawner, start_wrapper, wrapper_start
 from iris.backends.marks import LiveMarks
@@ -74,7 +73,6 @@ from iris.backends.staging import (
     drop_layer_copies,
     near_layer,
     safe_dirname,
-    stage_tree,
 )
 from iris.core import spans
 from iris.core.config import LocalBackendConfig
@@ -314,29 +312,7 @@ class LocalBackend:
 
     def start(self, spec: LaunchSpec) -> Started:
         folder = self.root / safe_dirname(spec.attempt_id)
-        stale = False
-        try:
-            folder.mkdir(mode=0o700, parents=True)
-        except FileExistsError:  # left by a start that did not complete: its files are stale
-            stale = True
-            for name in ("pid", "exit", "stdout", "stderr"):
-                (folder / name).unlink(missing_ok=True)
-        as_task = spec.uid is not None
-        gid = None if spec.uid is None else (spec.uid if spec.gid is None else spec.gid)
-        nproc = 0
         command = shell_argv(spec.command)
-        home = folder / "work"
-        if as_task:
-            # The wrapper stays the controller's: it records pid and exit code in the attempt folder,
-            # which the task cannot write (or it could plant a link there for the wrapper to follow).
-            # Only the command drops to the task's uid (see `wrapper`), in a `work` folder of its own
-            # that no one else may enter, kept as its working directory even where a folder above
-            # is closed to it.
-            os.chmod(folder, 0o711)
-            # Counted over all of the uid's processes: one user's tasks forking without end stop at
-            # it, and the host keeps room for the controller and everyone else. Set in the wrapper
-            # (root, which it does not hold) before its exec, for the command to inherit.
-            nproc = spec.max_processes
         devices = self._take_devices(
             spec.worker_id, spec.resources.device.count if spec.resources.device.kind == "gpu" else 0
         )
@@ -347,33 +323,25 @@ class LocalBackend:
         # Tasks start in a folder of their own (the job's workspace, or empty), removed when the
         # attempt ends; the attempt's own files (pid, exit, logs) stay beside it. The workspace is
         # staged by the staging pool, not here (see `_stage`): the tick only records the intent.
-        workdir = spec.workdir or str(home)
         layers = spec.workspace if not spec.workdir else ()
         try:
-            if stale and (layers or as_task):
-                self._remove_later(home)  # maybe altered by the task since
-            if layers or as_task:
-                # The controller's until it is filled and handed over: a folder given to the task's
-                # uid first could be filled with links by another of its user's tasks.
-                home.mkdir(mode=0o700)
-                if as_task and not layers:
-                    os.chown(home, spec.uid, gid)  # type: ignore[arg-type]  # as_task: uid is set
-            else:
-                home.mkdir(exist_ok=True)
-            # Checked here: the spawner answers before the wrapper has entered its folder (the
-            # tick goes on meanwhile), and a job's own workdir that is missing is its own fault.
-            if not os.path.isdir(workdir):
-                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), workdir)
+            # Under a uid of the task's own, the wrapper stays the controller's: it records pid and
+            # exit code in the attempt folder, which the task cannot write. Only the command drops
+            # to the task's uid (see `wrapper`), held to its uid's process limit, so one user's
+            # tasks forking without end leave the host room for the controller and everyone else.
+            place = prepare_attempt_folder(
+                folder, spec.workdir, bool(layers), spec.uid, spec.gid, spec.max_processes, self._remove_later
+            )
             # Marked before the process exists: a controller that dies at any later point finds it.
             self.marks.put(spec.attempt_id)
         except OSError as exc:
-            raise self._not_started(spec, folder, devices, workdir, exc) from None
-        if as_task:
-            env.update(uid_task_env(env, str(home)))
+            raise self._not_started(spec, folder, devices, spec.workdir or str(folder / "work"), exc) from None
+        workdir = place.workdir
         shown = ",".join(map(str, devices))
         launch = _Launch(
-            command, env, self.containment.prepare(folder.name), 0o077 if as_task else -1, nproc, spec.uid, gid
-        )
+            command, place.task_env(env), self.containment.prepare(folder.name), place.umask, place.nproc,
+            place.uid, place.gid,
+        )  # fmt: skip
         record = _Attempt(spec.attempt_id, spec.worker_id, -1, folder, devices, OutputSpool(folder, self.output_cap))
         record.workdir = workdir
         if layers:
@@ -381,7 +349,7 @@ class LocalBackend:
                 self._attempts[spec.attempt_id] = record
                 record.awaiting = True  # no process yet: its folder is being made (see `_stage`)
                 self._waiting.append((spec.attempt_id, STAGING_REASON))
-            self._stager.submit(JobName.parse(spec.job_id).user, lambda: self._stage(record, layers, home, launch))
+            self._stager.submit(JobName.parse(spec.job_id).user, lambda: self._stage(record, layers, place, launch))
             self._note()
             return Started(spec.attempt_id, 0, shown, running=False)
         try:
@@ -389,14 +357,14 @@ class LocalBackend:
         except OSError as exc:
             raise self._not_started(spec, folder, devices, workdir, exc) from None
 
-    def _stage(self, record: _Attempt, layers: Sequence[str], home: Path, launch: _Launch) -> None:
+    def _stage(self, record: _Attempt, layers: Sequence[str], place: AttemptFolder, launch: _Launch) -> None:
         """Makes the working folder of an attempt the tick started, then its process (on a thread
         of the staging pool). A failure ends the attempt with an error that says why; a stop that
         came meanwhile ends it as a stopped process would."""
         try:
             if record.stop_deadline is None:
                 near = [near_layer(layer, self.root) for layer in layers]
-                stage_tree(near, home, launch.uid, launch.gid)
+                place.stage(near)
                 if near != list(layers):  # copies made on this filesystem: those whose layer has gone go
                     drop_layer_copies(self.root, lambda name: (Path(layers[0]).parent / name).is_dir())
         except OSError as exc:

@@ -23,6 +23,7 @@ import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from iris.backends.local.containment import Containment
 from iris.backends.local.spawner import Spawned, Spawner, SpawnerGone
@@ -129,7 +130,7 @@ def start_wrapper(
     start = wrapper_start(folder, cgroup, argv, env, uid, gid)
     script = memfd(start.stdin.encode())
     try:
-        with open(folder / "stdout", "ab") as out, open(folder / "stderr", "ab") as err:
+        with output_file(folder / "stdout") as out, output_file(folder / "stderr") as err:
             popen = subprocess.Popen(
                 start.argv,
                 stdin=script,
@@ -145,6 +146,13 @@ def start_wrapper(
     finally:
         os.close(script)
     return popen.pid, popen
+
+
+def output_file(path: Path) -> BinaryIO:
+    """An attempt's output file, opened to append and made 0600 (as the spawner makes it): its
+    folder lets the tasks of every uid pass (0711), so only the file's mode keeps one user's output
+    from another's tasks, which can name it."""
+    return open(path, "ab", opener=lambda name, flags: os.open(name, flags, 0o600))
 
 
 def _preexec(then: Callable[[], None] | None, nproc: int) -> Callable[[], None] | None:

@@ -132,6 +132,7 @@ class _Worker:
     commands: list[pb.WorkerCommand] = field(default_factory=list)
     waiter: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
     address: str = ""  # the address its latest call came from, as the controller saw it
+    isolation_warning: str = ""  # why its users' tasks are not isolated there (a daemon not root)
 
 
 def _notify(worker: _Worker) -> None:
@@ -257,6 +258,7 @@ class WorkersBackend:
                     w.alive,
                     last_contact_ms=w.last_contact_ms,
                     runtime=w.runtime,
+                    isolation_warning=w.isolation_warning,
                 )
                 for w in self._workers.values()
             )
@@ -299,6 +301,11 @@ class WorkersBackend:
             # A job that names a folder on the host runs there; any other fetches its workspace.
             bundle_id="" if spec.workdir else spec.bundle_id,
             files_id="" if spec.workdir else spec.files_id,
+            # Who the task runs as, the same uid a local backend would give it: a root daemon
+            # switches to it (see `iris.worker.runtime`), any other runs the task as itself.
+            uid=spec.uid or 0,
+            gid=(spec.uid if spec.gid is None else spec.gid) or 0,
+            max_processes=spec.max_processes if spec.uid else 0,
         )
         with self._lock:
             worker = self._workers.get(spec.worker_id)
@@ -494,6 +501,7 @@ class WorkersBackend:
             worker = _Worker(
                 name, principal, req.boot_id, secrets.token_hex(16), capacity, attributes,
                 req.runtime or "process", now, now_ms(), address=address,
+                isolation_warning=req.isolation_warning,
             )  # fmt: skip
             self._workers[name] = worker
             if old is not None:
@@ -525,6 +533,8 @@ class WorkersBackend:
                     "when the worker confirmed its end",
                 )
         log.info("worker %s joined backend %s (%s, %s)", name, self.id, capacity, worker.runtime)
+        if worker.isolation_warning:
+            log.warning("worker %s of backend %s: %s", name, self.id, worker.isolation_warning)
         if lost:
             self._context.wake()
         return resp

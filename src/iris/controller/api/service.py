@@ -50,6 +50,13 @@ ATTEMPT_HOST_WAIT_S = 3.0
 
 log = logging.getLogger(__name__)
 _JOB_STATES = tuple(s.value for s in JobState)
+# What a federated job's expected start says while no scheduler here plans it: peers report no
+# start times, so it is unknown, and why.
+_FEDERATED_UNKNOWN = {
+    "QUEUED_HANDOFF": "no estimate: it waits here for a federation peer with room, and peers report no start times",
+    "PENDING_HANDOFF": "no estimate: it is being handed to peer {peer}",
+    "HANDED_OFF": "no estimate: it waits on peer {peer}, which reports no start times",
+}
 
 
 class ControllerServiceImpl(WorkerCalls):
@@ -169,6 +176,8 @@ class ControllerServiceImpl(WorkerCalls):
             job.start_earliest_ms = found.earliest_ms
             job.start_latest_ms = found.latest_ms or 0
             job.start_basis = found.basis
+        elif job.handoff_state in _FEDERATED_UNKNOWN:
+            job.start_basis = _FEDERATED_UNKNOWN[job.handoff_state].format(peer=job.cluster)
 
     @rpc
     def list_tasks(self, req: pb.ListTasksRequest, identity: Identity) -> pb.ListTasksResponse:
@@ -320,6 +329,7 @@ class ControllerServiceImpl(WorkerCalls):
                 last_contact_ms=w.last_contact_ms,
                 runtime=w.runtime,
                 running=sorted(tasks.get(w.worker_id, [])),
+                isolation_warning=w.isolation_warning,
             )
         return resp
 

@@ -34,6 +34,7 @@ from types import MappingProxyType
 from sqlalchemy.engine import Connection
 
 from iris.controller.db.database import sql
+from iris.core import isolation
 from iris.core.errors import FailedPrecondition, InvalidArgument
 
 # Tasks under their own uids pass through to their attempt folders, and local accounts to the
@@ -149,26 +150,9 @@ class TaskIdentities:
 
 
 def not_isolated_reason(configured: bool = True, euid: int | None = None) -> str:
-    """Why users' tasks are not kept apart from each other and from the controller, or "" when they are.
-
-    Per-user uids need a root controller (`auth.task_uids`); started as anyone else, or with
-    `auth.task_uids.enabled: false`, every task runs as the controller's own uid, where one user's
-    task may read another's files, environment and task token. Said at start and in
-    `iris cluster status` so that nobody shares such a cluster believing otherwise.
-    """
-    euid = os.geteuid() if euid is None else euid
-    if euid != 0:
-        return (
-            f"the controller runs as uid {euid}, not root: every task runs as that uid, so users' tasks are"
-            " not isolated from each other or from the controller (run it as root for per-user uids;"
-            " see docs/security.md)"
-        )
-    if not configured:
-        return (
-            "auth.task_uids.enabled is false: every task runs as root, so users' tasks are not isolated"
-            " from each other or from the controller"
-        )
-    return ""
+    """Why this controller's users' tasks are not kept apart from each other and from it, or ""
+    when they are (see `iris.core.isolation`, which says the same of a worker daemon)."""
+    return isolation.not_isolated_reason("controller", configured, euid)
 
 
 def host_process_share() -> int:
