@@ -79,3 +79,21 @@ def pending_reason(state: HandoffState | str, peer_id: str | None, first_report_
     if state is HandoffState.HANDED_OFF and peer_id and not first_report_landed:
         return awaiting_first_report_reason(peer_id)
     return None
+
+
+# What a federated job's expected start says while no scheduler here plans it: peers report no
+# start times, so it is unknown, and why.
+_UNKNOWN_START = {
+    HandoffState.QUEUED_HANDOFF.value: (
+        "no estimate: it waits here for a federation peer with room, and peers report no start times"
+    ),
+    HandoffState.PENDING_HANDOFF.value: "no estimate: it is being handed to peer {peer}",
+    HandoffState.HANDED_OFF.value: "no estimate: it waits on peer {peer}, which reports no start times",
+}
+
+
+def unknown_start(handoff_state: str, peer: str) -> str | None:
+    """Why a federated job in `handoff_state` (on `peer`) has no expected start; None for a job
+    in no such stage (a local one, whose start the scheduler here estimates)."""
+    words = _UNKNOWN_START.get(handoff_state)
+    return words.format(peer=peer) if words is not None else None

@@ -38,6 +38,7 @@ from iris.core.errors import InvalidArgument, IrisError, NotFound
 from iris.core.limits import MAX_REPLICAS
 from iris.core.names import JobName, in_job_tree
 from iris.core.states import JobState
+from iris.federation.reasons import unknown_start
 from iris.rpc import controller_pb2 as pb
 from iris.rpc.codec import fill_availability, resources_to_proto
 
@@ -50,13 +51,6 @@ ATTEMPT_HOST_WAIT_S = 3.0
 
 log = logging.getLogger(__name__)
 _JOB_STATES = tuple(s.value for s in JobState)
-# What a federated job's expected start says while no scheduler here plans it: peers report no
-# start times, so it is unknown, and why.
-_FEDERATED_UNKNOWN = {
-    "QUEUED_HANDOFF": "no estimate: it waits here for a federation peer with room, and peers report no start times",
-    "PENDING_HANDOFF": "no estimate: it is being handed to peer {peer}",
-    "HANDED_OFF": "no estimate: it waits on peer {peer}, which reports no start times",
-}
 
 
 class ControllerServiceImpl(WorkerCalls):
@@ -176,8 +170,8 @@ class ControllerServiceImpl(WorkerCalls):
             job.start_earliest_ms = found.earliest_ms
             job.start_latest_ms = found.latest_ms or 0
             job.start_basis = found.basis
-        elif job.handoff_state in _FEDERATED_UNKNOWN:
-            job.start_basis = _FEDERATED_UNKNOWN[job.handoff_state].format(peer=job.cluster)
+        elif (basis := unknown_start(job.handoff_state, job.cluster)) is not None:
+            job.start_basis = basis
 
     @rpc
     def list_tasks(self, req: pb.ListTasksRequest, identity: Identity) -> pb.ListTasksResponse:
