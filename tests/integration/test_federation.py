@@ -428,6 +428,7 @@ def test_dry_run_names_the_peer_the_submit_then_goes_to_and_hands_nothing_off(fe
     assert answer.route == "no local backend can host cpu=1 memory=1G gpu=h100x8"
     assert "cw-h100" in answer.candidate_peers and "cw-gb200" not in answer.candidate_peers
     assert answer.pending_reason == "Queued for a federation peer to report free capacity"
+    assert answer.start_basis == "no estimate: it is being handed to peer cw-h100"
     assert counts() == before  # no row here, no handoff to any peer
 
     sent = c.launch_job(request)

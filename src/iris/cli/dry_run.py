@@ -44,6 +44,8 @@ def plan_lines(answer, now_ms: int) -> list[str]:
     if answer.disposition == "rejected":
         return ["would be rejected: UNSCHEDULABLE"]
     lines = [_where(answer, now_ms)]
+    if answer.disposition == "queued" and answer.start_basis:
+        lines.append(f"expected start unknown ({answer.start_basis})")
     for p in answer.preemptions:
         lines.append(f"would preempt {p.job_id} (task {p.task_id} on {p.worker_id}, band {p.band})")
     lines.append(_band(answer))
@@ -86,7 +88,7 @@ def _start(answer, now_ms: int) -> str:
 
     latest = answer.start_latest_ms
     if not latest:
-        return "expected start unknown"
+        return "expected start unknown"  # the reason after it says why
     wait = max(0.0, (latest - now_ms) / 1000)
     span = f"{_clock(answer.start_earliest_ms)}–{_clock(latest)}"
     return f"expected start in {format_duration(wait)} ({span})"

@@ -35,7 +35,8 @@ from iris.controller.state.snapshot import planned_tasks
 from iris.core.bands import Band
 from iris.core.errors import InvalidArgument
 from iris.core.job import JobSpec
-from iris.federation.model import Disposition, DispositionKind, QueuedJob
+from iris.federation.model import Disposition, DispositionKind, HandoffState, QueuedJob
+from iris.federation.reasons import unknown_start
 from iris.rpc import controller_pb2 as pb
 from iris.scheduler.gating import budget_of, effective_band, over_budget, user_spend
 
@@ -167,10 +168,13 @@ class Planner:
         if band_of is not None:
             resp.band = band_of(job).label
         promotion = self.federation.preview(job, band_of)
+        stage = HandoffState.QUEUED_HANDOFF
         if promotion is not None:
+            stage = HandoffState.PENDING_HANDOFF
             resp.peer_id = promotion.peer_id
             resp.peer_backend_id = promotion.backend_id
             resp.peer_reclaims = promotion.reclaimed
+        resp.start_basis = unknown_start(stage.value, resp.peer_id) or ""
 
     def _budget(
         self, resp: pb.PlanJobResponse, user: str, running: tuple[RunningTask, ...], peer_spend: Mapping[str, int]
