@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -92,3 +93,34 @@ def test_a_container_naming_a_folder_its_uid_cannot_reach_is_not_given_it(
     job = alice.launch_job(req).job_id
     assert wait_state(alice, job, timeout=60).job.state == "SUCCEEDED", logs(alice, job)
     assert logs(alice, job) == ["closed-secret"]
+
+
+def test_a_temp_attempts_folder_someone_else_made_in_its_place_is_never_adopted(tmp_path):
+    """A root daemon's (or controller's) attempts live in a `/tmp/iris-attempts-…` folder its tasks
+    know the name of (it is in their working folder's path). Once that folder is gone (a reboot's
+    empty /tmp, a temp cleaner, the daemon's own cleanup of its leftovers at start), anyone may make
+    one of that name: the daemon must make a fresh one of its own rather than run its attempts,
+    as root, in a folder another uid owns (and fills with links)."""
+    from iris.backends.local.attempts_root import attempts_root
+
+    state = tmp_path / "state"
+    os.chmod(tmp_path, 0o700)  # closed to others: its attempts go to a temp folder
+    first = attempts_root(state, True)
+    assert first.parent == Path(tempfile.gettempdir()) and first.stat().st_uid == os.geteuid()
+    shutil.rmtree(first)
+    first.mkdir()
+    os.chown(first, 200123, 200123)  # the task uid that knew its name made it again
+    second = first
+    try:
+        second = attempts_root(state, True)
+        assert second != first and second.stat().st_uid == os.geteuid()
+        assert (state / "attempts").resolve() == second and stat.S_IMODE(second.stat().st_mode) == 0o711
+        shutil.rmtree(second)
+        os.symlink("/etc", second)  # nor a link of that name, to anywhere
+        third = attempts_root(state, True)
+        assert third not in (first, second) and not third.is_symlink() and third.stat().st_uid == os.geteuid()
+        shutil.rmtree(third)
+    finally:
+        shutil.rmtree(first, ignore_errors=True)
+        if second.is_symlink():
+            second.unlink()
