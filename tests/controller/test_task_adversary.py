@@ -23,6 +23,9 @@ def test_a_job_naming_a_folder_its_uid_cannot_reach_does_not_run_there(controlle
     out = logs(alice, job)
     assert "closed-secret" not in out and state == "FAILED", out
     assert any("can't cd" in line for line in out), out
+    # Named relative to the controller's folder (this test's), it is the same folder.
+    job = launch(alice, "peek-relative", ["cat", "secret.txt"], workdir=os.path.relpath(closed_folder))
+    assert wait_state(alice, job).job.state == "FAILED" and any("can't cd" in line for line in logs(alice, job))
     # A folder its uid may reach it runs in, as before.
     os.chmod(closed_folder.parent, 0o711)
     job = launch(alice, "peek2", ["sh", "-c", "cat secret.txt; pwd"], workdir=str(closed_folder))
