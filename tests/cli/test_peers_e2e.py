@@ -39,6 +39,22 @@ def test_scheduling_timeout_ends_a_job_queued_for_a_dead_peer(controller_factory
     assert 4.5 <= waited < 30
 
 
+def test_a_job_queued_for_a_peer_says_why_its_start_is_unknown(controller_factory):
+    parent = _parent(controller_factory, {"ghost": {"address": f"http://127.0.0.1:{free_port()}"}})
+    queued = parent.cli("job", "run", "--no-wait", "--target-cluster", "ghost", "--job-name", "far", "--", "true")
+    assert queued.returncode == 0, queued.stderr
+    job = queued.stdout.strip()
+    listed = parent.cli("job", "list").stdout.splitlines()
+    header, row = listed[0].split(), next(line for line in listed[1:] if line.startswith(job))
+    assert row.split()[header.index("START")] == "unknown", listed
+    described = " ".join(parent.cli("job", "describe", job).stdout.split())
+    assert "Expected start: unknown" in described, described
+    assert "no estimate: it waits here for a federation peer with room" in described, described
+    as_json = json.loads(parent.cli("-o", "json", "job", "describe", job).stdout)
+    assert "peers report no start times" in as_json["job"]["start_basis"], as_json
+    assert parent.cli("job", "stop", job).returncode == 0
+
+
 def test_no_wait_exits_2_for_a_job_rejected_at_submit_and_0_for_one_accepted(controller_factory):
     parent = _parent(controller_factory, {"ghost": {"address": f"http://127.0.0.1:{free_port()}"}})
     rejected = parent.cli("job", "run", "--no-wait", "--gpu", "H100x8", "--job-name", "nowhere", "--", "true")

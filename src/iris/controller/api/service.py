@@ -49,6 +49,16 @@ ATTEMPT_HOST_WAIT_S = 3.0
 
 log = logging.getLogger(__name__)
 _JOB_STATES = tuple(s.value for s in JobState)
+# What a federated job's expected start says while no scheduler here plans it and its peer has
+# reported none: unknown, and why. (A peer reports the expected start of each job it holds waiting.)
+_FEDERATED_UNKNOWN = {
+    "QUEUED_HANDOFF": (
+        "no estimate: it waits here for a federation peer with room, and peers report no start times"
+        " for jobs they do not hold"
+    ),
+    "PENDING_HANDOFF": "no estimate: it is being handed to peer {peer}",
+    "HANDED_OFF": "no estimate: it waits on peer {peer}, which has reported no start time for it yet",
+}
 
 
 class ControllerServiceImpl(WorkerCalls):
@@ -162,6 +172,18 @@ class ControllerServiceImpl(WorkerCalls):
             job.start_earliest_ms = found.earliest_ms
             job.start_latest_ms = found.latest_ms or 0
             job.start_basis = found.basis
+        elif (reported := self._peer_estimate(job)) is not None:
+            job.start_earliest_ms = reported.earliest_ms
+            job.start_latest_ms = reported.latest_ms
+            job.start_basis = f"on peer {job.cluster}: {reported.basis}"
+        elif job.handoff_state in _FEDERATED_UNKNOWN:
+            job.start_basis = _FEDERATED_UNKNOWN[job.handoff_state].format(peer=job.cluster)
+
+    def _peer_estimate(self, job: pb.JobStatus) -> pb.StartEstimate | None:
+        """A job waiting on a peer: its expected start there, as the peer's last sync reported it."""
+        if job.handoff_state != "HANDED_OFF" or self.federation is None:
+            return None
+        return self.federation.estimate(job.cluster, job.job_id)
 
     @rpc
     def list_tasks(self, req: pb.ListTasksRequest, identity: Identity) -> pb.ListTasksResponse:
@@ -389,7 +411,19 @@ class ControllerServiceImpl(WorkerCalls):
                 )
             resp.log_heads.update(fed.log_heads(conn, batch.changed))
             resp.reports_log_heads = True
+        self._report_estimates(req.requester, resp)
         return resp
+
+    def _report_estimates(self, requester: str, resp: pb.FederationSyncResponse) -> None:
+        """Adds the expected start of each root job received from `requester` that waits here: the
+        tick's last figures, read from memory (a received root job is `/user/<requester>.name`)."""
+        prefix = f"{requester}."
+        for job_id, found in self.tick.estimates.items():
+            parts = job_id.split("/")
+            if len(parts) == 3 and parts[2].startswith(prefix):
+                resp.estimates[job_id].CopyFrom(
+                    pb.StartEstimate(earliest_ms=found.earliest_ms, latest_ms=found.latest_ms or 0, basis=found.basis)
+                )
 
     @rpc
     def register_endpoint(self, req: pb.RegisterEndpointRequest, identity: Identity) -> pb.RegisterEndpointResponse:
