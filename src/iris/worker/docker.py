@@ -26,6 +26,7 @@ steers a root process, and no value shows on a command line.
 from __future__ import annotations
 
 import os
+import pwd
 import stat
 import subprocess
 from collections.abc import Callable, Mapping
@@ -88,8 +89,9 @@ def host_folder_for(workdir: str, uid: int, gid: int) -> str:
             " mounted into its container"
         )
     path = Path(physical)
+    groups = _groups_of(uid, gid)
     for parent, child in zip(path.parents, (path, *path.parents)):
-        if _swappable(parent, child, uid, gid):
+        if _swappable(parent, child, uid, groups):
             raise StartFailed(
                 f"the job's workdir {workdir} lies in {parent}, where its uid {uid} could replace it with a link"
                 " before it is mounted, so it is not mounted into its container; name a folder outside one"
@@ -98,14 +100,26 @@ def host_folder_for(workdir: str, uid: int, gid: int) -> str:
     return physical
 
 
-def _swappable(parent: Path, child: Path, uid: int, gid: int) -> bool:
-    """Whether `uid` (in group `gid` alone) may rename `child`, an entry of `parent`, or have it
-    so (it owns `parent`, and may chmod it): write to `parent`, unless `parent` is sticky and the
-    uid owns neither it nor `child`."""
+def _groups_of(uid: int, gid: int) -> frozenset[int]:
+    """The groups a process of `uid` may hold: `gid`, and where `uid` is an account of this host
+    (`auth.task_accounts`), its own groups, which its login sessions hold."""
+    groups = {gid}
+    try:
+        account = pwd.getpwuid(uid)
+        groups.update(os.getgrouplist(account.pw_name, account.pw_gid))
+    except (KeyError, OSError):
+        pass
+    return frozenset(groups)
+
+
+def _swappable(parent: Path, child: Path, uid: int, groups: frozenset[int]) -> bool:
+    """Whether `uid` (in `groups`) may rename `child`, an entry of `parent`, or have it so (it
+    owns `parent`, and may chmod it): write to `parent`, unless `parent` is sticky and the uid
+    owns neither it nor `child`. Mode bits only: an ACL granting more is not seen."""
     st, entry = os.lstat(parent), os.lstat(child)
     if st.st_uid == uid:
         return True
-    bits = stat.S_IWGRP if st.st_gid == gid else stat.S_IWOTH
+    bits = stat.S_IWGRP if st.st_gid in groups else stat.S_IWOTH
     if not st.st_mode & bits:
         return False
     return not st.st_mode & stat.S_ISVTX or entry.st_uid == uid
