@@ -31,6 +31,11 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # The command's shell, under the task's uid: takes its env from the script on fd 3, closes it, and
 # becomes the command (a name is looked up on the job's own PATH).
 APPLY_ENV = '. /proc/self/fd/3 && exec "$@" 3<&-'
+# The same under a uid of the task's own, entering its working folder ($1) first as that uid: the
+# root process that started it stood there already, which would leave the task inside a folder its
+# uid cannot reach (one below a closed folder, such as another account's 0700 home), and so reading
+# what only the closed folder protects. `cd -P` resolves it as the task's uid sees it.
+ENTER_APPLY_ENV = 'cd -P -- "$1" && shift && ' + APPLY_ENV
 
 
 def fixed_env(**extra: str) -> dict[str, str]:

@@ -73,4 +73,7 @@ def sync_for_parent(requester: str, resp: pb.FederationSyncResponse) -> pb.Feder
     out.tombstones.extend(parent_id(requester, t) for t in resp.tombstones)
     out.ClearField("log_heads")
     out.log_heads.update({parent_id(requester, j): seq for j, seq in resp.log_heads.items()})
+    out.ClearField("estimates")
+    for job_id, estimate in resp.estimates.items():
+        out.estimates[parent_id(requester, job_id)].CopyFrom(estimate)
     return out

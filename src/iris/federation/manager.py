@@ -157,6 +157,8 @@ class FederationManager:
             for pid, addr in peers.items()
         }
         self._status = {pid: PeerStatus(pid, addr) for pid, addr in peers.items()}
+        # peer -> job -> its expected start there, as the peer's last sync answer reported it
+        self._estimates: dict[str, dict[str, pb.StartEstimate]] = {}
         self._lock = threading.Lock()
         self._queued_reasons: dict[str, str] = {}  # what each queued job's pending reason says now
         self._wake = threading.Event()
@@ -434,6 +436,7 @@ class FederationManager:
                                 synced.job.job_id, peer_id, f"peer {peer_id} cannot place it: {error}"
                             )
                     self.store.apply_sync(peer_id, response, accepted_since)
+                self._estimates[peer_id] = dict(response.estimates)
                 if self.reroute_after > 0:
                     cutoff = self.now_ms() - int(self.reroute_after * 1000)
                     for job_id in self.store.unplaced_past(peer_id, cutoff):
@@ -446,6 +449,10 @@ class FederationManager:
                 log.info("sync with %s failed; keeping the last known state: %s", peer_id, exc)
                 self.store.mark_stale(peer_id)
 
+    def estimate(self, peer_id: str, job_id: str) -> pb.StartEstimate | None:
+        """The expected start of `job_id` on `peer_id` that the peer last reported, or None."""
+        return self._estimates.get(peer_id, {}).get(job_id)
+
     def _complete_resync(self, peer_id: str, client: PeerClient, response: pb.FederationSyncResponse) -> None:
         """Asks the peer by name about the jobs this cluster still follows there that a full resync
         left out (it carries only active jobs and recent changes), so that set-replacement drops
@@ -457,6 +464,8 @@ class FederationManager:
             answer = client.federation_sync(0, job_ids=missing[start : start + SYNC_FOLLOW_UP_PAGE])
             response.jobs.extend(answer.jobs)
             response.tombstones.extend(answer.tombstones)
+            for job_id, estimate in answer.estimates.items():
+                response.estimates[job_id].CopyFrom(estimate)
 
     def _relay_logs(self, peer_id: str, client: PeerClient, report: pb.FederationSyncResponse | None = None) -> None:
         """Asks the peer for each job's lines after its cursor, page by page, until the peer has no

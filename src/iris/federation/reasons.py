@@ -81,14 +81,15 @@ def pending_reason(state: HandoffState | str, peer_id: str | None, first_report_
     return None
 
 
-# What a federated job's expected start says while no scheduler here plans it: peers report no
-# start times, so it is unknown, and why.
+# What a federated job's expected start says while no scheduler here plans it and its peer has
+# reported none: unknown, and why. (A peer reports the expected start of each job it holds waiting.)
 _UNKNOWN_START = {
     HandoffState.QUEUED_HANDOFF.value: (
         "no estimate: it waits here for a federation peer with room, and peers report no start times"
+        " for jobs they do not hold"
     ),
     HandoffState.PENDING_HANDOFF.value: "no estimate: it is being handed to peer {peer}",
-    HandoffState.HANDED_OFF.value: "no estimate: it waits on peer {peer}, which reports no start times",
+    HandoffState.HANDED_OFF.value: "no estimate: it waits on peer {peer}, which has reported no start time for it yet",
 }
 
 

@@ -871,7 +871,7 @@ class FederationSyncRequest(_message.Message):
     def __init__(self, requester: _Optional[str] = ..., cursor: _Optional[int] = ..., job_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class FederationSyncResponse(_message.Message):
-    __slots__ = ("jobs", "tombstones", "cursor", "cursor_stale", "log_heads", "reports_log_heads")
+    __slots__ = ("jobs", "tombstones", "cursor", "cursor_stale", "log_heads", "reports_log_heads", "estimates")
     class LogHeadsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -879,19 +879,38 @@ class FederationSyncResponse(_message.Message):
         key: str
         value: int
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class EstimatesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: StartEstimate
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[StartEstimate, _Mapping]] = ...) -> None: ...
     JOBS_FIELD_NUMBER: _ClassVar[int]
     TOMBSTONES_FIELD_NUMBER: _ClassVar[int]
     CURSOR_FIELD_NUMBER: _ClassVar[int]
     CURSOR_STALE_FIELD_NUMBER: _ClassVar[int]
     LOG_HEADS_FIELD_NUMBER: _ClassVar[int]
     REPORTS_LOG_HEADS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATES_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[SyncedJob]
     tombstones: _containers.RepeatedScalarFieldContainer[str]
     cursor: int
     cursor_stale: bool
     log_heads: _containers.ScalarMap[str, int]
     reports_log_heads: bool
-    def __init__(self, jobs: _Optional[_Iterable[_Union[SyncedJob, _Mapping]]] = ..., tombstones: _Optional[_Iterable[str]] = ..., cursor: _Optional[int] = ..., cursor_stale: _Optional[bool] = ..., log_heads: _Optional[_Mapping[str, int]] = ..., reports_log_heads: _Optional[bool] = ...) -> None: ...
+    estimates: _containers.MessageMap[str, StartEstimate]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[SyncedJob, _Mapping]]] = ..., tombstones: _Optional[_Iterable[str]] = ..., cursor: _Optional[int] = ..., cursor_stale: _Optional[bool] = ..., log_heads: _Optional[_Mapping[str, int]] = ..., reports_log_heads: _Optional[bool] = ..., estimates: _Optional[_Mapping[str, StartEstimate]] = ...) -> None: ...
+
+class StartEstimate(_message.Message):
+    __slots__ = ("earliest_ms", "latest_ms", "basis")
+    EARLIEST_MS_FIELD_NUMBER: _ClassVar[int]
+    LATEST_MS_FIELD_NUMBER: _ClassVar[int]
+    BASIS_FIELD_NUMBER: _ClassVar[int]
+    earliest_ms: int
+    latest_ms: int
+    basis: str
+    def __init__(self, earliest_ms: _Optional[int] = ..., latest_ms: _Optional[int] = ..., basis: _Optional[str] = ...) -> None: ...
 
 class RegisterWorkerRequest(_message.Message):
     __slots__ = ("backend_id", "name", "capacity", "attributes", "runtime", "boot_id", "previous_boot_id", "attempts", "isolation_warning")

@@ -26,12 +26,15 @@ steers a root process, and no value shows on a command line.
 from __future__ import annotations
 
 import os
+import pwd
+import stat
 import subprocess
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from iris.backends.local.attempt_folder import AttemptFolder
 from iris.backends.local.wrapper import output_file
-from iris.backends.privileged import ENV_NAME, fixed_env, memfd, program
+from iris.backends.privileged import ENV_NAME, SETPRIV, SH, fixed_env, memfd, program
 from iris.rpc import controller_pb2 as pb
 from iris.worker.runtime import AttemptRun, ProcessRuntime, StartFailed
 from iris.worker.settings import WorkerSettings
@@ -65,6 +68,61 @@ def container_name(attempt_id: str) -> str:
     from iris.backends.staging import safe_dirname
 
     return "iris-" + safe_dirname(attempt_id).lower()
+
+
+def host_folder_for(workdir: str, uid: int, gid: int) -> str:
+    """The physical path of the host folder `workdir` that a container under `uid` and `gid` may
+    be given, or StartFailed.
+
+    The daemon (root) mounts it, and inside the container no folder above it is closed any more:
+    a folder below one the uid cannot pass (another account's 0700 home, root's) would give the
+    task what only that closed folder protects. So the uid must enter it itself (`cd -P`, under
+    `setpriv`, which also gives its physical path), and no folder on that path may be one the uid
+    could swap for a link between this check and the mount (see `_swappable`)."""
+    argv = [SETPRIV, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
+    argv += [SH, "-c", 'cd -P -- "$1" && pwd -P', "sh", workdir]
+    done = subprocess.run(argv, env=fixed_env(), capture_output=True, text=True, timeout=30, check=False)
+    physical = done.stdout.strip()
+    if done.returncode != 0 or not physical.startswith("/"):
+        raise StartFailed(
+            f"the job's workdir {workdir} is not a folder its uid {uid} may enter on this worker, so it is not"
+            " mounted into its container"
+        )
+    path = Path(physical)
+    groups = _groups_of(uid, gid)
+    for parent, child in zip(path.parents, (path, *path.parents)):
+        if _swappable(parent, child, uid, groups):
+            raise StartFailed(
+                f"the job's workdir {workdir} lies in {parent}, where its uid {uid} could replace it with a link"
+                " before it is mounted, so it is not mounted into its container; name a folder outside one"
+                " the job's tasks may write"
+            )
+    return physical
+
+
+def _groups_of(uid: int, gid: int) -> frozenset[int]:
+    """The groups a process of `uid` may hold: `gid`, and where `uid` is an account of this host
+    (`auth.task_accounts`), its own groups, which its login sessions hold."""
+    groups = {gid}
+    try:
+        account = pwd.getpwuid(uid)
+        groups.update(os.getgrouplist(account.pw_name, account.pw_gid))
+    except (KeyError, OSError):
+        pass
+    return frozenset(groups)
+
+
+def _swappable(parent: Path, child: Path, uid: int, groups: frozenset[int]) -> bool:
+    """Whether `uid` (in `groups`) may rename `child`, an entry of `parent`, or have it so (it
+    owns `parent`, and may chmod it): write to `parent`, unless `parent` is sticky and the uid
+    owns neither it nor `child`. Mode bits only: an ACL granting more is not seen."""
+    st, entry = os.lstat(parent), os.lstat(child)
+    if st.st_uid == uid:
+        return True
+    bits = stat.S_IWGRP if st.st_gid in groups else stat.S_IWOTH
+    if not st.st_mode & bits:
+        return False
+    return not st.st_mode & stat.S_ISVTX or entry.st_uid == uid
 
 
 class DockerRuntime(ProcessRuntime):
@@ -122,7 +180,10 @@ class DockerRuntime(ProcessRuntime):
         # A container without a uid of its own runs as its image's user, root mostly, which could
         # write through a link into the cached layer: it gets copies.
         place.stage(layers, copies=place.uid is None)
-        argv += ["--volume", f"{place.workdir}:{place.workdir}", "--workdir", place.workdir]
+        workdir = place.workdir
+        if place.uid is not None and workdir != str(place.home):  # a folder of the host, not its own
+            workdir = host_folder_for(workdir, place.uid, place.gid if place.gid is not None else place.uid)
+        argv += ["--volume", f"{workdir}:{workdir}", "--workdir", workdir]
         # The job's env and Iris's, not this host's (`env` is what a process task would get).
         passed = {**dict(launch.env), "IRIS_ATTEMPT_ID": launch.attempt_id}
         if run.devices:

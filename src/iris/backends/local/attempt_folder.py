@@ -103,7 +103,8 @@ def prepare_attempt_folder(
             os.chown(home, uid, group)  # type: ignore[arg-type]  # as_task: uid is set
     else:
         home.mkdir(exist_ok=True)
-    target = workdir or str(home)
+    # Absolute: the task's uid enters it again from where its root wrapper started (see `wrapper`).
+    target = os.path.abspath(workdir) if workdir else str(home)
     # Checked here: a spawner answers before the wrapper has entered its folder, and a job's own
     # workdir that is missing is the job's fault, said as such.
     if not os.path.isdir(target):

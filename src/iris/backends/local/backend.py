@@ -402,7 +402,7 @@ class LocalBackend:
                 self._attempts[record.attempt_id] = record
                 record.awaiting = True
             try:
-                start = wrapper_start(record.folder, "", argv, launch.env, launch.uid, launch.gid)
+                start = wrapper_start(record.folder, "", argv, launch.env, launch.uid, launch.gid, record.workdir)
                 spawner.submit(
                     record, start.argv, start.env, record.workdir, str(record.folder / "stdout"),
                     str(record.folder / "stderr"), cgroup=launch.cgroup, umask=launch.umask,

@@ -11,7 +11,8 @@ writes the attempt's files, which the task must not reach. So it gets none of th
 environment (see `iris.backends.privileged`): it runs with a fixed one, names every program by
 absolute path, and reads the task's environment as a script on its stdin, which it hands on as
 fd 3. The command goes through `setpriv` (under a uid of the task's own), also with the fixed
-environment, to a shell that now runs as the task: it sources the script and becomes the command.
+environment, to a shell that now runs as the task: it enters the attempt's working folder as the
+task (see `privileged.ENTER_APPLY_ENV`), sources the script and becomes the command.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import BinaryIO
 
 from iris.backends.local.containment import Containment
 from iris.backends.local.spawner import Spawned, Spawner, SpawnerGone
-from iris.backends.privileged import APPLY_ENV, SETPRIV, SH, fixed_env, memfd, shell_exports
+from iris.backends.privileged import APPLY_ENV, ENTER_APPLY_ENV, SETPRIV, SH, fixed_env, memfd, shell_exports
 from iris.core.processes import ATTEMPT_ENV
 
 log = logging.getLogger("iris.backends.local")
@@ -64,13 +65,16 @@ def wrapper_start(
     env: Mapping[str, str],
     uid: int | None = None,
     gid: int | None = None,
+    workdir: str = "",
 ) -> WrapperStart:
     """How to start the wrapper of the attempt in `folder` on the command `argv` with the task's
     environment `env`: it joins `cgroup` ("" when it is born in it), and runs the command under
-    `uid` and `gid` (None: the caller's own)."""
+    `uid` and `gid` (None: the caller's own), which enters `workdir` itself before anything else
+    (the wrapper starts there already, chosen by a process that may enter any folder)."""
     task = [SH, "-c", APPLY_ENV, "sh", *argv]
     if uid is not None:
         group = uid if gid is None else gid
+        task = [SH, "-c", ENTER_APPLY_ENV, "sh", workdir or ".", *argv]
         task = [SETPRIV, f"--reuid={uid}", f"--regid={group}", "--clear-groups", "--", *task]
     # The attempt's id stays in the wrapper's own environment: a restarted controller tells the
     # attempt's processes by it (`iris.core.processes.attempt_of`).
@@ -109,7 +113,7 @@ def start_wrapper(
     `nproc`, the wrapper and what it runs inherit that process limit (see `Spawner.spawn`), set in
     the child on both paths."""
     if spawner is not None:
-        start = wrapper_start(folder, "", argv, env, uid, gid)
+        start = wrapper_start(folder, "", argv, env, uid, gid, workdir)
         try:
             spawned = spawner.spawn(
                 start.argv,
@@ -127,7 +131,7 @@ def start_wrapper(
             return spawned.pid, spawned
         except SpawnerGone:
             gone(spawner)
-    start = wrapper_start(folder, cgroup, argv, env, uid, gid)
+    start = wrapper_start(folder, cgroup, argv, env, uid, gid, workdir)
     script = memfd(start.stdin.encode())
     try:
         with output_file(folder / "stdout") as out, output_file(folder / "stderr") as err:

@@ -170,8 +170,18 @@ class ControllerServiceImpl(WorkerCalls):
             job.start_earliest_ms = found.earliest_ms
             job.start_latest_ms = found.latest_ms or 0
             job.start_basis = found.basis
+        elif (reported := self._peer_estimate(job)) is not None:
+            job.start_earliest_ms = reported.earliest_ms
+            job.start_latest_ms = reported.latest_ms
+            job.start_basis = f"on peer {job.cluster}: {reported.basis}"
         elif (basis := unknown_start(job.handoff_state, job.cluster)) is not None:
             job.start_basis = basis
+
+    def _peer_estimate(self, job: pb.JobStatus) -> pb.StartEstimate | None:
+        """A job waiting on a peer: its expected start there, as the peer's last sync reported it."""
+        if job.handoff_state != "HANDED_OFF" or self.federation is None:
+            return None
+        return self.federation.estimate(job.cluster, job.job_id)
 
     @rpc
     def list_tasks(self, req: pb.ListTasksRequest, identity: Identity) -> pb.ListTasksResponse:
@@ -399,7 +409,19 @@ class ControllerServiceImpl(WorkerCalls):
                 )
             resp.log_heads.update(fed.log_heads(conn, batch.changed))
             resp.reports_log_heads = True
+        self._report_estimates(req.requester, resp)
         return resp
+
+    def _report_estimates(self, requester: str, resp: pb.FederationSyncResponse) -> None:
+        """Adds the expected start of each root job received from `requester` that waits here: the
+        tick's last figures, read from memory (a received root job is `/user/<requester>.name`)."""
+        prefix = f"{requester}."
+        for job_id, found in self.tick.estimates.items():
+            parts = job_id.split("/")
+            if len(parts) == 3 and parts[2].startswith(prefix):
+                resp.estimates[job_id].CopyFrom(
+                    pb.StartEstimate(earliest_ms=found.earliest_ms, latest_ms=found.latest_ms or 0, basis=found.basis)
+                )
 
     @rpc
     def register_endpoint(self, req: pb.RegisterEndpointRequest, identity: Identity) -> pb.RegisterEndpointResponse:
