@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import wait_until
 from tests.controller.helpers import client, launch, pid_alive, wait_state
+from tests.workers.conftest import GRACE, workers_backends
 
 # The first attempt holds the lock and sleeps; a retry takes the lock (or says it could not) and ends.
 SCRIPT = (
@@ -23,7 +24,14 @@ SCRIPT = (
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "stopped"])
-def test_workers_fence_lost_daemon_attempt_ends_before_its_retry(pool, worker_factory, tmp_path, sig):
+def test_workers_fence_lost_daemon_attempt_ends_before_its_retry(controller_factory, worker_factory, tmp_path, sig):
+    # The retry waits for the grace period, the stopped daemon's fence only for its lease (three
+    # quarters of it): the quarter between is the guard's time to kill, 1.5 s here so that a loaded
+    # machine cannot stretch the guard's wake-up past it (30 s grace, 7.5 s by default).
+    grace = GRACE if sig == signal.SIGKILL else "6s"
+    pool = controller_factory(
+        "pool", backends=workers_backends(), controller={"tick_interval": "1s", "worker_grace_period": grace}
+    )
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o777)
     shared.chmod(0o777)  # the attempts may run as another uid
@@ -37,7 +45,7 @@ def test_workers_fence_lost_daemon_attempt_ends_before_its_retry(pool, worker_fa
 
     first.signal(sig)
     # Killed, the daemon's pipe closes and its fence kills the attempt at once; stopped, the
-    # attempt is killed when the lease runs out (1.5 s after a's last call), the daemon still stopped.
+    # attempt is killed when the lease runs out (4.5 s after a's last call), the daemon still stopped.
     wait_until(lambda: not pid_alive(pid), timeout=15, message="the fence to kill the lost daemon's attempt")
     if sig == signal.SIGSTOP:
         assert first.proc.poll() is None
