@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -73,3 +74,33 @@ def test_worker_settings_attributes_beside_the_devices_are_kept(tmp_path):
         "gpu-count": "8",
         "zone": "a",
     }
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root daemon checks who may change its folders")
+def test_root_worker_refuses_a_work_dir_another_user_could_change(tmp_path):
+    def settings(folder):
+        return host_settings(
+            "http://127.0.0.1:1", "pool", name="w1", cpu=1, memory="1G", disk="1G", work_dir=str(folder)
+        )
+
+    tmp_path.chmod(0o700)
+    open_to_all = tmp_path / "open"
+    open_to_all.mkdir()
+    open_to_all.chmod(0o777)
+    with pytest.raises(InvalidArgument, match=f"{open_to_all} is writable by others \\(mode 777\\)"):
+        settings(open_to_all / "wd")
+    assert not (open_to_all / "wd").exists()  # refused before anything was made
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(InvalidArgument, match=f"{theirs} belongs to uid 65534"):
+        settings(theirs / "wd")
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)  # as /tmp: only an entry's owner may replace it
+    assert settings(sticky / "wd").work_dir == sticky / "wd"
+    planted = sticky / "planted"
+    planted.mkdir()
+    os.chown(planted, 65534, 65534)
+    with pytest.raises(InvalidArgument, match="belongs to uid 65534"):
+        settings(planted)

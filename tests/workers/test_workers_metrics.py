@@ -39,8 +39,9 @@ def test_worker_metrics_show_its_capacity_running_attempts_and_polls(pool, worke
         wait_until(lambda: _value(_scrape(port), "iris_worker_attempts_running") == 1.0, message="one attempt running")
         (worker,) = [w for w in sdk.workers() if w.worker_id == "m1"]
         assert worker.running_tasks == 1
-        samples = _scrape(port)
-        assert samples[("iris_worker_attempts_started_total", (("outcome", "started"),))] == 1.0
+        # Counted once the start returned, which may be a moment after its report made the job RUNNING.
+        started = ("iris_worker_attempts_started_total", (("outcome", "started"),))
+        samples = wait_until(lambda: (s := _scrape(port)).get(started) == 1.0 and s, message="the start to be counted")
         assert samples[("iris_worker_polls_total", (("outcome", "ok"),))] >= 1.0
         sdk.cancel(job)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,6 +113,8 @@ def host_settings(
                 f"{key}={implied[key]}; drop the --attr and say the device with --devices, e.g. gpu:h100:8"
             )
     attributes = {**implied, **given}
+    if os.geteuid() == 0:
+        unsafe_for_root(folder)  # before anything is made: what exists on the way
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -119,6 +122,8 @@ def host_settings(
             f"--work-dir {folder} cannot be created: {exc.strerror}; give a folder this user may create and"
             " write, or leave --work-dir out for ~/.iris/worker/NAME"
         ) from None
+    if os.geteuid() == 0:
+        unsafe_for_root(folder)  # and what was made (a umask of 0 would leave it open)
     capacity = Resources(
         cpu=float(cpu) if cpu else float(os.cpu_count() or 1),
         memory=parse_size(memory) if memory else int(psutil.virtual_memory().total),
@@ -130,3 +135,32 @@ def host_settings(
     return WorkerSettings(
         controller.rstrip("/"), backend, name, capacity, attributes, folder, runtime, token, device_ids=device_ids
     )
+
+
+def unsafe_for_root(folder: Path) -> None:
+    """Refuses a root daemon's work dir that another user could change: the daemon writes its pid,
+    boot id and attempts' files there as root, so a folder on the way that another uid owns or may
+    write (other than a sticky one such as /tmp, whose entries only their owners may replace) would
+    let that user swap a part of it for a link to anywhere. As OpenSSH's StrictModes does."""
+    path = Path("/")
+    parts = folder.parts[1:]
+    for depth in range(len(parts) + 1):
+        if depth:
+            path = path / parts[depth - 1]
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return  # the rest is made by this root process
+        loose = st.st_mode & 0o022
+        sticky = st.st_mode & stat.S_ISVTX and depth < len(parts)
+        if st.st_uid != 0 or (loose and not sticky):
+            why = (
+                f"belongs to uid {st.st_uid}"
+                if st.st_uid != 0
+                else f"is writable by others (mode {st.st_mode & 0o7777:o})"
+            )
+            raise InvalidArgument(
+                f"--work-dir {folder}: {path} {why}; a root daemon's work dir and every folder above it must"
+                " be root's and writable only by root (a sticky folder such as /tmp aside), or another user"
+                " could replace a part of it with a link. Pick such a folder, e.g. /var/lib/iris/worker"
+            )
