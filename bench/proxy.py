@@ -59,9 +59,20 @@ USER = "bench"
 FAST = {"tick_interval": "1s", "federation_heartbeat_interval": "1s", "federation_sync_interval": "1s"}
 
 
+# The served app runs this interpreter, which a task's own uid may not reach (a root controller
+# runs tasks as their users, and a Python under /root is closed to them): the proxy is measured
+# with tasks under the controller's uid.
+SAME_UID = {"task_uids": {"enabled": False}}
+
+
 def start(base: Path, started: list[Controller]) -> tuple[Controller, Controller]:
-    parent = Controller("marin", base, [local_backend("cpu", workers=1, cpu=2)], settings=FAST)
-    trust = {"federation_peers": {"marin": public_key_pem(load_or_create_signing_key(None, parent.state_dir))}}
+    parent = Controller(
+        "marin", base, [local_backend("cpu", workers=1, cpu=2)], settings=FAST, extra={"auth": SAME_UID}
+    )
+    trust = {
+        "federation_peers": {"marin": public_key_pem(load_or_create_signing_key(None, parent.state_dir))},
+        **SAME_UID,
+    }
     child = Controller(
         "cw",
         base,
