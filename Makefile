@@ -54,6 +54,7 @@ bench: env
 	$(VENV)/bin/python bench/scheduler.py
 	$(VENV)/bin/python bench/federation_placement.py
 	$(VENV)/bin/python bench/dashboard.py
+	$(VENV)/bin/python bench/gpus.py
 
 proto: env
 	$(VENV)/bin/python scripts/gen_proto.py
