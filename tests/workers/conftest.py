@@ -147,6 +147,17 @@ def pool(controller_factory):
     )
 
 
+@pytest.fixture
+def uid_pool(controller_factory):
+    """A root controller with a workers pool, assigning each user's tasks a uid of that user's own."""
+    return controller_factory(
+        "pool",
+        backends=workers_backends(),
+        controller={"tick_interval": "1s", "worker_grace_period": GRACE},
+        auth={"task_uids": {"enabled": True, "range": "200000-299999", "max_processes": 256}},
+    )
+
+
 @dataclass
 class Docker:
     host: str  # DOCKER_HOST for clients of this daemon

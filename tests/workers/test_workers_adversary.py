@@ -12,20 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.controller.helpers import client, launch, logs, pb, user_token, wait_state
-from tests.workers.conftest import GRACE, workers_backends
 from tests.workers.test_workers_isolation import assigned_uids
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="tasks get uids of their own only under a root daemon")
-
-
-@pytest.fixture
-def uid_pool(controller_factory):
-    return controller_factory(
-        "pool",
-        backends=workers_backends(),
-        controller={"tick_interval": "1s", "worker_grace_period": GRACE},
-        auth={"task_uids": {"enabled": True, "range": "200000-299999", "max_processes": 256}},
-    )
 
 
 @pytest.fixture

@@ -20,22 +20,10 @@ from iris.backends.local.backend import kill_leftover_attempts
 from iris.backends.privileged import SETPRIV
 from tests.conftest import wait_until
 from tests.controller.helpers import client, launch, logs, pb, user_token, wait_state
-from tests.workers.conftest import GRACE, workers_backends
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="tasks get uids of their own only under a root daemon")
 
 NOBODY = 65534  # a plain account every host has, to run a daemon that is not root
-
-
-@pytest.fixture
-def uid_pool(controller_factory):
-    """A root controller with a workers pool, assigning each user's tasks a uid of that user's own."""
-    return controller_factory(
-        "pool",
-        backends=workers_backends(),
-        controller={"tick_interval": "1s", "worker_grace_period": GRACE},
-        auth={"task_uids": {"enabled": True, "range": "200000-299999", "max_processes": 256}},
-    )
 
 
 def assigned_uids(ctl) -> dict[str, int]:
