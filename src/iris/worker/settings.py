@@ -151,6 +151,8 @@ def unsafe_for_root(folder: Path) -> None:
             st = os.lstat(path)
         except FileNotFoundError:
             return  # the rest is made by this root process
+        if not stat.S_ISDIR(st.st_mode):
+            return  # not a folder: making the work dir fails, and says so
         loose = st.st_mode & 0o022
         sticky = st.st_mode & stat.S_ISVTX and depth < len(parts)
         if st.st_uid != 0 or (loose and not sticky):
