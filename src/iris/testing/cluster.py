@@ -34,6 +34,7 @@ from iris.controller.process import probe
 from iris.controller.tls import self_tls
 from iris.core.config import parse_config
 from iris.core.polling import wait_until
+from iris.testing import forkserver
 from iris.testing.processes import pid_alive
 
 START_TIMEOUT_S = 60.0
@@ -128,7 +129,7 @@ class ClusterProcess:
     extra: dict = field(default_factory=dict)  # other top-level keys: peers, auth, defaults, …
     port: int = 0
     env: Mapping[str, str] | None = None  # the controller's environment (default: this process's)
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen | forkserver.ForkedProcess | None = None
 
     def __post_init__(self) -> None:
         self.port = self.port or free_port()
@@ -180,15 +181,19 @@ class ClusterProcess:
     def start(self, timeout: float = START_TIMEOUT_S) -> ClusterProcess:
         """Starts the controller and returns once it answers; raises with its log's tail if it cannot."""
         self.write_config()
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "iris.controller", str(self.config_path)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-                env=dict(self.env) if self.env is not None else None,
-            )
+        env = dict(self.env) if self.env is not None else dict(os.environ)
+        if forkserver.wanted(env):
+            self.proc = forkserver.CLIENT.spawn([str(self.config_path)], env, self.log_path)
+        else:
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "iris.controller", str(self.config_path)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                    env=env,
+                )
         # Ready once *this* process answers: while it starts, another server (a controller of a
         # test running beside this one, on a port it drew while this one was stopped) may answer
         # on the port, and a test must never be handed that one.
