@@ -195,6 +195,16 @@ def serve(path: str) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
+    server = os.getpid()
+    try:
+        _serve(listener)
+    finally:
+        if os.getpid() == server:  # not in a child leaving through here
+            os.unlink(path)
+            os.rmdir(os.path.dirname(path))
+
+
+def _serve(listener: socket.socket) -> None:
     children: dict[int, socket.socket] = {}
     print("ready", flush=True)
     while True:
@@ -203,16 +213,32 @@ def serve(path: str) -> None:
             return  # the test process is gone
         if listener in ready:
             conn, _ = listener.accept()
-            request = _request(conn)
+            try:
+                request = _request(conn)
+            except (OSError, ValueError):
+                conn.close()  # a caller that went away, or sent no request
+                continue
             pid = os.fork()
             if pid == 0:
-                listener.close()
-                for other in children.values():
-                    other.close()
-                conn.close()
-                _become_controller(request)  # never returns
+                code: int | str | None = 1
+                try:
+                    listener.close()
+                    for other in children.values():
+                        other.close()
+                    conn.close()
+                    code = _become_controller(request)
+                except BaseException:
+                    import traceback
+
+                    traceback.print_exc()
+                # The interpreter's own ending (atexit handlers, flushed streams) with that code;
+                # it never reaches the loop again.
+                raise SystemExit(code)
             children[pid] = conn
-            conn.sendall(f"pid {pid}\n".encode())
+            try:
+                conn.sendall(f"pid {pid}\n".encode())
+            except OSError:
+                pass  # the caller went away; the child's exit is reaped all the same
         while children:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -240,7 +266,7 @@ def _request(conn: socket.socket) -> dict:
     return json.loads(data)
 
 
-def _become_controller(request: dict) -> None:
+def _become_controller(request: dict) -> int | str | None:
     """In the forked child: what `Popen([python, -m, iris.controller, …], start_new_session=True,
     stdin=DEVNULL, stdout=log, stderr=log, env=…)` would have set up, then the controller's main."""
     import runpy
@@ -260,15 +286,8 @@ def _become_controller(request: dict) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     sys.argv = ["-m", *request["argv"]]  # runpy puts the module's path first, as `python -m` does
-    code: int | str | None = 0
     try:
         runpy.run_module("iris.controller", run_name="__main__", alter_sys=True)
     except SystemExit as exc:
-        code = exc.code
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-        code = 1
-    # The interpreter's own ending (atexit handlers, flushed streams) with the controller's code.
-    raise SystemExit(code)
+        return exc.code
+    return 0
