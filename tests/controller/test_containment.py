@@ -102,3 +102,22 @@ def test_without_cgroups_exit_of_the_command_ends_what_it_left_running(subreaper
     escaped = _escaped_from_spool(subreaper_backend, "/u/b/0:0")
     wait_until(lambda: any(e.attempt_id == "/u/b/0:0" for e in subreaper_backend.poll().exits), message="exit")
     wait_until(lambda: not pid_alive(escaped), timeout=15, message="escaped process gone")
+
+
+def test_a_backends_sweep_leaves_the_cgroup_another_backend_is_starting(tmp_path):
+    """Two local backends of one state folder share its cgroup folder: one's sweep, while another
+    has made an attempt's cgroup and not started its wrapper in it yet, left that attempt to fail
+    with "No such file or directory"."""
+    cpu, gpu = Containment(tmp_path), Containment(tmp_path)
+    if cpu.base is None:
+        pytest.skip("no writable cgroup v2 here: attempts are contained by a subreaper")
+    try:
+        path = gpu.prepare("alice_gpu-hog_0_0-abc")
+        cpu.sweep(live=set())
+        assert os.path.isdir(path)
+        gpu.end("alice_gpu-hog_0_0-abc", "/alice/gpu-hog/0:0")
+        cpu.sweep(live=set())
+        assert not os.path.exists(path)
+    finally:
+        cpu.close()
+        gpu.close()

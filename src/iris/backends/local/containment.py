@@ -76,14 +76,27 @@ def cgroup_base(state_root: Path) -> Path | None:
     return base if (base / "cgroup.procs").exists() else None
 
 
+# The cgroups being started under each base, shared by every backend of this process whose
+# attempts live under that base (the local backends of one state folder share it): one backend's
+# `sweep` must not take another's cgroup made and not joined yet.
+_CLAIMS: dict[Path, tuple[threading.Lock, set[str]]] = {}
+_CLAIMS_LOCK = threading.Lock()
+
+
+def _claims(base: Path | None) -> tuple[threading.Lock, set[str]]:
+    if base is None:
+        return threading.Lock(), set()
+    with _CLAIMS_LOCK:
+        return _CLAIMS.setdefault(base, (threading.Lock(), set()))
+
+
 class Containment:
     """One backend's way of containing attempts; `name` is the attempt's folder name."""
 
     def __init__(self, state_root: Path):
         self.base = cgroup_base(state_root)
         self.kind = "cgroup" if self.base is not None else "subreaper"
-        self._claimed: set[str] = set()
-        self._claims_lock = threading.Lock()
+        self._claims_lock, self._claimed = _claims(self.base)
 
     # -- spawn -------------------------------------------------------------------------------------
 
@@ -207,8 +220,6 @@ class Containment:
         """Removes this state folder's cgroup folder once every attempt in it has ended."""
         if self.base is None:
             return
-        with self._claims_lock:
-            self._claimed.clear()
         self.sweep(set())
         try:
             self.base.rmdir()
